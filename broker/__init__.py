@@ -1,0 +1,1 @@
+"""The gRPC brokers that serve clients and follow the metadata quorum."""

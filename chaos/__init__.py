@@ -1,0 +1,1 @@
+"""A Jepsen-style chaos harness: fault injection, operation histories and their checks."""

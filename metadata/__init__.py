@@ -1,0 +1,1 @@
+"""Cluster metadata: metadata records, the metadata image and the active controller."""

@@ -1,0 +1,1 @@
+"""Segmented, replicated partition logs."""

@@ -1,0 +1,1 @@
+"""PySpark checkers that verify recorded operation histories at scale."""

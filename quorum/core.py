@@ -825,9 +825,15 @@ class RaftCore:
             resp.epoch == self.epoch
             and resp.leader_id is not None
             and resp.leader_id != self.node_id
+            and resp.leader_id != self.leader_id
             and self._role in (Role.UNATTACHED, Role.PROSPECTIVE, Role.CANDIDATE)
         ):
-            # Someone already leads our epoch: follow it.
+            # Someone leads our epoch and we did not know: follow it.  A
+            # leader we already knew is one we timed out on; a voter that
+            # still names it has merely not timed out yet.  Going back to it
+            # would let staggered timeouts keep every voter from campaigning
+            # at once after the leader dies.  If it is in fact alive, its
+            # BeginQuorumEpoch re-sends bring us back.
             self._become_follower(self.epoch, resp.leader_id)
             return
         expected = Role.PROSPECTIVE if resp.pre_vote else Role.CANDIDATE

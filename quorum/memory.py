@@ -42,6 +42,9 @@ class MemoryLogStore:
         """What would survive a crash now."""
         return list(self._durable)
 
+    def durable_end_offset(self) -> int:
+        return self._durable[-1].end_offset if self._durable else 0
+
     def durable_epoch_of_end(self, end_offset: int) -> int | None:
         """Epoch of the durable batch holding ``end_offset - 1``, if any."""
         if self._durable_bases is None:

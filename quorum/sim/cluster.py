@@ -80,14 +80,14 @@ class SimCluster:
         self.voter_ids = list(range(1, self.config.voters + 1))
         self.observer_ids = [self.config.voters + i for i in range(1, self.config.observers + 1)]
         voters = VoterSet(frozenset(self.voter_ids))
-        hooks = NodeHooks(self.network.send, self._on_apply, self._on_load)
+        self.checker = InvariantChecker(frozenset(self.voter_ids))
+        hooks = NodeHooks(self._send, self._on_apply, self._on_load)
         self.nodes: dict[NodeId, SimNode] = {
             n: SimNode(
                 n, voters, self.config.quorum, core_factory, hooks, self.config.snapshot_every
             )
             for n in self.voter_ids + self.observer_ids
         }
-        self.checker = InvariantChecker(frozenset(self.voter_ids))
         self.trace: list[str] = []
         self._last_seen: dict[NodeId, tuple[Role, int, NodeId | None]] = {}
         self.pending: dict[tuple[int, int], tuple[bytes, ...]] = {}
@@ -112,6 +112,10 @@ class SimCluster:
     def _start_node(self, node: SimNode) -> None:
         node.start(self.now, random.Random(self.rng.getrandbits(64)))
         self._after(node)
+
+    def _send(self, msg: Message) -> None:
+        self.checker.on_send(self.nodes[msg.src], msg)
+        self.network.send(msg)
 
     def _deliver(self, msg: Message) -> None:
         node = self.nodes.get(msg.dst)

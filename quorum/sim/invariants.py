@@ -2,7 +2,10 @@
 
 Each is stated as in Kafka's ``RaftEventSimulationTest`` (SingleLeader,
 MonotonicEpoch, MonotonicHighWatermark, MajorityReachedHighWatermark,
-ConsistentCommittedData) plus leader completeness (Raft §3.6.3).  The
+ConsistentCommittedData) plus leader completeness (Raft §3.6.3), and two
+checks of the Ready contract made as each message leaves its node: a granted
+vote is already durable (Raft §3.8), and a fetch offset never exceeds the
+durable log (so the leader counts only data that survives a crash).  The
 checker sees nodes from outside, through their public status, their stores'
 durable contents and what they applied; it never trusts the core's own
 bookkeeping.
@@ -13,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from quorum.messages import FetchRequest, Message, VoteResponse
 from quorum.sim.node import SimNode
 from quorum.types import Batch, NodeId, Role, SnapshotId
 
@@ -69,6 +73,32 @@ class InvariantChecker:
                 f"node {node}'s applied prefix up to offset {end_offset} differs from "
                 "another node's",
             )
+
+    # -- messages leaving a node: the Ready contract's ordering -------------
+
+    def on_send(self, node: SimNode, msg: Message) -> None:
+        """What a message promises must already be on disk when it leaves."""
+        if isinstance(msg, VoteResponse) and msg.granted and not msg.pre_vote:
+            state = node.stores.state.durable()
+            durable = state is not None and (
+                state.epoch > msg.epoch or (state.epoch == msg.epoch and state.voted_for == msg.dst)
+            )
+            if not durable:
+                raise Violation(
+                    "VoteDurableBeforeGrant",
+                    f"node {node.node_id} granted its epoch-{msg.epoch} vote to {msg.dst} "
+                    f"while its durable state was {state}",
+                )
+        elif isinstance(msg, FetchRequest):
+            durable_end = node.stores.log.durable_end_offset()
+            snapshot = node.stores.snapshots.latest()
+            covered = max(durable_end, snapshot.end_offset if snapshot else 0)
+            if msg.fetch_offset > covered:
+                raise Violation(
+                    "DurableBeforeFetch",
+                    f"node {node.node_id} fetched at offset {msg.fetch_offset} but only "
+                    f"{covered} is durable",
+                )
 
     # -- after every event ---------------------------------------------------
 

@@ -17,7 +17,7 @@ from quorum.sim.invariants import Violation
 from quorum.sim.network import NetworkConditions
 from quorum.sim.node import CoreFactory
 
-__all__ = ["Fault", "FaultPlan", "run_schedule"]
+__all__ = ["ALL_FAULTS", "Fault", "FaultPlan", "run_schedule"]
 
 
 class Fault(enum.Enum):
@@ -33,7 +33,7 @@ class Fault(enum.Enum):
     CRASH_LEADER = "crash-leader"
 
 
-ALL_FAULTS = tuple(Fault)
+ALL_FAULTS: tuple[Fault, ...] = tuple(Fault)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +73,9 @@ def run_schedule(
 def _inject_faults(cluster: SimCluster, plan: FaultPlan) -> None:
     rng = cluster.rng
     end = cluster.now + plan.duration_ms
+    if not plan.faults:
+        cluster.run_for(plan.duration_ms)
+        return
     ids = sorted(cluster.nodes)
     while True:
         gap = rng.randint(plan.min_gap_ms, plan.max_gap_ms)

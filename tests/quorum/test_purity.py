@@ -1,0 +1,107 @@
+"""The consensus core is pure: no clock, no I/O, no threads, no global random.
+
+Every module under ``quorum/`` is checked except the drivers listed in
+``DRIVER_MODULES`` (none yet: the asyncio/gRPC/RocksDB driver arrives in its
+own modules).  Time enters as ``now_ms`` and randomness as an injected
+``random.Random``; a module may import ``random`` only to name that type.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "quorum"
+
+FORBIDDEN = {
+    "asyncio", "concurrent", "datetime", "grpc", "http", "io", "multiprocessing", "os",
+    "pathlib", "rocksdict", "selectors", "shutil", "signal", "socket", "subprocess",
+    "tempfile", "threading", "time", "urllib",
+}  # fmt: skip
+FORBIDDEN_CALLS = {"open", "input", "exec", "eval", "__import__"}
+DRIVER_MODULES: set[str] = set()
+
+
+def impurities(source: str, filename: str = "<source>") -> list[str]:
+    """Why ``source`` is not pure, one line per offence (empty if pure)."""
+    problems: list[str] = []
+    tree = ast.parse(source, filename)
+    random_aliases = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                top = alias.name.split(".")[0]
+                if top in FORBIDDEN:
+                    problems.append(f"{filename}:{node.lineno} imports {alias.name}")
+                if alias.name == "random":
+                    random_aliases.add(alias.asname or "random")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            top = node.module.split(".")[0]
+            if top in FORBIDDEN:
+                problems.append(f"{filename}:{node.lineno} imports from {node.module}")
+            if node.module == "random":
+                for alias in node.names:
+                    if alias.name != "Random":
+                        problems.append(
+                            f"{filename}:{node.lineno} imports random.{alias.name} "
+                            "(global randomness)"
+                        )
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in FORBIDDEN_CALLS
+        ):
+            problems.append(f"{filename}:{node.lineno} calls {node.func.id}()")
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in random_aliases
+            and node.attr != "Random"
+        ):
+            problems.append(f"{filename}:{node.lineno} uses random.{node.attr} (global randomness)")
+    return problems
+
+
+def core_modules() -> list[Path]:
+    return sorted(
+        p
+        for p in PACKAGE.rglob("*.py")
+        if str(p.relative_to(ROOT).with_suffix("")).replace("/", ".") not in DRIVER_MODULES
+    )
+
+
+def test_core_modules_found() -> None:
+    names = {p.name for p in core_modules()}
+    assert {"core.py", "log.py", "ready.py", "messages.py", "memory.py"} <= names
+
+
+@pytest.mark.parametrize("path", core_modules(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_module_is_pure(path: Path) -> None:
+    assert impurities(path.read_text(), str(path.relative_to(ROOT))) == []
+
+
+@pytest.mark.parametrize(
+    ("source", "offence"),
+    [
+        ("import time\n", "imports time"),
+        ("import os.path\n", "imports os.path"),
+        ("from asyncio import sleep\n", "imports from asyncio"),
+        ("import grpc.aio as g\n", "imports grpc.aio"),
+        ("from threading import Lock\n", "imports from threading"),
+        ("import random\nx = random.random()\n", "uses random.random"),
+        ("import random as r\nr.shuffle([])\n", "uses random.shuffle"),
+        ("from random import choice\n", "imports random.choice"),
+        ("data = open('f').read()\n", "calls open()"),
+    ],
+)
+def test_checker_catches_impurity(source: str, offence: str) -> None:
+    found = impurities(source)
+    assert any(offence in p for p in found), found
+
+
+def test_checker_allows_injected_random() -> None:
+    assert impurities("import random\ndef f(rng: random.Random) -> None: ...\n") == []

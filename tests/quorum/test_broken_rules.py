@@ -138,6 +138,14 @@ def _figure8(core: CoreFactory) -> Figure8:
     def node(n: int) -> SimNode:
         return cluster.nodes[n]
 
+    def end_of(n: int) -> int:
+        core = cluster.nodes[n].core
+        return -1 if core is None else core.log.end_offset
+
+    def leads(n: int) -> bool:
+        core = cluster.nodes[n].core
+        return core is not None and core.role is Role.LEADER
+
     def must(cond: Callable[[], bool], what: str, ms: int = 10_000) -> None:
         if not cluster.run_until(cond, ms):
             raise AssertionError(f"figure 8 script stuck: {what}")
@@ -147,7 +155,7 @@ def _figure8(core: CoreFactory) -> Figure8:
     leader = cluster.leader()
     assert leader is not None and leader.core is not None
     a = leader.node_id
-    must(lambda: cluster.all_applied(leader.core.log.end_offset), "first epoch committed")
+    must(lambda: cluster.all_applied(end_of(a)), "first epoch committed")
     b, c, d, e = [n for n in ids if n != a]
     cluster.crash(b)  # b takes no part: a majority is 3 of the other 4
 
@@ -178,11 +186,11 @@ def _figure8(core: CoreFactory) -> Figure8:
     net.isolate(e, ids)
     net.isolate(b, ids)
     cluster.restart(a)
-    must(lambda: node(a).core is not None and node(a).core.role is Role.LEADER, "A leads again")
+    must(lambda: leads(a), "A leads again")
 
     def hand_x_over() -> bool:
         for follower in (c, d):
-            if node(follower).core is not None and node(follower).core.log.end_offset > i:
+            if end_of(follower) > i:
                 net.blocked.add((a, follower))
         return all((a, f) in net.blocked for f in (c, d))
 

@@ -127,7 +127,7 @@ class SimCluster:
     def _after(self, node: SimNode) -> None:
         node.process_ready()
         self._schedule_timer(node)
-        self._observe()
+        self._observe(node)
 
     def _schedule_timer(self, node: SimNode) -> None:
         core = node.core
@@ -152,8 +152,12 @@ class SimCluster:
             node.idle_ticks = 0
         self._after(node)
 
-    def _observe(self) -> None:
-        for node in self.nodes.values():
+    def _observe(self, touched: SimNode | None = None) -> None:
+        """Log role changes and check the invariants.  An event changes only
+        the node it ran on (``touched``); crashes and restarts pass None so
+        every node is looked at."""
+        changed = [touched] if touched is not None else list(self.nodes.values())
+        for node in changed:
             core = node.core
             if core is None:
                 continue
@@ -167,7 +171,7 @@ class SimCluster:
                 )
         crashed = self._crashed_since_check
         self._crashed_since_check = False
-        self.checker.check(self.nodes.values(), crashed=crashed)
+        self.checker.check(changed, self.nodes.values(), crashed=crashed)
 
     def _on_apply(self, node: NodeId, batch: Batch, chain: bytes) -> None:
         self.checker.on_apply(node, batch, chain)

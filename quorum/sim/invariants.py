@@ -102,10 +102,19 @@ class InvariantChecker:
 
     # -- after every event ---------------------------------------------------
 
-    def check(self, nodes: Iterable[SimNode], crashed: bool = False) -> None:
+    def check(
+        self,
+        changed: Iterable[SimNode],
+        nodes: Iterable[SimNode] | None = None,
+        crashed: bool = False,
+    ) -> None:
+        """Check the ``changed`` nodes, and durability across all ``nodes``
+        (by default the changed ones)."""
         self.checks += 1
+        changed = list(changed)
+        nodes = changed if nodes is None else nodes
         hw_moved = crashed
-        live = [n for n in nodes if n.core is not None]
+        live = [n for n in changed if n.core is not None]
         for node in live:
             core = node.core
             assert core is not None

@@ -14,6 +14,7 @@ import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from quorum.ready import Ready
 from quorum.types import Batch, QuorumState, SnapshotId
 
 __all__ = ["MemoryLogStore", "MemoryQuorumStateStore", "MemorySnapshotStore", "MemoryStores"]
@@ -181,3 +182,24 @@ class MemoryStores:
         self.log.crash(rng)
         self.state.crash(rng)
         self.snapshots.crash(rng)
+
+    def persist(self, ready: Ready) -> None:
+        """Step 1 of the Ready contract (see :mod:`quorum.ready`), in its order."""
+        for chunk in ready.snapshot_chunks:
+            self.snapshots.write_chunk(chunk.snapshot_id, chunk.position, chunk.data)
+            if chunk.done:
+                self.snapshots.finish(chunk.snapshot_id)
+        if ready.reset_to_snapshot is not None:
+            self.log.clear()
+        if ready.truncate_to is not None:
+            self.log.truncate_to(ready.truncate_to)
+        if ready.entries:
+            self.log.append(ready.entries)
+        if ready.compact_to is not None:
+            self.log.delete_before(ready.compact_to.end_offset)
+            self.snapshots.delete_before(ready.compact_to)
+        if ready.quorum_state is not None:
+            self.state.write(ready.quorum_state)
+        if ready.must_sync:
+            self.log.flush()
+            self.state.flush()

@@ -27,8 +27,9 @@ class QuorumConfig:
     # The leader holds a fetch with nothing to return for up to this long.
     fetch_max_wait_ms: int = 500
     # A request with no answer after this long (plus the long-poll wait for
-    # fetches) is sent again.
-    request_timeout_ms: int = 2000
+    # fetches) is sent again.  Kafka's default is 2000 ms; kq uses 1000 so
+    # that a lost fetch is retried well before the fetch timeout expires.
+    request_timeout_ms: int = 1000
     # Most bytes of batches in one fetch response; at least one batch is
     # always returned so a large batch cannot stall replication.
     fetch_max_bytes: int = 8 * 1024 * 1024
@@ -57,6 +58,15 @@ class QuorumConfig:
             raise ValueError(
                 f"fetch_max_wait_ms ({self.fetch_max_wait_ms}) must be below "
                 f"fetch_timeout_ms ({self.fetch_timeout_ms})"
+            )
+        if self.fetch_max_wait_ms + self.request_timeout_ms >= self.fetch_timeout_ms:
+            # A lost fetch is retried after the long-poll wait plus the request
+            # timeout; the retry must come before the follower gives up on a
+            # healthy leader.
+            raise ValueError(
+                f"fetch_max_wait_ms + request_timeout_ms ({self.fetch_max_wait_ms} + "
+                f"{self.request_timeout_ms}) must be below fetch_timeout_ms "
+                f"({self.fetch_timeout_ms})"
             )
         if self.check_quorum_factor < 1.0:
             raise ValueError("check_quorum_factor must be at least 1.0")

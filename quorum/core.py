@@ -12,25 +12,34 @@ I/O and no global randomness; randomness comes from the injected
 Protocol: KIP-595 (pull-based Raft for Kafka), KIP-996 (pre-vote),
 KIP-630 (snapshots) and check-quorum (KAFKA-15489).
 
-Role transitions (the transition table, as Kafka's ``QuorumState``)::
+Role transitions (the transition table, as Kafka's ``QuorumState``).  "Newer
+epoch" means any message carrying an epoch above ours (except a pre-vote
+request, which changes nothing): we move to that epoch, as Follower if the
+message names a live leader, else as Unattached.  That row applies to every
+role and is not repeated::
 
-    Unattached  -> Prospective  election timeout (voters only)
-                -> Follower     learns the leader of its epoch or a newer one
-                -> Unattached   learns a newer epoch with no leader
-    Prospective -> Candidate    a majority granted the pre-vote
-                -> Follower     learns the leader of its epoch or a newer one
-                -> Unattached   learns a newer epoch with no leader
+    Unattached  -> Prospective  election timeout (voters)
+                -> Follower     BeginQuorumEpoch, or a vote or fetch response
+                                naming a leader of our epoch we did not know
+    Prospective -> Candidate    a majority granted the pre-vote (KIP-996)
+                -> Follower     BeginQuorumEpoch, or a vote response naming a
+                                leader of our epoch other than the one we
+                                timed out on
+                -> Unattached   we granted a real vote
+                -> Prospective  election timeout (a new pre-vote round)
     Candidate   -> Leader       a majority granted the vote
-                -> Prospective  election timeout or a lost election + backoff
-                -> Follower / Unattached   as above
-    Leader      -> Resigned     resign() or check-quorum failure
-                -> Follower / Unattached   learns a newer epoch
+                -> Follower     as Prospective
+                -> Prospective  election timeout, or the backoff after a
+                                majority refused
+    Leader      -> Resigned     resign(), or check-quorum failed
     Resigned    -> Prospective  election timeout
-                -> Follower / Unattached   learns a newer epoch
-    Follower    -> Prospective  fetch timeout (voters)
+    Follower    -> Prospective  fetch timeout (voters); EndQuorumEpoch or a
+                                NOT_LEADER answer from the leader shortens it
                 -> Unattached   fetch timeout (observers)
-                -> Follower / Unattached   learns a newer epoch
 
+A node that restarts comes back Resigned if its quorum state says it led
+(Kafka: it may not lead that epoch again), Follower if it names another
+leader, else Unattached.
 Observers (nodes not in the voter set) are only ever Unattached or Follower.
 """
 
@@ -150,8 +159,9 @@ class _Progress:
     end_offset: int = 0
     last_fetch_ms: int | None = None
     last_caught_up_ms: int | None = None
-    # Acknowledged BeginQuorumEpoch or fetched in this epoch.
-    knows_leader: bool = False
+    # The high watermark last sent to this replica: a fetch is parked only
+    # when it would bring neither data nor a newer high watermark.
+    hw_sent: int = -1
 
 
 class RaftCore:
@@ -215,7 +225,9 @@ class RaftCore:
         self._election_deadline = 0
         self._fetch_deadline = 0
         self._leader_resigned = False
-        self._fetch_inflight: tuple[NodeId, int, int] | None = None  # dst, offset, sent
+        # The one fetch (or FetchSnapshot) in flight: (leader, request id, sent).
+        self._fetch_inflight: tuple[NodeId, int, int] | None = None
+        self._request_seq = 0
         # No fetch before this time (backoff after an error answer).
         self._next_fetch_ms = 0
         self._snapshot_fetch: tuple[SnapshotId, int] | None = None  # id, position
@@ -230,14 +242,20 @@ class RaftCore:
         self._leader_since_ms = 0
         self._parked_fetches: dict[NodeId, tuple[FetchRequest, int]] = {}
         self._begin_epoch_deadline = 0
+        # Resigned: the successor order, who has not acknowledged
+        # EndQuorumEpoch yet, and when to send it again.
+        self._successors: tuple[NodeId, ...] = ()
+        self._end_epoch_unacked: set[NodeId] = set()
+        self._end_epoch_resend_ms = 0
 
         # Kafka's QuorumState.initialize: a node that was leader comes back
         # Resigned (it may not lead its old epoch again); one that knew a
         # leader comes back its follower; otherwise unattached.
         if state.leader_id == node_id and self.is_voter:
-            self._role = Role.RESIGNED
-            self._election_deadline = self._now + self._random_election_timeout()
-        elif state.leader_id is not None:
+            # It no longer knows how caught up each voter is: successors in
+            # id order, so that one of them starts at once.
+            self._become_resigned()
+        elif state.leader_id is not None and state.leader_id != node_id:
             self._become_follower_role(state.leader_id)
         else:
             self._become_unattached_role()
@@ -328,6 +346,8 @@ class RaftCore:
             deadlines.append(self._fetch_deadline)
         else:
             deadlines.append(self._election_deadline)
+            if self._role is Role.RESIGNED and self._end_epoch_unacked:
+                deadlines.append(self._end_epoch_resend_ms)
             if self._role in (Role.PROSPECTIVE, Role.CANDIDATE):
                 deadlines.extend(
                     t + self.config.request_timeout_ms for t in self._vote_sent_ms.values()
@@ -367,8 +387,8 @@ class RaftCore:
             self._tick_unattached()
         elif self._role in (Role.PROSPECTIVE, Role.CANDIDATE):
             self._tick_election()
-        elif self._role is Role.RESIGNED and self._now >= self._election_deadline:
-            self._become_prospective()
+        elif self._role is Role.RESIGNED:
+            self._tick_resigned()
 
     def step(self, msg: Message, now_ms: int) -> None:
         """Handle one message addressed to this node."""
@@ -383,11 +403,14 @@ class RaftCore:
             case BeginQuorumEpochRequest():
                 self._step_begin_quorum_epoch_request(msg)
             case BeginQuorumEpochResponse():
-                self._step_begin_quorum_epoch_response(msg)
+                self._maybe_follow_newer_epoch(msg.epoch, msg.leader_id)
             case EndQuorumEpochRequest():
                 self._step_end_quorum_epoch_request(msg)
             case EndQuorumEpochResponse():
-                self._maybe_follow_newer_epoch(msg.epoch, msg.leader_id)
+                if not self._maybe_follow_newer_epoch(msg.epoch, msg.leader_id) and (
+                    msg.epoch == self.epoch and msg.error is ErrorCode.NONE
+                ):
+                    self._end_epoch_unacked.discard(msg.src)
             case FetchRequest():
                 self._step_fetch_request(msg)
             case FetchResponse():
@@ -446,7 +469,10 @@ class RaftCore:
             )
         if snapshot_id.end_offset <= self._log.start_offset:
             return
-        self._log.compact_to(snapshot_id)
+        try:
+            self._log.compact_to(snapshot_id)
+        except LogError as exc:
+            raise ValueError(f"cannot compact the log to {snapshot_id}: {exc}") from exc
         self._pending_compact = snapshot_id
 
     # ------------------------------------------------------------------
@@ -608,6 +634,8 @@ class RaftCore:
         self._backing_off = False
         self._progress = {}
         self._parked_fetches = {}
+        self._successors = ()
+        self._end_epoch_unacked = set()
 
     def _become_unattached_role(self) -> None:
         self._clear_role_state()
@@ -684,22 +712,37 @@ class RaftCore:
         self._bcast_begin_quorum_epoch()
 
     def _become_resigned(self, preferred: Sequence[NodeId] = ()) -> None:
-        """Stop leading this epoch and ask the voters to elect a successor."""
-        by_offset = sorted(
-            (p for p in self._progress.values() if p.is_voter),
-            key=lambda p: (-p.end_offset, p.node_id),
-        )
+        """Stop leading this epoch and ask the voters to elect a successor
+        (KIP-595 EndQuorumEpoch): the preferred ones first, then the rest by
+        log end offset as last fetched, the most caught up first."""
+        known = {p.node_id: p.end_offset for p in self._progress.values() if p.is_voter}
+        others = [v for v in self.voters.sorted() if v != self.node_id]
         order = [n for n in preferred if n in self.voters and n != self.node_id]
-        order += [p.node_id for p in by_offset if p.node_id not in order]
+        order += sorted((v for v in others if v not in order), key=lambda v: (-known.get(v, 0), v))
         for _, (req, _deadline) in sorted(self._parked_fetches.items()):
             self._send(self._fetch_error(req, ErrorCode.NOT_LEADER))
         self._clear_role_state()
         self._role = Role.RESIGNED
         self._election_deadline = self._now + self._random_election_timeout()
-        for node in order:
-            self._send(
-                EndQuorumEpochRequest(self.node_id, node, self.epoch, self.node_id, tuple(order))
-            )
+        self._successors = tuple(order)
+        self._end_epoch_unacked = set(order)
+        self._send_end_quorum_epoch()
+
+    def _send_end_quorum_epoch(self) -> None:
+        for node in self._successors:
+            if node in self._end_epoch_unacked:
+                self._send(
+                    EndQuorumEpochRequest(
+                        self.node_id, node, self.epoch, self.node_id, self._successors
+                    )
+                )
+        self._end_epoch_resend_ms = self._now + self.config.request_timeout_ms
+
+    def _tick_resigned(self) -> None:
+        if self._now >= self._election_deadline:
+            self._become_prospective()
+        elif self._end_epoch_unacked and self._now >= self._end_epoch_resend_ms:
+            self._send_end_quorum_epoch()
 
     # ------------------------------------------------------------------
     # elections
@@ -776,6 +819,8 @@ class RaftCore:
         tests break this rule on purpose to show the simulator notices."""
         if self._role in (Role.LEADER, Role.FOLLOWER, Role.RESIGNED, Role.CANDIDATE):
             return False
+        if self.leader_id is not None:
+            return False  # the epoch already has a leader (we may have timed out on it)
         if self.voted_for is not None and self.voted_for != req.src:
             return False
         return self._log_is_up_to_date(req.last_epoch, req.end_offset)
@@ -879,7 +924,7 @@ class RaftCore:
                     self.node_id,
                     req.src,
                     self.epoch,
-                    self.leader_id,
+                    self._live_leader_id(),
                     ErrorCode.FENCED_LEADER_EPOCH,
                 )
             )
@@ -891,26 +936,26 @@ class RaftCore:
                 f"two leaders in epoch {req.epoch}: {self.leader_id} and {req.leader_id}"
             )
         elif self._role is Role.FOLLOWER:
-            self._fetch_deadline = self._now + self.config.fetch_timeout_ms
+            if not self._leader_resigned:  # a stale copy must not revive it
+                self._fetch_deadline = self._now + self.config.fetch_timeout_ms
         else:
             # KIP-996: a prospective that hears from its leader follows again.
             self._become_follower_role(req.leader_id)
-        self._send(BeginQuorumEpochResponse(self.node_id, req.src, self.epoch, self.leader_id))
-
-    def _step_begin_quorum_epoch_response(self, resp: BeginQuorumEpochResponse) -> None:
-        if self._maybe_follow_newer_epoch(resp.epoch, resp.leader_id):
-            return
-        if self._role is Role.LEADER and resp.epoch == self.epoch:
-            progress = self._progress.get(resp.src)
-            if progress is not None and resp.error is ErrorCode.NONE:
-                progress.knows_leader = True
+        self._send(
+            BeginQuorumEpochResponse(self.node_id, req.src, self.epoch, self._live_leader_id())
+        )
 
     def _bcast_begin_quorum_epoch(self) -> None:
+        """Announce the epoch to every voter that has not fetched from us
+        within a fetch timeout (at the start of the epoch: to all of them).
+        KIP-595 re-sends it every half fetch timeout, so a voter that missed
+        it, or came back from a partition, still learns who leads."""
         for node, progress in sorted(self._progress.items()):
-            if progress.is_voter and not progress.knows_leader:
+            recent = progress.last_fetch_ms is not None and (
+                self._now - progress.last_fetch_ms < self.config.fetch_timeout_ms
+            )
+            if progress.is_voter and not recent:
                 self._send(BeginQuorumEpochRequest(self.node_id, node, self.epoch, self.node_id))
-        # KIP-595: re-sent to voters that have not fetched, every half fetch
-        # timeout, so a voter that missed it still learns the leader.
         self._begin_epoch_deadline = self._now + max(1, self.config.fetch_timeout_ms // 2)
 
     def _step_end_quorum_epoch_request(self, req: EndQuorumEpochRequest) -> None:
@@ -920,14 +965,16 @@ class RaftCore:
                     self.node_id,
                     req.src,
                     self.epoch,
-                    self.leader_id,
+                    self._live_leader_id(),
                     ErrorCode.FENCED_LEADER_EPOCH,
                 )
             )
             return
         if req.epoch > self.epoch:
             self._become_unattached(req.epoch)
-        self._send(EndQuorumEpochResponse(self.node_id, req.src, self.epoch, self.leader_id))
+        self._send(
+            EndQuorumEpochResponse(self.node_id, req.src, self.epoch, self._live_leader_id())
+        )
         if not self.is_voter or req.leader_id != self.leader_id and self.leader_id is not None:
             return
         # KIP-595: voters earlier in the successor list start sooner, with a
@@ -993,11 +1040,14 @@ class RaftCore:
         diverging: OffsetAndEpoch | None = None,
         snapshot_id: SnapshotId | None = None,
     ) -> FetchResponse:
+        progress = self._progress.get(req.src)
+        if progress is not None:
+            progress.hw_sent = self._high_watermark
         return FetchResponse(
             self.node_id,
             req.src,
             self.epoch,
-            self.leader_id,
+            self._live_leader_id(),
             ErrorCode.NONE,
             req.fetch_offset,
             self._high_watermark,
@@ -1005,6 +1055,7 @@ class RaftCore:
             diverging,
             snapshot_id,
             self._log.start_offset,
+            req.request_id,
         )
 
     def _fetch_error(self, req: FetchRequest, error: ErrorCode) -> FetchResponse:
@@ -1012,7 +1063,7 @@ class RaftCore:
             self.node_id,
             req.src,
             self.epoch,
-            self.leader_id,
+            self._live_leader_id(),
             error,
             req.fetch_offset,
             self._high_watermark,
@@ -1020,6 +1071,7 @@ class RaftCore:
             None,
             None,
             self._log.start_offset,
+            req.request_id,
         )
 
     def _step_fetch_request(self, req: FetchRequest) -> None:
@@ -1036,7 +1088,6 @@ class RaftCore:
         progress = self._progress.get(req.src)
         if progress is None:
             progress = self._progress[req.src] = _Progress(req.src, req.src in self.voters)
-        progress.knows_leader = True
         progress.last_fetch_ms = self._now
         self._parked_fetches.pop(req.src, None)
         problem = self._validate_fetch(req)
@@ -1052,11 +1103,13 @@ class RaftCore:
             if progress.is_voter:
                 self._maybe_update_high_watermark()
         batches = self._log.read(req.fetch_offset, min(req.max_bytes, self.config.fetch_max_bytes))
-        if batches or req.max_wait_ms <= 0:
+        if batches or req.max_wait_ms <= 0 or progress.hw_sent != self._high_watermark:
             self._send(self._fetch_response(req, batches=batches))
         else:
             # Long poll: answer when there is new data, a new high
-            # watermark, or the wait is over.
+            # watermark, or the wait is over.  (A fetch that itself moved the
+            # high watermark is answered at once, above: the fetcher has not
+            # seen the new one.)
             wait = min(req.max_wait_ms, self.config.fetch_max_wait_ms)
             self._parked_fetches[req.src] = (req, self._now + wait)
 
@@ -1092,12 +1145,6 @@ class RaftCore:
         if self._maybe_resign_without_quorum():
             return
         if self._now >= self._begin_epoch_deadline:
-            for _, progress in sorted(self._progress.items()):
-                recent = progress.last_fetch_ms is not None and (
-                    self._now - progress.last_fetch_ms < self.config.fetch_timeout_ms
-                )
-                if progress.is_voter and not recent:
-                    progress.knows_leader = False
             self._bcast_begin_quorum_epoch()
 
     def _maybe_resign_without_quorum(self) -> bool:
@@ -1119,12 +1166,13 @@ class RaftCore:
                     self.node_id,
                     req.src,
                     self.epoch,
-                    self.leader_id,
+                    self._live_leader_id(),
                     error,
                     req.snapshot_id,
                     position,
                     size,
                     data,
+                    req.request_id,
                 )
             )
 
@@ -1140,7 +1188,6 @@ class RaftCore:
         progress = self._progress.get(req.src)
         if progress is None:
             progress = self._progress[req.src] = _Progress(req.src, req.src in self.voters)
-        progress.knows_leader = True
         progress.last_fetch_ms = self._now
         size = self._snapshots.size(req.snapshot_id)
         if size is None:
@@ -1170,6 +1217,7 @@ class RaftCore:
             return False
         if self._snapshot_fetch is not None:
             snapshot_id, position = self._snapshot_fetch
+            self._request_seq += 1
             self._send(
                 FetchSnapshotRequest(
                     self.node_id,
@@ -1178,31 +1226,34 @@ class RaftCore:
                     snapshot_id,
                     position,
                     self.config.snapshot_chunk_bytes,
+                    self._request_seq,
                 )
             )
-            self._fetch_inflight = (target, -1 - position, self._now)
+            self._fetch_inflight = (target, self._request_seq, self._now)
             return True
-        offset = self._log.end_offset
+        self._request_seq += 1
         self._send(
             FetchRequest(
                 self.node_id,
                 target,
                 self.epoch,
-                offset,
+                self._log.end_offset,
                 self._log.last_epoch,
                 self.config.fetch_max_wait_ms,
                 self.config.fetch_max_bytes,
+                self._request_seq,
             )
         )
-        self._fetch_inflight = (target, offset, self._now)
+        self._fetch_inflight = (target, self._request_seq, self._now)
         return True
 
     def _tick_follower(self) -> None:
         if self._now >= self._fetch_deadline:
             if self.is_voter:
+                # KIP-996: a prospective remembers the leader it timed out on.
                 self._become_prospective()
             else:
-                self._become_unattached_role()
+                self._become_unattached(self.epoch)
                 self._tick_unattached()
             return
         if self._fetch_inflight is not None and (
@@ -1228,7 +1279,7 @@ class RaftCore:
         if self._maybe_follow_newer_epoch(resp.epoch, resp.leader_id):
             return
         inflight = self._fetch_inflight
-        if inflight is None or inflight[0] != resp.src or inflight[1] != resp.fetch_offset:
+        if inflight is None or inflight[:2] != (resp.src, resp.request_id):
             return  # stale, duplicated or answered after a retry
         self._fetch_inflight = None
         if self._role is Role.UNATTACHED and not self.is_voter:
@@ -1249,11 +1300,14 @@ class RaftCore:
         ):
             if resp.error is ErrorCode.NOT_LEADER and resp.src == self.leader_id:
                 # Our leader says it no longer leads our epoch (it resigned,
-                # or restarted and came back resigned): stop waiting for it.
+                # or restarted and came back resigned): it is gone for
+                # pre-votes, and we campaign within an election timeout
+                # unless EndQuorumEpoch already set an earlier start by our
+                # place among the preferred successors.
                 self._leader_resigned = True
-                self._fetch_deadline = self._now
-                self.tick(self._now)
-                return
+                self._fetch_deadline = min(
+                    self._fetch_deadline, self._now + self._random_election_timeout()
+                )
             self._next_fetch_ms = self._now + self.config.retry_backoff_ms
             self._maybe_send_fetch()
             return
@@ -1323,8 +1377,7 @@ class RaftCore:
         if (
             inflight is None
             or self._snapshot_fetch is None
-            or inflight[0] != resp.src
-            or inflight[1] != -1 - resp.position
+            or inflight[:2] != (resp.src, resp.request_id)
             or self._snapshot_fetch != (resp.snapshot_id, resp.position)
         ):
             return

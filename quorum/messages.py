@@ -131,6 +131,9 @@ class FetchRequest:
     last_fetched_epoch: int
     max_wait_ms: int
     max_bytes: int
+    # Chosen by the fetcher, unique per request, echoed in the response: a
+    # delayed or duplicated response is never taken for the current one.
+    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,7 @@ class FetchResponse:
     diverging: OffsetAndEpoch | None = None
     snapshot_id: SnapshotId | None = None
     log_start_offset: int = 0
+    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +171,7 @@ class FetchSnapshotRequest:
     snapshot_id: SnapshotId
     position: int
     max_bytes: int
+    request_id: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +185,7 @@ class FetchSnapshotResponse:
     position: int
     size: int
     data: bytes = b""
+    request_id: int = 0
 
 
 Message = (

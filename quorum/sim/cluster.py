@@ -24,7 +24,7 @@ SIM_QUORUM_CONFIG = QuorumConfig(
     election_backoff_max_ms=300,
     retry_backoff_ms=20,
     fetch_max_wait_ms=200,
-    request_timeout_ms=300,
+    request_timeout_ms=250,
     fetch_max_bytes=2048,
     snapshot_chunk_bytes=64,
 )
@@ -220,6 +220,15 @@ class SimCluster:
             return
         self.log(f"n{node_id} RESTART")
         self._start_node(node)
+
+    def resign(self, node_id: NodeId, preferred: tuple[NodeId, ...] = ()) -> bool:
+        """Ask ``node_id`` to resign leadership gracefully (EndQuorumEpoch)."""
+        node = self.nodes[node_id]
+        if node.core is None or not node.core.resign(preferred, self.now):
+            return False
+        self.log(f"n{node_id} RESIGN preferred={list(preferred)}")
+        self._after(node)
+        return True
 
     def leader(self) -> SimNode | None:
         """The live leader of the highest epoch, if any."""

@@ -113,7 +113,6 @@ class InvariantChecker:
         self.checks += 1
         changed = list(changed)
         nodes = changed if nodes is None else nodes
-        hw_moved = crashed
         live = [n for n in changed if n.core is not None]
         for node in live:
             core = node.core
@@ -147,8 +146,7 @@ class InvariantChecker:
             if hw > last:
                 self.high_watermarks[key] = hw
                 self._mark_committed(node, hw)
-                hw_moved = True
-        if hw_moved and self.max_committed:
+        if self.max_committed:
             self._check_majority_has(nodes, self.max_committed)
 
     def _mark_committed(self, node: SimNode, hw: int) -> None:

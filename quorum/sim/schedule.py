@@ -119,9 +119,7 @@ def _inject_faults(cluster: SimCluster, plan: FaultPlan) -> None:
         elif fault in (Fault.RESIGN, Fault.TRANSFER) and leader is not None and leader.core:
             others = [v for v in cluster.voter_ids if v != leader.node_id]
             target = (rng.choice(others),) if fault is Fault.TRANSFER and others else ()
-            cluster.log(f"n{leader.node_id} RESIGN preferred={list(target)}")
-            leader.core.resign(target, cluster.now)
-            cluster._after(leader)
+            cluster.resign(leader.node_id, target)
 
 
 def _recover_and_check(cluster: SimCluster, plan: FaultPlan) -> None:

@@ -80,3 +80,30 @@ def test_same_seed_same_run() -> None:
     assert first == again
     assert first.trace == again.trace
     assert first.trace != run_schedule(8, SimConfig(voters=3, observers=2)).trace
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_resign_hands_leadership_to_the_preferred_successor(seed: int) -> None:
+    """KIP-595 graceful resignation: EndQuorumEpoch names the successors in
+    order and the first starts its election at once, so with a healthy
+    network it wins (leadership transfer)."""
+    from quorum.sim import SimCluster
+
+    cluster = SimCluster(seed, SimConfig(voters=5, observers=1))
+    cluster.start()
+    assert cluster.run_until(lambda: cluster.leader() is not None, 5_000)
+    cluster.run_for(300)
+    leader = cluster.leader()
+    assert leader is not None and leader.core is not None
+    old_epoch = leader.core.epoch
+    target = [v for v in cluster.voter_ids if v != leader.node_id][seed % 4]
+    assert cluster.resign(leader.node_id, (target,))
+
+    def new_epoch_led() -> bool:
+        new = cluster.leader()
+        return new is not None and new.core is not None and new.core.epoch > old_epoch
+
+    assert cluster.run_until(new_epoch_led, 5_000)
+    new = cluster.leader()
+    assert new is not None and new.node_id == target
+    assert new.core is not None and new.core.epoch == old_epoch + 1

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from quorum.sim import FaultPlan, SimConfig, run_schedule  # noqa: E402
-from quorum.sim.scheduler import EventScheduler  # noqa: E402
+from quorum.sim import FaultPlan, SimConfig, run_schedule
+from quorum.sim.scheduler import EventScheduler
 
 SHAPES = [(1, 0), (3, 0), (3, 1), (5, 3)]
 

@@ -17,7 +17,15 @@ After every input to a node (a message, a timer, a command) the simulator's
 ``InvariantChecker`` checks every node, so every scenario also proves the
 safety properties it passes through.
 
-Commands (output notation in tests/quorum/describe.py):
+Output: each input to a node (a delivered message, a timer shown as
+``t=<global time> nN tick``) is a line, and what it caused is indented
+below it: role changes (``n1 becomes candidate epoch=2``), then the node's
+Ready in the order the driver carries it out: ``writes snapshot``,
+``replaces its log``, ``truncates``, ``appends``, ``compacts``, ``persists``
+(quorum state), ``fsync``, ``sends`` (queued), ``hw=`` (the high watermark
+moved), ``loads snapshot``, ``applies``.
+
+Commands (message and batch notation in tests/quorum/describe.py):
 
 - ``add-nodes voters=(1,2,3) [observers=(4)] [snapshot-every=N] [seed=S]``
 - ``campaign N``: run N's timers (its clock only) until it asks for votes.

@@ -18,12 +18,8 @@ NOT_SCENARIOS = {"majority.txt"}
 # Scenarios whose expected output is what the protocol should do but the
 # core does not do yet.  Strict: once the core is fixed the test passes,
 # which fails the run until the entry is removed here.
-KNOWN_BUGS = {
-    "leader_transfer_race": (
-        "a resigning leader answers parked fetches with NOT_LEADER and its "
-        "followers then campaign at once, ignoring the EndQuorumEpoch successor "
-        "order (see the file's header)"
-    ),
+KNOWN_BUGS: dict[str, str] = {
+    # "<file stem>": "<the bug, in a line>",
 }
 
 

@@ -96,7 +96,8 @@ class NotLeaderError(Exception):
     """A proposal reached a node that is not the leader."""
 
     def __init__(self, leader_id: NodeId | None, epoch: int) -> None:
-        super().__init__(f"not the leader; leader is {leader_id} in epoch {epoch}")
+        known = f"the leader is {leader_id}" if leader_id is not None else "no leader is known"
+        super().__init__(f"not the leader; {known} in epoch {epoch}")
         self.leader_id = leader_id
         self.epoch = epoch
 
@@ -430,7 +431,7 @@ class RaftCore:
         """
         self._advance_clock(now_ms)
         if self._role is not Role.LEADER:
-            raise NotLeaderError(self.leader_id, self.epoch)
+            raise NotLeaderError(self._live_leader_id(), self.epoch)
         if not records:
             raise InvalidProposalError("a proposal needs at least one record")
         for i, record in enumerate(records):
@@ -719,10 +720,11 @@ class RaftCore:
         others = [v for v in self.voters.sorted() if v != self.node_id]
         order = [n for n in preferred if n in self.voters and n != self.node_id]
         order += sorted((v for v in others if v not in order), key=lambda v: (-known.get(v, 0), v))
-        for _, (req, _deadline) in sorted(self._parked_fetches.items()):
-            self._send(self._fetch_error(req, ErrorCode.NOT_LEADER))
+        parked = [req for _, (req, _deadline) in sorted(self._parked_fetches.items())]
         self._clear_role_state()
         self._role = Role.RESIGNED
+        for req in parked:
+            self._send(self._fetch_error(req, ErrorCode.NOT_LEADER))
         self._election_deadline = self._now + self._random_election_timeout()
         self._successors = tuple(order)
         self._end_epoch_unacked = set(order)

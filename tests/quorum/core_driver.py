@@ -8,25 +8,39 @@ of going to a network, so a test looks at them and feeds answers back.
 
 from __future__ import annotations
 
+import dataclasses
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from quorum.config import QuorumConfig
 from quorum.core import RaftCore
 from quorum.memory import MemoryStores
 from quorum.messages import (
     BeginQuorumEpochRequest,
+    ErrorCode,
     FetchRequest,
+    FetchResponse,
+    FetchSnapshotRequest,
+    FetchSnapshotResponse,
     Message,
     VoteRequest,
     VoteResponse,
 )
 from quorum.ready import Ready
-from quorum.types import Batch, NodeId, QuorumState, Role, SnapshotId, VoterSet
+from quorum.types import Batch, NodeId, OffsetAndEpoch, QuorumState, Role, SnapshotId, VoterSet
 
-__all__ = ["CONFIG", "Driver", "batch", "batches_of", "make_leader", "of_type"]
+__all__ = [
+    "CONFIG",
+    "Driver",
+    "batch",
+    "batches_of",
+    "fetch_reply",
+    "make_leader",
+    "of_type",
+    "snapshot_reply",
+]
 
 # Small, round numbers so that deadlines in the tests are easy to read.
 CONFIG = QuorumConfig(
@@ -35,7 +49,7 @@ CONFIG = QuorumConfig(
     election_backoff_max_ms=1000,
     retry_backoff_ms=20,
     fetch_max_wait_ms=500,
-    request_timeout_ms=2000,
+    request_timeout_ms=1000,
     fetch_max_bytes=1 << 20,
     snapshot_chunk_bytes=10,
     check_quorum_factor=1.5,
@@ -62,6 +76,66 @@ def batches_of(*spec: tuple[int, int], start: int = 0) -> list[Batch]:
         out.append(batch(base, epoch, n))
         base += n
     return out
+
+
+R = TypeVar("R", FetchResponse, FetchSnapshotResponse)
+_replace: Callable[..., Any] = dataclasses.replace
+
+
+def _echo(resp: R, req: FetchRequest | FetchSnapshotRequest) -> R:
+    """Copy the request's correlation id (if the protocol has one) into the
+    response, as a leader answering that very request would."""
+    names = {f.name for f in dataclasses.fields(resp)}
+    if "request_id" in names and hasattr(req, "request_id"):
+        echoed: R = _replace(resp, request_id=req.request_id)
+        return echoed
+    return resp
+
+
+def fetch_reply(
+    req: FetchRequest,
+    *,
+    error: ErrorCode = ErrorCode.NONE,
+    high_watermark: int = 0,
+    batches: tuple[Batch, ...] = (),
+    diverging: OffsetAndEpoch | None = None,
+    snapshot_id: SnapshotId | None = None,
+    src: NodeId | None = None,
+    epoch: int | None = None,
+) -> FetchResponse:
+    """The answer of ``req``'s destination (the leader of ``req.epoch``)."""
+    sender = req.dst if src is None else src
+    return _echo(
+        FetchResponse(
+            sender,
+            req.src,
+            req.epoch if epoch is None else epoch,
+            req.dst,
+            error,
+            req.fetch_offset,
+            high_watermark,
+            batches,
+            diverging,
+            snapshot_id,
+        ),
+        req,
+    )
+
+
+def snapshot_reply(
+    req: FetchSnapshotRequest,
+    data: bytes,
+    size: int,
+    *,
+    error: ErrorCode = ErrorCode.NONE,
+) -> FetchSnapshotResponse:
+    """The leader's answer to ``req``: ``data`` from ``req.position``."""
+    return _echo(
+        FetchSnapshotResponse(
+            req.dst, req.src, req.epoch, req.dst, error, req.snapshot_id, req.position, size, data
+        ),
+        req,
+    )
 
 
 @dataclass

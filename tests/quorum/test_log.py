@@ -65,6 +65,23 @@ def test_append_errors(bad: Batch, match: str) -> None:
     log.check_invariants()
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="core bug: RaftLog.append is not all-or-nothing: append([good, bad]) raises "
+    "LogError but leaves `good` appended",
+)
+@pytest.mark.parametrize(
+    "bad",
+    [batch(6, 2), batch(5, 1), Batch(5, 2, ())],
+    ids=["gap", "epoch-back", "empty"],
+)
+def test_failed_append_of_several_batches_changes_nothing(bad: Batch) -> None:
+    log = log_of((1, 2), (2, 2))
+    with pytest.raises(LogError):
+        log.append([batch(4, 2), bad])
+    assert ends(log) == [2, 4]
+
+
 def test_append_same_and_higher_epoch() -> None:
     log = log_of((2, 1))
     log.append([batch(1, 2)])  # same epoch

@@ -280,6 +280,12 @@ CONFIG_BAD: list[Any] = [
     pytest.param(
         {"fetch_max_wait_ms": 900, "fetch_timeout_ms": 800}, "fetch_max_wait_ms", id="wait>timeout"
     ),
+    pytest.param(
+        {"fetch_max_wait_ms": 500, "request_timeout_ms": 1500, "fetch_timeout_ms": 2000},
+        r"fetch_max_wait_ms \+ request_timeout_ms \(500 \+ 1500\) must be below "
+        r"fetch_timeout_ms \(2000\)",
+        id="wait+request=timeout",
+    ),
     pytest.param({"check_quorum_factor": 0.99}, "check_quorum_factor", id="factor<1"),
     pytest.param({"check_quorum_factor": -2.0}, "check_quorum_factor", id="factor<0"),
     pytest.param(
@@ -323,7 +329,8 @@ def test_quorum_config_message_names_the_field_and_value(name: str) -> None:
     [
         {},
         {"retry_backoff_ms": 0, "fetch_max_wait_ms": 0},
-        {"fetch_max_wait_ms": 1999, "fetch_timeout_ms": 2000},
+        {"fetch_max_wait_ms": 999, "fetch_timeout_ms": 2000},
+        {"fetch_max_wait_ms": 500, "request_timeout_ms": 1499, "fetch_timeout_ms": 2000},
         {"check_quorum_factor": 1.0},
         {"election_timeout_ms": 1, "fetch_max_bytes": 1, "snapshot_chunk_bytes": 1},
     ],
@@ -335,7 +342,8 @@ def test_quorum_config_accepts(fields: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("factor", "fetch_timeout", "want"), [(1.5, 2000, 3000), (1.0, 2000, 2000), (2.25, 1000, 2250)]
+    ("factor", "fetch_timeout", "want"),
+    [(1.5, 2000, 3000), (1.0, 2000, 2000), (1.125, 2000, 2250), (2.5, 3000, 7500)],
 )
 def test_check_quorum_timeout(factor: float, fetch_timeout: int, want: int) -> None:
     cfg = QuorumConfig(check_quorum_factor=factor, fetch_timeout_ms=fetch_timeout)

@@ -94,7 +94,6 @@ class SimCluster:
         self.acked: dict[tuple[int, int], tuple[bytes, ...]] = {}
         self.proposals = 0
         self.client_running = False
-        self._crashed_since_check = False
 
     # -- plumbing ------------------------------------------------------------
 
@@ -169,9 +168,7 @@ class SimCluster:
                     f"n{node.node_id} {core.role.value} epoch={core.epoch}{leader} "
                     f"log={core.log.start_offset}..{core.log.end_offset} hw={core.high_watermark}"
                 )
-        crashed = self._crashed_since_check
-        self._crashed_since_check = False
-        self.checker.check(changed, self.nodes.values(), crashed=crashed)
+        self.checker.check(changed, self.nodes.values())
 
     def _on_apply(self, node: NodeId, batch: Batch, chain: bytes) -> None:
         self.checker.on_apply(node, batch, chain)
@@ -210,7 +207,6 @@ class SimCluster:
         if node.core is None:
             return
         node.crash(None if lose_all_unflushed else self.rng)
-        self._crashed_since_check = True
         self.log(f"n{node_id} CRASH")
         self._observe()
 

@@ -106,7 +106,6 @@ class InvariantChecker:
         self,
         changed: Iterable[SimNode],
         nodes: Iterable[SimNode] | None = None,
-        crashed: bool = False,
     ) -> None:
         """Check the ``changed`` nodes, and durability across all ``nodes``
         (by default the changed ones)."""

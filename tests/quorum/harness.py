@@ -206,9 +206,9 @@ class InteractionEnv:
         node.process_ready()
         self._check()
 
-    def _check(self, crashed: bool = False) -> None:
+    def _check(self) -> None:
         assert self.checker is not None
-        self.checker.check(self.nodes.values(), crashed=crashed)
+        self.checker.check(self.nodes.values())
 
     def _send(self, msg: Message) -> None:
         # The checker's Ready-contract checks on a leaving message: a granted
@@ -430,7 +430,7 @@ class InteractionEnv:
         if lost_state:
             self.emit(f"n{node.node_id} loses its unflushed quorum state")
         self._seen.pop(node.node_id, None)
-        self._check(crashed=True)
+        self._check()
 
     def cmd_restart(self, td: TestData) -> None:
         node = self._node(self._node_arg(td))

@@ -7,6 +7,7 @@ never reads a clock itself.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["QuorumConfig"]
@@ -68,8 +69,11 @@ class QuorumConfig:
                 f"{self.request_timeout_ms}) must be below fetch_timeout_ms "
                 f"({self.fetch_timeout_ms})"
             )
-        if self.check_quorum_factor < 1.0:
-            raise ValueError("check_quorum_factor must be at least 1.0")
+        if not math.isfinite(self.check_quorum_factor) or self.check_quorum_factor < 1.0:
+            raise ValueError(
+                f"check_quorum_factor must be a finite number of at least 1.0, "
+                f"got {self.check_quorum_factor}"
+            )
 
     @property
     def check_quorum_timeout_ms(self) -> int:

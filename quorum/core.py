@@ -201,6 +201,13 @@ class RaftCore:
         state = state_store.read() or QuorumState()
         self._state = state
         self._state_dirty = False
+        if state.epoch < self._log.last_epoch:
+            # The log holds batches of an epoch the quorum state has not
+            # reached (a lost or stale quorum-state file).  As Kafka's
+            # QuorumState.initialize does, move to the log's epoch with no
+            # vote and no leader: the epoch never goes back.
+            state = QuorumState(self._log.last_epoch, None, None)
+            self._set_state(state)
 
         # Invariant: the high watermark never decreases while this core lives
         # and never passes the log end offset.  It is not persisted (as in
@@ -718,7 +725,7 @@ class RaftCore:
         log end offset as last fetched, the most caught up first."""
         known = {p.node_id: p.end_offset for p in self._progress.values() if p.is_voter}
         others = [v for v in self.voters.sorted() if v != self.node_id]
-        order = [n for n in preferred if n in self.voters and n != self.node_id]
+        order = list(dict.fromkeys(n for n in preferred if n in self.voters and n != self.node_id))
         order += sorted((v for v in others if v not in order), key=lambda v: (-known.get(v, 0), v))
         parked = [req for _, (req, _deadline) in sorted(self._parked_fetches.items())]
         self._clear_role_state()
@@ -1077,6 +1084,9 @@ class RaftCore:
         )
 
     def _step_fetch_request(self, req: FetchRequest) -> None:
+        if req.fetch_offset < 0 or req.last_fetched_epoch < 0 or req.max_bytes <= 0:
+            self._send(self._fetch_error(req, ErrorCode.INVALID_REQUEST))
+            return
         if req.epoch > self.epoch:
             self._send(self._fetch_error(req, ErrorCode.UNKNOWN_LEADER_EPOCH))
             return
@@ -1178,6 +1188,9 @@ class RaftCore:
                 )
             )
 
+        if req.max_bytes <= 0:
+            reply(ErrorCode.INVALID_REQUEST)
+            return
         if req.epoch > self.epoch:
             reply(ErrorCode.UNKNOWN_LEADER_EPOCH)
             return

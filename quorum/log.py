@@ -135,19 +135,22 @@ class RaftLog:
     # -- changing --------------------------------------------------------
 
     def append(self, batches: Sequence[Batch]) -> None:
+        """Append ``batches`` in order: all of them, or (on LogError) none."""
+        end, last_epoch = self.end_offset, self.last_epoch
         for batch in batches:
             if not batch.records:
                 raise LogError(f"empty batch at offset {batch.base_offset}")
-            if batch.base_offset != self.end_offset:
+            if batch.base_offset != end:
                 raise LogError(
-                    f"batch at offset {batch.base_offset} does not follow the log end "
-                    f"offset {self.end_offset}"
+                    f"batch at offset {batch.base_offset} does not follow the log end offset {end}"
                 )
-            if batch.epoch < self.last_epoch:
+            if batch.epoch < last_epoch:
                 raise LogError(
                     f"batch at offset {batch.base_offset} has epoch {batch.epoch}, below "
-                    f"the log's last epoch {self.last_epoch}"
+                    f"the log's last epoch {last_epoch}"
                 )
+            end, last_epoch = batch.end_offset, batch.epoch
+        for batch in batches:
             if not self._epoch_starts or self._epoch_starts[-1][0] != batch.epoch:
                 self._epoch_starts.append((batch.epoch, batch.base_offset))
             self._batches.append(batch)

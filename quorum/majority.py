@@ -38,9 +38,10 @@ def vote_result(
 ) -> VoteResult:
     """WON once a majority granted, LOST once a majority can no longer grant."""
     voter_set = set(voters)
+    granted_set = set(granted)
     need = len(voter_set) // 2 + 1
-    yes = len(voter_set.intersection(granted))
-    no = len(voter_set.intersection(rejected) - set(granted))
+    yes = len(voter_set & granted_set)
+    no = len(voter_set.intersection(rejected) - granted_set)
     if yes >= need:
         return VoteResult.WON
     if len(voter_set) - no < need:

@@ -149,7 +149,9 @@ class MemorySnapshotStore:
         buf.extend(data)
 
     def finish(self, snapshot_id: SnapshotId) -> None:
-        self._complete[snapshot_id] = bytes(self._partial.pop(snapshot_id, bytearray()))
+        if snapshot_id not in self._partial:
+            raise ValueError(f"snapshot {snapshot_id} has no chunks written to finish")
+        self._complete[snapshot_id] = bytes(self._partial.pop(snapshot_id))
 
     def create(self, snapshot_id: SnapshotId, data: bytes) -> None:
         self._complete[snapshot_id] = bytes(data)
@@ -160,7 +162,9 @@ class MemorySnapshotStore:
     def delete_before(self, snapshot_id: SnapshotId) -> None:
         for sid in [s for s in self._complete if s < snapshot_id]:
             del self._complete[sid]
-        self._partial.clear()
+        # A download of a newer snapshot may be under way: keep it.
+        for sid in [s for s in self._partial if s <= snapshot_id]:
+            del self._partial[sid]
 
     def crash(self, rng: random.Random | None = None) -> None:
         self._partial.clear()

@@ -44,6 +44,8 @@ class ErrorCode(enum.IntEnum):
     POSITION_OUT_OF_RANGE = 5
     # The sender is not a voter but sent a voter-only request.
     INCONSISTENT_VOTER_SET = 6
+    # A field is out of range (a negative offset, a non-positive size).
+    INVALID_REQUEST = 7
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,5 +90,6 @@ class SnapshotStore(Protocol):
         ...
 
     def delete_before(self, snapshot_id: SnapshotId) -> None:
-        """Remove snapshots older than ``snapshot_id`` (and partial ones)."""
+        """Remove complete snapshots older than ``snapshot_id`` and partial
+        ones not newer than it."""
         ...

@@ -130,13 +130,8 @@ class VoterSet:
 
     @classmethod
     def decode(cls, data: bytes) -> VoterSet:
-        try:
-            obj = json.loads(data)
-            if obj.get("version") != 0:
-                raise ValueError(f"unknown voter set version {obj.get('version')!r}")
-            return cls(frozenset(int(v) for v in obj["voters"]))
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"malformed voter set record: {exc}") from exc
+        obj = _decode_record(data, "voter set")
+        return cls(frozenset(_node_ids(obj, "voters", "voter set")))
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,17 +155,13 @@ class LeaderChange:
 
     @classmethod
     def decode(cls, data: bytes) -> LeaderChange:
-        try:
-            obj = json.loads(data)
-            if obj.get("version") != 0:
-                raise ValueError(f"unknown leader-change version {obj.get('version')!r}")
-            return cls(
-                int(obj["leader_id"]),
-                tuple(int(v) for v in obj["voters"]),
-                tuple(int(v) for v in obj["granting_voters"]),
-            )
-        except (KeyError, TypeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"malformed leader-change record: {exc}") from exc
+        what = "leader-change"
+        obj = _decode_record(data, what)
+        return cls(
+            _node_id(obj.get("leader_id"), "leader_id", what),
+            tuple(_node_ids(obj, "voters", what)),
+            tuple(_node_ids(obj, "granting_voters", what)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,3 +182,32 @@ class QuorumState:
 class LeaderAndEpoch:
     leader_id: NodeId | None
     epoch: int
+
+
+def _decode_record(data: bytes, what: str) -> dict[str, object]:
+    """Parse a version-0 JSON record, or raise ValueError saying what is wrong."""
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"malformed {what} record: not JSON ({exc})") from exc
+    if not isinstance(obj, dict):
+        raise ValueError(f"malformed {what} record: expected an object, got {type(obj).__name__}")
+    if obj.get("version") != 0:
+        raise ValueError(f"unknown {what} version {obj.get('version')!r}")
+    return obj
+
+
+def _node_id(value: object, field: str, what: str) -> int:
+    # bool is an int in Python; a node id never is one.
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(
+            f"malformed {what} record: {field} holds {value!r}, not a non-negative node id"
+        )
+    return value
+
+
+def _node_ids(obj: dict[str, object], field: str, what: str) -> list[int]:
+    values = obj.get(field)
+    if not isinstance(values, list):
+        raise ValueError(f"malformed {what} record: {field} is {values!r}, not a list")
+    return [_node_id(v, field, what) for v in values]

@@ -1067,12 +1067,6 @@ def test_resign_ignores_self_and_non_voters_in_preference() -> None:
     assert ends[0].preferred_successors == (3, 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: resign() keeps duplicates of preferred_successors: resign([2, 2]) "
-    "sends EndQuorumEpoch to node 2 twice with preferred_successors (2, 2, 3), which "
-    "also pushes node 3 to position 2 (a longer backoff)",
-)
 def test_resign_with_duplicate_preference_names_each_voter_once() -> None:
     d = make_leader(1)
     d.core.resign([2, 2])
@@ -1216,12 +1210,6 @@ def test_crash_before_the_ready_loses_the_unsent_vote() -> None:
     assert (d.core.epoch, d.core.voted_for) == (0, None)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: start-up accepts a quorum state whose epoch is below the log's last "
-    "epoch (a lost or stale quorum-state file); the node later campaigns in an epoch "
-    "older than its own log and _become_leader raises LogError from tick()",
-)
 def test_restart_with_state_epoch_behind_the_log() -> None:
     """Kafka's QuorumState.initialize resets such a node to the log's epoch;
     failing at start-up with StorageCorruptError would do too.  Either way a

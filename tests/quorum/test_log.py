@@ -65,11 +65,6 @@ def test_append_errors(bad: Batch, match: str) -> None:
     log.check_invariants()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: RaftLog.append is not all-or-nothing: append([good, bad]) raises "
-    "LogError but leaves `good` appended",
-)
 @pytest.mark.parametrize(
     "bad",
     [batch(6, 2), batch(5, 1), Batch(5, 2, ())],

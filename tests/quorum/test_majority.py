@@ -113,12 +113,6 @@ def test_table_has_overlapping_cases() -> None:
     assert len(OVERLAPPING) >= 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: vote_result consumes `granted` twice (intersection, then "
-    "set(granted)); with a single-use iterable the second pass is empty, so a voter "
-    "that both granted and refused counts as refused (PENDING becomes LOST)",
-)
 @pytest.mark.parametrize("case", OVERLAPPING)
 def test_vote_result_with_single_use_iterables(case: Case) -> None:
     granted = _ids(case.fields["granted"])

@@ -74,69 +74,36 @@ VOTER_SET_BAD: list[Any] = [
         b"[1, 2]",
         "malformed voter set record",
         id="top-level-list",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=AttributeError,
-            reason="core bug: VoterSet.decode of a JSON non-object raises AttributeError "
-            "('list' object has no attribute 'get'), not ValueError",
-        ),
     ),
     pytest.param(
         b"null",
         "malformed voter set record",
         id="top-level-null",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=AttributeError,
-            reason="core bug: VoterSet.decode(b'null') raises AttributeError, not ValueError",
-        ),
     ),
     pytest.param(
         _vs_json({"version": 0, "voters": "12"}),
         "malformed voter set record",
         id="string-voters",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="core bug: VoterSet.decode accepts a string for 'voters' and iterates its "
-            "characters: '12' decodes as voters {1, 2}",
-        ),
     ),
     pytest.param(
         _vs_json({"version": 0, "voters": [1.7, 2]}),
         "malformed voter set record",
         id="float-id",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="core bug: VoterSet.decode truncates a non-integer voter id (1.7 -> 1)",
-        ),
     ),
     pytest.param(
         _vs_json({"version": 0, "voters": [True, 2]}),
         "malformed voter set record",
         id="bool-id",
-        marks=pytest.mark.xfail(
-            strict=True, reason="core bug: VoterSet.decode accepts true as voter id 1"
-        ),
     ),
     pytest.param(
         _vs_json({"version": 0, "voters": ["x"]}),
         "malformed voter set record",
         id="non-numeric-id",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="core bug: VoterSet.decode lets int()'s ValueError through: the message "
-            "('invalid literal for int()') does not say the voter set record is malformed",
-        ),
     ),
     pytest.param(
         b"\xff\xfe\x00",
         "malformed voter set record",
         id="not-utf8",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="core bug: VoterSet.decode lets UnicodeDecodeError through without saying "
-            "the voter set record is malformed",
-        ),
     ),
 ]
 
@@ -190,29 +157,16 @@ LEADER_CHANGE_BAD: list[Any] = [
         b"[]",
         "malformed leader-change record",
         id="top-level-list",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=AttributeError,
-            reason="core bug: LeaderChange.decode of a JSON non-object raises AttributeError, "
-            "not ValueError",
-        ),
     ),
     pytest.param(
         _lc(voters="12"),
         "malformed leader-change record",
         id="string-voters",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="core bug: LeaderChange.decode accepts a string for 'voters' ('12' -> (1, 2))",
-        ),
     ),
     pytest.param(
         _lc(leader_id="3"),
         "malformed leader-change record",
         id="string-leader",
-        marks=pytest.mark.xfail(
-            strict=True, reason="core bug: LeaderChange.decode accepts leader_id '3' as 3"
-        ),
     ),
 ]
 
@@ -292,21 +246,11 @@ CONFIG_BAD: list[Any] = [
         {"check_quorum_factor": math.nan},
         "check_quorum_factor",
         id="factor=nan",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="core bug: QuorumConfig accepts check_quorum_factor=nan (nan < 1.0 is "
-            "False); check_quorum_timeout_ms then raises 'cannot convert float NaN to integer'",
-        ),
     ),
     pytest.param(
         {"check_quorum_factor": math.inf},
         "check_quorum_factor",
         id="factor=inf",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="core bug: QuorumConfig accepts check_quorum_factor=inf; "
-            "check_quorum_timeout_ms then raises OverflowError",
-        ),
     ),
 ]
 

@@ -199,25 +199,7 @@ class Driver:
     # -- the Ready contract, as quorum/sim/node.py carries it out ------------
 
     def persist(self, ready: Ready) -> None:
-        stores = self.stores
-        for chunk in ready.snapshot_chunks:
-            stores.snapshots.write_chunk(chunk.snapshot_id, chunk.position, chunk.data)
-            if chunk.done:
-                stores.snapshots.finish(chunk.snapshot_id)
-        if ready.reset_to_snapshot is not None:
-            stores.log.clear()
-        if ready.truncate_to is not None:
-            stores.log.truncate_to(ready.truncate_to)
-        if ready.entries:
-            stores.log.append(ready.entries)
-        if ready.compact_to is not None:
-            stores.log.delete_before(ready.compact_to.end_offset)
-            stores.snapshots.delete_before(ready.compact_to)
-        if ready.quorum_state is not None:
-            stores.state.write(ready.quorum_state)
-        if ready.must_sync:
-            stores.log.flush()
-            stores.state.flush()
+        self.stores.persist(ready)
 
     def drain(self) -> list[Message]:
         """Carry out every pending Ready; return the messages "sent"."""

@@ -14,9 +14,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from quorum.ready import Ready
 from quorum.types import Batch, QuorumState, SnapshotId
 
-__all__ = ["LogStore", "QuorumStateStore", "SnapshotStore", "StorageCorruptError"]
+__all__ = [
+    "LogStore",
+    "NodeStorage",
+    "QuorumStateStore",
+    "SnapshotStore",
+    "StorageCorruptError",
+]
 
 
 class StorageCorruptError(Exception):
@@ -93,3 +100,25 @@ class SnapshotStore(Protocol):
         """Remove complete snapshots older than ``snapshot_id`` and partial
         ones not newer than it."""
         ...
+
+
+class NodeStorage(Protocol):
+    """The three stores of one node, and step 1 of the Ready contract.
+
+    ``persist`` writes everything a Ready asks to persist in the contract's
+    order; the log and quorum-state changes go in one atomic write (a single
+    RocksDB write batch on disk), made durable before it returns when
+    ``ready.must_sync`` is set.  Snapshot chunks are written first, each
+    finished snapshot atomically.
+    """
+
+    @property
+    def log(self) -> LogStore: ...
+
+    @property
+    def state(self) -> QuorumStateStore: ...
+
+    @property
+    def snapshots(self) -> SnapshotStore: ...
+
+    def persist(self, ready: Ready) -> None: ...

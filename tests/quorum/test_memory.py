@@ -336,3 +336,24 @@ def test_stores_crash_together() -> None:
     assert stores.snapshots.latest() == S1
     with pytest.raises(ValueError):
         stores.snapshots.write_chunk(S2, 4, b"rest")
+
+
+
+@pytest.mark.parametrize("must_sync", [True, False])
+def test_persist_is_durable_only_when_synced(must_sync: bool) -> None:
+    from quorum.ready import Ready
+    from quorum.storage import NodeStorage
+
+    stores: NodeStorage = MemoryStores.new()
+    ready = Ready(
+        entries=tuple(batches_of((1, 2), (1, 1))),
+        quorum_state=QuorumState(1, 2, None),
+        must_sync=must_sync,
+    )
+    stores.persist(ready)
+    assert [b.base_offset for b in stores.log.read_all()] == [0, 2]
+    assert isinstance(stores, MemoryStores)
+    stores.crash()
+    survived = [b.base_offset for b in stores.log.read_all()]
+    assert survived == ([0, 2] if must_sync else [])
+    assert stores.state.read() == (QuorumState(1, 2, None) if must_sync else None)

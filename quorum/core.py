@@ -13,10 +13,11 @@ Protocol: KIP-595 (pull-based Raft for Kafka), KIP-996 (pre-vote),
 KIP-630 (snapshots) and check-quorum (KAFKA-15489).
 
 Role transitions (the transition table, as Kafka's ``QuorumState``).  "Newer
-epoch" means any message carrying an epoch above ours (except a pre-vote
-request, which changes nothing): we move to that epoch, as Follower if the
-message names a live leader, else as Unattached.  That row applies to every
-role and is not repeated::
+epoch" means a response, a BeginQuorumEpoch, an EndQuorumEpoch or a real Vote
+request from a voter carrying an epoch above ours (fetch requests and
+pre-votes change nothing): we move to that epoch, as Follower if the message
+names a live leader, else as Unattached.  That row applies to every role and
+is not repeated::
 
     Unattached  -> Prospective  election timeout (voters)
                 -> Follower     BeginQuorumEpoch, or a vote or fetch response
@@ -86,6 +87,7 @@ __all__ = [
     "NotLeaderError",
     "ProposeResult",
     "RaftCore",
+    "ReadBarrier",
     "ReplicaStatus",
     "SafetyError",
     "Status",
@@ -121,6 +123,22 @@ class ProposeResult:
     base_offset: int
     last_offset: int
     epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadBarrier:
+    """A linearizable read in progress (Raft thesis §6.4, read index).
+
+    The read may be served from the local state machine once
+    :meth:`RaftCore.read_confirmed` says so and everything below
+    ``read_index`` has been applied.
+    """
+
+    epoch: int
+    read_index: int
+    # Fetches the leader had processed when the read began; a majority of
+    # voters must fetch after this to confirm the leadership.
+    fetch_seq: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +181,8 @@ class _Progress:
     # The high watermark last sent to this replica: a fetch is parked only
     # when it would bring neither data nor a newer high watermark.
     hw_sent: int = -1
+    # The leader's fetch counter when this replica last fetched (read index).
+    last_fetch_seq: int = 0
 
 
 class RaftCore:
@@ -235,7 +255,9 @@ class RaftCore:
         self._leader_resigned = False
         # The one fetch (or FetchSnapshot) in flight: (leader, request id, sent).
         self._fetch_inflight: tuple[NodeId, int, int] | None = None
-        self._request_seq = 0
+        # Starts at a random point so that the ids of this incarnation do not
+        # repeat those of an earlier one, whose answers may still arrive.
+        self._request_seq = rng.getrandbits(48)
         # No fetch before this time (backoff after an error answer).
         self._next_fetch_ms = 0
         self._snapshot_fetch: tuple[SnapshotId, int] | None = None  # id, position
@@ -250,6 +272,8 @@ class RaftCore:
         self._leader_since_ms = 0
         self._parked_fetches: dict[NodeId, tuple[FetchRequest, int]] = {}
         self._begin_epoch_deadline = 0
+        # Fetches processed as leader; orders fetches after a read began.
+        self._fetch_seq = 0
         # Resigned: the successor order, who has not acknowledged
         # EndQuorumEpoch yet, and when to send it again.
         self._successors: tuple[NodeId, ...] = ()
@@ -447,6 +471,40 @@ class RaftCore:
         batch = Batch(self._log.end_offset, self.epoch, tuple(records))
         self._append_as_leader(batch)
         return ProposeResult(batch.base_offset, batch.last_offset, batch.epoch)
+
+    def begin_read(self, now_ms: int) -> ReadBarrier | None:
+        """Start a linearizable read (Raft thesis §6.4, adapted to KIP-595's
+        pull replication).
+
+        The read index is the current high watermark, which must already
+        cover a record of this leader's epoch (until then the leader does not
+        know the full committed prefix: returns None, try again shortly).
+        Parked fetches are answered at once so the followers fetch again
+        without waiting out the long poll; once a majority of voters has
+        fetched after this call, no newer leader can have committed anything
+        before it: a newer epoch needs a majority that moved past ours, and
+        epochs never go back.  Raises :class:`NotLeaderError` off the leader.
+        """
+        self._advance_clock(now_ms)
+        if self._role is not Role.LEADER:
+            raise NotLeaderError(self._live_leader_id(), self.epoch)
+        if self._high_watermark <= self._epoch_start_offset:
+            return None
+        self._complete_parked_fetches()
+        return ReadBarrier(self.epoch, self._high_watermark, self._fetch_seq)
+
+    def read_confirmed(self, barrier: ReadBarrier) -> bool:
+        """Whether a majority of voters (this leader counts) has fetched
+        since ``barrier`` began, in the same epoch, with this node still
+        leading it.  Raises :class:`NotLeaderError` if leadership was lost."""
+        if self._role is not Role.LEADER or self.epoch != barrier.epoch:
+            raise NotLeaderError(self._live_leader_id(), self.epoch)
+        fresh = 1 + sum(
+            1
+            for p in self._progress.values()
+            if p.is_voter and p.last_fetch_seq > barrier.fetch_seq
+        )
+        return fresh >= self.voters.majority()
 
     def resign(
         self, preferred_successors: Sequence[NodeId] = (), now_ms: int | None = None
@@ -1101,6 +1159,8 @@ class RaftCore:
         if progress is None:
             progress = self._progress[req.src] = _Progress(req.src, req.src in self.voters)
         progress.last_fetch_ms = self._now
+        self._fetch_seq += 1
+        progress.last_fetch_seq = self._fetch_seq
         self._parked_fetches.pop(req.src, None)
         problem = self._validate_fetch(req)
         if problem is not None:

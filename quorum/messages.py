@@ -42,7 +42,7 @@ class ErrorCode(enum.IntEnum):
     SNAPSHOT_NOT_FOUND = 4
     # FetchSnapshot asked for a position past the snapshot's end.
     POSITION_OUT_OF_RANGE = 5
-    # The sender is not a voter but sent a voter-only request.
+    # A voter-only request where the sender or the receiver is not a voter.
     INCONSISTENT_VOTER_SET = 6
     # A field is out of range (a negative offset, a non-positive size).
     INVALID_REQUEST = 7
@@ -101,7 +101,9 @@ class BeginQuorumEpochResponse:
 @dataclass(frozen=True, slots=True)
 class EndQuorumEpochRequest:
     """A resigning leader asks voters to elect a successor; voters earlier in
-    ``preferred_successors`` (ordered by log end offset) start sooner."""
+    ``preferred_successors`` start sooner.  The order: the successors the
+    caller of ``resign`` preferred, then the others by log end offset, the
+    most caught up first."""
 
     src: NodeId
     dst: NodeId
@@ -133,8 +135,9 @@ class FetchRequest:
     last_fetched_epoch: int
     max_wait_ms: int
     max_bytes: int
-    # Chosen by the fetcher, unique per request, echoed in the response: a
-    # delayed or duplicated response is never taken for the current one.
+    # Chosen by the fetcher, unique per request (a counter starting at a
+    # random value in each incarnation), echoed in the response: a delayed or
+    # duplicated response is never taken for the current one.
     request_id: int = 0
 
 
@@ -144,9 +147,11 @@ class FetchResponse:
 
     ``diverging`` names the largest epoch the leader has at or below the
     fetcher's ``last_fetched_epoch`` and its end offset: the fetcher truncates
-    to it.  ``snapshot_id`` means the fetch offset is below the leader's log
-    start: fetch that snapshot.  ``fetch_offset`` echoes the request so a
-    stale response can be recognised.
+    to it.  ``snapshot_id`` means the fetcher's log cannot continue from the
+    leader's retained log (its fetch offset is below the log start, or at the
+    log start with another epoch, or the divergence lies in the compacted
+    prefix): fetch that snapshot.  ``request_id`` matches the response to its
+    request; ``fetch_offset`` echoes the request for readers of the response.
     """
 
     src: NodeId

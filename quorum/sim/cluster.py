@@ -153,8 +153,8 @@ class SimCluster:
 
     def _observe(self, touched: SimNode | None = None) -> None:
         """Log role changes and check the invariants.  An event changes only
-        the node it ran on (``touched``); crashes and restarts pass None so
-        every node is looked at."""
+        the node it ran on (``touched``, a restarted node included); a crash
+        passes None so every node is looked at."""
         changed = [touched] if touched is not None else list(self.nodes.values())
         for node in changed:
             core = node.core

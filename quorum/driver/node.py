@@ -1,0 +1,489 @@
+"""The asyncio driver of one quorum node.
+
+One task owns the :class:`quorum.core.RaftCore` and runs the Ready contract
+(:mod:`quorum.ready`) exactly: step the inputs, then for each Ready persist
+(one write batch, synced when required, in a worker thread so the event loop
+keeps serving), send, apply to the state machine, advance.
+
+Group commit: proposals waiting while a Ready is being persisted are appended
+together as one batch (up to ``max_batch_records``), so one fsync and one
+replication round serve many writes.  When other writes are already in
+flight, a new one waits up to ``append_linger_ms`` for company; an idle
+node appends at once, so a lone write pays no linger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from quorum.config import QuorumConfig
+from quorum.core import NotLeaderError, RaftCore, ReadBarrier, SafetyError, Status
+from quorum.listener import StateMachine
+from quorum.messages import Message
+from quorum.ready import Ready
+from quorum.storage import NodeStorage
+from quorum.types import Batch, LeaderAndEpoch, NodeId, Role, SnapshotId, VoterSet
+
+__all__ = [
+    "IndeterminateError",
+    "NodeOptions",
+    "NodeStoppedError",
+    "ProposalOutcome",
+    "QuorumNode",
+    "ReadTimeoutError",
+]
+
+log = logging.getLogger("kq.node")
+
+
+class IndeterminateError(Exception):
+    """A write's outcome is unknown: it may or may not have committed."""
+
+
+class NodeStoppedError(Exception):
+    """The node stopped (or failed) before the request completed."""
+
+
+class ReadTimeoutError(Exception):
+    """A linearizable read could not be confirmed in time; it had no effect."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOptions:
+    quorum: QuorumConfig = field(default_factory=QuorumConfig)
+    # Group commit: a write waits at most this long for others to join its
+    # batch, and only while other writes are in flight.
+    append_linger_ms: float = 2.0
+    max_batch_records: int = 10_000
+    # Take a state-machine snapshot after this many new offsets (0: never).
+    snapshot_every_offsets: int = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class ProposalOutcome:
+    offset: int
+    epoch: int
+    results: tuple[object, ...]
+
+
+@dataclass(slots=True)
+class _Proposal:
+    records: tuple[bytes, ...]
+    future: asyncio.Future[ProposalOutcome]
+    queued_at: float
+
+
+@dataclass(slots=True)
+class _Inflight:
+    """A batch appended by this node as leader, waiting to commit."""
+
+    base_offset: int
+    epoch: int
+    end_offset: int
+    # (proposal future, first record index within the batch, record count)
+    parts: list[tuple[asyncio.Future[ProposalOutcome], int, int]]
+
+
+Send = Callable[[Message], None]
+
+
+class QuorumNode:
+    """A running quorum member (voter or observer)."""
+
+    def __init__(
+        self,
+        node_id: NodeId,
+        voters: VoterSet,
+        storage: NodeStorage,
+        state_machine: StateMachine,
+        options: NodeOptions | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.voters = voters
+        self.storage = storage
+        self.state_machine = state_machine
+        self.options = options or NodeOptions()
+        self._rng = rng or random.Random()
+        self._send: Send = lambda msg: None
+        self._origin = time.monotonic()
+        self.core = RaftCore(
+            node_id,
+            voters,
+            log_store=storage.log,
+            state_store=storage.state,
+            snapshot_store=storage.snapshots,
+            rng=self._rng,
+            now_ms=self.now_ms(),
+            config=self.options.quorum,
+        )
+        self._inbox: list[Message] = []
+        self._proposals: list[_Proposal] = []
+        self._inflight: dict[int, _Inflight] = {}
+        self._reads: list[tuple[ReadBarrier | None, asyncio.Future[int], float]] = []
+        self._wakeup = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"kq-io-{node_id}")
+        self._stopping = False
+        self.failure: BaseException | None = None
+        self.listeners: list[Callable[[Ready], None]] = []
+        self.last_snapshot_offset = self.core.log.start_offset
+
+    # -- time ------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        """Monotonic milliseconds since this node started (the core's clock)."""
+        return int((time.monotonic() - self._origin) * 1000)
+
+    def wall_ms(self, core_ms: int | None) -> int:
+        """Wall-clock epoch milliseconds of a core timestamp (-1 for None)."""
+        if core_ms is None:
+            return -1
+        return int((time.time() - (time.monotonic() - self._origin) + core_ms / 1000) * 1000)
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def start(self, send: Send) -> None:
+        """Start the node's task on the running loop; ``send`` transmits."""
+        self._send = send
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"kq-node-{self.node_id}"
+        )
+        self._wakeup.set()
+
+    async def stop(self, resign: bool = True, timeout_s: float = 2.0) -> None:
+        """Stop; a leader first resigns (EndQuorumEpoch) and lets it go out."""
+        if self._task is None:
+            return
+        if resign and self.core.role is Role.LEADER:
+            self.core.resign((), self.now_ms())
+            self._wakeup.set()
+            deadline = time.monotonic() + min(timeout_s, 0.5)
+            while self.core.has_ready() and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.02)  # let the EndQuorumEpoch RPCs leave
+        self._stopping = True
+        self._wakeup.set()
+        try:
+            await asyncio.wait_for(self._task, timeout_s)
+        except (TimeoutError, asyncio.CancelledError):
+            self._task.cancel()
+        self._fail_all(NodeStoppedError("the node stopped"))
+        self._io.shutdown(wait=True)
+        self._task = None
+
+    # -- inputs -------------------------------------------------------------
+
+    def deliver(self, msg: Message) -> None:
+        """A message from a peer (already validated by the transport)."""
+        self._inbox.append(msg)
+        self._wakeup.set()
+
+    async def propose(self, records: Sequence[bytes], timeout_s: float) -> ProposalOutcome:
+        """Replicate ``records`` (as part of one batch) and apply them.
+
+        Raises NotLeaderError at once off the leader (nothing was written);
+        IndeterminateError if leadership was lost, or time ran out, before
+        this node learned whether they committed; NodeStoppedError.
+        """
+        self._check_running()
+        if self.core.role is not Role.LEADER:
+            raise self._not_leader()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[ProposalOutcome] = loop.create_future()
+        self._proposals.append(_Proposal(tuple(records), future, time.monotonic()))
+        self._wakeup.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            raise IndeterminateError(
+                f"no outcome within {timeout_s:.3f}s: the write may or may not have committed"
+            ) from None
+
+    async def read_barrier(self, timeout_s: float) -> int:
+        """Wait until a linearizable read may be served from the local state
+        machine (read index confirmed by a quorum round and applied); returns
+        the read index.  NotLeaderError off the leader, ReadTimeoutError."""
+        self._check_running()
+        if self.core.role is not Role.LEADER:
+            raise self._not_leader()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[int] = loop.create_future()
+        self._reads.append((None, future, time.monotonic()))
+        self._wakeup.set()
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            raise ReadTimeoutError(
+                f"could not confirm leadership within {timeout_s:.3f}s"
+            ) from None
+
+    def resign(self, preferred: Sequence[NodeId] = ()) -> bool:
+        ok = self.core.resign(tuple(preferred), self.now_ms())
+        self._wakeup.set()
+        return ok
+
+    def status(self) -> Status:
+        return self.core.status()
+
+    def _not_leader(self) -> NotLeaderError:
+        live = self.core.role in (Role.FOLLOWER, Role.LEADER)
+        return NotLeaderError(self.core.leader_id if live else None, self.core.epoch)
+
+    def _check_running(self) -> None:
+        if self._task is None or self._stopping:
+            raise NodeStoppedError("the node is not running")
+        if self.failure is not None:
+            raise NodeStoppedError(f"the node failed: {self.failure}")
+
+    # -- the loop -----------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._stopping:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                if self._stopping:
+                    break
+                now = self.now_ms()
+                inbox, self._inbox = self._inbox, []
+                for msg in inbox:
+                    self.core.step(msg, now)
+                if now >= self.core.next_deadline_ms():
+                    self.core.tick(now)
+                self._maybe_append_proposals(loop)
+                self._check_reads()
+                await self._process_readies(loop)
+                self._arm_timer(loop)
+        except SafetyError as exc:
+            # The protocol refused to act against committed data: stop rather
+            # than serve anything more (never observed; the simulator checks).
+            log.critical("node %d stopping: %s", self.node_id, exc)
+            self.failure = exc
+        except Exception as exc:  # pragma: no cover - defensive: report and stop
+            log.exception("node %d stopping after an unexpected error", self.node_id)
+            self.failure = exc
+        finally:
+            if self._timer is not None:
+                self._timer.cancel()
+            if self.failure is not None:
+                self._fail_all(NodeStoppedError(f"the node failed: {self.failure}"))
+
+    def _arm_timer(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        deadlines = [self.core.next_deadline_ms()]
+        if self._proposals:
+            deadlines.append(self._linger_deadline_ms())
+        if self._reads:
+            deadlines.append(self.now_ms() + 1)
+        delay = max(0.0, (min(deadlines) - self.now_ms()) / 1000)
+        self._timer = loop.call_later(delay, self._wakeup.set)
+
+    def _linger_deadline_ms(self) -> int:
+        oldest = self._proposals[0].queued_at
+        return int((oldest - self._origin) * 1000 + self.options.append_linger_ms)
+
+    def _maybe_append_proposals(self, loop: asyncio.AbstractEventLoop) -> None:
+        if not self._proposals:
+            return
+        if self.core.role is not Role.LEADER:
+            err = self._not_leader()
+            for p in self._proposals:
+                if not p.future.done():
+                    p.future.set_exception(err)
+            self._proposals.clear()
+            return
+        count = sum(len(p.records) for p in self._proposals)
+        if (
+            self._inflight
+            and count < self.options.max_batch_records
+            and self.now_ms() < self._linger_deadline_ms()
+        ):
+            return  # linger for company while earlier writes are in flight
+        while self._proposals:
+            taken: list[_Proposal] = []
+            records: list[bytes] = []
+            while self._proposals and (
+                not records
+                or len(records) + len(self._proposals[0].records) <= self.options.max_batch_records
+            ):
+                p = self._proposals.pop(0)
+                if p.future.done():
+                    continue
+                taken.append(p)
+                records.extend(p.records)
+            if not records:
+                continue
+            result = self.core.propose(records, self.now_ms())
+            parts = []
+            index = 0
+            for p in taken:
+                parts.append((p.future, index, len(p.records)))
+                index += len(p.records)
+            self._inflight[result.base_offset] = _Inflight(
+                result.base_offset, result.epoch, result.last_offset + 1, parts
+            )
+
+    def _check_reads(self) -> None:
+        if not self._reads:
+            return
+        now = self.now_ms()
+        pending = []
+        for barrier, future, started in self._reads:
+            if future.done():
+                continue
+            try:
+                if barrier is None:
+                    barrier = self.core.begin_read(now)
+                if (
+                    barrier is not None
+                    and self.core.read_confirmed(barrier)
+                    and self.state_machine.applied_offset >= barrier.read_index
+                ):
+                    future.set_result(barrier.read_index)
+                    continue
+            except NotLeaderError as exc:
+                future.set_exception(exc)
+                continue
+            pending.append((barrier, future, started))
+        self._reads = pending
+
+    async def _process_readies(self, loop: asyncio.AbstractEventLoop) -> None:
+        while (ready := self.core.ready()) is not None:
+            # 1. persist: one write batch, fsynced when required, off the loop.
+            if _needs_persist(ready):
+                await loop.run_in_executor(self._io, self.storage.persist, ready)
+            # 2. send.
+            for msg in ready.messages:
+                self._send(msg)
+            # 3. apply.
+            self._apply(ready)
+            # 4. advance.
+            self.core.advance(ready)
+            for listener in self.listeners:
+                listener(ready)
+            await self._maybe_snapshot(loop)
+            # Messages that arrived while persisting are stepped before the
+            # next Ready, so one fsync covers them too.
+            if self._inbox:
+                now = self.now_ms()
+                inbox, self._inbox = self._inbox, []
+                for msg in inbox:
+                    self.core.step(msg, now)
+            self._maybe_append_proposals(loop)
+            self._check_reads()
+
+    def _apply(self, ready: Ready) -> None:
+        sm = self.state_machine
+        if ready.load_snapshot is not None:
+            sid = ready.load_snapshot
+            size = self.storage.snapshots.size(sid)
+            if size is None:
+                raise RuntimeError(f"snapshot {sid} to load is missing")
+            sm.handle_load_snapshot(sid, self.storage.snapshots.read(sid, 0, size))
+            self.last_snapshot_offset = sid.end_offset
+            log.info("node %d loaded snapshot %d-%d", self.node_id, sid.end_offset, sid.epoch)
+            self._fail_inflight_below(sid.end_offset)
+        if ready.leader_change is not None:
+            sm.handle_leader_change(ready.leader_change)
+            self._log_leader_change(ready.leader_change, ready.role)
+        for batch in ready.committed:
+            results = sm.handle_commit(batch)
+            self._resolve(batch, results)
+
+    def _resolve(self, batch: Batch, results: Sequence[object]) -> None:
+        for base in [b for b in self._inflight if b < batch.end_offset]:
+            inflight = self._inflight.pop(base)
+            committed = base == batch.base_offset and inflight.epoch == batch.epoch
+            for future, first, count in inflight.parts:
+                if future.done():
+                    continue
+                if committed:
+                    future.set_result(
+                        ProposalOutcome(
+                            batch.base_offset + first,
+                            batch.epoch,
+                            tuple(results[first : first + count]),
+                        )
+                    )
+                else:
+                    # Another batch committed at this offset: ours never will.
+                    future.set_exception(self._not_leader())
+
+    def _fail_inflight_below(self, offset: int) -> None:
+        for base in [b for b in self._inflight if b < offset]:
+            for future, _, _ in self._inflight.pop(base).parts:
+                if not future.done():
+                    future.set_exception(
+                        IndeterminateError(
+                            "a snapshot replaced the log before the write's outcome was seen"
+                        )
+                    )
+
+    def _log_leader_change(self, leader: LeaderAndEpoch, role: Role) -> None:
+        if role is Role.LEADER:
+            log.info("node %d elected leader of epoch %d", self.node_id, leader.epoch)
+        elif leader.leader_id is not None:
+            log.info(
+                "node %d follows leader %d in epoch %d",
+                self.node_id,
+                leader.leader_id,
+                leader.epoch,
+            )
+        else:
+            log.info(
+                "node %d in epoch %d with no known leader (%s)",
+                self.node_id,
+                leader.epoch,
+                role.value,
+            )
+
+    async def _maybe_snapshot(self, loop: asyncio.AbstractEventLoop) -> None:
+        every = self.options.snapshot_every_offsets
+        applied = self.state_machine.applied_offset
+        if every <= 0 or applied - self.last_snapshot_offset < every:
+            return
+        epoch = self.core.log.epoch_of_end(applied)
+        if epoch is None or not self.core.log.batch_ending_at(applied):
+            return
+        sid = SnapshotId(applied, epoch)
+        data = self.state_machine.snapshot()
+        await loop.run_in_executor(self._io, self.storage.snapshots.create, sid, data)
+        self.core.snapshot_created(sid)
+        self.last_snapshot_offset = applied
+        log.info("node %d wrote snapshot %d-%d (%d bytes)", self.node_id, applied, epoch, len(data))
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for p in self._proposals:
+            if not p.future.done():
+                p.future.set_exception(exc)
+        self._proposals.clear()
+        for inflight in self._inflight.values():
+            for future, _, _ in inflight.parts:
+                if not future.done():
+                    future.set_exception(IndeterminateError(str(exc)))
+        self._inflight.clear()
+        for _, read, _ in self._reads:
+            if not read.done():
+                read.set_exception(exc)
+        self._reads.clear()
+
+
+def _needs_persist(ready: Ready) -> bool:
+    return bool(
+        ready.snapshot_chunks
+        or ready.reset_to_snapshot
+        or ready.truncate_to is not None
+        or ready.entries
+        or ready.compact_to
+        or ready.quorum_state
+    )

@@ -1,0 +1,306 @@
+"""One kq quorum node as a gRPC server.
+
+A single grpc.aio server on the node's address serves: RaftService (between
+quorum nodes), KvService (the replicated key-value store), QuorumService
+(describe, resign), gRPC health checking and server reflection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from kq import kv_pb2, kv_pb2_grpc, raft_pb2
+from quorum.core import NotLeaderError
+from quorum.driver.node import (
+    IndeterminateError,
+    NodeOptions,
+    NodeStoppedError,
+    QuorumNode,
+    ReadTimeoutError,
+)
+from quorum.driver.storage_format import open_node_storage
+from quorum.driver.transport import RaftTransport
+from quorum.kv import CasResult, KvStateMachine, encode_cas, encode_delete, encode_put
+from quorum.storage import NodeStorage
+from quorum.types import NodeId, Role, VoterSet
+
+__all__ = ["NodeConfig", "NodeServer"]
+
+log = logging.getLogger("kq.server")
+
+DEFAULT_WRITE_TIMEOUT_S = 5.0
+DEFAULT_READ_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConfig:
+    node_id: NodeId
+    cluster_id: str
+    # Voter id -> host:port of its gRPC server.
+    voters: Mapping[NodeId, str]
+    data_dir: Path
+    # Where this node listens; a voter's default is its entry in `voters`.
+    listen: str = ""
+    options: NodeOptions = field(default_factory=NodeOptions)
+
+    @property
+    def address(self) -> str:
+        if self.listen:
+            return self.listen
+        if self.node_id in self.voters:
+            return self.voters[self.node_id]
+        raise ValueError(f"node {self.node_id} is not a voter and has no listen address")
+
+
+class NodeServer:
+    """Owns a node's storage, core driver, transport and gRPC server."""
+
+    def __init__(self, config: NodeConfig, storage: NodeStorage | None = None) -> None:
+        self.config = config
+        self.storage = storage or open_node_storage(
+            config.data_dir, config.cluster_id, config.node_id
+        )
+        self.state_machine = KvStateMachine()
+        self.node = QuorumNode(
+            config.node_id,
+            VoterSet(frozenset(config.voters)),
+            self.storage,
+            self.state_machine,
+            config.options,
+            random.Random(),
+        )
+        q = config.options.quorum
+        self.transport = RaftTransport(
+            config.node_id,
+            config.cluster_id,
+            config.voters,
+            self.node.deliver,
+            rpc_timeout_s=q.request_timeout_ms / 1000,
+        )
+        self.server = grpc.aio.server(
+            options=[
+                ("grpc.max_send_message_length", 64 * 1024 * 1024),
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        self.port = 0
+        self.health = health_aio.HealthServicer()
+
+    async def start(self) -> None:
+        from kq import raft_pb2_grpc
+
+        raft_pb2_grpc.add_RaftServiceServicer_to_server(self.transport, self.server)
+        kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self), self.server)
+        kv_pb2_grpc.add_QuorumServiceServicer_to_server(QuorumServicer(self), self.server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        names = [
+            raft_pb2.DESCRIPTOR.services_by_name["RaftService"].full_name,
+            kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
+            kv_pb2.DESCRIPTOR.services_by_name["QuorumService"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ]
+        reflection.enable_server_reflection(names, self.server)
+        self.port = self.server.add_insecure_port(self.config.address)
+        if self.port == 0:
+            raise OSError(f"node {self.config.node_id} cannot listen on {self.config.address}")
+        await self.server.start()
+        self.node.start(self.transport.send)
+        for name in names[:-1] + [""]:
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "node %d of cluster %s listening on %s",
+            self.config.node_id,
+            self.config.cluster_id,
+            self.config.address,
+        )
+
+    async def stop(self, resign: bool = True) -> None:
+        await self.health.enter_graceful_shutdown()
+        await self.node.stop(resign=resign)
+        await self.transport.close()
+        await self.server.stop(grace=0.2)
+        close = getattr(self.storage, "close", None)
+        if close is not None:
+            close()
+        log.info("node %d stopped", self.config.node_id)
+
+    async def wait_stopped(self) -> None:
+        await self.server.wait_for_termination()
+
+    # -- helpers for the services -------------------------------------------
+
+    def leader_hint(self) -> kv_pb2.LeaderHint:
+        core = self.node.core
+        live = core.role in (Role.LEADER, Role.FOLLOWER)
+        leader = core.leader_id if live else None
+        return kv_pb2.LeaderHint(
+            leader_id=-1 if leader is None else leader,
+            leader_address=self.config.voters.get(leader, "") if leader is not None else "",
+            epoch=core.epoch,
+        )
+
+
+def _timeout(context: Any, default: float) -> float:
+    remaining: float | None = context.time_remaining()
+    if remaining is None:
+        return default
+    return max(0.001, min(default, remaining - 0.01))
+
+
+class KvServicer(kv_pb2_grpc.KvServiceServicer):
+    def __init__(self, server: NodeServer) -> None:
+        self.s = server
+
+    async def _write(self, records: list[bytes], context: Any) -> kv_pb2.WriteResponse:
+        try:
+            outcome = await self.s.node.propose(records, _timeout(context, DEFAULT_WRITE_TIMEOUT_S))
+        except NotLeaderError as exc:
+            return kv_pb2.WriteResponse(
+                error=kv_pb2.NOT_LEADER, message=str(exc), leader=self.s.leader_hint()
+            )
+        except IndeterminateError as exc:
+            return kv_pb2.WriteResponse(
+                error=kv_pb2.INDETERMINATE, message=str(exc), leader=self.s.leader_hint()
+            )
+        except NodeStoppedError as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise  # unreachable: abort raises
+        position = kv_pb2.LogPosition(offset=outcome.offset, epoch=outcome.epoch)
+        for result in outcome.results:
+            if isinstance(result, CasResult) and not result.ok:
+                return kv_pb2.WriteResponse(
+                    error=kv_pb2.PRECONDITION_FAILED,
+                    message="the current value differs from the expected one",
+                    position=position,
+                    current=result.current or b"",
+                    current_present=result.current is not None,
+                )
+        return kv_pb2.WriteResponse(error=kv_pb2.OK, position=position)
+
+    async def _encode(self, context: Any, make: Any, *args: Any) -> bytes | None:
+        try:
+            return bytes(make(*args))
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            return None
+
+    async def Put(self, request: kv_pb2.PutRequest, context: Any) -> kv_pb2.WriteResponse:
+        record = await self._encode(context, encode_put, request.key, request.value)
+        assert record is not None
+        return await self._write([record], context)
+
+    async def PutMany(self, request: kv_pb2.PutManyRequest, context: Any) -> kv_pb2.WriteResponse:
+        if not request.puts:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "PutMany needs at least one put")
+        limit = self.s.config.options.max_batch_records
+        if len(request.puts) > limit:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"PutMany holds {len(request.puts)} puts; at most {limit} fit in one batch",
+            )
+        records = []
+        for put in request.puts:
+            record = await self._encode(context, encode_put, put.key, put.value)
+            assert record is not None
+            records.append(record)
+        return await self._write(records, context)
+
+    async def Cas(self, request: kv_pb2.CasRequest, context: Any) -> kv_pb2.WriteResponse:
+        expected = None if request.expect_absent else request.expected
+        record = await self._encode(context, encode_cas, request.key, expected, request.value)
+        assert record is not None
+        return await self._write([record], context)
+
+    async def Delete(self, request: kv_pb2.DeleteRequest, context: Any) -> kv_pb2.WriteResponse:
+        record = await self._encode(context, encode_delete, request.key)
+        assert record is not None
+        return await self._write([record], context)
+
+    async def Get(self, request: kv_pb2.GetRequest, context: Any) -> kv_pb2.GetResponse:
+        if not request.key:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a key must be non-empty")
+        if request.linearizable:
+            try:
+                await self.s.node.read_barrier(_timeout(context, DEFAULT_READ_TIMEOUT_S))
+            except NotLeaderError as exc:
+                return kv_pb2.GetResponse(
+                    error=kv_pb2.NOT_LEADER, message=str(exc), leader=self.s.leader_hint()
+                )
+            except (ReadTimeoutError, NodeStoppedError) as exc:
+                return kv_pb2.GetResponse(
+                    error=kv_pb2.TIMEOUT, message=str(exc), leader=self.s.leader_hint()
+                )
+        sm = self.s.state_machine
+        found = sm.get(request.key)
+        response = kv_pb2.GetResponse(
+            error=kv_pb2.OK, leader=self.s.leader_hint(), applied_offset=sm.applied_offset
+        )
+        if found is not None:
+            response.present = True
+            response.value = found.value
+            response.version.offset = found.offset
+            response.version.epoch = found.epoch
+        return response
+
+
+class QuorumServicer(kv_pb2_grpc.QuorumServiceServicer):
+    def __init__(self, server: NodeServer) -> None:
+        self.s = server
+
+    async def DescribeQuorum(
+        self, request: kv_pb2.DescribeQuorumRequest, context: Any
+    ) -> kv_pb2.DescribeQuorumResponse:
+        node = self.s.node
+        status = node.status()
+        out = kv_pb2.DescribeQuorumResponse(
+            error=kv_pb2.OK,
+            leader=self.s.leader_hint(),
+            cluster_id=self.s.config.cluster_id,
+            node_id=status.node_id,
+            role=status.role.value,
+            epoch=status.epoch,
+            high_watermark=status.high_watermark,
+            log_start_offset=status.log_start_offset,
+            log_end_offset=status.log_end_offset,
+            voters=sorted(self.s.config.voters),
+        )
+        leader_end = status.log_end_offset
+        for r in status.replicas:
+            out.replicas.append(
+                kv_pb2.ReplicaState(
+                    node_id=r.node_id,
+                    voter=r.is_voter,
+                    log_end_offset=r.log_end_offset,
+                    lag=max(0, leader_end - r.log_end_offset),
+                    last_fetch_timestamp_ms=node.wall_ms(r.last_fetch_ms),
+                    last_caught_up_timestamp_ms=node.wall_ms(r.last_caught_up_ms),
+                    status="Leader"
+                    if r.node_id == status.node_id
+                    else ("Follower" if r.is_voter else "Observer"),
+                    address=self.s.config.voters.get(r.node_id, ""),
+                )
+            )
+        return out
+
+    async def Resign(self, request: kv_pb2.ResignRequest, context: Any) -> kv_pb2.ResignResponse:
+        if not self.s.node.resign(tuple(request.preferred_successors)):
+            return kv_pb2.ResignResponse(
+                error=kv_pb2.NOT_LEADER,
+                message=f"node {self.s.config.node_id} is not the leader",
+                leader=self.s.leader_hint(),
+            )
+        await asyncio.sleep(0)
+        return kv_pb2.ResignResponse(error=kv_pb2.OK, leader=self.s.leader_hint())

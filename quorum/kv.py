@@ -1,0 +1,157 @@
+"""A small replicated key-value state machine on the quorum.
+
+It serves the CLI, the benchmarks and the chaos workloads until the metadata
+state machine arrives.  Every record is one operation, encoded with msgpack:
+
+- ``["put", key, value]``
+- ``["cas", key, expected, value]`` (``expected`` None means "absent")
+- ``["del", key]``
+
+Applying is deterministic, so every replica holds the same map and computes
+the same result for each record: ``("ok",)`` or ``("precondition", current)``
+where ``current`` is the value found (None if absent).  Each key remembers
+the (offset, epoch) of the write that set it: its version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from quorum.types import Batch, BatchKind, LeaderAndEpoch, SnapshotId
+
+__all__ = ["CasResult", "KvStateMachine", "Versioned", "encode_cas", "encode_delete", "encode_put"]
+
+MAX_KEY_BYTES = 1024
+MAX_VALUE_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Versioned:
+    value: bytes
+    offset: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class CasResult:
+    """The outcome of one record: ``ok``, or the value that failed a CAS."""
+
+    ok: bool
+    current: bytes | None = None
+
+
+OK = CasResult(True)
+
+
+def _check_key(key: str) -> None:
+    if not isinstance(key, str) or not key:
+        raise ValueError("a key must be a non-empty string")
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise ValueError(f"key is longer than {MAX_KEY_BYTES} bytes")
+
+
+def _check_value(value: bytes) -> None:
+    if not isinstance(value, bytes):
+        raise ValueError(f"a value must be bytes, not {type(value).__name__}")
+    if len(value) > MAX_VALUE_BYTES:
+        raise ValueError(f"value is longer than {MAX_VALUE_BYTES} bytes")
+
+
+def encode_put(key: str, value: bytes) -> bytes:
+    _check_key(key)
+    _check_value(value)
+    return bytes(msgpack.packb(["put", key, value]))
+
+
+def encode_cas(key: str, expected: bytes | None, value: bytes) -> bytes:
+    _check_key(key)
+    _check_value(value)
+    if expected is not None:
+        _check_value(expected)
+    return bytes(msgpack.packb(["cas", key, expected, value]))
+
+
+def encode_delete(key: str) -> bytes:
+    _check_key(key)
+    return bytes(msgpack.packb(["del", key]))
+
+
+class KvStateMachine:
+    """Implements :class:`quorum.listener.StateMachine`."""
+
+    def __init__(self) -> None:
+        self._data: dict[str, Versioned] = {}
+        self._applied = 0
+        self.leader = LeaderAndEpoch(None, 0)
+
+    @property
+    def applied_offset(self) -> int:
+        return self._applied
+
+    def get(self, key: str) -> Versioned | None:
+        return self._data.get(key)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def handle_commit(self, batch: Batch) -> Sequence[object]:
+        if batch.base_offset != self._applied:
+            raise ValueError(
+                f"batch at offset {batch.base_offset} applied after offset {self._applied}"
+            )
+        self._applied = batch.end_offset
+        if batch.kind is not BatchKind.DATA:
+            return [OK] * len(batch.records)
+        return [
+            self._apply(record, batch.base_offset + i, batch.epoch)
+            for i, record in enumerate(batch.records)
+        ]
+
+    def _apply(self, record: bytes, offset: int, epoch: int) -> CasResult:
+        op = _decode(record)
+        if op[0] == "put":
+            self._data[op[1]] = Versioned(op[2], offset, epoch)
+            return OK
+        if op[0] == "del":
+            self._data.pop(op[1], None)
+            return OK
+        _, key, expected, value = op
+        current = self._data.get(key)
+        found = current.value if current is not None else None
+        if found != expected:
+            return CasResult(False, found)
+        self._data[key] = Versioned(value, offset, epoch)
+        return OK
+
+    def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        try:
+            obj = msgpack.unpackb(data)
+            if obj["version"] != 0 or obj["end_offset"] != snapshot_id.end_offset:
+                raise ValueError(f"snapshot holds version {obj['version']} at {obj['end_offset']}")
+            items = {k: Versioned(v, o, e) for k, v, o, e in obj["items"]}
+        except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+            raise ValueError(f"malformed key-value snapshot {snapshot_id}: {exc}") from exc
+        self._data = items
+        self._applied = snapshot_id.end_offset
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        self.leader = leader
+
+    def snapshot(self) -> bytes:
+        items = [[k, v.value, v.offset, v.epoch] for k, v in sorted(self._data.items())]
+        return bytes(msgpack.packb({"version": 0, "end_offset": self._applied, "items": items}))
+
+
+def _decode(record: bytes) -> list[Any]:
+    """Decode one record; a record that does not decode is a bug upstream
+    (records are encoded by the functions above), so fail loudly."""
+    op = msgpack.unpackb(record)
+    if not isinstance(op, list) or not op or op[0] not in ("put", "cas", "del"):
+        raise ValueError(f"not a key-value record: {op!r}")
+    if (op[0], len(op)) not in (("put", 3), ("cas", 4), ("del", 2)):
+        raise ValueError(f"malformed {op[0]} record: {op!r}")
+    return op

@@ -1,0 +1,94 @@
+"""Helpers for tests that run real quorum nodes in this process."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from quorum.config import QuorumConfig
+from quorum.driver.node import NodeOptions
+from quorum.driver.server import NodeConfig, NodeServer
+from quorum.driver.storage_format import format_storage
+from quorum.types import Role
+
+CLUSTER_ID = "kq-test-cluster-000000"
+FAST = NodeOptions(
+    quorum=QuorumConfig(
+        election_timeout_ms=150, fetch_timeout_ms=400, fetch_max_wait_ms=100, request_timeout_ms=150
+    ),
+    snapshot_every_offsets=0,
+)
+
+
+def free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+class Cluster:
+    def __init__(self, root: Path, voters: int = 3, options: NodeOptions = FAST) -> None:
+        self.root = root
+        self.options = options
+        ports = free_ports(voters)
+        self.voters = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+        self.servers: dict[int, NodeServer] = {}
+        for n in self.voters:
+            format_storage(root / f"node-{n}", CLUSTER_ID, n, self.voters.keys())
+
+    async def start(self, node: int) -> NodeServer:
+        server = NodeServer(
+            NodeConfig(
+                node, CLUSTER_ID, self.voters, self.root / f"node-{node}", options=self.options
+            )
+        )
+        await server.start()
+        self.servers[node] = server
+        return server
+
+    async def stop(self, node: int, resign: bool = True) -> None:
+        server = self.servers.pop(node)
+        await server.stop(resign=resign)
+
+    def leader(self) -> NodeServer | None:
+        leaders = [s for s in self.servers.values() if s.node.core.role is Role.LEADER]
+        return max(leaders, key=lambda s: s.node.core.epoch) if leaders else None
+
+    async def wait_for(self, cond: Callable[[], bool], timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not cond():
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not met in time")
+            await asyncio.sleep(0.01)
+
+    async def wait_leader(self, timeout_s: float = 10.0) -> NodeServer:
+        await self.wait_for(lambda: self.leader() is not None, timeout_s)
+        leader = self.leader()
+        assert leader is not None
+        return leader
+
+
+@asynccontextmanager
+async def running(root: Path, voters: int = 3) -> AsyncIterator[Cluster]:
+    cluster = Cluster(root, voters)
+    try:
+        for n in cluster.voters:
+            await cluster.start(n)
+        yield cluster
+    finally:
+        for n in list(cluster.servers):
+            await cluster.stop(n, resign=False)
+
+
+def run(coro: Awaitable[None]) -> None:
+    asyncio.run(asyncio.wait_for(coro, 60))

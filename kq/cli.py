@@ -36,6 +36,7 @@ Handler: TypeAlias = Callable[[argparse.Namespace], "int | None"]
 COMMANDS: list[tuple[str, str]] = [
     ("version", "kq.cli:register_version"),
     ("sim", "quorum.sim.cli:register"),
+    ("storage", "quorum.driver.storage_cli:register"),
 ]
 """Every subcommand: ``(name, "module:function")``, imported only when needed."""
 

@@ -158,8 +158,7 @@ def decode_batch(data: bytes, where: str) -> Batch:
         pos += length
     if pos != len(body):
         raise StorageCorruptError(
-            f"{what} at {where} has {len(body) - pos} unexpected bytes after its "
-            f"{count} records"
+            f"{what} at {where} has {len(body) - pos} unexpected bytes after its {count} records"
         )
     return Batch(base_offset, epoch, tuple(records), BatchKind(kind))
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from quorum.config import QuorumConfig
 from quorum.core import NotLeaderError, RaftCore, ReadBarrier, SafetyError, Status
+from quorum.driver.metrics import NodeMetrics
 from quorum.listener import StateMachine
 from quorum.messages import Message
 from quorum.ready import Ready
@@ -86,8 +87,9 @@ class _Inflight:
     base_offset: int
     epoch: int
     end_offset: int
-    # (proposal future, first record index within the batch, record count)
-    parts: list[tuple[asyncio.Future[ProposalOutcome], int, int]]
+    # (proposal future, first record index within the batch, record count,
+    # when the proposal arrived)
+    parts: list[tuple[asyncio.Future[ProposalOutcome], int, int, float]]
 
 
 Send = Callable[[Message], None]
@@ -104,12 +106,14 @@ class QuorumNode:
         state_machine: StateMachine,
         options: NodeOptions | None = None,
         rng: random.Random | None = None,
+        metrics: NodeMetrics | None = None,
     ) -> None:
         self.node_id = node_id
         self.voters = voters
         self.storage = storage
         self.state_machine = state_machine
         self.options = options or NodeOptions()
+        self.metrics = metrics
         self._rng = rng or random.Random()
         self._send: Send = lambda msg: None
         self._origin = time.monotonic()
@@ -327,8 +331,11 @@ class QuorumNode:
             parts = []
             index = 0
             for p in taken:
-                parts.append((p.future, index, len(p.records)))
+                parts.append((p.future, index, len(p.records), p.queued_at))
                 index += len(p.records)
+            if self.metrics is not None:
+                self.metrics.appended_records.inc(len(records))
+                self.metrics.appended_batches.inc()
             self._inflight[result.base_offset] = _Inflight(
                 result.base_offset, result.epoch, result.last_offset + 1, parts
             )
@@ -371,6 +378,9 @@ class QuorumNode:
             self.core.advance(ready)
             for listener in self.listeners:
                 listener(ready)
+            if self.metrics is not None:
+                self.metrics.observe_ready(ready)
+                self.metrics.observe_status(self.core.status(), self.now_ms())
             await self._maybe_snapshot(loop)
             # Messages that arrived while persisting are stepped before the
             # next Ready, so one fsync covers them too.
@@ -404,9 +414,12 @@ class QuorumNode:
         for base in [b for b in self._inflight if b < batch.end_offset]:
             inflight = self._inflight.pop(base)
             committed = base == batch.base_offset and inflight.epoch == batch.epoch
-            for future, first, count in inflight.parts:
+            now = time.monotonic()
+            for future, first, count, queued_at in inflight.parts:
                 if future.done():
                     continue
+                if committed and self.metrics is not None:
+                    self.metrics.commit_latency.observe(now - queued_at)
                 if committed:
                     future.set_result(
                         ProposalOutcome(
@@ -421,7 +434,7 @@ class QuorumNode:
 
     def _fail_inflight_below(self, offset: int) -> None:
         for base in [b for b in self._inflight if b < offset]:
-            for future, _, _ in self._inflight.pop(base).parts:
+            for future, _, _, _ in self._inflight.pop(base).parts:
                 if not future.done():
                     future.set_exception(
                         IndeterminateError(
@@ -468,7 +481,7 @@ class QuorumNode:
                 p.future.set_exception(exc)
         self._proposals.clear()
         for inflight in self._inflight.values():
-            for future, _, _ in inflight.parts:
+            for future, _, _, _ in inflight.parts:
                 if not future.done():
                     future.set_exception(IndeterminateError(str(exc)))
         self._inflight.clear()

@@ -22,6 +22,7 @@ from grpc_reflection.v1alpha import reflection
 
 from kq import kv_pb2, kv_pb2_grpc, raft_pb2
 from quorum.core import NotLeaderError
+from quorum.driver.metrics import NodeMetrics
 from quorum.driver.node import (
     IndeterminateError,
     NodeOptions,
@@ -53,6 +54,8 @@ class NodeConfig:
     # Where this node listens; a voter's default is its entry in `voters`.
     listen: str = ""
     options: NodeOptions = field(default_factory=NodeOptions)
+    # host:port of the Prometheus exporter; empty: none.
+    metrics_listen: str = ""
 
     @property
     def address(self) -> str:
@@ -72,6 +75,7 @@ class NodeServer:
             config.data_dir, config.cluster_id, config.node_id
         )
         self.state_machine = KvStateMachine()
+        self.metrics = NodeMetrics(config.node_id)
         self.node = QuorumNode(
             config.node_id,
             VoterSet(frozenset(config.voters)),
@@ -79,6 +83,7 @@ class NodeServer:
             self.state_machine,
             config.options,
             random.Random(),
+            self.metrics,
         )
         q = config.options.quorum
         self.transport = RaftTransport(
@@ -117,6 +122,8 @@ class NodeServer:
         if self.port == 0:
             raise OSError(f"node {self.config.node_id} cannot listen on {self.config.address}")
         await self.server.start()
+        if self.config.metrics_listen:
+            self.metrics.serve(self.config.metrics_listen)
         self.node.start(self.transport.send)
         for name in names[:-1] + [""]:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -132,6 +139,7 @@ class NodeServer:
         await self.node.stop(resign=resign)
         await self.transport.close()
         await self.server.stop(grace=0.2)
+        self.metrics.close()
         close = getattr(self.storage, "close", None)
         if close is not None:
             close()

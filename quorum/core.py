@@ -577,6 +577,16 @@ class RaftCore:
         if committed:
             applied = committed[-1].end_offset
         leader = self._leader_and_epoch()
+        early: list[Message] = []
+        late: list[Message] = []
+        for msg in self._msgs:
+            # Leader replication answers may overlap its own fsync (thesis
+            # §10.2.1); everything else waits for the disk (votes, fetch
+            # offsets, epoch announcements).
+            if self._role is Role.LEADER and isinstance(msg, FetchResponse | FetchSnapshotResponse):
+                early.append(msg)
+            else:
+                late.append(msg)
         ready = Ready(
             snapshot_chunks=tuple(self._pending_chunks),
             reset_to_snapshot=self._pending_reset,
@@ -590,7 +600,8 @@ class RaftCore:
                 or self._pending_reset
                 or self._pending_truncate is not None
             ),
-            messages=tuple(self._msgs),
+            messages=tuple(late),
+            early_messages=tuple(early),
             load_snapshot=load,
             committed=committed,
             high_watermark=self._high_watermark,

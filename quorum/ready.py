@@ -3,6 +3,13 @@
 ``RaftCore.ready()`` returns a :class:`Ready` when there is work; the driver
 carries it out in exactly this order, then calls ``RaftCore.advance(ready)``:
 
+0. **Send** ``early_messages``: they may leave before step 1 completes (and
+   a driver should send them first, so that replication overlaps the fsync).
+   They are only the leader's answers to fetches, carrying its new batches
+   and its high watermark.  This is Raft thesis §10.2.1: a leader may write
+   to its disk in parallel with replicating, because it counts its own log
+   toward the high watermark only once ``advance`` says it is durable, and
+   the high watermark it sends counts only durable copies.
 1. **Persist.**  In this order: write ``snapshot_chunks`` to the snapshot
    store (``finish`` the snapshot whose chunk says ``done``); if
    ``reset_to_snapshot`` is set, clear the log store; apply ``truncate_to``;
@@ -52,8 +59,9 @@ class Ready:
     quorum_state: QuorumState | None = None
     # True when entries or quorum state must be durable before step 2.
     must_sync: bool = False
-    # -- 2. send ----------------------------------------------------------
+    # -- 2. send (0: early_messages may go before step 1 completes) --------
     messages: tuple[Message, ...] = ()
+    early_messages: tuple[Message, ...] = ()
     # -- 3. apply ---------------------------------------------------------
     load_snapshot: SnapshotId | None = None
     committed: tuple[Batch, ...] = ()
@@ -72,6 +80,7 @@ class Ready:
             or self.compact_to
             or self.quorum_state
             or self.messages
+            or self.early_messages
             or self.load_snapshot
             or self.committed
             or self.leader_change

@@ -366,6 +366,9 @@ class QuorumNode:
 
     async def _process_readies(self, loop: asyncio.AbstractEventLoop) -> None:
         while (ready := self.core.ready()) is not None:
+            # 0. leader replication answers overlap the fsync (ready.py).
+            for msg in ready.early_messages:
+                self._send(msg)
             # 1. persist: one write batch, fsynced when required, off the loop.
             if _needs_persist(ready):
                 await loop.run_in_executor(self._io, self.storage.persist, ready)

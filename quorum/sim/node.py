@@ -76,6 +76,8 @@ class SimNode:
             if ready is None:
                 return
             self.readies += 1
+            for msg in ready.early_messages:
+                self.hooks.send(msg)
             self.stores.persist(ready)
             for msg in ready.messages:
                 self.hooks.send(msg)

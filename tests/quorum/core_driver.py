@@ -206,6 +206,7 @@ class Driver:
         sent: list[Message] = []
         while (ready := self.core.ready()) is not None:
             self.readies.append(ready)
+            sent.extend(ready.early_messages)
             self.persist(ready)
             sent.extend(ready.messages)
             self.core.advance(ready)

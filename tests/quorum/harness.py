@@ -126,6 +126,9 @@ class InteractionEnv:
 
     def describe_ready(self, node_id: NodeId, r: Ready) -> None:
         n = f"n{node_id}"
+        early = " (before the fsync)" if r.must_sync else ""
+        for msg in r.early_messages:
+            self.emit(f"{n} sends {describe_message(msg)}{early}")
         for chunk in r.snapshot_chunks:
             end = chunk.position + len(chunk.data)
             done = " (complete)" if chunk.done else ""

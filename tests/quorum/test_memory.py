@@ -338,7 +338,6 @@ def test_stores_crash_together() -> None:
         stores.snapshots.write_chunk(S2, 4, b"rest")
 
 
-
 @pytest.mark.parametrize("must_sync", [True, False])
 def test_persist_is_durable_only_when_synced(must_sync: bool) -> None:
     from quorum.ready import Ready

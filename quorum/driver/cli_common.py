@@ -1,0 +1,208 @@
+"""Helpers shared by the ``kq`` commands of a real quorum (``quorum/driver/cli_*.py``).
+
+Exit statuses of every such command: 0 success, 1 a definite failure (the
+request had no effect, or what was asked for does not exist), 2 bad usage or
+configuration, 3 an indeterminate write (it may or may not have committed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import sys
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from kq import kv_pb2, kv_pb2_grpc
+
+__all__ = [
+    "EXIT_FAILURE",
+    "EXIT_INDETERMINATE",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "CommandError",
+    "Handler",
+    "add_bootstrap_flag",
+    "bootstrap_addresses",
+    "command",
+    "describe",
+    "format_fields",
+    "format_table",
+    "parse_address",
+    "parse_node_id",
+    "parse_voters",
+    "print_json",
+    "run_async",
+]
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INDETERMINATE = 3
+
+Handler = Callable[[argparse.Namespace], int]
+T = TypeVar("T")
+
+
+class CommandError(Exception):
+    """Ends a command with ``message`` on stderr and exit status ``status``."""
+
+    def __init__(self, message: str, status: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def command(name: str) -> Callable[[Handler], Handler]:
+    """Wrap a handler: a :class:`CommandError` becomes ``kq NAME: message``
+    on stderr and its exit status."""
+
+    def wrap(handler: Handler) -> Handler:
+        @functools.wraps(handler)
+        def run(args: argparse.Namespace) -> int:
+            try:
+                return handler(args)
+            except CommandError as exc:
+                print(f"kq {name}: {exc}", file=sys.stderr)
+                return exc.status
+
+        return run
+
+    return wrap
+
+
+def run_async(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+# -- addresses ----------------------------------------------------------------
+
+
+def parse_address(text: str, what: str = "address") -> str:
+    """Check ``host:port`` (an IPv6 host in brackets) and return it stripped."""
+    text = text.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port:
+        raise ValueError(f"{what} {text!r} is not host:port")
+    if host.startswith("[") != host.endswith("]"):
+        raise ValueError(f"{what} {text!r} has an unbalanced IPv6 bracket")
+    if any(c.isspace() for c in host) or ("," in host) or ("@" in host):
+        raise ValueError(f"{what} {text!r} has a bad host")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} has a non-numeric port") from None
+    if not 1 <= number <= 65535:
+        raise ValueError(f"{what} {text!r} has a port outside 1..65535")
+    return f"{host}:{number}"
+
+
+def parse_voters(text: str, *, bare_ids: bool = False) -> dict[int, str]:
+    """Parse ``1@host:port,2@host:port`` into ``{1: "host:port", ...}``.
+
+    With ``bare_ids``, entries may also be plain ids (``1,2,3``); their
+    address is then ``""``.
+    """
+    voters: dict[int, str] = {}
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ValueError("at least one voter is needed")
+    for part in parts:
+        ident, at, address = part.partition("@")
+        if not at and not bare_ids:
+            raise ValueError(f"voter {part!r} is not id@host:port")
+        node_id = parse_node_id(ident)
+        if node_id in voters:
+            raise ValueError(f"voter {node_id} is listed twice")
+        voters[node_id] = parse_address(address, f"the address of voter {node_id}") if at else ""
+    return voters
+
+
+def parse_node_id(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{text.strip()!r} is not a node id") from None
+    if value < 0 or value > 2**31 - 1:
+        raise ValueError(f"node id {value} is outside 0..2147483647")
+    return value
+
+
+def add_bootstrap_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="H:P[,H:P...]",
+        help="any nodes of the quorum (default: the nodes of the local cluster "
+        "that `kq cluster up` started in --cluster-dir)",
+    )
+    parser.add_argument(
+        "--cluster-dir",
+        default="kq-cluster",
+        help="where to look for the local cluster when --bootstrap-server is not "
+        "given (default: %(default)s)",
+    )
+
+
+def bootstrap_addresses(args: argparse.Namespace) -> list[str]:
+    """The ``--bootstrap-server`` addresses, or the local cluster's."""
+    text: str | None = args.bootstrap_server
+    if text is None:
+        from quorum.driver.cli_cluster import local_addresses
+
+        addresses = local_addresses(args.cluster_dir)
+        if not addresses:
+            raise CommandError(
+                "--bootstrap-server is required (no local cluster state in "
+                f"{args.cluster_dir}/cluster.json)",
+                EXIT_USAGE,
+            )
+        return addresses
+    try:
+        addresses = [
+            parse_address(part, "bootstrap server") for part in text.split(",") if part.strip()
+        ]
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    if not addresses:
+        raise CommandError("--bootstrap-server names no address", EXIT_USAGE)
+    return list(dict.fromkeys(addresses))
+
+
+# -- RPCs -----------------------------------------------------------------------
+
+
+async def describe(address: str, timeout_s: float) -> kv_pb2.DescribeQuorumResponse | None:
+    """DescribeQuorum of the node at ``address``; None if it does not answer."""
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = kv_pb2_grpc.QuorumServiceStub(channel)
+            response: kv_pb2.DescribeQuorumResponse = await stub.DescribeQuorum(
+                kv_pb2.DescribeQuorumRequest(), timeout=timeout_s
+            )
+            return response
+    except grpc.aio.AioRpcError:
+        return None
+
+
+# -- output ---------------------------------------------------------------------
+
+
+def print_json(obj: object) -> None:
+    print(json.dumps(obj, indent=2))
+
+
+def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Left-aligned columns separated by two spaces."""
+    cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def format_fields(fields: Mapping[str, object]) -> str:
+    """``Name:  value`` lines, values aligned."""
+    width = max(len(k) for k in fields) + 2
+    return "\n".join(f"{(k + ':').ljust(width)}{v}" for k, v in fields.items())

@@ -1,0 +1,502 @@
+"""The configuration of a kq controller: a TOML file, ``KQ_*`` variables, flags.
+
+Every setting has a dotted key (``node_id``, ``quorum.fetch_timeout_ms``,
+``node.append_linger_ms``).  Sources, later ones winning:
+
+1. defaults (:data:`SETTINGS`);
+2. the TOML config file (``--config FILE``): top-level keys, and the tables
+   ``[voters]``, ``[quorum]`` and ``[node]``;
+3. environment variables ``KQ_<KEY>``: the key upper-cased with dots as
+   underscores (``KQ_NODE_ID``, ``KQ_QUORUM_FETCH_TIMEOUT_MS``);
+4. flags: ``--node-id``, ``--cluster-id``, ``--data-dir``, ``--listen``,
+   ``--voters``, then every ``--set KEY=VALUE`` in order.
+
+An unknown key or a bad value from any source is a :class:`ConfigError`
+naming the key and where it came from; commands exit 2 on it.  A relative
+``data_dir`` from the config file is relative to the file's directory; from
+the environment or a flag, to the working directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import os
+import re
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+from quorum.config import QuorumConfig
+from quorum.driver.cli_common import parse_address, parse_node_id, parse_voters
+from quorum.driver.node import NodeOptions
+from quorum.driver.server import NodeConfig
+
+__all__ = [
+    "IGNORED_ENV",
+    "LOG_LEVELS",
+    "SETTINGS",
+    "ConfigError",
+    "ControllerConfig",
+    "Setting",
+    "Settings",
+    "add_config_flags",
+    "controller_config",
+    "env_name",
+    "load_settings",
+    "render_toml",
+    "settings_from_args",
+]
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# KQ_* variables that are not configuration: kq's own debugging switches.
+IGNORED_ENV = frozenset({"KQ_DEBUG", "KQ_REWRITE"})
+
+
+class ConfigError(Exception):
+    """A bad configuration: unknown key, bad value, missing setting."""
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    key: str
+    # int, float, str (a cluster id), path, address, voters, level
+    kind: str
+    default: object
+    doc: str
+    minimum: float | None = None
+
+
+def _core_settings(
+    section: str,
+    cls: type[Any],
+    skip: Iterable[str] = (),
+    minimums: Mapping[str, float] | None = None,
+) -> list[Setting]:
+    """The int and float fields of a settings dataclass, with its defaults."""
+    minimums = minimums or {}
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        kind = "float" if f.type in ("float", float) else "int"
+        default = f.default
+        assert default is not dataclasses.MISSING, f"{cls.__name__}.{f.name} has no plain default"
+        out.append(
+            Setting(
+                f"{section}.{f.name}",
+                kind,
+                default,
+                f"see {cls.__module__}.{cls.__name__}",
+                minimums.get(f.name, 0),
+            )
+        )
+    return out
+
+
+_TOP = [
+    Setting("node_id", "int", None, "this node's id (required)", 0),
+    Setting("cluster_id", "str", None, "the cluster's id (required)"),
+    Setting("data_dir", "path", None, "the formatted data directory (required)"),
+    Setting("voters", "voters", None, "voter id -> host:port (required)"),
+    Setting("listen", "address", "", "host:port to listen on (default: own voter address)"),
+    Setting("metrics_listen", "address", "", "host:port of the Prometheus exporter"),
+    Setting("log_level", "level", "INFO", "DEBUG, INFO, WARNING, ERROR or CRITICAL"),
+]
+
+SETTINGS: dict[str, Setting] = {
+    s.key: s
+    for s in _TOP
+    + _core_settings("quorum", QuorumConfig, minimums={"check_quorum_factor": 1.0})
+    + _core_settings(
+        "node", NodeOptions, skip=("quorum",), minimums={"max_batch_records": 1}
+    )
+}
+"""Every setting, by key."""
+
+_SECTIONS = ("quorum", "node")
+
+
+def env_name(key: str) -> str:
+    """The environment variable of a key: ``quorum.fetch_timeout_ms`` ->
+    ``KQ_QUORUM_FETCH_TIMEOUT_MS``."""
+    return "KQ_" + key.upper().replace(".", "_")
+
+
+_ENV_KEYS = {env_name(key): key for key in SETTINGS}
+
+
+@dataclass(slots=True)
+class Settings:
+    """Values by key, and where each came from (``"default"``, ``"config file
+    X"``, ``"environment variable KQ_..."``, ``"flag --..."``)."""
+
+    values: dict[str, object] = field(default_factory=dict)
+    origins: dict[str, str] = field(default_factory=dict)
+    config_file: Path | None = None
+
+    def get(self, key: str) -> Any:
+        return self.values.get(key, SETTINGS[key].default)
+
+    def origin(self, key: str) -> str:
+        return self.origins.get(key, "default")
+
+    def require(self, key: str, flag: str = "") -> Any:
+        value = self.get(key)
+        if value is None:
+            how = [f"`{key}` in the config file", env_name(key)]
+            how.append(flag or f"--set {key}=...")
+            raise ConfigError(f"missing required setting {key!r} (set {' or '.join(how)})")
+        return value
+
+    def set(self, key: str, value: object, origin: str) -> None:
+        self.values[key] = value
+        self.origins[key] = origin
+
+
+# -- conversion -------------------------------------------------------------------
+
+
+def _bad(key: str, origin: str, why: str) -> ConfigError:
+    return ConfigError(f"bad value for {key!r} from {origin}: {why}")
+
+
+def _convert(
+    setting: Setting, raw: object, origin: str, *, typed: bool, base_dir: Path | None = None
+) -> object:
+    """Check and convert ``raw`` (a TOML value when ``typed``, else text)."""
+    key, kind = setting.key, setting.kind
+    if kind == "voters":
+        return _convert_voters(key, raw, origin)
+    if kind in ("int", "float"):
+        if typed:
+            if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+                return _fail_type(key, origin, kind, raw)
+            if kind == "int" and not isinstance(raw, int):
+                return _fail_type(key, origin, kind, raw)
+            number: float = raw
+        else:
+            assert isinstance(raw, str)
+            try:
+                number = int(raw.strip()) if kind == "int" else float(raw.strip())
+            except ValueError:
+                return _fail_type(key, origin, kind, raw)
+        if not math.isfinite(number):
+            raise _bad(key, origin, f"expected a finite number, got {raw!r}")
+        if setting.minimum is not None and number < setting.minimum:
+            raise _bad(key, origin, f"must be at least {setting.minimum:g}, got {raw!r}")
+        if key == "node_id" and number > 2**31 - 1:
+            raise _bad(key, origin, f"must be at most 2147483647, got {raw!r}")
+        return float(number) if kind == "float" else int(number)
+    if not isinstance(raw, str):
+        return _fail_type(key, origin, "string", raw)
+    text = raw.strip()
+    if kind == "str":
+        if not text or not text.isascii() or not text.isprintable() or " " in text:
+            raise _bad(key, origin, f"expected printable ASCII without spaces, got {raw!r}")
+        return text
+    if kind == "path":
+        if not text:
+            raise _bad(key, origin, "expected a directory path, got an empty string")
+        path = Path(text).expanduser()
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        return path
+    if kind == "address":
+        if not text:
+            return ""
+        try:
+            return parse_address(text)
+        except ValueError as exc:
+            raise _bad(key, origin, str(exc)) from None
+    if kind == "level":
+        if text.upper() not in LOG_LEVELS:
+            raise _bad(key, origin, f"expected one of {', '.join(LOG_LEVELS)}, got {raw!r}")
+        return text.upper()
+    raise AssertionError(f"unknown kind {kind}")  # pragma: no cover
+
+
+def _fail_type(key: str, origin: str, kind: str, raw: object) -> NoReturn:
+    name = {"int": "integer", "float": "number"}.get(kind, kind)
+    article = "an" if name[0] in "aeiou" else "a"
+    shown = repr(raw) if isinstance(raw, str) else f"{type(raw).__name__} {raw!r}"
+    raise _bad(key, origin, f"expected {article} {name}, got {shown}")
+
+
+def _convert_voters(key: str, raw: object, origin: str) -> dict[int, str]:
+    try:
+        if isinstance(raw, str):
+            return parse_voters(raw, bare_ids=True)
+        if isinstance(raw, dict):
+            voters: dict[int, str] = {}
+            for ident, address in raw.items():
+                node_id = parse_node_id(str(ident))
+                if not isinstance(address, str):
+                    raise ValueError(f"the address of voter {node_id} must be a host:port string")
+                voters[node_id] = parse_address(address, f"the address of voter {node_id}")
+            if not voters:
+                raise ValueError("at least one voter is needed")
+            return voters
+    except ValueError as exc:
+        raise _bad(key, origin, str(exc)) from None
+    raise _bad(
+        key, origin, f'expected a table or a "1@host:port,..." string, got {type(raw).__name__}'
+    )
+
+
+# -- sources --------------------------------------------------------------------
+
+
+def _read_file(path: Path, settings: Settings) -> None:
+    origin = f"config file {path}"
+    try:
+        with path.open("rb") as f:
+            doc = tomllib.load(f)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    base = path.parent
+    for name, value in doc.items():
+        if name in _SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{name!r} in {origin} must be a table ([{name}])")
+            for sub, subvalue in value.items():
+                _set_typed(settings, f"{name}.{sub}", subvalue, origin, base)
+        else:
+            _set_typed(settings, name, value, origin, base)
+
+
+def _set_typed(settings: Settings, key: str, value: object, origin: str, base: Path) -> None:
+    setting = SETTINGS.get(key)
+    if setting is None:
+        raise ConfigError(f"unknown key {key!r} in {origin}{_suggest(key)}")
+    settings.set(key, _convert(setting, value, origin, typed=True, base_dir=base), origin)
+
+
+def _suggest(key: str) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, SETTINGS, n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _read_env(env: Mapping[str, str], settings: Settings) -> None:
+    for name in sorted(env):
+        if not name.startswith("KQ_") or name in IGNORED_ENV:
+            continue
+        key = _ENV_KEYS.get(name)
+        origin = f"environment variable {name}"
+        if key is None:
+            guess = _suggest(name[3:].lower().replace("_", "."))
+            raise ConfigError(
+                f"unknown key in {origin}: no setting is named {name}{guess}; "
+                "unset it (KQ_* variables configure kq)"
+            )
+        settings.set(key, _convert(SETTINGS[key], env[name], origin, typed=False), origin)
+
+
+def load_settings(
+    config_file: str | os.PathLike[str] | None,
+    env: Mapping[str, str],
+    flags: Sequence[tuple[str, str, str]] = (),
+) -> Settings:
+    """Merge defaults < file < environment < ``flags``.
+
+    ``flags`` are ``(key, text, origin)``, applied in order.
+    """
+    settings = Settings()
+    if config_file is not None:
+        settings.config_file = Path(config_file)
+        _read_file(settings.config_file, settings)
+    _read_env(env, settings)
+    for key, text, origin in flags:
+        setting = SETTINGS.get(key)
+        if setting is None:
+            raise ConfigError(f"unknown key {key!r} in {origin}{_suggest(key)}")
+        settings.set(key, _convert(setting, text, origin, typed=False), origin)
+    return settings
+
+
+# -- flags ------------------------------------------------------------------------
+
+_FLAG_KEYS = (
+    ("node_id", "--node-id"),
+    ("cluster_id", "--cluster-id"),
+    ("data_dir", "--data-dir"),
+    ("listen", "--listen"),
+    ("voters", "--voters"),
+)
+
+
+def add_config_flags(
+    parser: argparse.ArgumentParser,
+    *,
+    data_dir_flag: str = "--data-dir",
+    keys: Sequence[str] = ("node_id", "cluster_id", "data_dir", "listen", "voters"),
+    with_set: bool = True,
+) -> None:
+    """Add ``--config`` and the override flags of ``keys`` to ``parser``."""
+    parser.add_argument("--config", metavar="FILE", help="TOML config file")
+    helps = {
+        "node_id": "this node's id",
+        "cluster_id": "the cluster id (see `kq storage random-cluster-id`)",
+        "data_dir": "the node's data directory",
+        "listen": "host:port to listen on (default: the node's voter address)",
+        "voters": "the voters: 1@host:port,2@host:port,...",
+    }
+    for key, flag in _FLAG_KEYS:
+        if key in keys:
+            name = data_dir_flag if key == "data_dir" else flag
+            parser.add_argument(name, dest=f"cfg_{key}", metavar=key.upper(), help=helps[key])
+    if with_set:
+        parser.add_argument(
+            "--set",
+            dest="cfg_set",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="set any config key, e.g. --set quorum.fetch_timeout_ms=3000 (repeatable)",
+        )
+
+
+def settings_from_args(
+    args: argparse.Namespace, env: Mapping[str, str] | None = None, data_dir_flag: str = ""
+) -> Settings:
+    """The settings named by ``args`` (see :func:`add_config_flags`)."""
+    flags: list[tuple[str, str, str]] = []
+    for key, flag in _FLAG_KEYS:
+        text = getattr(args, f"cfg_{key}", None)
+        if text is not None:
+            name = (data_dir_flag or flag) if key == "data_dir" else flag
+            flags.append((key, text, f"flag {name}"))
+    for item in getattr(args, "cfg_set", None) or []:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"flag --set {item!r} is not KEY=VALUE")
+        flags.append((key.strip(), text, f"flag --set {item}"))
+    return load_settings(args.config, os.environ if env is None else env, flags)
+
+
+# -- the controller's configuration --------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerConfig:
+    node_id: int
+    cluster_id: str
+    data_dir: Path
+    voters: Mapping[int, str]
+    listen: str
+    metrics_listen: str
+    log_level: str
+    options: NodeOptions
+    settings: Settings
+
+    @property
+    def address(self) -> str:
+        return self.listen or self.voters[self.node_id]
+
+    def node_config(self) -> NodeConfig:
+        return NodeConfig(
+            node_id=self.node_id,
+            cluster_id=self.cluster_id,
+            voters=dict(self.voters),
+            data_dir=self.data_dir,
+            listen=self.listen,
+            options=self.options,
+            metrics_listen=self.metrics_listen,
+        )
+
+
+def controller_config(settings: Settings) -> ControllerConfig:
+    """Check that ``settings`` make a runnable node."""
+    node_id: int = settings.require("node_id", "--node-id")
+    cluster_id: str = settings.require("cluster_id", "--cluster-id")
+    data_dir: Path = settings.require("data_dir", "--data-dir")
+    voters: dict[int, str] = settings.require("voters", "--voters")
+    listen: str = settings.get("listen")
+    missing = [v for v, address in sorted(voters.items()) if not address]
+    if missing:
+        raise ConfigError(
+            f"bad value for 'voters' from {settings.origin('voters')}: voter(s) "
+            f"{', '.join(map(str, missing))} have no address (use id@host:port)"
+        )
+    if node_id not in voters and not listen:
+        raise ConfigError(
+            f"node {node_id} (from {settings.origin('node_id')}) is not a voter "
+            f"({', '.join(map(str, sorted(voters)))}) and has no 'listen' address"
+        )
+    quorum_values = {
+        key.partition(".")[2]: settings.get(key) for key in SETTINGS if key.startswith("quorum.")
+    }
+    try:
+        quorum = QuorumConfig(**quorum_values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(_blame("quorum", str(exc), settings)) from None
+    node_values = {
+        key.partition(".")[2]: settings.get(key) for key in SETTINGS if key.startswith("node.")
+    }
+    options = NodeOptions(quorum=quorum, **node_values)
+    return ControllerConfig(
+        node_id=node_id,
+        cluster_id=cluster_id,
+        data_dir=data_dir,
+        voters=voters,
+        listen=listen,
+        metrics_listen=settings.get("metrics_listen"),
+        log_level=settings.get("log_level"),
+        options=options,
+        settings=settings,
+    )
+
+
+def _blame(section: str, message: str, settings: Settings) -> str:
+    """Name the keys a cross-field check mentions, and where each came from."""
+    keys = [
+        key
+        for key in SETTINGS
+        if key.startswith(section + ".")
+        and re.search(rf"\b{re.escape(key.partition('.')[2])}\b", message)
+    ]
+    where = "; ".join(f"{key} from {settings.origin(key)}" for key in keys)
+    return f"bad [{section}] settings: {message}" + (f" ({where})" if where else "")
+
+
+# -- writing ----------------------------------------------------------------------
+
+
+def render_toml(values: Mapping[str, object]) -> str:
+    """A config file holding ``values`` (keys as in :data:`SETTINGS`)."""
+    top: list[str] = []
+    tables: dict[str, list[str]] = {"voters": [], "quorum": [], "node": []}
+    for key, value in values.items():
+        if key not in SETTINGS:
+            raise ConfigError(f"unknown key {key!r}")
+        if key == "voters":
+            assert isinstance(value, Mapping)
+            tables["voters"] = [f"{k} = {_toml_value(v)}" for k, v in sorted(value.items())]
+            continue
+        section, dot, name = key.partition(".")
+        if dot:
+            tables[section].append(f"{name} = {_toml_value(value)}")
+        else:
+            top.append(f"{key} = {_toml_value(value)}")
+    out = top[:]
+    for name, lines in tables.items():
+        if lines:
+            out += ["", f"[{name}]", *lines]
+    return "\n".join(out) + "\n"
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value)
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{escaped}"'

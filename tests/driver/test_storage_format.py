@@ -117,19 +117,3 @@ def test_random_cluster_ids() -> None:
         assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id)
         assert not cluster_id.startswith("-")
 
-
-def test_kq_storage_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kq.cli import main
-
-    assert main(["storage", "random-cluster-id"]) == 0
-    cluster = capsys.readouterr().out.strip()
-    assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster)
-    args = ["storage", "format", "--dir", str(tmp_path / "d"), "--cluster-id", cluster]
-    assert main([*args, "--node-id", "2", "--voters", "1,2,3"]) == 0
-    assert f"cluster {cluster} node 2 (voters 1,2,3)" in capsys.readouterr().out
-    assert main([*args, "--node-id", "2", "--voters", "1,2,3"]) == 1
-    assert "already formatted" in capsys.readouterr().err
-    assert main(["storage", "info", "--dir", str(tmp_path / "d")]) == 0
-    assert json.loads(capsys.readouterr().out)["node_id"] == 2
-    assert main(["storage", "info", "--dir", str(tmp_path / "none")]) == 1
-    assert "is not formatted" in capsys.readouterr().err

@@ -36,7 +36,11 @@ Handler: TypeAlias = Callable[[argparse.Namespace], "int | None"]
 COMMANDS: list[tuple[str, str]] = [
     ("version", "kq.cli:register_version"),
     ("sim", "quorum.sim.cli:register"),
-    ("storage", "quorum.driver.storage_cli:register"),
+    ("storage", "quorum.driver.cli_storage:register"),
+    ("controller", "quorum.driver.cli_controller:register"),
+    ("quorum", "quorum.driver.cli_quorum:register"),
+    ("cluster", "quorum.driver.cli_cluster:register"),
+    ("kv", "quorum.driver.cli_kv:register"),
 ]
 """Every subcommand: ``(name, "module:function")``, imported only when needed."""
 

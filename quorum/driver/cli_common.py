@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
@@ -32,6 +33,7 @@ __all__ = [
     "describe",
     "format_fields",
     "format_table",
+    "needs_subcommand",
     "parse_address",
     "parse_node_id",
     "parse_voters",
@@ -68,10 +70,27 @@ def command(name: str) -> Callable[[Handler], Handler]:
             except CommandError as exc:
                 print(f"kq {name}: {exc}", file=sys.stderr)
                 return exc.status
+            except BrokenPipeError:
+                # stdout went away (`kq ... | head`): not an error of ours.
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+                return EXIT_FAILURE
 
         return run
 
     return wrap
+
+
+def needs_subcommand(parser: argparse.ArgumentParser) -> None:
+    """Give a command group (``kq storage``, ...) the ``func`` kq.cli requires;
+    argparse itself refuses a missing subcommand first."""
+
+    def usage(args: argparse.Namespace) -> int:
+        parser.print_usage(sys.stderr)
+        return EXIT_USAGE
+
+    parser.set_defaults(func=usage)
 
 
 def run_async(coro: Coroutine[Any, Any, T]) -> T:
@@ -198,7 +217,9 @@ def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> st
     """Left-aligned columns separated by two spaces."""
     cells = [[str(h) for h in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
     return "\n".join(lines)
 
 

@@ -111,9 +111,7 @@ SETTINGS: dict[str, Setting] = {
     s.key: s
     for s in _TOP
     + _core_settings("quorum", QuorumConfig, minimums={"check_quorum_factor": 1.0})
-    + _core_settings(
-        "node", NodeOptions, skip=("quorum",), minimums={"max_batch_records": 1}
-    )
+    + _core_settings("node", NodeOptions, skip=("quorum",), minimums={"max_batch_records": 1})
 }
 """Every setting, by key."""
 

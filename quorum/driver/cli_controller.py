@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -22,7 +23,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quorum.driver.cli_common import EXIT_FAILURE, EXIT_USAGE, CommandError, command
+from quorum.driver.cli_common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    CommandError,
+    command,
+    needs_subcommand,
+)
 from quorum.driver.cli_config import (
     ConfigError,
     ControllerConfig,
@@ -34,6 +41,7 @@ from quorum.driver.rocks import StorageOpenError
 from quorum.driver.server import NodeServer
 from quorum.driver.storage_format import StorageFormatError, read_meta
 from quorum.storage import StorageCorruptError
+from quorum.types import Role
 
 __all__ = ["register", "run_controller"]
 
@@ -48,9 +56,8 @@ def register(subparsers: Any) -> None:
         help="run a quorum node (controller)",
         description="Run a kq quorum node.",
     )
-    commands = parser.add_subparsers(
-        dest="controller_command", metavar="SUBCOMMAND", required=True
-    )
+    commands = parser.add_subparsers(dest="controller_command", metavar="SUBCOMMAND", required=True)
+    needs_subcommand(parser)
     start = commands.add_parser(
         "start",
         help="run one node in the foreground until SIGTERM/SIGINT",
@@ -124,24 +131,25 @@ def run_controller(config: ControllerConfig) -> int:
     )
     try:
         meta = read_meta(config.data_dir)
-        if meta.cluster_id == config.cluster_id and set(meta.voters.voters) != set(config.voters):
-            raise StorageFormatError(
-                f"data directory {config.data_dir} was formatted for voters "
-                f"{','.join(map(str, meta.voters.sorted()))} but the configuration names "
-                f"voters {','.join(map(str, sorted(config.voters)))}; refusing to start "
-                "(the voter set cannot change by editing the configuration)"
-            )
-        server = NodeServer(config.node_config())
-    except (
-        StorageFormatError, StorageCorruptError, StorageOpenError, OSError, ValueError
-    ) as exc:
+    except StorageFormatError as exc:
         log.error("cannot start node %d: %s", config.node_id, exc)
         return EXIT_FAILURE
-    return asyncio.run(_serve(server))
+    if meta.cluster_id == config.cluster_id and set(meta.voters.voters) != set(config.voters):
+        log.error(
+            "cannot start node %d: data directory %s was formatted for voters %s but the "
+            "configuration names voters %s; refusing to start (the voter set cannot change "
+            "by editing the configuration)",
+            config.node_id,
+            config.data_dir,
+            ",".join(map(str, meta.voters.sorted())),
+            ",".join(map(str, sorted(config.voters))),
+        )
+        return EXIT_FAILURE
+    return asyncio.run(_serve(config))
 
 
-async def _serve(server: NodeServer) -> int:
-    node_id = server.config.node_id
+async def _serve(config: ControllerConfig) -> int:
+    node_id = config.node_id
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     received: list[str] = []
@@ -158,11 +166,21 @@ async def _serve(server: NodeServer) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         try:
+            # The gRPC server of a NodeServer belongs to the loop it is made in.
+            server = NodeServer(config.node_config())
+        except (
+            StorageFormatError,
+            StorageCorruptError,
+            StorageOpenError,
+            OSError,
+            ValueError,
+        ) as exc:
+            log.error("cannot start node %d: %s", node_id, exc)
+            return EXIT_FAILURE
+        try:
             await server.start()
         except (OSError, RuntimeError) as exc:
-            log.error(
-                "cannot start node %d on %s: %s", node_id, server.config.address, exc
-            )
+            log.error("cannot start node %d on %s: %s", node_id, config.address, exc)
             await server.server.stop(grace=None)
             close = getattr(server.storage, "close", None)
             if close is not None:
@@ -170,14 +188,15 @@ async def _serve(server: NodeServer) -> int:
             return EXIT_FAILURE
         status = 0
         while not stop.is_set():
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.5)
-            except TimeoutError:
-                pass
             if server.node.failure is not None:
                 log.error("node %d failed: %s; stopping", node_id, server.node.failure)
                 status = EXIT_FAILURE
                 break
+        core = server.node.core
+        if status == 0 and core.role is Role.LEADER:
+            log.info("node %d leads epoch %d: resigning before it stops", node_id, core.epoch)
         await server.stop(resign=status == 0)
         if status == 0:
             log.info("node %d stopped cleanly", node_id)

@@ -12,6 +12,7 @@ is not formatted, or that was formatted for another cluster or node.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -22,6 +23,7 @@ from quorum.driver.cli_common import (
     CommandError,
     command,
     format_fields,
+    needs_subcommand,
     print_json,
 )
 from quorum.driver.cli_config import ConfigError, add_config_flags, settings_from_args
@@ -50,6 +52,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     commands = parser.add_subparsers(dest="storage_command", metavar="SUBCOMMAND", required=True)
+    needs_subcommand(parser)
 
     rand = commands.add_parser(
         "random-cluster-id",
@@ -164,8 +167,6 @@ def _size(path: Path) -> int:
     total = 0
     for root, _, files in os.walk(path):
         for name in files:
-            try:
+            with contextlib.suppress(OSError):
                 total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
     return total

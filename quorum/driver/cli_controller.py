@@ -81,11 +81,16 @@ def _start(args: argparse.Namespace) -> int:
         config = controller_config(settings_from_args(args))
     except ConfigError as exc:
         raise CommandError(f"config error: {exc}", EXIT_USAGE) from None
+    root_level = logging.getLogger().level
     handlers = _setup_logging(config.log_level, args.log_file)
     pid_file = Path(args.pid_file) if args.pid_file else None
     try:
         if pid_file is not None:
-            pid_file.write_text(f"{os.getpid()}\n")
+            try:
+                pid_file.write_text(f"{os.getpid()}\n")
+            except OSError as exc:
+                pid_file = None
+                raise CommandError(f"cannot write --pid-file {args.pid_file}: {exc}") from None
         return run_controller(config)
     finally:
         if pid_file is not None:
@@ -97,6 +102,7 @@ def _start(args: argparse.Namespace) -> int:
         for handler in handlers:
             logging.getLogger().removeHandler(handler)
             handler.close()
+        logging.getLogger().setLevel(root_level)
 
 
 def _setup_logging(level: str, log_file: str | None) -> list[logging.Handler]:

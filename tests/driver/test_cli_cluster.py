@@ -1,0 +1,184 @@
+"""End to end: ``kq cluster up`` starts 3 controller processes; status, kv,
+describe, killing the leader, ``kq cluster down``."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from quorum.driver.cli_cluster import load_state, process_alive
+
+ENV = {k: v for k, v in os.environ.items() if not k.startswith("KQ_")}
+
+
+def kq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kq.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
+    )
+
+
+def kq_json(*args: str) -> Any:
+    done = kq(*args)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def free_base_port(n: int) -> int:
+    """A port P with P..P+n-1 all free on 127.0.0.1."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 60000)
+        socks = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise AssertionError("no free port range")
+
+
+def wait_for(cond: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} not seen within {timeout_s} s")
+        time.sleep(0.2)
+
+
+def leaders(status: Any) -> list[int]:
+    return [n["node_id"] for n in status["nodes"] if n["role"] == "leader"]
+
+
+@pytest.mark.slow
+def test_cluster_up_status_kv_failover_down(tmp_path: Path) -> None:
+    d = str(tmp_path / "cluster")
+    base = free_base_port(3)
+    seen_pids: dict[int, str] = {}  # pid -> the config file its command line names
+    try:
+        up = kq("cluster", "up", "--dir", d, "--nodes", "3", "--base-port", str(base), "--json")
+        state = load_state(d)
+        assert state is not None
+        for n in state.nodes:
+            if n.pid is not None:
+                seen_pids[n.pid] = str(state.path(n.config))
+        assert up.returncode == 0, up.stderr
+        assert len(json.loads(up.stdout)["nodes"]) == 3
+
+        status = kq_json("cluster", "status", "--dir", d, "--json")
+        assert [n["alive"] for n in status["nodes"]] == [True, True, True]
+        assert [n["address"] for n in status["nodes"]] == [
+            f"127.0.0.1:{base + i}" for i in range(3)
+        ]
+        assert len(leaders(status)) == 1
+        leader = leaders(status)[0]
+
+        bootstrap = ",".join(n["address"] for n in status["nodes"])
+        put = kq("kv", "put", "greeting", "hello", "--bootstrap-server", bootstrap)
+        assert put.returncode == 0, put.stderr
+        got = kq("kv", "get", "greeting", "--bootstrap-server", bootstrap)
+        assert (got.returncode, got.stdout) == (0, "hello\n"), got.stderr
+        missing = kq("kv", "get", "nothing", "--bootstrap-server", bootstrap)
+        assert missing.returncode == 1 and "not found" in missing.stderr
+
+        described = kq_json(
+            "quorum", "describe", "--status", "--json", "--bootstrap-server", bootstrap
+        )
+        assert described["leader_id"] == leader
+        assert described["current_voters"] == [1, 2, 3]
+        assert described["cluster_id"] == status["cluster_id"]
+        assert described["high_watermark"] >= 2
+        replication = kq_json(
+            "quorum", "describe", "--replication", "--json", "--bootstrap-server", bootstrap
+        )
+        assert sorted(r["node_id"] for r in replication) == [1, 2, 3]
+        assert [r["status"] for r in replication].count("Leader") == 1
+
+        killed = kq("cluster", "kill", str(leader), "--dir", d)
+        assert killed.returncode == 0, killed.stderr
+
+        def new_leader() -> int | None:
+            s = kq_json("cluster", "status", "--dir", d, "--json")
+            found = leaders(s)
+            return found[0] if len(found) == 1 and found[0] != leader else None
+
+        successor = wait_for(new_leader, 20, "a new leader")
+        assert successor != leader
+        status = kq_json("cluster", "status", "--dir", d, "--json")
+        by_id = {n["node_id"]: n for n in status["nodes"]}
+        assert by_id[leader]["alive"] is False and by_id[leader]["role"] == "down"
+        # The acknowledged write survived the failover.
+        got = kq("kv", "get", "greeting", "--cluster-dir", d)
+        assert (got.returncode, got.stdout) == (0, "hello\n"), got.stderr
+
+        # Starting the cluster again while it runs is refused.
+        again = kq("cluster", "up", "--dir", d)
+        assert again.returncode == 1 and "already running" in again.stderr
+
+        down = kq("cluster", "down", "--dir", d)
+        assert down.returncode == 0, down.stderr
+        for pid, marker in seen_pids.items():
+            assert not process_alive(pid, marker), f"pid {pid} survived kq cluster down"
+        after = load_state(d)
+        assert after is not None and all(n.pid is None for n in after.nodes)
+    finally:
+        kq("cluster", "down", "--dir", d, "--timeout", "5")
+        state = load_state(d) if (Path(d) / "cluster.json").exists() else None
+        if state is not None:
+            for n in state.nodes:
+                if n.pid is not None:
+                    seen_pids[n.pid] = str(state.path(n.config))
+        for pid, marker in seen_pids.items():
+            if process_alive(pid, marker):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_up_refuses_a_busy_port_and_bad_settings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kq.cli import main
+
+    d = str(tmp_path / "c")
+    assert main(["cluster", "status", "--dir", d]) == 1
+    assert "no local cluster" in capsys.readouterr().err
+    assert main(["cluster", "up", "--dir", d, "--set", "node_id=3"]) == 2
+    assert "only quorum.*, node.* and log_level" in capsys.readouterr().err
+    assert main(["cluster", "up", "--dir", d, "--set", "quorum.fetch_timeout_ms=x"]) == 2
+    assert "bad value for 'quorum.fetch_timeout_ms'" in capsys.readouterr().err
+    base = free_base_port(2)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", base + 1))
+        busy.listen()
+        assert main(["cluster", "up", "--dir", d, "--nodes", "2", "--base-port", str(base)]) == 1
+    assert f"127.0.0.1:{base + 1} (node 2)" in capsys.readouterr().err
+    state = load_state(d)
+    assert state is not None and all(n.pid is None for n in state.nodes)
+    # The cluster exists now: its size and ports are fixed.
+    assert main(["cluster", "up", "--dir", d, "--nodes", "3"]) == 2
+    assert "has 2 nodes, not 3" in capsys.readouterr().err
+    assert main(["cluster", "kill", "1", "--dir", d]) == 1
+    assert "node 1 is not running" in capsys.readouterr().err
+    assert main(["cluster", "kill", "9", "--dir", d]) == 1
+    assert "has no node 9" in capsys.readouterr().err

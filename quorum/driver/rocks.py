@@ -284,6 +284,8 @@ class RocksStorage:
             if not self._closed:
                 self._closed = True
                 self._db.close()
+                if isinstance(self._snapshots, FileSnapshotStore):
+                    self._snapshots.close()
 
     def __enter__(self) -> RocksStorage:
         return self

@@ -32,6 +32,17 @@ the latest one, so an older snapshot would leave a hole between its end and
 the log's start, and a node that silently forgot committed entries could
 break the quorum's guarantees.  Any other snapshot is verified in full the
 first time it is read or sized, before a byte of it is served.
+
+Threads: every method takes one lock, since the node driver persists (and so
+finishes and deletes snapshots) on a worker thread while its core may serve
+FetchSnapshot on the event loop.  The core asks ``size`` and then ``read``; a
+snapshot deleted between the two is still read whole through the descriptor
+opened when it was checked (its file is unlinked at once; the descriptor is
+closed at the next ``delete_before`` or :meth:`close`), so a reader never
+sees a half-deleted snapshot.  If it was deleted twice over since (two
+compactions between the core's two calls), ``read`` returns no bytes, which
+the fetching follower takes as "start over" (``KeyError`` is kept for ids
+this store never had).
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ import logging
 import os
 import re
 import struct
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +73,7 @@ _NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 _PARTIAL_SUFFIX = ".partial"
 _TMP_SUFFIX = ".tmp"
 _READ_CHUNK = 1 << 20
+_DELETED_MEMORY = 1024
 
 
 def snapshot_file_name(snapshot_id: SnapshotId) -> str:
@@ -107,12 +120,19 @@ class _Partial:
 class FileSnapshotStore:
     """The :class:`~quorum.storage.SnapshotStore` port on a directory.
 
-    Not thread-safe: one caller at a time (the node driver serialises calls).
+    Thread-safe (one lock); see the module docstring.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        # Read descriptors of checked complete snapshots, and of snapshots
+        # deleted since the last delete_before (with their payload length).
+        self._fds: dict[SnapshotId, int] = {}
+        self._retired: dict[SnapshotId, tuple[int, int]] = {}
+        # Ids deleted since open (the latest _DELETED_MEMORY of them).
+        self._deleted: dict[SnapshotId, None] = {}
         self._partials: dict[SnapshotId, _Partial] = {}
         # Complete snapshots: id -> payload length (header checked).
         self._complete: dict[SnapshotId, int] = {}
@@ -139,13 +159,24 @@ class FileSnapshotStore:
         if latest is not None:
             self._verify(latest)
 
+    def close(self) -> None:
+        """Close the read descriptors (the store may be used again: they reopen)."""
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            for fd, _ in self._retired.values():
+                os.close(fd)
+            self._fds.clear()
+            self._retired.clear()
+
     # -- reading -----------------------------------------------------------
 
     def path_of(self, snapshot_id: SnapshotId) -> Path:
         return self.directory / snapshot_file_name(snapshot_id)
 
     def latest(self) -> SnapshotId | None:
-        return max(self._complete) if self._complete else None
+        with self._lock:
+            return max(self._complete) if self._complete else None
 
     def _read_header(self, snapshot_id: SnapshotId, fd: int, path: Path) -> tuple[int, int]:
         """Check the header of an open snapshot file; return (length, payload crc)."""
@@ -183,55 +214,69 @@ class FileSnapshotStore:
         return length, payload_crc
 
     def _verify(self, snapshot_id: SnapshotId) -> int:
-        """Check the whole file of a complete snapshot once; return its length."""
+        """Check the whole file of a complete snapshot once, keeping a read
+        descriptor open; return its payload length."""
         length = self._complete[snapshot_id]
-        if snapshot_id in self._verified:
+        if snapshot_id in self._verified and snapshot_id in self._fds:
             return length
         path = self.path_of(snapshot_id)
         fd = os.open(path, os.O_RDONLY)
         try:
             length, stored = self._read_header(snapshot_id, fd, path)
-            crc = 0
-            pos = HEADER_SIZE
-            end = HEADER_SIZE + length
-            while pos < end:
-                chunk = os.pread(fd, min(_READ_CHUNK, end - pos), pos)
-                if not chunk:
-                    raise StorageCorruptError(f"snapshot file {path} shrank while being read")
-                crc = crc32c(chunk, crc)
-                pos += len(chunk)
-        finally:
+            if snapshot_id not in self._verified:
+                crc = 0
+                pos = HEADER_SIZE
+                end = HEADER_SIZE + length
+                while pos < end:
+                    chunk = os.pread(fd, min(_READ_CHUNK, end - pos), pos)
+                    if not chunk:
+                        raise StorageCorruptError(f"snapshot file {path} shrank while being read")
+                    crc = crc32c(chunk, crc)
+                    pos += len(chunk)
+                if crc != stored:
+                    raise StorageCorruptError(
+                        f"snapshot file {path} fails its payload CRC-32C check: stored "
+                        f"{stored:#010x}, computed {crc:#010x} over {length} bytes; refusing "
+                        "to use it (restore the file, or remove the node's data and let it "
+                        "fetch a snapshot from the leader)"
+                    )
+        except BaseException:
             os.close(fd)
-        if crc != stored:
-            raise StorageCorruptError(
-                f"snapshot file {path} fails its payload CRC-32C check: stored "
-                f"{stored:#010x}, computed {crc:#010x} over {length} bytes; refusing "
-                "to use it (restore the file, or remove the node's data and let it "
-                "fetch a snapshot from the leader)"
-            )
+            raise
+        self._forget_fd(snapshot_id)
+        self._fds[snapshot_id] = fd
         self._complete[snapshot_id] = length
         self._verified.add(snapshot_id)
         return length
 
+    def _forget_fd(self, snapshot_id: SnapshotId) -> None:
+        fd = self._fds.pop(snapshot_id, None)
+        if fd is not None:
+            os.close(fd)
+
     def size(self, snapshot_id: SnapshotId) -> int | None:
-        if snapshot_id not in self._complete:
-            return None
-        return self._verify(snapshot_id)
+        with self._lock:
+            if snapshot_id not in self._complete:
+                return None
+            return self._verify(snapshot_id)
 
     def read(self, snapshot_id: SnapshotId, position: int, max_bytes: int) -> bytes:
-        if snapshot_id not in self._complete:
-            raise KeyError(snapshot_id)
         if position < 0 or max_bytes < 0:
             raise ValueError(f"bad snapshot read: position {position}, max_bytes {max_bytes}")
-        length = self._verify(snapshot_id)
-        count = max(0, min(max_bytes, length - position))
-        if count == 0:
-            return b""
-        fd = os.open(self.path_of(snapshot_id), os.O_RDONLY)
-        try:
+        with self._lock:
+            if snapshot_id in self._complete:
+                length = self._verify(snapshot_id)
+                fd = self._fds[snapshot_id]
+            elif snapshot_id in self._retired:
+                fd, length = self._retired[snapshot_id]  # deleted since sized
+            elif snapshot_id in self._deleted:
+                return b""  # deleted twice over since sized: the fetcher starts over
+            else:
+                raise KeyError(snapshot_id)
+            count = max(0, min(max_bytes, length - position))
+            if count == 0:
+                return b""
             data = os.pread(fd, count, HEADER_SIZE + position)
-        finally:
-            os.close(fd)
         if len(data) != count:
             raise StorageCorruptError(
                 f"snapshot file {self.path_of(snapshot_id)} shrank: read {len(data)} of "
@@ -242,6 +287,10 @@ class FileSnapshotStore:
     # -- writing -----------------------------------------------------------
 
     def write_chunk(self, snapshot_id: SnapshotId, position: int, data: bytes) -> None:
+        with self._lock:
+            self._write_chunk(snapshot_id, position, data)
+
+    def _write_chunk(self, snapshot_id: SnapshotId, position: int, data: bytes) -> None:
         path = self.directory / (snapshot_file_name(snapshot_id) + _PARTIAL_SUFFIX)
         partial = self._partials.get(snapshot_id)
         if position == 0:
@@ -266,6 +315,10 @@ class FileSnapshotStore:
         partial.crc = crc32c(data, partial.crc)
 
     def finish(self, snapshot_id: SnapshotId) -> None:
+        with self._lock:
+            self._finish(snapshot_id)
+
+    def _finish(self, snapshot_id: SnapshotId) -> None:
         partial = self._partials.get(snapshot_id)
         if partial is None:
             raise ValueError(f"snapshot {snapshot_id} has no chunks written to finish")
@@ -279,6 +332,10 @@ class FileSnapshotStore:
         self._install(partial.path, snapshot_id, partial.position)
 
     def create(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        with self._lock:
+            self._create(snapshot_id, data)
+
+    def _create(self, snapshot_id: SnapshotId, data: bytes) -> None:
         tmp = self.directory / (snapshot_file_name(snapshot_id) + _TMP_SUFFIX)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -293,24 +350,36 @@ class FileSnapshotStore:
         """Rename a synced file into place and make the rename durable."""
         os.replace(source, self.path_of(snapshot_id))
         fsync_dir(self.directory)
+        self._forget_fd(snapshot_id)  # a descriptor of a replaced file
         self._complete[snapshot_id] = length
         # Just written from bytes whose CRC we computed.
         self._verified.add(snapshot_id)
 
     def delete_before(self, snapshot_id: SnapshotId) -> None:
-        removed = False
-        for sid in [s for s in self._complete if s < snapshot_id]:
-            self.path_of(sid).unlink(missing_ok=True)
-            del self._complete[sid]
-            self._verified.discard(sid)
-            removed = True
-        # A download of a newer snapshot may be under way: keep it.
-        for sid in [s for s in self._partials if s <= snapshot_id]:
-            self._partials.pop(sid).path.unlink(missing_ok=True)
-            removed = True
-        if removed:
-            fsync_dir(self.directory)
+        with self._lock:
+            for old_fd, _ in self._retired.values():
+                os.close(old_fd)
+            self._retired.clear()
+            removed = False
+            for sid in [s for s in self._complete if s < snapshot_id]:
+                fd = self._fds.pop(sid, None)
+                if fd is not None:
+                    self._retired[sid] = (fd, self._complete[sid])
+                self.path_of(sid).unlink(missing_ok=True)
+                self._deleted[sid] = None
+                if len(self._deleted) > _DELETED_MEMORY:
+                    del self._deleted[next(iter(self._deleted))]
+                del self._complete[sid]
+                self._verified.discard(sid)
+                removed = True
+            # A download of a newer snapshot may be under way: keep it.
+            for sid in [s for s in self._partials if s <= snapshot_id]:
+                self._partials.pop(sid).path.unlink(missing_ok=True)
+                removed = True
+            if removed:
+                fsync_dir(self.directory)
 
     def partial_ids(self) -> list[SnapshotId]:
         """Snapshots being downloaded (for tests and status)."""
-        return sorted(self._partials)
+        with self._lock:
+            return sorted(self._partials)

@@ -168,3 +168,59 @@ def test_large_snapshot_in_chunks(tmp_path: Path) -> None:
     reopened = FileSnapshotStore(tmp_path)
     assert reopened.size(C) == len(data)
     assert b"".join(reopened.read(C, p, step) for p in range(0, len(data), step)) == data
+
+
+def test_a_snapshot_deleted_between_size_and_read_is_still_read_whole(tmp_path: Path) -> None:
+    """The core asks size() then read() while the driver's worker thread may
+    compact: the bytes it reads are those of the snapshot it sized."""
+    store = FileSnapshotStore(tmp_path)
+    store.create(A, b"older snapshot")
+    store.create(B, b"newer")
+    assert store.size(A) == 14
+    store.delete_before(B)  # on another thread, between the core's two calls
+    assert not _file(tmp_path, A).exists()
+    assert store.size(A) is None
+    assert store.read(A, 6, 100) == b"snapshot"
+    store.delete_before(B)  # the next deletion closes what the last one kept
+    assert store.read(A, 0, 1) == b""  # the fetching follower starts over
+    with pytest.raises(KeyError):
+        store.read(C, 0, 1)  # never known
+    store.close()
+    assert store.read(B, 0, 100) == b"newer"  # reopens its descriptor
+    store.close()
+
+
+def test_concurrent_readers_and_a_writer(tmp_path: Path) -> None:
+    import threading
+
+    store = FileSnapshotStore(tmp_path)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            while not stop.is_set():
+                sid = store.latest()
+                if sid is None:
+                    continue
+                size = store.size(sid)
+                if size is None:
+                    continue  # deleted since latest(): the core says not found
+                data = store.read(sid, 0, size)
+                # Whole, or nothing if deleted twice over since sized.
+                assert data in (str(sid.end_offset).encode() * 100, b"")
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for end in range(1, 60):
+        sid = SnapshotId(end, 1)
+        store.create(sid, str(end).encode() * 100)
+        store.delete_before(sid)
+    stop.set()
+    for t in threads:
+        t.join()
+    store.close()
+    assert errors == []

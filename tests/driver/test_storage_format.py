@@ -116,4 +116,3 @@ def test_random_cluster_ids() -> None:
     for cluster_id in ids:
         assert re.fullmatch(r"[A-Za-z0-9_-]{22}", cluster_id)
         assert not cluster_id.startswith("-")
-

@@ -472,6 +472,27 @@ class RaftCore:
         self._append_as_leader(batch)
         return ProposeResult(batch.base_offset, batch.last_offset, batch.epoch)
 
+    def report_unreachable(self, node: NodeId, now_ms: int) -> None:
+        """The transport could not reach ``node`` at all (connection refused
+        or reset: etcd's ReportUnreachable).
+
+        If ``node`` is our leader, a crashed leader is the likely cause: we
+        stop counting it as live (so we grant pre-votes) and campaign after a
+        short random delay instead of a whole fetch timeout.  Pre-vote keeps
+        this harmless when only our link failed: voters that still hear the
+        leader refuse, and its BeginQuorumEpoch re-sends bring us back.
+        """
+        self._advance_clock(now_ms)
+        if self._role is not Role.FOLLOWER or node != self.leader_id:
+            return
+        self._leader_resigned = True
+        if self.is_voter:
+            delay = self._rng.randrange(max(1, self.config.election_timeout_ms // 2))
+        else:
+            delay = 0  # an observer just looks for the leader elsewhere
+        self._fetch_deadline = min(self._fetch_deadline, self._now + delay)
+        self._fetch_inflight = None
+
     def begin_read(self, now_ms: int) -> ReadBarrier | None:
         """Start a linearizable read (Raft thesis §6.4, adapted to KIP-595's
         pull replication).

@@ -128,6 +128,7 @@ class QuorumNode:
             config=self.options.quorum,
         )
         self._inbox: list[Message] = []
+        self._unreachable: set[NodeId] = set()
         self._proposals: list[_Proposal] = []
         self._inflight: dict[int, _Inflight] = {}
         self._reads: list[tuple[ReadBarrier | None, asyncio.Future[int], float]] = []
@@ -188,6 +189,11 @@ class QuorumNode:
     def deliver(self, msg: Message) -> None:
         """A message from a peer (already validated by the transport)."""
         self._inbox.append(msg)
+        self._wakeup.set()
+
+    def report_unreachable(self, node: NodeId) -> None:
+        """The transport could not connect to ``node`` (see the core)."""
+        self._unreachable.add(node)
         self._wakeup.set()
 
     async def propose(self, records: Sequence[bytes], timeout_s: float) -> ProposalOutcome:
@@ -261,6 +267,9 @@ class QuorumNode:
                 inbox, self._inbox = self._inbox, []
                 for msg in inbox:
                     self.core.step(msg, now)
+                unreachable, self._unreachable = self._unreachable, set()
+                for node in sorted(unreachable):
+                    self.core.report_unreachable(node, now)
                 if now >= self.core.next_deadline_ms():
                     self.core.tick(now)
                 self._maybe_append_proposals(loop)

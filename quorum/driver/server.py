@@ -92,6 +92,7 @@ class NodeServer:
             config.voters,
             self.node.deliver,
             rpc_timeout_s=q.request_timeout_ms / 1000,
+            unreachable=self.node.report_unreachable,
         )
         self.server = grpc.aio.server(
             options=[

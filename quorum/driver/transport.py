@@ -77,11 +77,13 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
         peers: Mapping[NodeId, str],
         deliver: Callable[[Message], None],
         rpc_timeout_s: float,
+        unreachable: Callable[[NodeId], None] | None = None,
     ) -> None:
         self.node_id = node_id
         self.cluster_id = cluster_id
         self.peers = dict(peers)
         self._deliver = deliver
+        self._unreachable = unreachable or (lambda node: None)
         self._timeout = rpc_timeout_s
         self._channels: dict[NodeId, grpc.aio.Channel] = {}
         self._stubs: dict[NodeId, pb_grpc.RaftServiceAsyncStub] = {}
@@ -140,6 +142,9 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
         except grpc.aio.AioRpcError as exc:
             self.failed += 1
             log.debug("%s to node %d failed: %s", type(msg).__name__, msg.dst, exc.code().name)
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                # No connection at all (refused or reset): tell the core.
+                self._unreachable(msg.dst)
         except WireError as exc:
             self.failed += 1
             log.warning("malformed answer from node %d: %s", msg.dst, exc)

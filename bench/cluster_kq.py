@@ -1,0 +1,166 @@
+"""The benchmark's kq target: a 3-node kq quorum on loopback.
+
+Started and stopped with the ``kq cluster`` commands (each node its own
+``kq controller start`` process with RocksDB storage and fsync), driven with
+kq's Python client (grpc.aio), the same client style as the etcd target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from kq import kv_pb2
+from quorum.driver.cli_cluster import load_state
+from quorum.driver.client import KvClient
+
+REQUEST_TIMEOUT_S = 5.0
+HEALTHY_TIMEOUT_S = 30.0
+NODES = 3
+
+
+def _kq(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    code = "import sys; from kq.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def _free_base_port() -> int:
+    for _ in range(200):
+        base = random.randint(20_000, 60_000)
+        socks = []
+        try:
+            for i in range(NODES):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free range of ports on 127.0.0.1")
+
+
+class KqTarget:
+    name = "kq"
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        state = load_state(directory)
+        assert state is not None
+        self.addresses = {n.node_id: n.address for n in state.nodes}
+        self.client = KvClient(list(self.addresses.values()), timeout_s=REQUEST_TIMEOUT_S)
+        self._killed: list[int] = []
+
+    def _pids(self) -> dict[int, int]:
+        state = load_state(self.dir)
+        assert state is not None
+        return {n.node_id: n.pid for n in state.nodes if n.pid is not None}
+
+    async def put(self, key: bytes, value: bytes) -> None:
+        await self.client.put(key.decode(), value)
+
+    async def put_many(self, items: Sequence[tuple[bytes, bytes]]) -> None:
+        await self.client.put_many([(k.decode(), v) for k, v in items])
+
+    async def _describe(self, node: int) -> Any:
+        stub = self.client.quorum_stub(self.addresses[node])
+        return await stub.DescribeQuorum(kv_pb2.DescribeQuorumRequest(), timeout=1.0)
+
+    async def leader_id(self) -> int:
+        deadline = time.monotonic() + HEALTHY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for node in self.addresses:
+                if node in self._killed:
+                    continue
+                with contextlib.suppress(Exception):
+                    d = await self._describe(node)
+                    if d.role == "leader":
+                        return node
+            await asyncio.sleep(0.02)
+        raise RuntimeError("no kq leader")
+
+    async def leader_pid(self) -> int:
+        return self._pids()[await self.leader_id()]
+
+    async def kill_leader(self) -> int:
+        node = await self.leader_id()
+        pid = self._pids()[node]
+        self._killed.append(node)
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    async def restart_killed(self) -> None:
+        for node in self._killed:
+            result = _kq("cluster", "start", str(node), "--dir", str(self.dir))
+            if result.returncode != 0:
+                raise RuntimeError(f"kq cluster start {node} failed: {result.stderr.strip()}")
+        self._killed.clear()
+        await self.wait_healthy()
+
+    async def wait_healthy(self) -> None:
+        """All nodes up, one leader, every voter caught up with it."""
+        deadline = time.monotonic() + HEALTHY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                leader = await self.leader_id()
+                d = await self._describe(leader)
+                caught_up = len(d.replicas) == NODES and all(r.lag == 0 for r in d.replicas)
+                if caught_up:
+                    for node in self.addresses:
+                        await self._describe(node)
+                    return
+            except Exception:
+                pass
+            await asyncio.sleep(0.05)
+        raise RuntimeError("the kq cluster did not become healthy")
+
+    async def describe(self) -> dict[str, object]:
+        from kq import __version__
+
+        return {"version": __version__, "nodes": NODES, "storage": "RocksDB, fsync per Ready"}
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+@contextlib.asynccontextmanager
+async def open_target(workdir: Path) -> AsyncIterator[KqTarget]:
+    directory = workdir / "kq"
+    up = _kq(
+        "cluster", "up", "--dir", str(directory), "--nodes", str(NODES),
+        "--base-port", str(_free_base_port()), "--json",
+    )  # fmt: skip
+    try:
+        if up.returncode != 0:
+            raise RuntimeError(f"kq cluster up failed: {up.stderr.strip() or up.stdout.strip()}")
+        target = KqTarget(directory)
+        try:
+            await target.wait_healthy()
+            yield target
+        finally:
+            await target.close()
+    finally:
+        _kq("cluster", "down", "--dir", str(directory))
+        state = load_state(directory)
+        for node in state.nodes if state else []:
+            if node.pid is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(node.pid, signal.SIGKILL)

@@ -10,52 +10,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import random
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from kq import kv_pb2
-from quorum.driver.cli_cluster import load_state
+from quorum.driver.cli_cluster import free_base_port, load_state, run_kq
 from quorum.driver.client import KvClient
 
 REQUEST_TIMEOUT_S = 5.0
 HEALTHY_TIMEOUT_S = 30.0
 NODES = 3
-
-
-def _kq(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from kq.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-
-
-def _free_base_port() -> int:
-    for _ in range(200):
-        base = random.randint(20_000, 60_000)
-        socks = []
-        try:
-            for i in range(NODES):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", base + i))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free range of ports on 127.0.0.1")
 
 
 class KqTarget:
@@ -109,7 +76,7 @@ class KqTarget:
 
     async def restart_killed(self) -> None:
         for node in self._killed:
-            result = _kq("cluster", "start", str(node), "--dir", str(self.dir))
+            result = run_kq("cluster", "start", str(node), "--dir", str(self.dir))
             if result.returncode != 0:
                 raise RuntimeError(f"kq cluster start {node} failed: {result.stderr.strip()}")
         self._killed.clear()
@@ -144,9 +111,9 @@ class KqTarget:
 @contextlib.asynccontextmanager
 async def open_target(workdir: Path) -> AsyncIterator[KqTarget]:
     directory = workdir / "kq"
-    up = _kq(
+    up = run_kq(
         "cluster", "up", "--dir", str(directory), "--nodes", str(NODES),
-        "--base-port", str(_free_base_port()), "--json",
+        "--base-port", str(free_base_port(NODES)), "--json",
     )  # fmt: skip
     try:
         if up.returncode != 0:
@@ -158,7 +125,7 @@ async def open_target(workdir: Path) -> AsyncIterator[KqTarget]:
         finally:
             await target.close()
     finally:
-        _kq("cluster", "down", "--dir", str(directory))
+        run_kq("cluster", "down", "--dir", str(directory))
         state = load_state(directory)
         for node in state.nodes if state else []:
             if node.pid is not None:

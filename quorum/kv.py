@@ -15,6 +15,7 @@ the (offset, epoch) of the write that set it: its version.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -137,6 +138,13 @@ class KvStateMachine:
             raise ValueError(f"malformed key-value snapshot {snapshot_id}: {exc}") from exc
         self._data = items
         self._applied = snapshot_id.end_offset
+
+    def digest(self) -> bytes:
+        """sha256 of every key, value and version, in key order."""
+        h = hashlib.sha256(b"%d;" % self._applied)
+        for key, v in sorted(self._data.items()):
+            h.update(msgpack.packb([key, v.value, v.offset, v.epoch]))
+        return h.digest()
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         self.leader = leader

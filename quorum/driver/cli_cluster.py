@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -197,6 +198,39 @@ def _child_env() -> dict[str, str]:
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def run_kq(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run ``kq ARGS...`` in a child process (as the cluster's nodes run):
+    for tests and benchmarks that drive the command line."""
+    return subprocess.run(
+        [sys.executable, "-m", "kq.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=_child_env(),
+        check=False,
+    )
+
+
+def free_base_port(count: int, host: str = "127.0.0.1") -> int:
+    """A port P such that P .. P+count-1 are all free on ``host`` now."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20_000, 60_000)
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise CommandError(f"no range of {count} free ports on {host}")
 
 
 def _spawn(state: ClusterState, node: NodeState) -> subprocess.Popen[bytes]:

@@ -129,15 +129,25 @@ class KvClient:
             self._leader = None
 
     async def _ready(self, address: str, deadline: float) -> bool:
-        """Whether a connection to ``address`` is up (nothing is sent)."""
-        budget = min(0.5, deadline - time.monotonic())
-        if budget <= 0:
-            return False
-        try:
-            await asyncio.wait_for(self._channel(address).channel_ready(), budget)
-            return True
-        except TimeoutError:
-            return False
+        """Whether a connection to ``address`` is up (nothing is sent).
+
+        Gives up at once when the connection is refused (the channel reports
+        TRANSIENT_FAILURE), so a dead leader costs no waiting."""
+        channel = self._channel(address)
+        limit = min(deadline, time.monotonic() + 0.5)
+        state = channel.get_state(try_to_connect=True)
+        while state is not grpc.ChannelConnectivity.READY:
+            if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                return False
+            budget = limit - time.monotonic()
+            if budget <= 0:
+                return False
+            try:
+                await asyncio.wait_for(channel.wait_for_state_change(state), budget)
+            except TimeoutError:
+                return False
+            state = channel.get_state(try_to_connect=True)
+        return True
 
     # -- writes ------------------------------------------------------------
 

@@ -285,6 +285,8 @@ class QuorumServicer(kv_pb2_grpc.QuorumServiceServicer):
             log_start_offset=status.log_start_offset,
             log_end_offset=status.log_end_offset,
             voters=sorted(self.s.config.voters),
+            applied_offset=self.s.state_machine.applied_offset,
+            state_digest=self.s.state_machine.digest(),
         )
         leader_end = status.log_end_offset
         for r in status.replicas:

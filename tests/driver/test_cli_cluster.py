@@ -5,56 +5,26 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from quorum.driver.cli_cluster import load_state, process_alive
-
-ENV = {k: v for k, v in os.environ.items() if not k.startswith("KQ_")}
+from quorum.driver.cli_cluster import free_base_port, load_state, process_alive, run_kq
 
 
 def kq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kq.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=ENV,
-    )
+    return run_kq(*args, timeout_s=timeout)
 
 
 def kq_json(*args: str) -> Any:
     done = kq(*args)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
-
-
-def free_base_port(n: int) -> int:
-    """A port P with P..P+n-1 all free on 127.0.0.1."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(20000, 60000)
-        socks = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise AssertionError("no free port range")
 
 
 def wait_for(cond: Any, timeout_s: float, what: str) -> Any:

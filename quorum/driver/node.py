@@ -42,6 +42,9 @@ __all__ = [
 
 log = logging.getLogger("kq.node")
 
+# Persist on the event loop while writes take less than this on average.
+INLINE_PERSIST_S = 0.0005
+
 
 class IndeterminateError(Exception):
     """A write's outcome is unknown: it may or may not have committed."""
@@ -128,6 +131,9 @@ class QuorumNode:
             config=self.options.quorum,
         )
         self._inbox: list[Message] = []
+        self._persist_ewma_s = 0.0
+        self._offloaded = 0
+        self._metrics_at = 0.0
         self._unreachable: set[NodeId] = set()
         self._proposals: list[_Proposal] = []
         self._inflight: dict[int, _Inflight] = {}
@@ -378,9 +384,9 @@ class QuorumNode:
             # 0. leader replication answers overlap the fsync (ready.py).
             for msg in ready.early_messages:
                 self._send(msg)
-            # 1. persist: one write batch, fsynced when required, off the loop.
+            # 1. persist: one write batch, fsynced when required.
             if _needs_persist(ready):
-                await loop.run_in_executor(self._io, self.storage.persist, ready)
+                await self._persist(loop, ready)
             # 2. send.
             for msg in ready.messages:
                 self._send(msg)
@@ -392,7 +398,10 @@ class QuorumNode:
                 listener(ready)
             if self.metrics is not None:
                 self.metrics.observe_ready(ready)
-                self.metrics.observe_status(self.core.status(), self.now_ms())
+                now_s = time.monotonic()
+                if ready.leader_change is not None or now_s - self._metrics_at > 0.1:
+                    self._metrics_at = now_s
+                    self.metrics.observe_status(self.core.status(), self.now_ms())
             await self._maybe_snapshot(loop)
             # Messages that arrived while persisting are stepped before the
             # next Ready, so one fsync covers them too.
@@ -403,6 +412,26 @@ class QuorumNode:
                     self.core.step(msg, now)
             self._maybe_append_proposals(loop)
             self._check_reads()
+
+    async def _persist(self, loop: asyncio.AbstractEventLoop, ready: Ready) -> None:
+        """Write on the loop while writes are fast (a thread hand-off costs
+        more than a fast fsync), in the I/O thread once they are not, so a
+        slow disk never stalls the loop for long.  The choice follows a
+        moving average of recent write times."""
+        if self._persist_ewma_s < INLINE_PERSIST_S:
+            start = time.perf_counter()
+            self.storage.persist(ready)
+            elapsed = time.perf_counter() - start
+        else:
+            start = time.perf_counter()
+            await loop.run_in_executor(self._io, self.storage.persist, ready)
+            elapsed = time.perf_counter() - start
+            # Measured across the hand-off; keep probing the inline path now
+            # and then so a disk that became fast again is noticed.
+            self._offloaded += 1
+            if self._offloaded % 64 == 0:
+                elapsed = min(elapsed, INLINE_PERSIST_S / 2)
+        self._persist_ewma_s = 0.8 * self._persist_ewma_s + 0.2 * elapsed
 
     def _apply(self, ready: Ready) -> None:
         sm = self.state_machine

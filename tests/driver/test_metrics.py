@@ -26,6 +26,18 @@ def test_metrics_follow_the_quorum(tmp_path: Path) -> None:
             async with KvClient([leader.config.address]) as client:
                 for i in range(10):
                     await client.put("k", b"%d" % i)
+            # Gauges are refreshed at most every 100 ms (and on leader
+            # changes); the long poll keeps Readies coming while idle.
+            await cluster.wait_for(
+                lambda: (
+                    _value(
+                        generate_latest(leader.metrics.registry).decode(),
+                        "kq_quorum_high_watermark",
+                    )
+                    >= 11
+                ),
+                timeout_s=3,
+            )
             text = generate_latest(leader.metrics.registry).decode()
             assert _value(text, "kq_quorum_epoch") == leader.node.core.epoch
             assert _value(text, "kq_quorum_leader_id") == leader.config.node_id

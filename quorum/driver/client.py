@@ -172,6 +172,7 @@ class KvClient:
                 if exc.code() in (
                     grpc.StatusCode.INVALID_ARGUMENT,
                     grpc.StatusCode.FAILED_PRECONDITION,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,  # refused before appending
                 ):
                     raise ClientError(exc.details() or exc.code().name) from None
                 self._leader = None

@@ -32,6 +32,7 @@ from quorum.storage import NodeStorage
 from quorum.types import Batch, LeaderAndEpoch, NodeId, Role, SnapshotId, VoterSet
 
 __all__ = [
+    "BusyError",
     "IndeterminateError",
     "NodeOptions",
     "NodeStoppedError",
@@ -58,6 +59,11 @@ class ReadTimeoutError(Exception):
     """A linearizable read could not be confirmed in time; it had no effect."""
 
 
+class BusyError(Exception):
+    """Too many writes are waiting to commit; this one was refused (it had no
+    effect) and may be retried later."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeOptions:
     quorum: QuorumConfig = field(default_factory=QuorumConfig)
@@ -67,6 +73,9 @@ class NodeOptions:
     max_batch_records: int = 10_000
     # Take a state-machine snapshot after this many new offsets (0: never).
     snapshot_every_offsets: int = 100_000
+    # Back-pressure: records queued or appended but not yet committed; past
+    # this, new proposals are refused with BusyError.
+    max_pending_records: int = 200_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +141,7 @@ class QuorumNode:
         )
         self._inbox: list[Message] = []
         self._persist_ewma_s = 0.0
+        self._last_role = self.core.role
         self._offloaded = 0
         self._metrics_at = 0.0
         self._unreachable: set[NodeId] = set()
@@ -212,6 +222,14 @@ class QuorumNode:
         self._check_running()
         if self.core.role is not Role.LEADER:
             raise self._not_leader()
+        pending = sum(len(p.records) for p in self._proposals) + sum(
+            i.end_offset - i.base_offset for i in self._inflight.values()
+        )
+        if pending + len(records) > self.options.max_pending_records:
+            raise BusyError(
+                f"{pending} records are waiting to commit (limit "
+                f"{self.options.max_pending_records}); try again later"
+            )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ProposalOutcome] = loop.create_future()
         self._proposals.append(_Proposal(tuple(records), future, time.monotonic()))
@@ -281,6 +299,7 @@ class QuorumNode:
                 self._maybe_append_proposals(loop)
                 self._check_reads()
                 await self._process_readies(loop)
+                self._note_role()
                 self._arm_timer(loop)
         except SafetyError as exc:
             # The protocol refused to act against committed data: stop rather
@@ -390,6 +409,7 @@ class QuorumNode:
             # 2. send.
             for msg in ready.messages:
                 self._send(msg)
+            self._log_changes(ready)
             # 3. apply.
             self._apply(ready)
             # 4. advance.
@@ -482,6 +502,40 @@ class QuorumNode:
                             "a snapshot replaced the log before the write's outcome was seen"
                         )
                     )
+
+    def _note_role(self) -> None:
+        """Say in words how the node's role changed (elections are logged
+        with the leader change they produce)."""
+        role = self.core.role
+        if role is self._last_role:
+            return
+        n, epoch = self.node_id, self.core.epoch
+        if self._last_role is Role.LEADER:
+            log.info("node %d resigned leadership of epoch %d", n, epoch)
+        if role is Role.PROSPECTIVE:
+            log.info("node %d has no live leader; asking for pre-votes in epoch %d", n, epoch)
+        elif role is Role.CANDIDATE:
+            log.info("node %d is a candidate in epoch %d", n, epoch)
+        self._last_role = role
+
+    def _log_changes(self, ready: Ready) -> None:
+        """Say in words what this Ready did to the log."""
+        n = self.node_id
+        self._note_role()
+        if ready.truncate_to is not None:
+            log.warning(
+                "node %d truncated its log to offset %d: it diverged from the leader's",
+                n,
+                ready.truncate_to,
+            )
+        if ready.reset_to_snapshot is not None:
+            sid = ready.reset_to_snapshot
+            log.info(
+                "node %d replaced its log by the leader's snapshot %d-%d",
+                n,
+                sid.end_offset,
+                sid.epoch,
+            )
 
     def _log_leader_change(self, leader: LeaderAndEpoch, role: Role) -> None:
         if role is Role.LEADER:

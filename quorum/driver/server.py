@@ -24,6 +24,7 @@ from kq import kv_pb2, kv_pb2_grpc, raft_pb2
 from quorum.core import NotLeaderError
 from quorum.driver.metrics import NodeMetrics
 from quorum.driver.node import (
+    BusyError,
     IndeterminateError,
     NodeOptions,
     NodeStoppedError,
@@ -184,6 +185,9 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
             return kv_pb2.WriteResponse(
                 error=kv_pb2.INDETERMINATE, message=str(exc), leader=self.s.leader_hint()
             )
+        except BusyError as exc:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+            raise  # unreachable: abort raises
         except NodeStoppedError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise  # unreachable: abort raises

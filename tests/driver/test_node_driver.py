@@ -1,0 +1,105 @@
+"""The asyncio node driver: where it persists, back-pressure, its logs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import threading
+import time
+
+import pytest
+
+from quorum.driver.node import BusyError, NodeOptions, QuorumNode
+from quorum.kv import KvStateMachine, encode_put
+from quorum.memory import MemoryStores
+from quorum.ready import Ready
+from quorum.types import VoterSet
+
+
+class TimedStores(MemoryStores):
+    """MemoryStores whose persist takes ``delay_s`` and records its thread."""
+
+    delay_s = 0.0
+    threads: list[int]
+
+    def persist(self, ready: Ready) -> None:
+        self.threads.append(threading.get_ident())
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        super().persist(ready)
+
+
+async def _single_leader(delay_s: float, options: NodeOptions | None = None) -> QuorumNode:
+    stores = TimedStores.new()
+    assert isinstance(stores, TimedStores)
+    stores.delay_s = delay_s
+    stores.threads = []
+    node = QuorumNode(
+        1, VoterSet.of(1), stores, KvStateMachine(), options or NodeOptions(), random.Random(1)
+    )
+    node.start(lambda msg: None)
+    deadline = time.monotonic() + 10
+    while node.core.role.value != "leader":
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    return node
+
+
+def _run(delay_s: float) -> tuple[int, list[int]]:
+    async def go() -> tuple[int, list[int]]:
+        node = await _single_leader(delay_s)
+        stores = node.storage
+        assert isinstance(stores, TimedStores)
+        loop_thread = threading.get_ident()
+        for i in range(20):
+            await node.propose([encode_put("k", b"%d" % i)], timeout_s=5)
+        await node.stop(resign=False)
+        return loop_thread, stores.threads
+
+    return asyncio.run(go())
+
+
+def test_fast_writes_stay_on_the_loop() -> None:
+    loop_thread, threads = _run(0.0)
+    assert threads and all(t == loop_thread for t in threads)
+
+
+def test_slow_writes_move_to_the_io_thread() -> None:
+    loop_thread, threads = _run(0.003)
+    # The first write is timed on the loop; once the average is over the
+    # threshold the rest go to the I/O thread.
+    assert threads[0] == loop_thread
+    assert sum(t != loop_thread for t in threads) >= len(threads) - 3
+
+
+def test_back_pressure_refuses_writes_past_the_limit() -> None:
+    async def go() -> None:
+        node = await _single_leader(0.05, NodeOptions(max_pending_records=5))
+        results = await asyncio.gather(
+            *(node.propose([encode_put("k", b"%d" % i)], timeout_s=5) for i in range(20)),
+            return_exceptions=True,
+        )
+        busy = [r for r in results if isinstance(r, BusyError)]
+        done = [r for r in results if not isinstance(r, BaseException)]
+        assert busy and done and len(busy) + len(done) == 20
+        assert "waiting to commit" in str(busy[0])
+        # Refused writes had no effect: exactly the accepted ones applied.
+        sm = node.state_machine
+        assert isinstance(sm, KvStateMachine)
+        assert sm.get("k") is not None
+        await node.stop(resign=False)
+
+    asyncio.run(go())
+
+
+def test_resignation_is_logged_in_words(caplog: pytest.LogCaptureFixture) -> None:
+    async def go() -> None:
+        node = await _single_leader(0.0)
+        with caplog.at_level(logging.INFO, logger="kq.node"):
+            assert node.resign()
+            await asyncio.sleep(0.05)
+        await node.stop(resign=False)
+
+    asyncio.run(go())
+    assert "node 1 resigned leadership of epoch 1" in caplog.text

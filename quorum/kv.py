@@ -4,6 +4,9 @@ It serves the CLI, the benchmarks and the chaos workloads until the metadata
 state machine arrives.  Every record is one operation, encoded with msgpack:
 
 - ``["put", key, value]``
+- ``["putm", [[key, value], ...]]``: many puts in one record, applied in
+  order (one record for a whole PutMany keeps the per-record cost of the log
+  off each put, as a Kafka producer's batch does)
 - ``["cas", key, expected, value]`` (``expected`` None means "absent")
 - ``["del", key]``
 
@@ -24,7 +27,15 @@ import msgpack
 
 from quorum.types import Batch, BatchKind, LeaderAndEpoch, SnapshotId
 
-__all__ = ["CasResult", "KvStateMachine", "Versioned", "encode_cas", "encode_delete", "encode_put"]
+__all__ = [
+    "CasResult",
+    "KvStateMachine",
+    "Versioned",
+    "encode_cas",
+    "encode_delete",
+    "encode_put",
+    "encode_put_many",
+]
 
 MAX_KEY_BYTES = 1024
 MAX_VALUE_BYTES = 1024 * 1024
@@ -66,6 +77,15 @@ def encode_put(key: str, value: bytes) -> bytes:
     _check_key(key)
     _check_value(value)
     return bytes(msgpack.packb(["put", key, value]))
+
+
+def encode_put_many(items: Sequence[tuple[str, bytes]]) -> bytes:
+    if not items:
+        raise ValueError("a multi-put needs at least one put")
+    for key, value in items:
+        _check_key(key)
+        _check_value(value)
+    return bytes(msgpack.packb(["putm", [[k, v] for k, v in items]]))
 
 
 def encode_cas(key: str, expected: bytes | None, value: bytes) -> bytes:
@@ -120,6 +140,10 @@ class KvStateMachine:
         if op[0] == "del":
             self._data.pop(op[1], None)
             return OK
+        if op[0] == "putm":
+            for key, value in op[1]:
+                self._data[key] = Versioned(value, offset, epoch)
+            return OK
         _, key, expected, value = op
         current = self._data.get(key)
         found = current.value if current is not None else None
@@ -158,8 +182,8 @@ def _decode(record: bytes) -> list[Any]:
     """Decode one record; a record that does not decode is a bug upstream
     (records are encoded by the functions above), so fail loudly."""
     op = msgpack.unpackb(record)
-    if not isinstance(op, list) or not op or op[0] not in ("put", "cas", "del"):
+    if not isinstance(op, list) or not op or op[0] not in ("put", "putm", "cas", "del"):
         raise ValueError(f"not a key-value record: {op!r}")
-    if (op[0], len(op)) not in (("put", 3), ("cas", 4), ("del", 2)):
+    if (op[0], len(op)) not in (("put", 3), ("putm", 2), ("cas", 4), ("del", 2)):
         raise ValueError(f"malformed {op[0]} record: {op!r}")
     return op

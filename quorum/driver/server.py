@@ -33,7 +33,14 @@ from quorum.driver.node import (
 )
 from quorum.driver.storage_format import open_node_storage
 from quorum.driver.transport import RaftTransport
-from quorum.kv import CasResult, KvStateMachine, encode_cas, encode_delete, encode_put
+from quorum.kv import (
+    CasResult,
+    KvStateMachine,
+    encode_cas,
+    encode_delete,
+    encode_put,
+    encode_put_many,
+)
 from quorum.storage import NodeStorage
 from quorum.types import NodeId, Role, VoterSet
 
@@ -224,12 +231,10 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"PutMany holds {len(request.puts)} puts; at most {limit} fit in one batch",
             )
-        records = []
-        for put in request.puts:
-            record = await self._encode(context, encode_put, put.key, put.value)
-            assert record is not None
-            records.append(record)
-        return await self._write(records, context)
+        items = [(put.key, put.value) for put in request.puts]
+        record = await self._encode(context, encode_put_many, items)
+        assert record is not None
+        return await self._write([record], context)
 
     async def Cas(self, request: kv_pb2.CasRequest, context: Any) -> kv_pb2.WriteResponse:
         expected = None if request.expect_absent else request.expected

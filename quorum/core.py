@@ -82,6 +82,15 @@ from quorum.types import (
     VoterSet,
 )
 
+# Requests: what a node may receive from a non-voter (observers fetch).
+_REQUESTS = (
+    VoteRequest,
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    FetchSnapshotRequest,
+)
+
 __all__ = [
     "InvalidProposalError",
     "NotLeaderError",
@@ -426,6 +435,19 @@ class RaftCore:
         """Handle one message addressed to this node."""
         self._advance_clock(now_ms)
         if msg.dst != self.node_id:
+            return
+        if msg.src == self.node_id:
+            # A node never messages itself: a forged or misrouted message.
+            self._refuse(msg, ErrorCode.INVALID_REQUEST)
+            return
+        if (
+            isinstance(msg, BeginQuorumEpochRequest | EndQuorumEpochRequest)
+            and (msg.src not in self.voters or msg.leader_id != msg.src)
+        ) or (not isinstance(msg, _REQUESTS) and msg.src not in self.voters):
+            # Only a voter leads, announces or ends an epoch, and only voters
+            # answer the requests that carry epochs (the transition table's
+            # "from a voter"): a non-voter cannot move our epoch.
+            self._refuse(msg, ErrorCode.INCONSISTENT_VOTER_SET)
             return
         match msg:
             case VoteRequest():
@@ -1015,6 +1037,35 @@ class RaftCore:
                 self._become_unattached(epoch)
             return True
         return False
+
+    def _refuse(self, msg: Message, error: ErrorCode) -> None:
+        """Answer a request we will not act on with ``error``; drop a
+        response (there is no one to tell)."""
+        live = self._live_leader_id()
+        match msg:
+            case VoteRequest():
+                self._send(self._vote_response(msg, False, error))
+            case BeginQuorumEpochRequest():
+                self._send(BeginQuorumEpochResponse(self.node_id, msg.src, self.epoch, live, error))
+            case EndQuorumEpochRequest():
+                self._send(EndQuorumEpochResponse(self.node_id, msg.src, self.epoch, live, error))
+            case FetchRequest():
+                self._send(self._fetch_error(msg, error))
+            case FetchSnapshotRequest():
+                self._send(
+                    FetchSnapshotResponse(
+                        self.node_id,
+                        msg.src,
+                        self.epoch,
+                        live,
+                        error,
+                        msg.snapshot_id,
+                        msg.position,
+                        0,
+                        b"",
+                        msg.request_id,
+                    )
+                )
 
     def _step_begin_quorum_epoch_request(self, req: BeginQuorumEpochRequest) -> None:
         if req.epoch < self.epoch:

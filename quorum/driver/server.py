@@ -240,6 +240,11 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
         expected = None if request.expect_absent else request.expected
         record = await self._encode(context, encode_cas, request.key, expected, request.value)
         assert record is not None
+        if request.expect_absent and request.expected:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "a compare-and-set expects either a value or expect_absent, not both",
+            )
         return await self._write([record], context)
 
     async def Delete(self, request: kv_pb2.DeleteRequest, context: Any) -> kv_pb2.WriteResponse:

@@ -30,6 +30,9 @@ from quorum.types import Batch, BatchKind, NodeId, OffsetAndEpoch, SnapshotId
 __all__ = ["WireError", "from_pb", "to_pb"]
 
 _MAX_NODE = 2**31 - 1
+# Epochs travel and are stored as int32; a node must be able to start the
+# epoch after any epoch it accepts.
+MAX_EPOCH = 2**31 - 2
 
 
 class WireError(ValueError):
@@ -55,6 +58,12 @@ def _node(value: int, field: str) -> NodeId:
 def _non_negative(value: int, field: str) -> int:
     if value < 0:
         raise WireError(f"{field} must not be negative, got {value}")
+    return value
+
+
+def _epoch(value: int, field: str = "epoch") -> int:
+    if not 0 <= value <= MAX_EPOCH:
+        raise WireError(f"{field} must be in 0..{MAX_EPOCH}, got {value}")
     return value
 
 
@@ -86,7 +95,7 @@ def batch_from_pb(msg: pb.RecordBatch) -> Batch:
         ) from None
     batch = Batch(
         _non_negative(msg.base_offset, "base_offset"),
-        _non_negative(msg.epoch, "batch epoch"),
+        _epoch(msg.epoch, "batch epoch"),
         tuple(msg.records),
         kind,
     )
@@ -98,7 +107,7 @@ def batch_from_pb(msg: pb.RecordBatch) -> Batch:
 def _snapshot_id(msg: pb.SnapshotId) -> SnapshotId:
     return SnapshotId(
         _non_negative(msg.end_offset, "snapshot end_offset"),
-        _non_negative(msg.epoch, "snapshot epoch"),
+        _epoch(msg.epoch, "snapshot epoch"),
     )
 
 
@@ -228,8 +237,8 @@ def from_pb(msg: object) -> Message:
             return VoteRequest(
                 _node(msg.src, "src"),
                 _node(msg.dst, "dst"),
-                _non_negative(msg.epoch, "epoch"),
-                _non_negative(msg.last_epoch, "last_epoch"),
+                _epoch(msg.epoch),
+                _epoch(msg.last_epoch, "last_epoch"),
                 _non_negative(msg.end_offset, "end_offset"),
                 msg.pre_vote,
             )
@@ -237,7 +246,7 @@ def from_pb(msg: object) -> Message:
             return VoteResponse(
                 _node(msg.src, "src"),
                 _node(msg.dst, "dst"),
-                _non_negative(msg.epoch, "epoch"),
+                _epoch(msg.epoch),
                 _opt_node(msg.leader_id, "leader_id"),
                 msg.granted,
                 msg.pre_vote,
@@ -247,14 +256,14 @@ def from_pb(msg: object) -> Message:
             return BeginQuorumEpochRequest(
                 _node(msg.src, "src"),
                 _node(msg.dst, "dst"),
-                _non_negative(msg.epoch, "epoch"),
+                _epoch(msg.epoch),
                 _node(msg.leader_id, "leader_id"),
             )
         case pb.BeginQuorumEpochResponse():
             return BeginQuorumEpochResponse(
                 _node(msg.src, "src"),
                 _node(msg.dst, "dst"),
-                _non_negative(msg.epoch, "epoch"),
+                _epoch(msg.epoch),
                 _opt_node(msg.leader_id, "leader_id"),
                 _error(msg.error),
             )
@@ -262,7 +271,7 @@ def from_pb(msg: object) -> Message:
             return EndQuorumEpochRequest(
                 _node(msg.src, "src"),
                 _node(msg.dst, "dst"),
-                _non_negative(msg.epoch, "epoch"),
+                _epoch(msg.epoch),
                 _node(msg.leader_id, "leader_id"),
                 tuple(_node(n, "preferred_successors") for n in msg.preferred_successors),
             )
@@ -270,7 +279,7 @@ def from_pb(msg: object) -> Message:
             return EndQuorumEpochResponse(
                 _node(msg.src, "src"),
                 _node(msg.dst, "dst"),
-                _non_negative(msg.epoch, "epoch"),
+                _epoch(msg.epoch),
                 _opt_node(msg.leader_id, "leader_id"),
                 _error(msg.error),
             )
@@ -278,9 +287,9 @@ def from_pb(msg: object) -> Message:
             return FetchRequest(
                 _node(msg.src, "src"),
                 _node(msg.dst, "dst"),
-                _non_negative(msg.epoch, "epoch"),
+                _epoch(msg.epoch),
                 _non_negative(msg.fetch_offset, "fetch_offset"),
-                _non_negative(msg.last_fetched_epoch, "last_fetched_epoch"),
+                _epoch(msg.last_fetched_epoch, "last_fetched_epoch"),
                 _non_negative(msg.max_wait_ms, "max_wait_ms"),
                 _non_negative(msg.max_bytes, "max_bytes"),
                 msg.request_id,
@@ -288,7 +297,7 @@ def from_pb(msg: object) -> Message:
         case pb.FetchResponse():
             diverging = (
                 OffsetAndEpoch(
-                    _non_negative(msg.diverging.epoch, "diverging epoch"),
+                    _epoch(msg.diverging.epoch, "diverging epoch"),
                     _non_negative(msg.diverging.offset, "diverging offset"),
                 )
                 if msg.HasField("diverging")
@@ -300,7 +309,7 @@ def from_pb(msg: object) -> Message:
             return FetchResponse(
                 _node(msg.src, "src"),
                 _node(msg.dst, "dst"),
-                _non_negative(msg.epoch, "epoch"),
+                _epoch(msg.epoch),
                 _opt_node(msg.leader_id, "leader_id"),
                 _error(msg.error),
                 _non_negative(msg.fetch_offset, "fetch_offset"),
@@ -315,7 +324,7 @@ def from_pb(msg: object) -> Message:
             return FetchSnapshotRequest(
                 _node(msg.src, "src"),
                 _node(msg.dst, "dst"),
-                _non_negative(msg.epoch, "epoch"),
+                _epoch(msg.epoch),
                 _snapshot_id(msg.snapshot_id),
                 msg.position,
                 msg.max_bytes,
@@ -325,7 +334,7 @@ def from_pb(msg: object) -> Message:
             return FetchSnapshotResponse(
                 _node(msg.src, "src"),
                 _node(msg.dst, "dst"),
-                _non_negative(msg.epoch, "epoch"),
+                _epoch(msg.epoch),
                 _opt_node(msg.leader_id, "leader_id"),
                 _error(msg.error),
                 _snapshot_id(msg.snapshot_id),

@@ -38,6 +38,10 @@ class QuorumConfig:
     fetch_max_bytes: int = 8 * 1024 * 1024
     # Most bytes of one FetchSnapshot chunk (KIP-630).
     snapshot_chunk_bytes: int = 1024 * 1024
+    # Most bytes of committed batches handed out in one Ready (at least one
+    # batch): a node catching up on a long log applies it in steps, and its
+    # driver stays responsive in between (etcd's MaxCommittedSizePerReady).
+    max_apply_bytes: int = 4 * 1024 * 1024
     # Check-quorum: a leader not fetched from by a majority for
     # check_quorum_factor * fetch_timeout_ms resigns (KAFKA-15489).
     check_quorum_factor: float = 1.5
@@ -50,6 +54,7 @@ class QuorumConfig:
             "request_timeout_ms",
             "fetch_max_bytes",
             "snapshot_chunk_bytes",
+            "max_apply_bytes",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")

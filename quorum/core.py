@@ -616,7 +616,9 @@ class RaftCore:
             load = self._log.snapshot
         if load is not None:
             applied = max(applied, load.end_offset)
-        committed = self._log.between(applied, self._applied_target())
+        committed = _up_to_bytes(
+            self._log.between(applied, self._applied_target()), self.config.max_apply_bytes
+        )
         if committed:
             applied = committed[-1].end_offset
         leader = self._leader_and_epoch()
@@ -1579,3 +1581,13 @@ class RaftCore:
         if snapshot_id.end_offset > self._high_watermark:
             self._high_watermark = snapshot_id.end_offset
         self._pending_load = snapshot_id
+
+
+def _up_to_bytes(batches: tuple[Batch, ...], limit: int) -> tuple[Batch, ...]:
+    """The leading batches within ``limit`` bytes (at least one)."""
+    size = 0
+    for i, batch in enumerate(batches):
+        size += batch.size_bytes
+        if size > limit and i > 0:
+            return batches[:i]
+    return batches

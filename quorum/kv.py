@@ -107,6 +107,9 @@ class KvStateMachine:
     def __init__(self) -> None:
         self._data: dict[str, Versioned] = {}
         self._applied = 0
+        # sha256 chained over every applied batch (offset, epoch, kind,
+        # records): equal on two replicas iff they applied the same log.
+        self._chain = bytes(32)
         self.leader = LeaderAndEpoch(None, 0)
 
     @property
@@ -125,6 +128,12 @@ class KvStateMachine:
                 f"batch at offset {batch.base_offset} applied after offset {self._applied}"
             )
         self._applied = batch.end_offset
+        h = hashlib.sha256(self._chain)
+        h.update(b"%d:%d:%d" % (batch.base_offset, batch.epoch, int(batch.kind)))
+        for record in batch.records:
+            h.update(len(record).to_bytes(4, "big"))
+            h.update(record)
+        self._chain = h.digest()
         if batch.kind is not BatchKind.DATA:
             return [OK] * len(batch.records)
         return [
@@ -158,24 +167,28 @@ class KvStateMachine:
             if obj["version"] != 0 or obj["end_offset"] != snapshot_id.end_offset:
                 raise ValueError(f"snapshot holds version {obj['version']} at {obj['end_offset']}")
             items = {k: Versioned(v, o, e) for k, v, o, e in obj["items"]}
+            chain = bytes(obj["chain"])
+            if len(chain) != 32:
+                raise ValueError("the log digest must be 32 bytes")
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
             raise ValueError(f"malformed key-value snapshot {snapshot_id}: {exc}") from exc
         self._data = items
         self._applied = snapshot_id.end_offset
+        self._chain = chain
 
     def digest(self) -> bytes:
-        """sha256 of every key, value and version, in key order."""
-        h = hashlib.sha256(b"%d;" % self._applied)
-        for key, v in sorted(self._data.items()):
-            h.update(msgpack.packb([key, v.value, v.offset, v.epoch]))
-        return h.digest()
+        """The chained sha256 of the applied log (constant time): replicas
+        that applied the same committed batches hold the same digest."""
+        return self._chain
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         self.leader = leader
 
     def snapshot(self) -> bytes:
         items = [[k, v.value, v.offset, v.epoch] for k, v in sorted(self._data.items())]
-        return bytes(msgpack.packb({"version": 0, "end_offset": self._applied, "items": items}))
+        snapshot = {"version": 0, "end_offset": self._applied, "chain": self._chain}
+        snapshot["items"] = items
+        return bytes(msgpack.packb(snapshot))
 
 
 def _decode(record: bytes) -> list[Any]:

@@ -71,6 +71,9 @@ class NodeOptions:
     # batch, and only while other writes are in flight.
     append_linger_ms: float = 2.0
     max_batch_records: int = 10_000
+    # Most bytes of records in one appended batch (a single larger proposal
+    # is refused): every batch must fit in one fetch answer.
+    max_batch_bytes: int = 1024 * 1024
     # Take a state-machine snapshot after this many new offsets (0: never).
     snapshot_every_offsets: int = 100_000
     # Back-pressure: records queued or appended but not yet committed; past
@@ -90,6 +93,7 @@ class _Proposal:
     records: tuple[bytes, ...]
     future: asyncio.Future[ProposalOutcome]
     queued_at: float
+    size: int = 0
 
 
 @dataclass(slots=True)
@@ -220,6 +224,13 @@ class QuorumNode:
         this node learned whether they committed; NodeStoppedError.
         """
         self._check_running()
+        size = sum(len(r) for r in records)
+        if size > self.options.max_batch_bytes or len(records) > self.options.max_batch_records:
+            raise ValueError(
+                f"a write of {len(records)} records and {size} bytes does not fit in one batch "
+                f"(at most {self.options.max_batch_records} records and "
+                f"{self.options.max_batch_bytes} bytes)"
+            )
         if self.core.role is not Role.LEADER:
             raise self._not_leader()
         pending = sum(len(p.records) for p in self._proposals) + sum(
@@ -232,7 +243,7 @@ class QuorumNode:
             )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ProposalOutcome] = loop.create_future()
-        self._proposals.append(_Proposal(tuple(records), future, time.monotonic()))
+        self._proposals.append(_Proposal(tuple(records), future, time.monotonic(), size))
         self._wakeup.set()
         try:
             return await asyncio.wait_for(asyncio.shield(future), timeout_s)
@@ -341,24 +352,31 @@ class QuorumNode:
             self._proposals.clear()
             return
         count = sum(len(p.records) for p in self._proposals)
+        size = sum(p.size for p in self._proposals)
         if (
             self._inflight
             and count < self.options.max_batch_records
+            and size < self.options.max_batch_bytes
             and self.now_ms() < self._linger_deadline_ms()
         ):
             return  # linger for company while earlier writes are in flight
         while self._proposals:
             taken: list[_Proposal] = []
             records: list[bytes] = []
+            batch_bytes = 0
             while self._proposals and (
                 not records
-                or len(records) + len(self._proposals[0].records) <= self.options.max_batch_records
+                or (
+                    len(records) + len(self._proposals[0].records) <= self.options.max_batch_records
+                    and batch_bytes + self._proposals[0].size <= self.options.max_batch_bytes
+                )
             ):
                 p = self._proposals.pop(0)
                 if p.future.done():
                     continue
                 taken.append(p)
                 records.extend(p.records)
+                batch_bytes += p.size
             if not records:
                 continue
             result = self.core.propose(records, self.now_ms())
@@ -432,6 +450,9 @@ class QuorumNode:
                     self.core.step(msg, now)
             self._maybe_append_proposals(loop)
             self._check_reads()
+            # Let the servers run between Readies: a node catching up on a
+            # long log applies it in bounded steps (QuorumConfig.max_apply_bytes).
+            await asyncio.sleep(0)
 
     async def _persist(self, loop: asyncio.AbstractEventLoop, ready: Ready) -> None:
         """Write on the loop while writes are fast (a thread hand-off costs

@@ -195,6 +195,9 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
         except BusyError as exc:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
             raise  # unreachable: abort raises
+        except ValueError as exc:  # larger than one batch may be
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # unreachable: abort raises
         except NodeStoppedError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise  # unreachable: abort raises

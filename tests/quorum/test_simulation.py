@@ -107,3 +107,33 @@ def test_resign_hands_leadership_to_the_preferred_successor(seed: int) -> None:
     new = cluster.leader()
     assert new is not None and new.node_id == target
     assert new.core is not None and new.core.epoch == old_epoch + 1
+
+
+def test_apply_is_bounded_per_ready_and_still_converges() -> None:
+    """QuorumConfig.max_apply_bytes: committed batches are handed out in
+    steps of at most that many bytes (or one batch), and nodes still agree."""
+    from dataclasses import replace
+
+    from quorum.core import RaftCore
+    from quorum.ready import Ready
+    from quorum.sim.cluster import SIM_QUORUM_CONFIG
+
+    limit = 60
+    sizes: list[int] = []
+
+    class Checked(RaftCore):
+        def ready(self) -> Ready | None:
+            ready = super().ready()
+            if ready is not None and ready.committed:
+                total = sum(b.size_bytes for b in ready.committed)
+                assert len(ready.committed) == 1 or total <= limit, total
+                sizes.append(len(ready.committed))
+            return ready
+
+    config = SimConfig(
+        voters=3, observers=1, quorum=replace(SIM_QUORUM_CONFIG, max_apply_bytes=limit)
+    )
+    for seed in range(10):
+        result = run_schedule(seed, config, core_factory=Checked)
+        assert result.ok, result.violation
+    assert max(sizes) > 1  # several small batches still share a Ready

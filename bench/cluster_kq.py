@@ -83,7 +83,9 @@ class KqTarget:
         await self.wait_healthy()
 
     async def wait_healthy(self) -> None:
-        """All nodes up, one leader, every voter caught up with it."""
+        """All nodes up, one leader, every voter caught up with it: its log
+        (lag 0) and its state machine (applied up to the leader's high
+        watermark), as a restarted etcd member has replayed its WAL."""
         deadline = time.monotonic() + HEALTHY_TIMEOUT_S
         while time.monotonic() < deadline:
             try:
@@ -91,9 +93,9 @@ class KqTarget:
                 d = await self._describe(leader)
                 caught_up = len(d.replicas) == NODES and all(r.lag == 0 for r in d.replicas)
                 if caught_up:
-                    for node in self.addresses:
-                        await self._describe(node)
-                    return
+                    applied = [(await self._describe(n)).applied_offset for n in self.addresses]
+                    if min(applied) >= d.high_watermark:
+                        return
             except Exception:
                 pass
             await asyncio.sleep(0.05)

@@ -73,9 +73,12 @@ class NodeOptions:
     max_batch_records: int = 10_000
     # Most bytes of records in one appended batch (a single larger proposal
     # is refused): every batch must fit in one fetch answer.
-    max_batch_bytes: int = 1024 * 1024
-    # Take a state-machine snapshot after this many new offsets (0: never).
+    max_batch_bytes: int = 4 * 1024 * 1024
+    # Take a state-machine snapshot after this many new offsets (0: never),
+    # or after this many bytes of newly applied records (0: never; Kafka's
+    # metadata.log.max.record.bytes.between.snapshots is 20 MiB).
     snapshot_every_offsets: int = 100_000
+    snapshot_every_bytes: int = 16 * 1024 * 1024
     # Back-pressure: records queued or appended but not yet committed; past
     # this, new proposals are refused with BusyError.
     max_pending_records: int = 200_000
@@ -145,6 +148,8 @@ class QuorumNode:
         )
         self._inbox: list[Message] = []
         self._persist_ewma_s = 0.0
+        # Bytes of records applied since the last snapshot.
+        self._applied_bytes = 0
         self._last_role = self.core.role
         self._offloaded = 0
         self._metrics_at = 0.0
@@ -489,6 +494,7 @@ class QuorumNode:
             sm.handle_leader_change(ready.leader_change)
             self._log_leader_change(ready.leader_change, ready.role)
         for batch in ready.committed:
+            self._applied_bytes += batch.size_bytes
             results = sm.handle_commit(batch)
             self._resolve(batch, results)
 
@@ -578,8 +584,11 @@ class QuorumNode:
 
     async def _maybe_snapshot(self, loop: asyncio.AbstractEventLoop) -> None:
         every = self.options.snapshot_every_offsets
+        every_bytes = self.options.snapshot_every_bytes
         applied = self.state_machine.applied_offset
-        if every <= 0 or applied - self.last_snapshot_offset < every:
+        by_offsets = every > 0 and applied - self.last_snapshot_offset >= every
+        by_bytes = every_bytes > 0 and self._applied_bytes >= every_bytes
+        if not (by_offsets or by_bytes) or applied <= self.last_snapshot_offset:
             return
         epoch = self.core.log.epoch_of_end(applied)
         if epoch is None or not self.core.log.batch_ending_at(applied):
@@ -589,6 +598,7 @@ class QuorumNode:
         await loop.run_in_executor(self._io, self.storage.snapshots.create, sid, data)
         self.core.snapshot_created(sid)
         self.last_snapshot_offset = applied
+        self._applied_bytes = 0
         log.info("node %d wrote snapshot %d-%d (%d bytes)", self.node_id, applied, epoch, len(data))
 
     def _fail_all(self, exc: BaseException) -> None:

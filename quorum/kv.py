@@ -19,7 +19,7 @@ the (offset, epoch) of the write that set it: its version.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,11 +184,21 @@ class KvStateMachine:
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         self.leader = leader
 
+    def capture_snapshot(self) -> Callable[[], bytes]:
+        # A shallow copy of the map is enough: Versioned entries are
+        # immutable, and a copy costs far less than encoding.
+        data, applied, chain = dict(self._data), self._applied, self._chain
+        return lambda: _encode_snapshot(data, applied, chain)
+
     def snapshot(self) -> bytes:
-        items = [[k, v.value, v.offset, v.epoch] for k, v in sorted(self._data.items())]
-        snapshot = {"version": 0, "end_offset": self._applied, "chain": self._chain}
-        snapshot["items"] = items
-        return bytes(msgpack.packb(snapshot))
+        return _encode_snapshot(self._data, self._applied, self._chain)
+
+
+def _encode_snapshot(data: dict[str, Versioned], applied: int, chain: bytes) -> bytes:
+    items = [[k, v.value, v.offset, v.epoch] for k, v in sorted(data.items())]
+    return bytes(
+        msgpack.packb({"version": 0, "end_offset": applied, "chain": chain, "items": items})
+    )
 
 
 def _decode(record: bytes) -> list[Any]:

@@ -9,7 +9,7 @@ implement it; :class:`quorum.kv.KvStateMachine` does today.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from quorum.types import Batch, LeaderAndEpoch, SnapshotId
@@ -40,4 +40,13 @@ class StateMachine(Protocol):
 
     def snapshot(self) -> bytes:
         """The state as of :attr:`applied_offset`, as bytes."""
+        ...
+
+    def capture_snapshot(self) -> Callable[[], bytes]:
+        """Capture the state as of :attr:`applied_offset` cheaply, now, and
+        return a function that turns the capture into the snapshot's bytes.
+
+        The node calls the function in another thread while it goes on
+        applying (hashicorp/raft's FSM.Snapshot/Persist split), so the
+        capture must not share anything the state machine later mutates."""
         ...

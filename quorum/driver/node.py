@@ -76,9 +76,12 @@ class NodeOptions:
     max_batch_bytes: int = 4 * 1024 * 1024
     # Take a state-machine snapshot after this many new offsets (0: never),
     # or after this many bytes of newly applied records (0: never; Kafka's
-    # metadata.log.max.record.bytes.between.snapshots is 20 MiB).
+    # metadata.log.max.record.bytes.between.snapshots is 20 MiB).  Either
+    # way, not before the new records amount to the last snapshot's size:
+    # writing a snapshot costs the size of the whole state, so this keeps
+    # the cost proportional to what was applied.
     snapshot_every_offsets: int = 100_000
-    snapshot_every_bytes: int = 16 * 1024 * 1024
+    snapshot_every_bytes: int = 64 * 1024 * 1024
     # Back-pressure: records queued or appended but not yet committed; past
     # this, new proposals are refused with BusyError.
     max_pending_records: int = 200_000
@@ -148,8 +151,12 @@ class QuorumNode:
         )
         self._inbox: list[Message] = []
         self._persist_ewma_s = 0.0
-        # Bytes of records applied since the last snapshot.
+        # Bytes of records applied since the last snapshot, and that
+        # snapshot's size.
         self._applied_bytes = 0
+        self._last_snapshot_bytes = 0
+        self._snapshotting = False
+        self._snapshot_task: asyncio.Task[None] | None = None
         self._last_role = self.core.role
         self._offloaded = 0
         self._metrics_at = 0.0
@@ -590,16 +597,50 @@ class QuorumNode:
         by_bytes = every_bytes > 0 and self._applied_bytes >= every_bytes
         if not (by_offsets or by_bytes) or applied <= self.last_snapshot_offset:
             return
+        if self._applied_bytes < self._last_snapshot_bytes or self._snapshotting:
+            return  # amortise (a snapshot costs the whole state); one at a time
         epoch = self.core.log.epoch_of_end(applied)
         if epoch is None or not self.core.log.batch_ending_at(applied):
             return
         sid = SnapshotId(applied, epoch)
-        data = self.state_machine.snapshot()
-        await loop.run_in_executor(self._io, self.storage.snapshots.create, sid, data)
-        self.core.snapshot_created(sid)
+        # Capture now, encode and write in the I/O thread while the node goes
+        # on (one snapshot at a time); the log is compacted when it is done.
+        self._snapshotting = True
         self.last_snapshot_offset = applied
         self._applied_bytes = 0
-        log.info("node %d wrote snapshot %d-%d (%d bytes)", self.node_id, applied, epoch, len(data))
+        encode = self.state_machine.capture_snapshot()
+        task = loop.create_task(self._write_snapshot(loop, sid, encode))
+        self._snapshot_task = task
+
+    async def _write_snapshot(
+        self, loop: asyncio.AbstractEventLoop, sid: SnapshotId, encode: Callable[[], bytes]
+    ) -> None:
+        try:
+
+            def write() -> int:
+                data = encode()
+                self.storage.snapshots.create(sid, data)
+                return len(data)
+
+            size = await loop.run_in_executor(self._io, write)
+            if self._stopping or self.failure is not None:
+                return
+            self.core.snapshot_created(sid)
+            self._last_snapshot_bytes = size
+            self._wakeup.set()  # the compaction goes out in the next Ready
+            log.info(
+                "node %d wrote snapshot %d-%d (%d bytes)",
+                self.node_id,
+                sid.end_offset,
+                sid.epoch,
+                size,
+            )
+        except Exception:
+            log.exception(
+                "node %d could not write snapshot %d-%d", self.node_id, sid.end_offset, sid.epoch
+            )
+        finally:
+            self._snapshotting = False
 
     def _fail_all(self, exc: BaseException) -> None:
         for p in self._proposals:

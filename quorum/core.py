@@ -653,7 +653,7 @@ class RaftCore:
             role=self._role,
             leader_change=leader if leader != self._reported_leader else None,
         )
-        if ready.is_empty() and not ready.must_sync:
+        if ready.is_empty():  # (must_sync implies a non-empty Ready)
             return None
         self._msgs = []
         self._state_dirty = False
@@ -702,6 +702,14 @@ class RaftCore:
     def _random_election_timeout(self) -> int:
         t = self.config.election_timeout_ms
         return t + self._rng.randrange(t)
+
+    def _exponential_backoff_ms(self, attempt: int) -> int:
+        """retry_backoff_ms * 2^attempt, capped at election_backoff_max_ms
+        (KIP-595's backoffs after a lost election and by successor place)."""
+        return min(
+            self.config.election_backoff_max_ms,
+            self.config.retry_backoff_ms * (1 << min(attempt, 16)),
+        )
 
     def _fetch_retry_ms(self) -> int:
         return self.config.fetch_max_wait_ms + self.config.request_timeout_ms
@@ -901,10 +909,7 @@ class RaftCore:
             # the next pre-vote so that competing candidates spread out.
             self._lost_elections += 1
             self._backing_off = True
-            cap = min(
-                self.config.election_backoff_max_ms,
-                self.config.retry_backoff_ms * (2 ** min(self._lost_elections, 16)),
-            )
+            cap = self._exponential_backoff_ms(self._lost_elections)
             self._election_deadline = self._now + 1 + self._rng.randrange(max(cap, 1))
             self._vote_sent_ms = {}
         return False
@@ -1127,20 +1132,14 @@ class RaftCore:
         self._send(
             EndQuorumEpochResponse(self.node_id, req.src, self.epoch, self._live_leader_id())
         )
-        if not self.is_voter or req.leader_id != self.leader_id and self.leader_id is not None:
+        if not self.is_voter or (self.leader_id is not None and req.leader_id != self.leader_id):
             return
         # KIP-595: voters earlier in the successor list start sooner, with a
         # strictly exponential backoff by position, so the most caught-up
         # voter usually wins.  The leader counts as gone for pre-votes.
         if self.node_id in req.preferred_successors:
             pos = req.preferred_successors.index(self.node_id)
-            delay = (
-                0
-                if pos == 0
-                else min(
-                    self.config.election_backoff_max_ms, self.config.retry_backoff_ms * (2**pos)
-                )
-            )
+            delay = 0 if pos == 0 else self._exponential_backoff_ms(pos)
         else:
             delay = self._random_election_timeout()
         if self._role is Role.FOLLOWER:

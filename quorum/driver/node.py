@@ -155,7 +155,7 @@ class QuorumNode:
         # snapshot's size.
         self._applied_bytes = 0
         self._last_snapshot_bytes = 0
-        self._snapshotting = False
+        # The snapshot being encoded and written in the background, if any.
         self._snapshot_task: asyncio.Task[None] | None = None
         self._last_role = self.core.role
         self._offloaded = 0
@@ -170,7 +170,6 @@ class QuorumNode:
         self._io = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"kq-io-{node_id}")
         self._stopping = False
         self.failure: BaseException | None = None
-        self.listeners: list[Callable[[Ready], None]] = []
         self.last_snapshot_offset = self.core.log.start_offset
 
     # -- time ------------------------------------------------------------
@@ -444,15 +443,13 @@ class QuorumNode:
             self._apply(ready)
             # 4. advance.
             self.core.advance(ready)
-            for listener in self.listeners:
-                listener(ready)
             if self.metrics is not None:
                 self.metrics.observe_ready(ready)
                 now_s = time.monotonic()
                 if ready.leader_change is not None or now_s - self._metrics_at > 0.1:
                     self._metrics_at = now_s
                     self.metrics.observe_status(self.core.status(), self.now_ms())
-            await self._maybe_snapshot(loop)
+            self._maybe_snapshot(loop)
             # Messages that arrived while persisting are stepped before the
             # next Ready, so one fsync covers them too.
             if self._inbox:
@@ -589,7 +586,7 @@ class QuorumNode:
                 role.value,
             )
 
-    async def _maybe_snapshot(self, loop: asyncio.AbstractEventLoop) -> None:
+    def _maybe_snapshot(self, loop: asyncio.AbstractEventLoop) -> None:
         every = self.options.snapshot_every_offsets
         every_bytes = self.options.snapshot_every_bytes
         applied = self.state_machine.applied_offset
@@ -597,7 +594,8 @@ class QuorumNode:
         by_bytes = every_bytes > 0 and self._applied_bytes >= every_bytes
         if not (by_offsets or by_bytes) or applied <= self.last_snapshot_offset:
             return
-        if self._applied_bytes < self._last_snapshot_bytes or self._snapshotting:
+        writing = self._snapshot_task is not None and not self._snapshot_task.done()
+        if self._applied_bytes < self._last_snapshot_bytes or writing:
             return  # amortise (a snapshot costs the whole state); one at a time
         epoch = self.core.log.epoch_of_end(applied)
         if epoch is None or not self.core.log.batch_ending_at(applied):
@@ -605,12 +603,10 @@ class QuorumNode:
         sid = SnapshotId(applied, epoch)
         # Capture now, encode and write in the I/O thread while the node goes
         # on (one snapshot at a time); the log is compacted when it is done.
-        self._snapshotting = True
         self.last_snapshot_offset = applied
         self._applied_bytes = 0
         encode = self.state_machine.capture_snapshot()
-        task = loop.create_task(self._write_snapshot(loop, sid, encode))
-        self._snapshot_task = task
+        self._snapshot_task = loop.create_task(self._write_snapshot(loop, sid, encode))
 
     async def _write_snapshot(
         self, loop: asyncio.AbstractEventLoop, sid: SnapshotId, encode: Callable[[], bytes]
@@ -639,8 +635,6 @@ class QuorumNode:
             log.exception(
                 "node %d could not write snapshot %d-%d", self.node_id, sid.end_offset, sid.epoch
             )
-        finally:
-            self._snapshotting = False
 
     def _fail_all(self, exc: BaseException) -> None:
         for p in self._proposals:

@@ -213,16 +213,17 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
                 )
         return kv_pb2.WriteResponse(error=kv_pb2.OK, position=position)
 
-    async def _encode(self, context: Any, make: Any, *args: Any) -> bytes | None:
+    async def _encode(self, context: Any, make: Any, *args: Any) -> bytes:
+        """The record ``make(*args)`` encodes; INVALID_ARGUMENT naming the
+        problem if the arguments are not valid."""
         try:
             return bytes(make(*args))
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            return None
+            raise  # unreachable: abort raises
 
     async def Put(self, request: kv_pb2.PutRequest, context: Any) -> kv_pb2.WriteResponse:
         record = await self._encode(context, encode_put, request.key, request.value)
-        assert record is not None
         return await self._write([record], context)
 
     async def PutMany(self, request: kv_pb2.PutManyRequest, context: Any) -> kv_pb2.WriteResponse:
@@ -236,13 +237,11 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
             )
         items = [(put.key, put.value) for put in request.puts]
         record = await self._encode(context, encode_put_many, items)
-        assert record is not None
         return await self._write([record], context)
 
     async def Cas(self, request: kv_pb2.CasRequest, context: Any) -> kv_pb2.WriteResponse:
         expected = None if request.expect_absent else request.expected
         record = await self._encode(context, encode_cas, request.key, expected, request.value)
-        assert record is not None
         if request.expect_absent and request.expected:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -252,7 +251,6 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
 
     async def Delete(self, request: kv_pb2.DeleteRequest, context: Any) -> kv_pb2.WriteResponse:
         record = await self._encode(context, encode_delete, request.key)
-        assert record is not None
         return await self._write([record], context)
 
     async def Get(self, request: kv_pb2.GetRequest, context: Any) -> kv_pb2.GetResponse:

@@ -341,6 +341,11 @@ class RaftCore:
     def epoch_start_offset(self) -> int:
         return self._epoch_start_offset
 
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record will get."""
+        return self._log.end_offset
+
     def status(self) -> Status:
         replicas: tuple[ReplicaStatus, ...] = ()
         if self._role is Role.LEADER:

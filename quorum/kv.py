@@ -137,11 +137,14 @@ class KvStateMachine:
         if batch.kind is not BatchKind.DATA:
             return [OK] * len(batch.records)
         return [
-            self._apply(record, batch.base_offset + i, batch.epoch)
+            self.apply_record(record, batch.base_offset + i, batch.epoch)
             for i, record in enumerate(batch.records)
         ]
 
-    def _apply(self, record: bytes, offset: int, epoch: int) -> CasResult:
+    def apply_record(self, record: bytes, offset: int, epoch: int) -> CasResult:
+        """Apply one key-value record at ``offset``, without the batch
+        bookkeeping (for a state machine that embeds this one and does its
+        own, as the controller's does)."""
         op = _decode(record)
         if op[0] == "put":
             self._data[op[1]] = Versioned(op[2], offset, epoch)
@@ -175,6 +178,20 @@ class KvStateMachine:
         self._data = items
         self._applied = snapshot_id.end_offset
         self._chain = chain
+
+    def export_items(self) -> list[list[Any]]:
+        """The map as ``[key, value, offset, epoch]`` rows, sorted by key."""
+        return [[k, v.value, v.offset, v.epoch] for k, v in sorted(self._data.items())]
+
+    def import_items(self, rows: Sequence[Sequence[Any]], applied: int) -> None:
+        """Replace the map by :meth:`export_items`' rows (ValueError if they
+        are malformed)."""
+        try:
+            items = {str(k): Versioned(bytes(v), int(o), int(e)) for k, v, o, e in rows}
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"malformed key-value rows: {exc}") from exc
+        self._data = items
+        self._applied = applied
 
     def digest(self) -> bytes:
         """The chained sha256 of the applied log (constant time): replicas

@@ -234,6 +234,30 @@ class QuorumNode:
         IndeterminateError if leadership was lost, or time ran out, before
         this node learned whether they committed; NodeStoppedError.
         """
+        _, future = self.submit(records)
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            raise IndeterminateError(
+                f"no outcome within {timeout_s:.3f}s: the write may or may not have committed"
+            ) from None
+
+    def next_offset(self) -> int:
+        """The offset the next record submitted now will get, if this node
+        stays leader of its epoch (see :meth:`submit`)."""
+        return self.core.log_end_offset + sum(len(p.records) for p in self._proposals)
+
+    def submit(self, records: Sequence[bytes]) -> tuple[int, asyncio.Future[ProposalOutcome]]:
+        """Queue ``records`` for the log, or refuse them at once (raising
+        NotLeaderError, BusyError, ValueError or NodeStoppedError; nothing was
+        queued).  Returns the offset the first record will get, and a future
+        of the outcome.
+
+        The offset is exact while this node stays leader of its epoch:
+        queued records are appended in order, and a leader appends nothing
+        else after its epoch's first batch.  The active controller relies on
+        it to write a broker's epoch, which is its record's offset (KIP-631,
+        Kafka's nextWriteOffset)."""
         self._check_running()
         size = sum(len(r) for r in records)
         if size > self.options.max_batch_bytes or len(records) > self.options.max_batch_records:
@@ -244,9 +268,8 @@ class QuorumNode:
             )
         if self.core.role is not Role.LEADER:
             raise self._not_leader()
-        pending = sum(len(p.records) for p in self._proposals) + sum(
-            i.end_offset - i.base_offset for i in self._inflight.values()
-        )
+        queued = sum(len(p.records) for p in self._proposals)
+        pending = queued + sum(i.end_offset - i.base_offset for i in self._inflight.values())
         if pending + len(records) > self.options.max_pending_records:
             raise BusyError(
                 f"{pending} records are waiting to commit (limit "
@@ -256,12 +279,7 @@ class QuorumNode:
         future: asyncio.Future[ProposalOutcome] = loop.create_future()
         self._proposals.append(_Proposal(tuple(records), future, time.monotonic(), size))
         self._wakeup.set()
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-        except TimeoutError:
-            raise IndeterminateError(
-                f"no outcome within {timeout_s:.3f}s: the write may or may not have committed"
-            ) from None
+        return self.core.log_end_offset + queued, future
 
     async def read_barrier(self, timeout_s: float) -> int:
         """Wait until a linearizable read may be served from the local state

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -36,15 +36,17 @@ from quorum.driver.transport import RaftTransport
 from quorum.kv import (
     CasResult,
     KvStateMachine,
+    Versioned,
     encode_cas,
     encode_delete,
     encode_put,
     encode_put_many,
 )
+from quorum.listener import StateMachine
 from quorum.storage import NodeStorage
 from quorum.types import NodeId, Role, VoterSet
 
-__all__ = ["NodeConfig", "NodeServer"]
+__all__ = ["KvStateReader", "NodeConfig", "NodeServer", "ServerPlugin"]
 
 log = logging.getLogger("kq.server")
 
@@ -74,15 +76,44 @@ class NodeConfig:
         raise ValueError(f"node {self.node_id} is not a voter and has no listen address")
 
 
+class KvStateReader(StateMachine, Protocol):
+    """A state machine that also serves the key-value store's reads."""
+
+    def get(self, key: str) -> Versioned | None: ...
+
+    def digest(self) -> bytes: ...
+
+
+class ServerPlugin(Protocol):
+    """More services on a node's gRPC server (the metadata controller's):
+    made once the node exists, started after the server and the node,
+    stopped before them."""
+
+    # Full names of the gRPC services it adds (for health and reflection).
+    service_names: Sequence[str]
+
+    def add_to_server(self, server: grpc.aio.Server) -> None: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class NodeServer:
     """Owns a node's storage, core driver, transport and gRPC server."""
 
-    def __init__(self, config: NodeConfig, storage: NodeStorage | None = None) -> None:
+    def __init__(
+        self,
+        config: NodeConfig,
+        storage: NodeStorage | None = None,
+        state_machine: KvStateReader | None = None,
+        plugins: Sequence[Callable[[NodeServer], ServerPlugin]] = (),
+    ) -> None:
         self.config = config
         self.storage = storage or open_node_storage(
             config.data_dir, config.cluster_id, config.node_id
         )
-        self.state_machine = KvStateMachine()
+        self.state_machine: KvStateReader = state_machine or KvStateMachine()
         self.metrics = NodeMetrics(config.node_id)
         self.node = QuorumNode(
             config.node_id,
@@ -111,6 +142,7 @@ class NodeServer:
         )
         self.port = 0
         self.health = health_aio.HealthServicer()
+        self.plugins = [make(self) for make in plugins]
 
     async def start(self) -> None:
         from kq import raft_pb2_grpc
@@ -119,10 +151,13 @@ class NodeServer:
         kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self), self.server)
         kv_pb2_grpc.add_QuorumServiceServicer_to_server(QuorumServicer(self), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        for plugin in self.plugins:
+            plugin.add_to_server(self.server)
         names = [
             raft_pb2.DESCRIPTOR.services_by_name["RaftService"].full_name,
             kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
             kv_pb2.DESCRIPTOR.services_by_name["QuorumService"].full_name,
+            *[name for plugin in self.plugins for name in plugin.service_names],
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ]
@@ -134,6 +169,8 @@ class NodeServer:
         if self.config.metrics_listen:
             self.metrics.serve(self.config.metrics_listen)
         self.node.start(self.transport.send)
+        for plugin in self.plugins:
+            await plugin.start()
         for name in names[:-1] + [""]:
             await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
@@ -145,6 +182,8 @@ class NodeServer:
 
     async def stop(self, resign: bool = True) -> None:
         await self.health.enter_graceful_shutdown()
+        for plugin in self.plugins:
+            await plugin.stop()
         await self.node.stop(resign=resign)
         await self.transport.close()
         await self.server.stop(grace=0.2)

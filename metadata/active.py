@@ -1,0 +1,297 @@
+"""The controller at run time: asyncio glue between the quorum node, the
+state machine and the decisions of :class:`metadata.controller.Controller`.
+
+Every controller node runs one.  It is *active* while its node leads the
+quorum and has applied its own epoch's first batch (so it has replayed
+every record before its term: Kafka fires ``handleLeaderChange`` to the
+new leader only then); otherwise it is a standby that only replays.
+
+A write runs on the event loop without awaiting between deciding and
+queueing: the controller decides on its speculative image, the node queues
+the records (:meth:`QuorumNode.submit`, which also tells the offset they
+will get), the speculative image replays them, and only then does the
+caller wait for the commit.  The answer is sent once the records have
+committed (and been applied), never before; an answer that writes nothing
+waits for every earlier write to commit, so no answer reflects state that
+could still be lost.  Losing leadership drops the speculative image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Callable
+from typing import TypeVar
+
+from metadata import configs
+from metadata.configs import ResourceType
+from metadata.controller import Controller, ControllerOptions, ControllerResult
+from metadata.errors import ApiError, Errors
+from metadata.image import MetadataImage
+from metadata.records import Record, encode_record
+from metadata.state_machine import ControllerStateMachine
+from quorum.core import NotLeaderError
+from quorum.driver.node import (
+    BusyError,
+    IndeterminateError,
+    NodeStoppedError,
+    ProposalOutcome,
+    QuorumNode,
+    ReadTimeoutError,
+)
+from quorum.types import Batch, Role
+
+__all__ = ["QuorumController"]
+
+log = logging.getLogger("kq.controller")
+
+T = TypeVar("T")
+
+
+class QuorumController:
+    def __init__(
+        self,
+        node: QuorumNode,
+        state_machine: ControllerStateMachine,
+        options: ControllerOptions,
+        rng: random.Random | None = None,
+        tick_interval_ms: int = 250,
+        noop_interval_ms: int = 500,
+    ) -> None:
+        self.node = node
+        self.sm = state_machine
+        self.options = options
+        self.controller = Controller(options, rng or random.Random())
+        self.tick_interval_ms = tick_interval_ms
+        # Kafka's metadata.max.idle.interval.ms (KIP-835); 0: never.
+        self.noop_interval_ms = noop_interval_ms
+        # The epoch this controller is active in; None: standby.
+        self.active_epoch: int | None = None
+        self._tail: asyncio.Future[ProposalOutcome] | None = None
+        self._last_write_ms = 0
+        self._last_rebalance_ms = 0
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        state_machine.add_batch_listener(self._on_batch)
+
+    @property
+    def is_active(self) -> bool:
+        return self.active_epoch is not None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        self._become_standby()
+
+    # -- state ----------------------------------------------------------------
+
+    def committed_image(self) -> MetadataImage:
+        return self.sm.image
+
+    def _on_batch(self, batch: Batch) -> None:
+        """After the state machine applied a committed batch."""
+        if self.is_active and self.sm.applied_offset >= self.node.next_offset():
+            # Everything this controller wrote has committed: the committed
+            # image is the speculative one (and cheaper to hold).
+            self.controller.reset(self.sm.image)
+        self._wakeup.set()
+
+    def _should_be_active(self) -> bool:
+        core = self.node.core
+        return (
+            core.role is Role.LEADER
+            and self.sm.last_leader_change_epoch == core.epoch
+            and not self._stopping
+        )
+
+    def _become_active(self) -> None:
+        epoch = self.node.core.epoch
+        now = self.node.now_ms()
+        self.active_epoch = epoch
+        self._last_rebalance_ms = now
+        records = self.controller.activate(self.sm.image, now)
+        log.info(
+            "controller %d is active in epoch %d at offset %d (%d brokers, %d topics)",
+            self.node.node_id,
+            epoch,
+            self.sm.applied_offset,
+            len(self.sm.image.brokers),
+            len(self.sm.image.topics),
+        )
+        try:
+            self._append(records, atomic=True)
+        except ApiError as exc:
+            log.warning("controller %d could not open its term: %s", self.node.node_id, exc)
+            self._become_standby()
+
+    def _become_standby(self) -> None:
+        if self.active_epoch is not None:
+            log.info(
+                "controller %d is no longer active (epoch %d)",
+                self.node.node_id,
+                self.active_epoch,
+            )
+        self.active_epoch = None
+        self._tail = None
+        self.controller.reset(self.sm.image)
+
+    def _check_role(self) -> None:
+        if self.is_active and (
+            self.node.core.role is not Role.LEADER or self.node.core.epoch != self.active_epoch
+        ):
+            self._become_standby()
+        if not self.is_active and self._should_be_active():
+            self._become_active()
+
+    def _not_controller(self) -> ApiError:
+        return ApiError(
+            Errors.NOT_CONTROLLER,
+            f"controller {self.node.node_id} is not the active controller",
+        )
+
+    # -- writing ------------------------------------------------------------------
+
+    def _append(self, records: list[Record], atomic: bool) -> asyncio.Future[ProposalOutcome]:
+        """Queue ``records`` and replay them into the speculative image, in
+        batches of at most the node's limits; ``atomic`` ones must fit one."""
+        limit = self.node.options.max_batch_records
+        encoded = [encode_record(r) for r in records]
+        max_bytes = self.node.options.max_batch_bytes
+        chunks: list[tuple[int, int]] = []
+        start, size = 0, 0
+        for i, data in enumerate(encoded):
+            if i > start and (i - start >= limit or size + len(data) > max_bytes):
+                chunks.append((start, i))
+                start, size = i, 0
+            size += len(data)
+        chunks.append((start, len(encoded)))
+        if atomic and len(chunks) > 1:
+            raise ApiError(
+                Errors.INVALID_REQUEST,
+                f"the change needs {len(records)} records, more than one batch holds",
+            )
+        future: asyncio.Future[ProposalOutcome] | None = None
+        epoch = self.node.core.epoch
+        for lo, hi in chunks:
+            expected = self.node.next_offset()
+            try:
+                base, future = self.node.submit(encoded[lo:hi])
+            except NotLeaderError:
+                self._become_standby()
+                raise self._not_controller() from None
+            except BusyError as exc:
+                raise ApiError(Errors.THROTTLING, str(exc)) from None
+            except NodeStoppedError as exc:
+                raise ApiError(Errors.NOT_CONTROLLER, str(exc)) from None
+            if base != expected:  # pragma: no cover - submit's contract
+                log.error("records went to offset %d, expected %d", base, expected)
+            self.controller.replay(records[lo:hi], base, epoch)
+        assert future is not None
+        self._tail = future
+        self._last_write_ms = self.node.now_ms()
+        return future
+
+    async def _await(self, future: asyncio.Future[ProposalOutcome], timeout_s: float) -> None:
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout_s)
+        except TimeoutError:
+            raise ApiError(
+                Errors.INDETERMINATE,
+                f"no outcome within {timeout_s:.3f}s: the change may or may not have committed",
+            ) from None
+        except NotLeaderError:
+            # The records were never appended, or another leader's batch took
+            # their offsets: they did not commit.
+            self._check_role()
+            raise self._not_controller() from None
+        except (IndeterminateError, NodeStoppedError) as exc:
+            raise ApiError(Errors.INDETERMINATE, str(exc)) from None
+
+    async def write(
+        self, decide: Callable[[Controller], ControllerResult[T]], timeout_s: float
+    ) -> T:
+        """Decide on the speculative image, write the records, answer once
+        they committed.  Raises ApiError (NOT_CONTROLLER off the active
+        controller, the decision's own refusals, INDETERMINATE)."""
+        self._check_role()
+        if not self.is_active:
+            raise self._not_controller()
+        self.controller.next_offset = self.node.next_offset()
+        result = decide(self.controller)
+        if result.records:
+            future = self._append(result.records, result.atomic)
+            await self._await(future, timeout_s)
+        elif self._tail is not None and not self._tail.done():
+            await self._await(self._tail, timeout_s)
+        return result.response
+
+    async def read(self, linearizable: bool, timeout_s: float) -> MetadataImage:
+        """The committed image; ``linearizable``: only on the active
+        controller, after confirming leadership (read index)."""
+        if linearizable:
+            if not self.is_active:
+                raise self._not_controller()
+            try:
+                await self.node.read_barrier(timeout_s)
+            except NotLeaderError:
+                raise self._not_controller() from None
+            except (ReadTimeoutError, NodeStoppedError) as exc:
+                raise ApiError(Errors.REQUEST_TIMED_OUT, str(exc)) from None
+        return self.sm.image
+
+    # -- periodic work --------------------------------------------------------------
+
+    async def _run(self) -> None:
+        interval = self.tick_interval_ms / 1000
+        while not self._stopping:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), interval)
+            self._wakeup.clear()
+            if self._stopping:
+                break
+            try:
+                self._check_role()
+                if self.is_active:
+                    self._tick(self.node.now_ms())
+            except ApiError as exc:
+                log.warning("controller %d: periodic work refused: %s", self.node.node_id, exc)
+            except Exception:  # pragma: no cover - keep the controller alive, loudly
+                log.exception("controller %d: periodic work failed", self.node.node_id)
+
+    def _tick(self, now_ms: int) -> None:
+        c = self.controller
+        c.next_offset = self.node.next_offset()
+        fenced = c.fence_expired(now_ms, limit=1)
+        if fenced.records:
+            log.warning(
+                "controller %d fences broker(s) %s: no heartbeat within %d ms",
+                self.node.node_id,
+                fenced.response,
+                self.options.session_timeout_ms,
+            )
+            self._append(fenced.records, atomic=False)
+        cluster = c.image.config((int(ResourceType.CLUSTER), ""))
+        every_s = configs.as_int(
+            configs.effective("leader.imbalance.check.interval.seconds", cluster=cluster)
+        )
+        if now_ms - self._last_rebalance_ms >= every_s * 1000:
+            self._last_rebalance_ms = now_ms
+            c.next_offset = self.node.next_offset()
+            moved = c.rebalance_leaders()
+            if moved.records:
+                log.info(
+                    "controller %d moves %d leaderships back to preferred replicas",
+                    self.node.node_id,
+                    moved.response,
+                )
+                self._append(moved.records, atomic=False)
+        if self.noop_interval_ms and now_ms - self._last_write_ms >= self.noop_interval_ms:
+            self._append(c.noop().records, atomic=True)

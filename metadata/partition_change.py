@@ -1,0 +1,132 @@
+"""One partition's next state: elections, ISR changes, reassignment steps.
+
+Kafka's ``PartitionChangeBuilder``: given a partition and what should
+change (a new ISR, target replicas, an election), compute the
+:class:`PartitionChangeRecord` with only the fields that change, or None
+when nothing does.  Pure: the caller says which brokers may lead or be in
+the ISR (registered, unfenced, not shutting down: KIP-841).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from metadata.image import PartitionRegistration
+from metadata.records import (
+    NO_LEADER,
+    NO_LEADER_CHANGE,
+    LeaderRecoveryState,
+    PartitionChangeRecord,
+)
+
+__all__ = ["Election", "PartitionChange", "reassignment_replicas"]
+
+
+class Election(enum.Enum):
+    # Keep a valid leader; else the first active ISR member in replica order.
+    ONLINE = "online"
+    # The first replica, if it is an active ISR member (else as ONLINE).
+    PREFERRED = "preferred"
+    # As ONLINE; if no ISR member can lead, any active replica (KIP-704:
+    # the new leader is RECOVERING and the ISR shrinks to it alone).
+    UNCLEAN = "unclean"
+
+
+def reassignment_replicas(
+    current: tuple[int, ...], target: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(replicas, adding, removing) while moving ``current`` to ``target``
+    (Kafka's PartitionReassignmentReplicas, KIP-455): the target first, then
+    the replicas being removed."""
+    removing = tuple(r for r in current if r not in target)
+    adding = tuple(r for r in target if r not in current)
+    return target + removing, adding, removing
+
+
+@dataclass(slots=True)
+class PartitionChange:
+    topic_id: str
+    partition_id: int
+    partition: PartitionRegistration
+    # May this broker lead or join the ISR (registered, unfenced, not
+    # shutting down)?
+    is_active: Callable[[int], bool]
+    election: Election = Election.ONLINE
+    target_isr: tuple[int, ...] | None = None
+    target_replicas: tuple[int, ...] | None = None
+    target_adding: tuple[int, ...] | None = None
+    target_removing: tuple[int, ...] | None = None
+    # The leader reports its log recovered after an unclean election.
+    recovered: bool = False
+    # Bump the leader epoch even if the leader stays (Kafka does when
+    # replicas are removed, so the old ones notice).
+    bump_leader_epoch: bool = False
+
+    def build(self) -> PartitionChangeRecord | None:
+        p = self.partition
+        replicas = p.replicas if self.target_replicas is None else self.target_replicas
+        isr = p.isr if self.target_isr is None else self.target_isr
+        adding = p.adding_replicas if self.target_adding is None else self.target_adding
+        removing = p.removing_replicas if self.target_removing is None else self.target_removing
+        bump = self.bump_leader_epoch
+
+        # Complete a reassignment once every target replica is in the ISR.
+        if (adding or removing) and all(r in isr for r in adding):
+            target = tuple(r for r in replicas if r not in removing)
+            new_isr = tuple(r for r in isr if r in target)
+            if new_isr:
+                replicas, isr, adding, removing = target, new_isr, (), ()
+                bump = bump or bool(p.removing_replicas)
+
+        leader = p.leader
+        recovery = p.leader_recovery_state
+        if self.recovered and recovery is LeaderRecoveryState.RECOVERING:
+            recovery = LeaderRecoveryState.RECOVERED
+
+        def can_lead(b: int) -> bool:
+            return b in isr and b in replicas and self.is_active(b)
+
+        preferred = replicas[0] if replicas else NO_LEADER
+        if self.election is Election.PREFERRED and preferred != leader and can_lead(preferred):
+            leader = preferred
+        elif not can_lead(leader):
+            candidates = [r for r in replicas if can_lead(r)]
+            if candidates:
+                leader = candidates[0]
+            elif self.election is Election.UNCLEAN:
+                live = [r for r in replicas if self.is_active(r)]
+                if live:
+                    leader = live[0]
+                    isr = (leader,)
+                    recovery = LeaderRecoveryState.RECOVERING
+                else:
+                    leader = NO_LEADER
+            else:
+                leader = NO_LEADER
+        if leader == NO_LEADER and not isr:
+            # Kafka keeps the last ISR member rather than an empty ISR: it
+            # holds the data, and leads again when it comes back.
+            isr = p.isr[:1] if p.isr else ()
+
+        change = PartitionChangeRecord(
+            self.topic_id,
+            self.partition_id,
+            leader=leader if (leader != p.leader or bump) else NO_LEADER_CHANGE,
+            isr=isr if isr != p.isr else None,
+            replicas=replicas if replicas != p.replicas else None,
+            removing_replicas=removing if removing != p.removing_replicas else None,
+            adding_replicas=adding if adding != p.adding_replicas else None,
+            leader_recovery_state=recovery if recovery != p.leader_recovery_state else None,
+        )
+        if (
+            change.leader == NO_LEADER_CHANGE
+            and change.isr is None
+            and change.replicas is None
+            and change.removing_replicas is None
+            and change.adding_replicas is None
+            and change.leader_recovery_state is None
+        ):
+            return None
+        return change

@@ -1,0 +1,544 @@
+"""The metadata records: what the controller writes to the quorum's log.
+
+Every change to the cluster's metadata is one of these records, committed
+through the quorum and replayed, in log order, by every controller and
+broker (KIP-631).  Type numbers follow Kafka's ``apiKey`` of the record of
+the same meaning (``metadata/src/main/resources/common/metadata``).
+
+Encoding: one msgpack array per record, ``[type, version, field, ...]``,
+fields in the order of the dataclass.  A record whose type or version this
+build does not know is an error (:class:`UnknownRecordError`), never skipped:
+a replica that silently skipped a record would hold different metadata from
+the others.  A new version of a record must get a new decoder here before
+any controller writes it (feature levels gate that, KIP-584).
+
+Records of the quorum's key-value store share the log; they are msgpack
+arrays whose first element is a string, so :func:`is_metadata_record` tells
+the two apart from the first two bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+__all__ = [
+    "NO_LEADER",
+    "NO_LEADER_CHANGE",
+    "BrokerRegistrationChangeRecord",
+    "ConfigRecord",
+    "Endpoint",
+    "FeatureLevelRecord",
+    "FeatureRange",
+    "FenceBrokerRecord",
+    "LeaderRecoveryState",
+    "MalformedRecordError",
+    "NoOpRecord",
+    "PartitionChangeRecord",
+    "PartitionRecord",
+    "ProducerIdsRecord",
+    "Record",
+    "RecordType",
+    "RegisterBrokerRecord",
+    "RemoveTopicRecord",
+    "TopicRecord",
+    "UnfenceBrokerRecord",
+    "UnknownRecordError",
+    "UnregisterBrokerRecord",
+    "decode_record",
+    "encode_record",
+    "is_metadata_record",
+]
+
+# Partition leader values (Kafka's LeaderConstants).
+NO_LEADER = -1
+# In a PartitionChangeRecord: the leader stays as it is.
+NO_LEADER_CHANGE = -2
+
+
+class RecordType(enum.IntEnum):
+    REGISTER_BROKER = 0
+    UNREGISTER_BROKER = 1
+    TOPIC = 2
+    PARTITION = 3
+    CONFIG = 4
+    PARTITION_CHANGE = 5
+    FENCE_BROKER = 7
+    UNFENCE_BROKER = 8
+    REMOVE_TOPIC = 9
+    FEATURE_LEVEL = 12
+    PRODUCER_IDS = 15
+    BROKER_REGISTRATION_CHANGE = 17
+    NO_OP = 20
+
+
+class LeaderRecoveryState(enum.IntEnum):
+    """KIP-704: a leader chosen by an unclean election is RECOVERING until
+    it tells the controller (AlterPartition) that its log is consistent."""
+
+    RECOVERED = 0
+    RECOVERING = 1
+
+
+class UnknownRecordError(ValueError):
+    """A record of a type or version this build cannot read."""
+
+
+class MalformedRecordError(ValueError):
+    """A record that does not decode as its type and version say."""
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    name: str
+    host: str
+    port: int
+    security_protocol: str = "PLAINTEXT"
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureRange:
+    """A feature a broker supports, from ``min_level`` to ``max_level``."""
+
+    name: str
+    min_level: int
+    max_level: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterBrokerRecord:
+    """A broker (re)registers; it starts fenced.  Its broker epoch is the
+    offset of this very record (KIP-631): the active controller knows the
+    offset its next record will get, and writes it here so that a snapshot
+    can carry the epoch too."""
+
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: str
+    endpoints: tuple[Endpoint, ...]
+    rack: str | None
+    features: tuple[FeatureRange, ...] = ()
+    fenced: bool = True
+    in_controlled_shutdown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UnregisterBrokerRecord:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class FenceBrokerRecord:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnfenceBrokerRecord:
+    broker_id: int
+    broker_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistrationChangeRecord:
+    """Changes a registration's flags; None leaves a flag as it is."""
+
+    broker_id: int
+    broker_epoch: int
+    fenced: bool | None = None
+    in_controlled_shutdown: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRecord:
+    name: str
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRecord:
+    """A whole partition: written when a partition is created (and in
+    snapshots)."""
+
+    topic_id: str
+    partition_id: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    removing_replicas: tuple[int, ...] = ()
+    adding_replicas: tuple[int, ...] = ()
+    leader: int = NO_LEADER
+    leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionChangeRecord:
+    """Only the changed fields (None: unchanged).  Replay bumps the
+    partition epoch always, and the leader epoch whenever ``leader`` is not
+    NO_LEADER_CHANGE (Kafka's PartitionRegistration.merge)."""
+
+    topic_id: str
+    partition_id: int
+    leader: int = NO_LEADER_CHANGE
+    isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None
+    removing_replicas: tuple[int, ...] | None = None
+    adding_replicas: tuple[int, ...] | None = None
+    leader_recovery_state: LeaderRecoveryState | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTopicRecord:
+    topic_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRecord:
+    """Sets ``name`` on a resource; ``value`` None deletes the override.
+    ``resource_type`` is a :class:`metadata.configs.ResourceType` number."""
+
+    resource_type: int
+    resource_name: str
+    name: str
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdsRecord:
+    """The next producer id not yet handed out (KIP-730): a block
+    [previous next, this next) went to ``broker_id``."""
+
+    broker_id: int
+    broker_epoch: int
+    next_producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class FeatureLevelRecord:
+    """Finalizes a feature's level; level 0 removes the feature."""
+
+    name: str
+    level: int
+
+
+@dataclass(frozen=True, slots=True)
+class NoOpRecord:
+    """Written when the log is idle (KIP-835) so that followers see time
+    pass, and by a new active controller to open its term."""
+
+
+Record = (
+    RegisterBrokerRecord
+    | UnregisterBrokerRecord
+    | FenceBrokerRecord
+    | UnfenceBrokerRecord
+    | BrokerRegistrationChangeRecord
+    | TopicRecord
+    | PartitionRecord
+    | PartitionChangeRecord
+    | RemoveTopicRecord
+    | ConfigRecord
+    | ProducerIdsRecord
+    | FeatureLevelRecord
+    | NoOpRecord
+)
+
+
+# -- encoding ---------------------------------------------------------------
+
+
+def _ints(values: Sequence[int] | None) -> list[int] | None:
+    return None if values is None else list(values)
+
+
+def _enc_register(r: RegisterBrokerRecord) -> list[Any]:
+    return [
+        r.broker_id,
+        r.broker_epoch,
+        r.incarnation_id,
+        [[e.name, e.host, e.port, e.security_protocol] for e in r.endpoints],
+        r.rack,
+        [[f.name, f.min_level, f.max_level] for f in r.features],
+        r.fenced,
+        r.in_controlled_shutdown,
+    ]
+
+
+def _enc_partition(r: PartitionRecord) -> list[Any]:
+    return [
+        r.topic_id,
+        r.partition_id,
+        list(r.replicas),
+        list(r.isr),
+        list(r.removing_replicas),
+        list(r.adding_replicas),
+        r.leader,
+        int(r.leader_recovery_state),
+        r.leader_epoch,
+        r.partition_epoch,
+    ]
+
+
+def _enc_change(r: PartitionChangeRecord) -> list[Any]:
+    return [
+        r.topic_id,
+        r.partition_id,
+        r.leader,
+        _ints(r.isr),
+        _ints(r.replicas),
+        _ints(r.removing_replicas),
+        _ints(r.adding_replicas),
+        None if r.leader_recovery_state is None else int(r.leader_recovery_state),
+    ]
+
+
+_ENCODERS: dict[type[Any], tuple[RecordType, Callable[[Any], list[Any]]]] = {
+    RegisterBrokerRecord: (RecordType.REGISTER_BROKER, _enc_register),
+    UnregisterBrokerRecord: (
+        RecordType.UNREGISTER_BROKER,
+        lambda r: [r.broker_id, r.broker_epoch],
+    ),
+    FenceBrokerRecord: (RecordType.FENCE_BROKER, lambda r: [r.broker_id, r.broker_epoch]),
+    UnfenceBrokerRecord: (RecordType.UNFENCE_BROKER, lambda r: [r.broker_id, r.broker_epoch]),
+    BrokerRegistrationChangeRecord: (
+        RecordType.BROKER_REGISTRATION_CHANGE,
+        lambda r: [r.broker_id, r.broker_epoch, r.fenced, r.in_controlled_shutdown],
+    ),
+    TopicRecord: (RecordType.TOPIC, lambda r: [r.name, r.topic_id]),
+    PartitionRecord: (RecordType.PARTITION, _enc_partition),
+    PartitionChangeRecord: (RecordType.PARTITION_CHANGE, _enc_change),
+    RemoveTopicRecord: (RecordType.REMOVE_TOPIC, lambda r: [r.topic_id]),
+    ConfigRecord: (
+        RecordType.CONFIG,
+        lambda r: [r.resource_type, r.resource_name, r.name, r.value],
+    ),
+    ProducerIdsRecord: (
+        RecordType.PRODUCER_IDS,
+        lambda r: [r.broker_id, r.broker_epoch, r.next_producer_id],
+    ),
+    FeatureLevelRecord: (RecordType.FEATURE_LEVEL, lambda r: [r.name, r.level]),
+    NoOpRecord: (RecordType.NO_OP, lambda r: []),
+}
+
+# The version every record is written at by this build.
+CURRENT_VERSION = 0
+
+
+def encode_record(record: Record) -> bytes:
+    rtype, encode = _ENCODERS[type(record)]
+    return bytes(msgpack.packb([int(rtype), CURRENT_VERSION, *encode(record)]))
+
+
+# -- decoding ---------------------------------------------------------------
+
+
+def _int(v: Any, what: str) -> int:
+    if type(v) is not int:
+        raise MalformedRecordError(f"{what} must be an integer, not {v!r}")
+    return v
+
+
+def _str(v: Any, what: str) -> str:
+    if not isinstance(v, str):
+        raise MalformedRecordError(f"{what} must be a string, not {v!r}")
+    return v
+
+
+def _opt_str(v: Any, what: str) -> str | None:
+    return None if v is None else _str(v, what)
+
+
+def _bool(v: Any, what: str) -> bool:
+    if not isinstance(v, bool):
+        raise MalformedRecordError(f"{what} must be a boolean, not {v!r}")
+    return v
+
+
+def _opt_bool(v: Any, what: str) -> bool | None:
+    return None if v is None else _bool(v, what)
+
+
+def _int_tuple(v: Any, what: str) -> tuple[int, ...]:
+    if not isinstance(v, list) or any(type(x) is not int for x in v):
+        raise MalformedRecordError(f"{what} must be a list of integers, not {v!r}")
+    return tuple(v)
+
+
+def _opt_int_tuple(v: Any, what: str) -> tuple[int, ...] | None:
+    return None if v is None else _int_tuple(v, what)
+
+
+def _recovery(v: Any) -> LeaderRecoveryState:
+    try:
+        return LeaderRecoveryState(_int(v, "leader_recovery_state"))
+    except ValueError as exc:
+        raise MalformedRecordError(f"unknown leader recovery state {v!r}") from exc
+
+
+def _dec_register(f: list[Any]) -> RegisterBrokerRecord:
+    endpoints = []
+    if not isinstance(f[3], list) or not isinstance(f[5], list):
+        raise MalformedRecordError("endpoints and features must be lists")
+    for e in f[3]:
+        if not isinstance(e, list) or len(e) != 4:
+            raise MalformedRecordError(f"malformed endpoint {e!r}")
+        endpoints.append(
+            Endpoint(
+                _str(e[0], "endpoint name"),
+                _str(e[1], "endpoint host"),
+                _int(e[2], "endpoint port"),
+                _str(e[3], "security protocol"),
+            )
+        )
+    features = []
+    for x in f[5]:
+        if not isinstance(x, list) or len(x) != 3:
+            raise MalformedRecordError(f"malformed feature range {x!r}")
+        features.append(FeatureRange(_str(x[0], "feature"), _int(x[1], "min"), _int(x[2], "max")))
+    return RegisterBrokerRecord(
+        _int(f[0], "broker_id"),
+        _int(f[1], "broker_epoch"),
+        _str(f[2], "incarnation_id"),
+        tuple(endpoints),
+        _opt_str(f[4], "rack"),
+        tuple(features),
+        _bool(f[6], "fenced"),
+        _bool(f[7], "in_controlled_shutdown"),
+    )
+
+
+def _dec_partition(f: list[Any]) -> PartitionRecord:
+    return PartitionRecord(
+        _str(f[0], "topic_id"),
+        _int(f[1], "partition_id"),
+        _int_tuple(f[2], "replicas"),
+        _int_tuple(f[3], "isr"),
+        _int_tuple(f[4], "removing_replicas"),
+        _int_tuple(f[5], "adding_replicas"),
+        _int(f[6], "leader"),
+        _recovery(f[7]),
+        _int(f[8], "leader_epoch"),
+        _int(f[9], "partition_epoch"),
+    )
+
+
+def _dec_change(f: list[Any]) -> PartitionChangeRecord:
+    return PartitionChangeRecord(
+        _str(f[0], "topic_id"),
+        _int(f[1], "partition_id"),
+        _int(f[2], "leader"),
+        _opt_int_tuple(f[3], "isr"),
+        _opt_int_tuple(f[4], "replicas"),
+        _opt_int_tuple(f[5], "removing_replicas"),
+        _opt_int_tuple(f[6], "adding_replicas"),
+        None if f[7] is None else _recovery(f[7]),
+    )
+
+
+# (type, version) -> (field count, decoder)
+_DECODERS: dict[tuple[int, int], tuple[int, Callable[[list[Any]], Record]]] = {
+    (RecordType.REGISTER_BROKER, 0): (8, _dec_register),
+    (RecordType.UNREGISTER_BROKER, 0): (
+        2,
+        lambda f: UnregisterBrokerRecord(_int(f[0], "broker_id"), _int(f[1], "broker_epoch")),
+    ),
+    (RecordType.FENCE_BROKER, 0): (
+        2,
+        lambda f: FenceBrokerRecord(_int(f[0], "broker_id"), _int(f[1], "broker_epoch")),
+    ),
+    (RecordType.UNFENCE_BROKER, 0): (
+        2,
+        lambda f: UnfenceBrokerRecord(_int(f[0], "broker_id"), _int(f[1], "broker_epoch")),
+    ),
+    (RecordType.BROKER_REGISTRATION_CHANGE, 0): (
+        4,
+        lambda f: BrokerRegistrationChangeRecord(
+            _int(f[0], "broker_id"),
+            _int(f[1], "broker_epoch"),
+            _opt_bool(f[2], "fenced"),
+            _opt_bool(f[3], "in_controlled_shutdown"),
+        ),
+    ),
+    (RecordType.TOPIC, 0): (
+        2,
+        lambda f: TopicRecord(_str(f[0], "name"), _str(f[1], "topic_id")),
+    ),
+    (RecordType.PARTITION, 0): (10, _dec_partition),
+    (RecordType.PARTITION_CHANGE, 0): (8, _dec_change),
+    (RecordType.REMOVE_TOPIC, 0): (1, lambda f: RemoveTopicRecord(_str(f[0], "topic_id"))),
+    (RecordType.CONFIG, 0): (
+        4,
+        lambda f: ConfigRecord(
+            _int(f[0], "resource_type"),
+            _str(f[1], "resource_name"),
+            _str(f[2], "name"),
+            _opt_str(f[3], "value"),
+        ),
+    ),
+    (RecordType.PRODUCER_IDS, 0): (
+        3,
+        lambda f: ProducerIdsRecord(
+            _int(f[0], "broker_id"), _int(f[1], "broker_epoch"), _int(f[2], "next_producer_id")
+        ),
+    ),
+    (RecordType.FEATURE_LEVEL, 0): (
+        2,
+        lambda f: FeatureLevelRecord(_str(f[0], "name"), _int(f[1], "level")),
+    ),
+    (RecordType.NO_OP, 0): (0, lambda f: NoOpRecord()),
+}
+
+
+def _versions(rtype: int) -> list[int]:
+    return sorted(v for t, v in _DECODERS if t == rtype)
+
+
+def decode_record(data: bytes) -> Record:
+    """Decode one metadata record; raises :class:`UnknownRecordError` for a
+    type or version this build does not know, :class:`MalformedRecordError`
+    for anything else that is wrong."""
+    try:
+        obj = msgpack.unpackb(data)
+    except (msgpack.UnpackException, ValueError) as exc:
+        raise MalformedRecordError(f"a metadata record does not decode: {exc}") from exc
+    if not isinstance(obj, list) or len(obj) < 2:
+        raise MalformedRecordError(f"a metadata record must be [type, version, ...], not {obj!r}")
+    rtype, version, fields = obj[0], obj[1], obj[2:]
+    if type(rtype) is not int or type(version) is not int:
+        raise MalformedRecordError(f"record type and version must be integers: {obj[:2]!r}")
+    entry = _DECODERS.get((rtype, version))
+    if entry is None:
+        try:
+            name = f"{RecordType(rtype).name} ({rtype})"
+        except ValueError:
+            raise UnknownRecordError(
+                f"unknown metadata record type {rtype} (version {version}): written by a newer kq?"
+            ) from None
+        known = ", ".join(map(str, _versions(rtype)))
+        raise UnknownRecordError(
+            f"metadata record {name} has version {version}; this build reads versions {known}"
+        )
+    count, decode = entry
+    name = RecordType(rtype).name
+    if len(fields) != count:
+        raise MalformedRecordError(
+            f"metadata record {name} v{version} has {len(fields)} fields, expected {count}"
+        )
+    try:
+        return decode(fields)
+    except (TypeError, IndexError) as exc:
+        raise MalformedRecordError(f"malformed metadata record {name} v{version}: {exc}") from exc
+
+
+def is_metadata_record(data: bytes) -> bool:
+    """True for a metadata record, False for a key-value store record (an
+    array whose first element is a string), from the first two bytes."""
+    if len(data) < 2 or not 0x90 <= data[0] <= 0x9F:
+        return False
+    return data[1] <= 0x7F  # positive fixint: every record type is < 128

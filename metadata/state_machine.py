@@ -1,0 +1,187 @@
+"""The state machine a controller (or broker) runs on the quorum's log.
+
+It implements :class:`quorum.listener.StateMachine`: committed batches are
+replayed in log order into the :class:`MetadataImage` (metadata records)
+and into the key-value store that shares the log (its records are told
+apart by :func:`metadata.records.is_metadata_record`).  This is the only
+place the committed metadata changes: decide, then replay.
+
+Snapshots hold the image as the records that rebuild it (Kafka's snapshots
+are records too) plus the key-value rows, so a node restarted from a
+snapshot and the log after it holds exactly the image of a node that
+replayed the whole log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgpack
+
+from metadata.delta import MetadataDelta
+from metadata.image import EMPTY_IMAGE, MetadataImage
+from metadata.records import decode_record, encode_record, is_metadata_record
+from quorum.kv import KvStateMachine, Versioned
+from quorum.types import Batch, BatchKind, LeaderAndEpoch, SnapshotId
+
+__all__ = ["CommitListener", "ControllerStateMachine", "decode_snapshot", "encode_snapshot"]
+
+SNAPSHOT_VERSION = 1
+
+# Called after each batch with metadata records: (the delta, the new image).
+CommitListener = Callable[[MetadataDelta, MetadataImage], None]
+
+
+class ControllerStateMachine:
+    """Implements :class:`quorum.listener.StateMachine`."""
+
+    def __init__(self) -> None:
+        self.image: MetadataImage = EMPTY_IMAGE
+        self.kv = KvStateMachine()
+        self.leader = LeaderAndEpoch(None, 0)
+        # The epoch of the last LeaderChange batch applied: once it equals
+        # the leader's own epoch, everything before the leader's epoch start
+        # is applied, so an active controller may decide (Kafka fires
+        # handleLeaderChange to the leader only then).
+        self.last_leader_change_epoch = 0
+        self._applied = 0
+        self._chain = bytes(32)
+        self._listeners: list[CommitListener] = []
+        self._batch_listeners: list[Callable[[Batch], None]] = []
+        self._load_listeners: list[Callable[[MetadataImage], None]] = []
+
+    # -- listeners ----------------------------------------------------------------
+
+    def add_listener(self, listener: CommitListener) -> None:
+        """``listener(delta, image)`` after every batch that changed metadata."""
+        self._listeners.append(listener)
+
+    def add_batch_listener(self, listener: Callable[[Batch], None]) -> None:
+        """``listener(batch)`` after every applied batch."""
+        self._batch_listeners.append(listener)
+
+    def add_load_listener(self, listener: Callable[[MetadataImage], None]) -> None:
+        """``listener(image)`` after a snapshot replaced the whole state."""
+        self._load_listeners.append(listener)
+
+    def get(self, key: str) -> Versioned | None:
+        """A key of the key-value store sharing the log."""
+        return self.kv.get(key)
+
+    # -- StateMachine ---------------------------------------------------------------
+
+    @property
+    def applied_offset(self) -> int:
+        return self._applied
+
+    def digest(self) -> bytes:
+        """sha256 chained over every applied batch: equal on two replicas
+        iff they applied the same log."""
+        return self._chain
+
+    def handle_commit(self, batch: Batch) -> Sequence[object]:
+        if batch.base_offset != self._applied:
+            raise ValueError(
+                f"batch at offset {batch.base_offset} applied after offset {self._applied}"
+            )
+        h = hashlib.sha256(self._chain)
+        h.update(b"%d:%d:%d" % (batch.base_offset, batch.epoch, int(batch.kind)))
+        for record in batch.records:
+            h.update(len(record).to_bytes(4, "big"))
+            h.update(record)
+        self._chain = h.digest()
+        results: list[object] = []
+        delta: MetadataDelta | None = None
+        if batch.kind is BatchKind.LEADER_CHANGE:
+            self.last_leader_change_epoch = batch.epoch
+            results = [None] * len(batch.records)
+        else:
+            for i, record in enumerate(batch.records):
+                offset = batch.base_offset + i
+                if is_metadata_record(record):
+                    if delta is None:
+                        delta = MetadataDelta(self.image)
+                    delta.replay(decode_record(record), offset, batch.epoch)
+                    results.append(None)
+                else:
+                    results.append(self.kv.apply_record(record, offset, batch.epoch))
+        self._applied = batch.end_offset
+        if delta is not None:
+            self.image = delta.apply().with_provenance(batch.end_offset, batch.epoch)
+            for listener in self._listeners:
+                listener(delta, self.image)
+        else:
+            self.image = self.image.with_provenance(batch.end_offset, batch.epoch)
+        for batch_listener in self._batch_listeners:
+            batch_listener(batch)
+        return results
+
+    def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
+        image, rows, chain = decode_snapshot(snapshot_id, data)
+        self.kv.import_items(rows, snapshot_id.end_offset)
+        self.image = image
+        self._applied = snapshot_id.end_offset
+        self._chain = chain
+        for listener in self._load_listeners:
+            listener(image)
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        self.leader = leader
+
+    def snapshot(self) -> bytes:
+        return self.capture_snapshot()()
+
+    def capture_snapshot(self) -> Callable[[], bytes]:
+        # The image is immutable: holding it is the capture.  The key-value
+        # rows are copied now (they are mutable).
+        image, rows, applied, chain = self.image, self.kv.export_items(), self._applied, self._chain
+        return lambda: encode_snapshot(image, rows, applied, chain)
+
+
+def encode_snapshot(
+    image: MetadataImage, kv_rows: list[list[Any]], applied: int, chain: bytes
+) -> bytes:
+    records = [encode_record(r) for r in image.to_records()]
+    return bytes(
+        msgpack.packb(
+            {
+                "version": SNAPSHOT_VERSION,
+                "end_offset": applied,
+                "epoch": image.epoch,
+                "chain": chain,
+                "metadata": records,
+                "kv": kv_rows,
+            }
+        )
+    )
+
+
+def decode_snapshot(
+    snapshot_id: SnapshotId, data: bytes
+) -> tuple[MetadataImage, list[list[Any]], bytes]:
+    """(image, key-value rows, log digest) of a snapshot; ValueError naming
+    what is wrong with a malformed one."""
+    try:
+        obj = msgpack.unpackb(data)
+        if not isinstance(obj, dict):
+            raise ValueError("not a map")
+        if obj.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(
+                f"snapshot format version {obj.get('version')!r}; this build reads "
+                f"{SNAPSHOT_VERSION}"
+            )
+        if obj["end_offset"] != snapshot_id.end_offset:
+            raise ValueError(f"it holds the state at offset {obj['end_offset']}")
+        chain = bytes(obj["chain"])
+        if len(chain) != 32:
+            raise ValueError("the log digest must be 32 bytes")
+        delta = MetadataDelta(EMPTY_IMAGE)
+        for raw in obj["metadata"]:
+            delta.replay(decode_record(bytes(raw)), 0, 0)
+        image = delta.apply().with_provenance(snapshot_id.end_offset, snapshot_id.epoch)
+        rows = list(obj["kv"])
+    except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+        raise ValueError(f"malformed controller snapshot {snapshot_id}: {exc}") from exc
+    return image, rows, chain

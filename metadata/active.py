@@ -23,6 +23,7 @@ import contextlib
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from metadata import configs
@@ -43,11 +44,37 @@ from quorum.driver.node import (
 )
 from quorum.types import Batch, Role
 
-__all__ = ["QuorumController"]
+__all__ = ["ControllerSettings", "QuorumController"]
 
 log = logging.getLogger("kq.controller")
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """The ``[controller]`` settings of a controller node."""
+
+    # A broker not heard from for this long is fenced (Kafka's
+    # broker.session.timeout.ms).
+    broker_session_timeout_ms: int = 9_000
+    # How often brokers are told to heartbeat (broker.heartbeat.interval.ms).
+    broker_heartbeat_interval_ms: int = 2_000
+    # How often the active controller checks sessions and timers.
+    tick_interval_ms: int = 250
+    # A NoOp record when nothing was written for this long, so brokers can
+    # tell how stale their metadata is (KIP-835's
+    # metadata.max.idle.interval.ms); 0: never.
+    metadata_max_idle_interval_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
+            raise ValueError(
+                f"broker_heartbeat_interval_ms ({self.broker_heartbeat_interval_ms}) must be "
+                f"below broker_session_timeout_ms ({self.broker_session_timeout_ms})"
+            )
+        if self.tick_interval_ms <= 0:
+            raise ValueError("tick_interval_ms must be positive")
 
 
 class QuorumController:
@@ -55,18 +82,22 @@ class QuorumController:
         self,
         node: QuorumNode,
         state_machine: ControllerStateMachine,
-        options: ControllerOptions,
+        cluster_id: str,
+        settings: ControllerSettings | None = None,
         rng: random.Random | None = None,
-        tick_interval_ms: int = 250,
-        noop_interval_ms: int = 500,
     ) -> None:
+        settings = settings or ControllerSettings()
+        self.settings = settings
         self.node = node
         self.sm = state_machine
-        self.options = options
-        self.controller = Controller(options, rng or random.Random())
-        self.tick_interval_ms = tick_interval_ms
-        # Kafka's metadata.max.idle.interval.ms (KIP-835); 0: never.
-        self.noop_interval_ms = noop_interval_ms
+        self.options = ControllerOptions(
+            cluster_id,
+            session_timeout_ms=settings.broker_session_timeout_ms,
+            heartbeat_interval_ms=settings.broker_heartbeat_interval_ms,
+        )
+        self.controller = Controller(self.options, rng or random.Random())
+        self.tick_interval_ms = settings.tick_interval_ms
+        self.noop_interval_ms = settings.metadata_max_idle_interval_ms
         # The epoch this controller is active in; None: standby.
         self.active_epoch: int | None = None
         self._tail: asyncio.Future[ProposalOutcome] | None = None

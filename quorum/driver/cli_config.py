@@ -5,7 +5,7 @@ Every setting has a dotted key (``node_id``, ``quorum.fetch_timeout_ms``,
 
 1. defaults (:data:`SETTINGS`);
 2. the TOML config file (``--config FILE``): top-level keys, and the tables
-   ``[voters]``, ``[quorum]`` and ``[node]``;
+   ``[voters]``, ``[quorum]``, ``[node]`` and ``[controller]``;
 3. environment variables ``KQ_<KEY>``: the key upper-cased with dots as
    underscores (``KQ_NODE_ID``, ``KQ_QUORUM_FETCH_TIMEOUT_MS``);
 4. flags: ``--node-id``, ``--cluster-id``, ``--data-dir``, ``--listen``,
@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from metadata.active import ControllerSettings
 from quorum.config import QuorumConfig
 from quorum.driver.cli_common import parse_address, parse_node_id, parse_voters
 from quorum.driver.node import NodeOptions
@@ -112,10 +113,19 @@ SETTINGS: dict[str, Setting] = {
     for s in _TOP
     + _core_settings("quorum", QuorumConfig, minimums={"check_quorum_factor": 1.0})
     + _core_settings("node", NodeOptions, skip=("quorum",), minimums={"max_batch_records": 1})
+    + _core_settings(
+        "controller",
+        ControllerSettings,
+        minimums={
+            "broker_session_timeout_ms": 1,
+            "broker_heartbeat_interval_ms": 1,
+            "tick_interval_ms": 1,
+        },
+    )
 }
 """Every setting, by key."""
 
-_SECTIONS = ("quorum", "node")
+_SECTIONS = ("quorum", "node", "controller")
 
 
 def env_name(key: str) -> str:
@@ -393,6 +403,7 @@ class ControllerConfig:
     log_level: str
     options: NodeOptions
     settings: Settings
+    controller: ControllerSettings = field(default_factory=ControllerSettings)
 
     @property
     def address(self) -> str:
@@ -439,6 +450,15 @@ def controller_config(settings: Settings) -> ControllerConfig:
         key.partition(".")[2]: settings.get(key) for key in SETTINGS if key.startswith("node.")
     }
     options = NodeOptions(quorum=quorum, **node_values)
+    controller_values = {
+        key.partition(".")[2]: settings.get(key)
+        for key in SETTINGS
+        if key.startswith("controller.")
+    }
+    try:
+        controller = ControllerSettings(**controller_values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(_blame("controller", str(exc), settings)) from None
     return ControllerConfig(
         node_id=node_id,
         cluster_id=cluster_id,
@@ -449,6 +469,7 @@ def controller_config(settings: Settings) -> ControllerConfig:
         log_level=settings.get("log_level"),
         options=options,
         settings=settings,
+        controller=controller,
     )
 
 

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from metadata.server import controller_server
 from quorum.driver.cli_common import (
     EXIT_FAILURE,
     EXIT_USAGE,
@@ -38,7 +39,6 @@ from quorum.driver.cli_config import (
     settings_from_args,
 )
 from quorum.driver.rocks import StorageOpenError
-from quorum.driver.server import NodeServer
 from quorum.driver.storage_format import StorageFormatError, read_meta
 from quorum.storage import StorageCorruptError
 from quorum.types import Role
@@ -173,7 +173,7 @@ async def _serve(config: ControllerConfig) -> int:
     try:
         try:
             # The gRPC server of a NodeServer belongs to the loop it is made in.
-            server = NodeServer(config.node_config())
+            server = controller_server(config.node_config(), config.controller)
         except (
             StorageFormatError,
             StorageCorruptError,

@@ -207,14 +207,14 @@ def test_the_example_config_documents_every_key() -> None:
     doc = tomllib.loads(path.read_text())
     keys = set()
     for name, value in doc.items():
-        if name in ("quorum", "node"):
+        if name in ("quorum", "node", "controller"):
             keys |= {f"{name}.{sub}" for sub in value}
         else:
             keys.add(name)
     assert keys == set(SETTINGS)
     config = controller_config(load_settings(path, {}))
     for key, setting in SETTINGS.items():
-        if key.startswith(("quorum.", "node.")):
+        if key.startswith(("quorum.", "node.", "controller.")):
             # The example shows the defaults.
             assert config.settings.get(key) == setting.default, key
 

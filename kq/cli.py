@@ -41,6 +41,12 @@ COMMANDS: list[tuple[str, str]] = [
     ("quorum", "quorum.driver.cli_quorum:register"),
     ("cluster", "quorum.driver.cli_cluster:register"),
     ("kv", "quorum.driver.cli_kv:register"),
+    ("topics", "metadata.cli_topics:register"),
+    ("configs", "metadata.cli_configs:register"),
+    ("brokers", "metadata.cli_brokers:register"),
+    ("leader-election", "metadata.cli_election:register"),
+    ("reassign", "metadata.cli_reassign:register"),
+    ("features", "metadata.cli_features:register"),
 ]
 """Every subcommand: ``(name, "module:function")``, imported only when needed."""
 

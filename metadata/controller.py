@@ -148,6 +148,9 @@ class RegisterRequest:
 class HeartbeatRequest:
     broker_id: int
     broker_epoch: int
+    # The offset of the last metadata record the broker has applied
+    # (inclusive, as Kafka's currentMetadataOffset; -1: none): caught up
+    # once it reaches the broker's registration record.
     current_metadata_offset: int
     want_fence: bool = False
     want_shutdown: bool = False

@@ -962,7 +962,9 @@ class Controller:
         records: list[Record] = []
         failed = False
         for rtype, rname, ops in changes:
-            label = f"{rtype.name.lower()}:{rname}"
+            label = (
+                "the cluster" if rtype is ResourceType.CLUSTER else f"{rtype.name.lower()} {rname}"
+            )
             try:
                 configs.validate_resource(rtype, rname)
                 if rtype is ResourceType.TOPIC and rname not in self.image.topic_ids:

@@ -503,14 +503,13 @@ class Controller:
     ) -> ControllerResult[list[ItemResult]]:
         results: list[ItemResult] = []
         records: list[Record] = []
-        seen: set[str] = set()
+        counts: dict[str, int] = {}
+        for t in topics:
+            counts[t.name] = counts.get(t.name, 0) + 1
         for t in topics:
             try:
-                if t.name in seen:
-                    raise ApiError(
-                        Errors.INVALID_REQUEST, f"topic {t.name} appears twice in the request"
-                    )
-                seen.add(t.name)
+                if counts[t.name] > 1:
+                    raise ApiError(Errors.INVALID_REQUEST, f"topic {t.name} appears more than once")
                 made, result = self._create_topic(t)
             except ApiError as exc:
                 results.append(ItemResult(t.name, exc.code, exc.message))
@@ -605,7 +604,6 @@ class Controller:
     ) -> ControllerResult[list[ItemResult]]:
         results: list[ItemResult] = []
         records: list[Record] = []
-        done: set[str] = set()
         wanted = [(n, self.image.topic_ids.get(n)) for n in names]
         wanted += [
             (
@@ -622,10 +620,16 @@ class Controller:
                     )
                 )
                 continue
-            if topic_id in done:
-                results.append(ItemResult(label, topic_id=topic_id))
+            if sum(1 for _, other in wanted if other == topic_id) > 1:
+                results.append(
+                    ItemResult(
+                        label,
+                        Errors.INVALID_REQUEST,
+                        f"topic {label} is named more than once",
+                        topic_id=topic_id,
+                    )
+                )
                 continue
-            done.add(topic_id)
             records.append(RemoveTopicRecord(topic_id))
             results.append(ItemResult(label, topic_id=topic_id))
         return ControllerResult(records, results)
@@ -661,7 +665,12 @@ class Controller:
                     f"{len(assignments)} assignments given for {new} new partitions",
                 )
             assignment = [tuple(a) for a in assignments]
-            validate_assignment(assignment, {b.id: b for b in self._usable_brokers()})
+            validate_assignment(
+                assignment,
+                {b.id: b for b in self._usable_brokers()},
+                start_partition=current,
+                replication_factor=rf,
+            )
         else:
             assignment = place(current, new, rf, self._usable_brokers(), self.rng)
         records = self._new_partitions(topic.topic_id, current, assignment)
@@ -925,10 +934,9 @@ class Controller:
                 bump_leader_epoch=True,
             ).build()
         validate_assignment([target], brokers)
-        current = tuple(r for r in p.replicas if r not in p.adding_replicas)
-        if p.is_reassigning:
-            current = tuple(r for r in p.replicas if r not in p.adding_replicas)
-        replicas, adding, removing = reassignment_replicas(current, target)
+        # A new target replaces one in progress: every current replica (the
+        # old ones and those added so far) not in the new target goes.
+        replicas, adding, removing = reassignment_replicas(p.replicas, target)
         if replicas == p.replicas and not adding and not removing and not p.is_reassigning:
             return None
         return self._change(
@@ -955,12 +963,12 @@ class Controller:
         changes: Sequence[tuple[ResourceType, str, Sequence[AlterConfigOp]]],
         validate_only: bool = False,
     ) -> ControllerResult[list[ItemResult]]:
-        """Incremental alter (KIP-339) with conditions: when any condition
-        fails, nothing of the request is written (a linearizable
-        compare-and-set on configs)."""
+        """Incremental alter (KIP-339) with conditions.  All or nothing:
+        when any resource is refused (a failed condition, a bad value, an
+        unknown topic), nothing of the request is written, so a request is
+        a linearizable compare-and-set on configs."""
         results: list[ItemResult] = []
         records: list[Record] = []
-        failed = False
         for rtype, rname, ops in changes:
             label = (
                 "the cluster" if rtype is ResourceType.CLUSTER else f"{rtype.name.lower()} {rname}"
@@ -974,6 +982,7 @@ class Controller:
                 current = self.image.config((int(rtype), rname))
                 made: list[Record] = []
                 keys: set[str] = set()
+                mismatches: list[str] = []
                 for op in ops:
                     if op.key in keys:
                         raise ApiError(Errors.INVALID_REQUEST, f"config {op.key} is altered twice")
@@ -988,21 +997,24 @@ class Controller:
                         (op.expect_absent and found is not None)
                         or (not op.expect_absent and found != op.expected)
                     ):
-                        raise ApiError(
-                            Errors.CONFIG_PRECONDITION_FAILED,
-                            f"config {op.key} of {label} is "
+                        mismatches.append(
+                            f"{op.key} is "
                             + ("unset" if found is None else repr(found))
                             + ", not "
-                            + ("unset" if op.expect_absent else repr(op.expected)),
+                            + ("unset" if op.expect_absent else repr(op.expected))
                         )
                     made.append(ConfigRecord(int(rtype), rname, op.key, value))
+                if mismatches:
+                    raise ApiError(
+                        Errors.CONFIG_PRECONDITION_FAILED,
+                        f"on {label}: " + "; ".join(mismatches),
+                    )
             except ApiError as exc:
-                failed = failed or exc.code is Errors.CONFIG_PRECONDITION_FAILED
                 results.append(ItemResult(label, exc.code, exc.message))
                 continue
             records.extend(made)
             results.append(ItemResult(label))
-        if failed or validate_only:
+        if validate_only or not items_ok(results):
             records = []
         return ControllerResult(records, results)
 
@@ -1023,10 +1035,15 @@ class Controller:
     ) -> ControllerResult[list[ItemResult]]:
         results: list[ItemResult] = []
         records: list[Record] = []
-        for name, level in sorted(updates.items()):
+        for name, level in updates.items():
             try:
                 if name not in SUPPORTED_FEATURES:
                     raise ApiError(Errors.INVALID_FEATURE_UPDATE, f"unknown feature {name}")
+                if level == 0 and name == METADATA_VERSION:
+                    raise ApiError(
+                        Errors.INVALID_FEATURE_UPDATE,
+                        f"{name} cannot be removed: every record is read at its level",
+                    )
                 low, high = SUPPORTED_FEATURES[name]
                 if not low <= level <= high:
                     raise ApiError(

@@ -77,9 +77,16 @@ class PartitionChange:
             target = tuple(r for r in replicas if r not in removing)
             new_isr = tuple(r for r in isr if r in target)
             if new_isr:
+                # Replicas go away: the leader epoch grows so they notice
+                # (whether the removal started now or earlier).
+                bump = bump or bool(removing)
                 replicas, isr, adding, removing = target, new_isr, (), ()
-                bump = bump or bool(p.removing_replicas)
 
+        # The ISR never holds a broker that is not a replica (a replica
+        # dropped by a new reassignment target leaves it too).
+        if any(r not in replicas for r in isr):
+            isr = tuple(r for r in isr if r in replicas)
+            bump = True
         leader = p.leader
         recovery = p.leader_recovery_state
         if self.recovered and recovery is LeaderRecoveryState.RECOVERING:

@@ -250,7 +250,9 @@ class MetadataDelta:
         resource = (TOPIC_RESOURCE, topic.name)
         overrides = self.config(resource)
         if overrides:
-            self._configs[resource] = dict.fromkeys(overrides, None)
+            # Update, not replace: deletions replayed earlier in this delta
+            # must stay.
+            self._configs.setdefault(resource, {}).update(dict.fromkeys(overrides, None))
 
     def _replay_register(self, r: RegisterBrokerRecord) -> None:
         self._brokers[r.broker_id] = BrokerRegistration(

@@ -422,11 +422,10 @@ class Controller:
                 )
                 shutting_down = True
             elif not self._leads_anything(b.broker_id):
-                records.append(
-                    BrokerRegistrationChangeRecord(
-                        b.broker_id, b.epoch, fenced=True, in_controlled_shutdown=False
-                    )
-                )
+                # _fence also takes it out of any ISR it is still in (step
+                # 1's changes may have been lost with a failover while its
+                # flag committed).
+                records.extend(self._fence(b))
                 fenced, shutting_down, shut_down = True, False, True
             else:
                 # Still leads (a leadership came back meanwhile): move again.
@@ -923,7 +922,18 @@ class Controller:
                     Errors.NO_REASSIGNMENT_IN_PROGRESS, f"{topic.name}-{i} is not being reassigned"
                 )
             original = tuple(r for r in p.replicas if r not in p.adding_replicas)
-            isr = tuple(r for r in p.isr if r in original) or p.isr[:1]
+            isr = tuple(r for r in p.isr if r in original)
+            if not isr:
+                # Every ISR member is an added replica: going back is an
+                # unclean election (Kafka's PartitionReassignmentRevert).
+                if not self._unclean_allowed(topic):
+                    raise ApiError(
+                        Errors.INVALID_REPLICA_ASSIGNMENT,
+                        f"cancelling the reassignment of {topic.name}-{i} needs an unclean "
+                        f"leader election: no original replica {list(original)} is in the "
+                        f"ISR {list(p.isr)}",
+                    )
+                isr = original[:1]
             return self._change(
                 topic,
                 i,

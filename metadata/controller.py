@@ -223,6 +223,8 @@ class Controller:
         # The offset the next written record will get (the node knows it;
         # the driver sets it before each decision).
         self.next_offset = 0
+        self._unclean: dict[str, bool] = {}
+        self._unclean_configs: object = None
 
     # -- the speculative image ------------------------------------------------
 
@@ -266,7 +268,16 @@ class Controller:
         )
 
     def _unclean_allowed(self, topic: TopicImage) -> bool:
-        return configs.as_bool(self._topic_config(topic, "unclean.leader.election.enable"))
+        # Fencing a broker decides for tens of thousands of partitions:
+        # resolve each topic's setting once per version of the configs.
+        if self._unclean_configs is not self.image.configs:
+            self._unclean_configs = self.image.configs
+            self._unclean.clear()
+        found = self._unclean.get(topic.name)
+        if found is None:
+            found = configs.as_bool(self._topic_config(topic, "unclean.leader.election.enable"))
+            self._unclean[topic.name] = found
+        return found
 
     def _broker(self, broker_id: int, broker_epoch: int | None = None) -> BrokerRegistration:
         b = self.image.brokers.get(broker_id)

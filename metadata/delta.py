@@ -56,6 +56,9 @@ class _TopicDelta:
     name: str
     topic_id: str
     changed: dict[int, PartitionRegistration] = field(default_factory=dict)
+    # Partitions are appended densely (replay checks it), so the count is
+    # kept rather than searched for: a topic of n partitions replays in O(n).
+    partition_count: int = -1
 
     def partition(self, partition_id: int) -> PartitionRegistration | None:
         found = self.changed.get(partition_id)
@@ -63,20 +66,12 @@ class _TopicDelta:
             return self.base.partition(partition_id)
         return found
 
-    @property
-    def partition_count(self) -> int:
-        count = len(self.base.partitions) if self.base is not None else 0
-        while count in self.changed:
-            count += 1
-        return count
+    def __post_init__(self) -> None:
+        if self.partition_count < 0:
+            self.partition_count = len(self.base.partitions) if self.base is not None else 0
 
     def build(self) -> TopicImage:
         count = self.partition_count
-        if len(self.changed) and max(self.changed) >= count:
-            raise ReplayError(
-                f"topic {self.name} has partitions up to {max(self.changed)} but not "
-                f"partition {count}: partition ids must be dense"
-            )
         if self.base is not None and not self.changed:
             return self.base
         old = self.base.partitions if self.base is not None else ()
@@ -230,6 +225,7 @@ class MetadataDelta:
                 f"partition id is {topic.partition_count}"
             )
         topic.changed[r.partition_id] = PartitionRegistration.from_record(r)
+        topic.partition_count += 1
 
     def _replay_partition_change(self, r: PartitionChangeRecord) -> None:
         topic = self._topic(r.topic_id, f"partition change of partition {r.partition_id}")

@@ -158,7 +158,7 @@ class QuorumController:
             len(self.sm.image.topics),
         )
         try:
-            self._append(records, atomic=True)
+            self._append(records, atomic=False)
         except ApiError as exc:
             log.warning("controller %d could not open its term: %s", self.node.node_id, exc)
             self._become_standby()

@@ -241,6 +241,15 @@ class Controller:
         for name, (_, highest) in SUPPORTED_FEATURES.items():
             if name not in committed.features:
                 records.append(FeatureLevelRecord(name, highest))
+        # Elections a predecessor decided but lost in its failover (they
+        # are written apart from the unfencing that triggered them): every
+        # leaderless partition that an eligible ISR member can lead.
+        for topic in committed.topics.values():
+            for i, p in enumerate(topic.partitions):
+                if not p.has_leader and any(self._active(r) for r in p.isr):
+                    change = self._change(topic, i).build()
+                    if change is not None:
+                        records.append(change)
         return records or [NoOpRecord()]
 
     def replay(self, records: Sequence[Record], base_offset: int, epoch: int) -> None:

@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 
 from metadata.active import ControllerSettings, QuorumController
-from metadata.controller import HeartbeatRequest, NewTopic, RegisterRequest
+from metadata.controller import (
+    Controller,
+    ControllerResult,
+    HeartbeatRequest,
+    ItemResult,
+    NewTopic,
+    RegisterRequest,
+)
 from metadata.delta import LocalReplicaChanges, MetadataDelta
 from metadata.image import MetadataImage
 from metadata.records import Endpoint, FeatureRange
@@ -99,6 +106,10 @@ async def controllers(root: Path) -> AsyncIterator[ControllerCluster]:
             await cluster.stop(n, resign=False)
 
 
+def create(topics: list[NewTopic]) -> Callable[[Controller], ControllerResult[list[ItemResult]]]:
+    return lambda c: c.create_topics(topics)
+
+
 def image_of(server: NodeServer) -> MetadataImage:
     sm = server.state_machine
     assert isinstance(sm, ControllerStateMachine)
@@ -140,9 +151,7 @@ def test_standbys_observers_and_restarts_hold_the_active_image(tmp_path: Path) -
                 for b, epoch in epochs.items():
                     assert active.sm.image.brokers[b].epoch == epoch
                 for i in range(30):
-                    results = await active.write(
-                        lambda c, i=i: c.create_topics([NewTopic(f"t{i}", 2, 3)]), 5
-                    )
+                    results = await active.write(create([NewTopic(f"t{i}", 2, 3)]), 5)
                     assert results[0].error.name == "NONE", results[0]
                 end = active.sm.applied_offset
                 everyone = [*cluster.servers.values(), observer]

@@ -305,15 +305,22 @@ class MetadataDelta:
         topics, topic_ids = img.topics, img.topic_ids
         configs = img.configs
         if self._topics or self._removed:
-            with topics.mutate() as tm, topic_ids.mutate() as nm:
-                for topic_id, removed in self._removed.items():
+            with topics.mutate() as tm:
+                for topic_id in self._removed:
                     tm.pop(topic_id, None)
-                    if nm.get(removed.name) == topic_id:
-                        nm.pop(removed.name)
                 for topic_id, delta in self._topics.items():
                     tm[topic_id] = delta.build()
-                    nm[delta.name] = topic_id
-                topics, topic_ids = tm.finish(), nm.finish()
+                topics = tm.finish()
+            # Names change only with new and removed topics: otherwise the
+            # name map is shared as it is.
+            if self._names:
+                with topic_ids.mutate() as nm:
+                    for name, named in self._names.items():
+                        if named is None:
+                            nm.pop(name, None)
+                        else:
+                            nm[name] = named
+                    topic_ids = nm.finish()
         if self._configs:
             with configs.mutate() as cm:
                 for resource, changes in self._configs.items():

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -44,7 +44,7 @@ from quorum.driver.node import (
 )
 from quorum.types import Batch, Role
 
-__all__ = ["ControllerSettings", "QuorumController"]
+__all__ = ["ControllerSettings", "QuorumController", "batch_bounds"]
 
 log = logging.getLogger("kq.controller")
 
@@ -75,6 +75,23 @@ class ControllerSettings:
             )
         if self.tick_interval_ms <= 0:
             raise ValueError("tick_interval_ms must be positive")
+
+
+def batch_bounds(
+    encoded: Sequence[bytes], max_records: int, max_bytes: int
+) -> list[tuple[int, int]]:
+    """[lo, hi) ranges cutting ``encoded`` into batches of at most
+    ``max_records`` records and ``max_bytes`` bytes (a single larger record
+    alone)."""
+    bounds: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for i, data in enumerate(encoded):
+        if i > start and (i - start >= max_records or size + len(data) > max_bytes):
+            bounds.append((start, i))
+            start, size = i, 0
+        size += len(data)
+    bounds.append((start, len(encoded)))
+    return bounds
 
 
 class QuorumController:
@@ -193,17 +210,10 @@ class QuorumController:
     def _append(self, records: list[Record], atomic: bool) -> asyncio.Future[ProposalOutcome]:
         """Queue ``records`` and replay them into the speculative image, in
         batches of at most the node's limits; ``atomic`` ones must fit one."""
-        limit = self.node.options.max_batch_records
         encoded = [encode_record(r) for r in records]
-        max_bytes = self.node.options.max_batch_bytes
-        chunks: list[tuple[int, int]] = []
-        start, size = 0, 0
-        for i, data in enumerate(encoded):
-            if i > start and (i - start >= limit or size + len(data) > max_bytes):
-                chunks.append((start, i))
-                start, size = i, 0
-            size += len(data)
-        chunks.append((start, len(encoded)))
+        chunks = batch_bounds(
+            encoded, self.node.options.max_batch_records, self.node.options.max_batch_bytes
+        )
         if atomic and len(chunks) > 1:
             raise ApiError(
                 Errors.INVALID_REQUEST,

@@ -43,6 +43,7 @@ import grpc
 
 from kq import kv_pb2, metadata_pb2, metadata_pb2_grpc
 from metadata.errors import Errors
+from quorum.driver.client import ChannelPool
 
 __all__ = [
     "ConfigOp",
@@ -311,14 +312,12 @@ class MetadataClient:
             raise ValueError("timeout_s must be positive")
         self.bootstrap = list(dict.fromkeys(bootstrap))
         self.timeout_s = timeout_s
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = ChannelPool()
         self._controller: str | None = None
         self._next = 0
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._channels.close()
 
     async def __aenter__(self) -> MetadataClient:
         return self
@@ -334,18 +333,7 @@ class MetadataClient:
     # -- plumbing ----------------------------------------------------------
 
     def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(
-                address,
-                options=[
-                    ("grpc.initial_reconnect_backoff_ms", 50),
-                    ("grpc.max_reconnect_backoff_ms", 500),
-                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ],
-            )
-            self._channels[address] = channel
-        return channel
+        return self._channels.get(address)
 
     def _admin(self, address: str) -> metadata_pb2_grpc.AdminServiceAsyncStub:
         return metadata_pb2_grpc.AdminServiceStub(self._channel(address))

@@ -28,6 +28,7 @@ from kq import kv_pb2, kv_pb2_grpc
 
 __all__ = [
     "CasOutcome",
+    "ChannelPool",
     "ClientError",
     "IndeterminateWriteError",
     "KvClient",
@@ -71,20 +72,46 @@ class ReadResult:
     node_address: str
 
 
+class ChannelPool:
+    """One gRPC channel per address, with the reconnect back-off a client
+    wants (a node that restarts is found again within half a second)."""
+
+    def __init__(self) -> None:
+        self._channels: dict[str, grpc.aio.Channel] = {}
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        channel = self._channels.get(address)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(
+                address,
+                options=[
+                    ("grpc.initial_reconnect_backoff_ms", 50),
+                    ("grpc.max_reconnect_backoff_ms", 500),
+                    # Metadata answers (a cluster's topics) may be large.
+                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                ],
+            )
+            self._channels[address] = channel
+        return channel
+
+    async def close(self) -> None:
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
+
+
 class KvClient:
     def __init__(self, bootstrap: Sequence[str], timeout_s: float = 5.0) -> None:
         if not bootstrap:
             raise ValueError("a client needs at least one bootstrap address")
         self.bootstrap = list(dict.fromkeys(bootstrap))
         self.timeout_s = timeout_s
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = ChannelPool()
         self._leader: str | None = None
         self._next = 0
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._channels.close()
 
     async def __aenter__(self) -> KvClient:
         return self
@@ -97,17 +124,7 @@ class KvClient:
         return self._leader
 
     def _channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(
-                address,
-                options=[
-                    ("grpc.initial_reconnect_backoff_ms", 50),
-                    ("grpc.max_reconnect_backoff_ms", 500),
-                ],
-            )
-            self._channels[address] = channel
-        return channel
+        return self._channels.get(address)
 
     def _kv(self, address: str) -> kv_pb2_grpc.KvServiceAsyncStub:
         return kv_pb2_grpc.KvServiceStub(self._channel(address))

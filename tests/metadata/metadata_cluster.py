@@ -27,6 +27,7 @@ import grpc
 from kq import kv_pb2, metadata_pb2, metadata_pb2_grpc
 from metadata.active import ControllerSettings, QuorumController
 from metadata.server import controller_server, plugin_of
+from quorum.driver.client import ChannelPool
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
 from tests.driver.cluster_util import CLUSTER_ID, FAST, Cluster
@@ -85,7 +86,7 @@ class MetadataCluster(Cluster):
     ) -> None:
         super().__init__(root, voters, options)
         self.settings = settings
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels = ChannelPool()
 
     async def start(self, node: int) -> NodeServer:
         server = controller_server(
@@ -99,9 +100,7 @@ class MetadataCluster(Cluster):
         return server
 
     async def close(self) -> None:
-        for channel in self._channels.values():
-            await channel.close()
-        self._channels.clear()
+        await self._channels.close()
 
     # -- controllers ------------------------------------------------------------
 
@@ -126,17 +125,7 @@ class MetadataCluster(Cluster):
     # -- gRPC ---------------------------------------------------------------------
 
     def channel(self, address: str) -> grpc.aio.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.aio.insecure_channel(
-                address,
-                options=[
-                    ("grpc.initial_reconnect_backoff_ms", 50),
-                    ("grpc.max_reconnect_backoff_ms", 300),
-                ],
-            )
-            self._channels[address] = channel
-        return channel
+        return self._channels.get(address)
 
     def admin(self, target: int | str) -> metadata_pb2_grpc.AdminServiceAsyncStub:
         address = self.voters[target] if isinstance(target, int) else target

@@ -50,7 +50,7 @@ from quorum.driver.server import (
     DEFAULT_READ_TIMEOUT_S,
     DEFAULT_WRITE_TIMEOUT_S,
     NodeServer,
-    _timeout,
+    call_timeout,
 )
 
 __all__ = ["AdminServicer", "BrokerLifecycleServicer", "is_uuid"]
@@ -150,10 +150,12 @@ class _Servicer:
         return response
 
     async def write(self, context: Any, decide: Callable[[Controller], ControllerResult[T]]) -> T:
-        return await self.controller.write(decide, _timeout(context, DEFAULT_WRITE_TIMEOUT_S))
+        return await self.controller.write(decide, call_timeout(context, DEFAULT_WRITE_TIMEOUT_S))
 
     async def read(self, context: Any, linearizable: bool) -> MetadataImage:
-        return await self.controller.read(linearizable, _timeout(context, DEFAULT_READ_TIMEOUT_S))
+        return await self.controller.read(
+            linearizable, call_timeout(context, DEFAULT_READ_TIMEOUT_S)
+        )
 
     def now_ms(self) -> int:
         return self.server.node.now_ms()

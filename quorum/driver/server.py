@@ -209,7 +209,9 @@ class NodeServer:
         )
 
 
-def _timeout(context: Any, default: float) -> float:
+def call_timeout(context: Any, default: float) -> float:
+    """The time left for a call: its gRPC deadline less a margin to answer,
+    or ``default`` when it has none."""
     remaining: float | None = context.time_remaining()
     if remaining is None:
         return default
@@ -222,7 +224,9 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
 
     async def _write(self, records: list[bytes], context: Any) -> kv_pb2.WriteResponse:
         try:
-            outcome = await self.s.node.propose(records, _timeout(context, DEFAULT_WRITE_TIMEOUT_S))
+            outcome = await self.s.node.propose(
+                records, call_timeout(context, DEFAULT_WRITE_TIMEOUT_S)
+            )
         except NotLeaderError as exc:
             return kv_pb2.WriteResponse(
                 error=kv_pb2.NOT_LEADER, message=str(exc), leader=self.s.leader_hint()
@@ -297,7 +301,7 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a key must be non-empty")
         if request.linearizable:
             try:
-                await self.s.node.read_barrier(_timeout(context, DEFAULT_READ_TIMEOUT_S))
+                await self.s.node.read_barrier(call_timeout(context, DEFAULT_READ_TIMEOUT_S))
             except NotLeaderError as exc:
                 return kv_pb2.GetResponse(
                     error=kv_pb2.NOT_LEADER, message=str(exc), leader=self.s.leader_hint()

@@ -409,7 +409,7 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a quorum.*, node.* or log_level setting for every node's config "
+        help="a quorum.*, node.*, controller.* or log_level setting for every node's config "
         "(new cluster only; edit DIR/node-N/config.toml later)",
     )
     up.add_argument(
@@ -508,10 +508,10 @@ def _extra_settings(items: Sequence[str]) -> dict[str, object]:
         key = key.strip()
         if not eq or not key:
             raise CommandError(f"--set {item!r} is not KEY=VALUE", EXIT_USAGE)
-        if not (key.startswith(("quorum.", "node.")) or key == "log_level"):
+        if not (key.startswith(("quorum.", "node.", "controller.")) or key == "log_level"):
             raise CommandError(
-                f"--set {item}: only quorum.*, node.* and log_level can be set for every "
-                "node of a local cluster",
+                f"--set {item}: only quorum.*, node.*, controller.* and log_level can be set "
+                "for every node of a local cluster",
                 EXIT_USAGE,
             )
         flags.append((key, text, f"flag --set {item}"))

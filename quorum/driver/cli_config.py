@@ -491,7 +491,7 @@ def _blame(section: str, message: str, settings: Settings) -> str:
 def render_toml(values: Mapping[str, object]) -> str:
     """A config file holding ``values`` (keys as in :data:`SETTINGS`)."""
     top: list[str] = []
-    tables: dict[str, list[str]] = {"voters": [], "quorum": [], "node": []}
+    tables: dict[str, list[str]] = {"voters": [], **{s: [] for s in _SECTIONS}}
     for key, value in values.items():
         if key not in SETTINGS:
             raise ConfigError(f"unknown key {key!r}")

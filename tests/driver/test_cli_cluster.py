@@ -134,7 +134,7 @@ def test_up_refuses_a_busy_port_and_bad_settings(
     assert main(["cluster", "status", "--dir", d]) == 1
     assert "no local cluster" in capsys.readouterr().err
     assert main(["cluster", "up", "--dir", d, "--set", "node_id=3"]) == 2
-    assert "only quorum.*, node.* and log_level" in capsys.readouterr().err
+    assert "only quorum.*, node.*, controller.* and log_level" in capsys.readouterr().err
     assert main(["cluster", "up", "--dir", d, "--set", "quorum.fetch_timeout_ms=x"]) == 2
     assert "bad value for 'quorum.fetch_timeout_ms'" in capsys.readouterr().err
     base = free_base_port(2)

@@ -76,6 +76,7 @@ import msgpack
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from metadata.active import batch_bounds
 from metadata.controller import (
     SUPPORTED_FEATURES,
     Controller,
@@ -101,6 +102,8 @@ from metadata.records import (
     encode_record,
 )
 from metadata.state_machine import ControllerStateMachine, decode_snapshot, encode_snapshot
+from quorum.driver.cli_cluster import free_base_port
+from quorum.driver.node import NodeOptions
 from quorum.types import Batch, SnapshotId
 
 T = TypeVar("T")
@@ -109,10 +112,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 CLUSTER_ID = "kq-bench-metadata-0000"
 FEATURES = tuple(FeatureRange(name, low, high) for name, (low, high) in SUPPORTED_FEATURES.items())
-# QuorumController cuts a write into batches of at most these (NodeOptions'
-# defaults).
-MAX_BATCH_RECORDS = 10_000
-MAX_BATCH_BYTES = 4 * 1024 * 1024
+# QuorumController cuts a write into batches of at most these.
+MAX_BATCH_RECORDS = NodeOptions().max_batch_records
+MAX_BATCH_BYTES = NodeOptions().max_batch_bytes
 EPOCH = 1
 
 SECTIONS = ("topics", "quorum", "fence", "fence-quorum", "memory", "snapshot")
@@ -235,15 +237,7 @@ def snapshot_of(image: MetadataImage) -> tuple[SnapshotId, bytes]:
 
 def chunks(encoded: Sequence[bytes]) -> list[tuple[int, int]]:
     """[lo, hi) ranges of a write as QuorumController._append cuts it."""
-    out: list[tuple[int, int]] = []
-    start, size = 0, 0
-    for i, data in enumerate(encoded):
-        if i > start and (i - start >= MAX_BATCH_RECORDS or size + len(data) > MAX_BATCH_BYTES):
-            out.append((start, i))
-            start, size = i, 0
-        size += len(data)
-    out.append((start, len(encoded)))
-    return out
+    return batch_bounds(encoded, MAX_BATCH_RECORDS, MAX_BATCH_BYTES)
 
 
 def led_by(image: MetadataImage, broker: int) -> int:
@@ -524,7 +518,6 @@ def paused_gc(call: Callable[..., T], *args: Any) -> tuple[float, T]:
 SNAPSHOT_WORK = [
     ("decoding records", "metadata/records.py", "decode_record"),
     ("replaying them", "metadata/delta.py", "replay"),
-    ("counting partitions (part of it)", "metadata/delta.py", "partition_count"),
 ]
 
 
@@ -589,7 +582,6 @@ class QuorumBench:
 
     def __init__(self, root: Path, session_ms: int = 9_000, snapshots: bool = True) -> None:
         from metadata.active import ControllerSettings
-        from quorum.driver.node import NodeOptions
         from quorum.driver.storage_format import format_storage
 
         self.root = root
@@ -602,8 +594,8 @@ class QuorumBench:
             if snapshots
             else NodeOptions(snapshot_every_offsets=0, snapshot_every_bytes=0)
         )
-        ports = free_ports(3)
-        self.voters = {i + 1: f"127.0.0.1:{p}" for i, p in enumerate(ports)}
+        base = free_base_port(3)
+        self.voters = {i + 1: f"127.0.0.1:{base + i}" for i in range(3)}
         for n in self.voters:
             format_storage(root / f"node-{n}", CLUSTER_ID, n, self.voters.keys())
         self.servers: dict[int, Any] = {}
@@ -697,20 +689,6 @@ class QuorumBench:
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
-
-
-def free_ports(n: int) -> list[int]:
-    import socket
-
-    socks = []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
 
 
 @dataclass(frozen=True)

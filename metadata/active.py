@@ -175,7 +175,7 @@ class QuorumController:
             len(self.sm.image.topics),
         )
         try:
-            self._append(records, atomic=False)
+            self._append_unawaited(records, atomic=False)
         except ApiError as exc:
             log.warning("controller %d could not open its term: %s", self.node.node_id, exc)
             self._become_standby()
@@ -239,6 +239,21 @@ class QuorumController:
         self._tail = future
         self._last_write_ms = self.node.now_ms()
         return future
+
+    def _append_unawaited(self, records: list[Record], atomic: bool) -> None:
+        """Write records nobody waits for (the controller's own: opening its
+        term, fencing, rebalancing, NoOps); a failure is only logged: the
+        condition that caused the write causes it again."""
+        future = self._append(records, atomic)
+        future.add_done_callback(self._note_failure)
+
+    def _note_failure(self, future: asyncio.Future[ProposalOutcome]) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            log.info(
+                "controller %d: a write of its own did not commit: %s",
+                self.node.node_id,
+                future.exception(),
+            )
 
     async def _await(self, future: asyncio.Future[ProposalOutcome], timeout_s: float) -> None:
         try:
@@ -318,7 +333,7 @@ class QuorumController:
                 fenced.response,
                 self.options.session_timeout_ms,
             )
-            self._append(fenced.records, atomic=False)
+            self._append_unawaited(fenced.records, atomic=False)
         cluster = c.image.config((int(ResourceType.CLUSTER), ""))
         every_s = configs.as_int(
             configs.effective("leader.imbalance.check.interval.seconds", cluster=cluster)
@@ -333,6 +348,6 @@ class QuorumController:
                     self.node.node_id,
                     moved.response,
                 )
-                self._append(moved.records, atomic=False)
+                self._append_unawaited(moved.records, atomic=False)
         if self.noop_interval_ms and now_ms - self._last_write_ms >= self.noop_interval_ms:
-            self._append(c.noop().records, atomic=True)
+            self._append_unawaited(c.noop().records, atomic=True)

@@ -43,7 +43,7 @@ import grpc
 
 from kq import kv_pb2, metadata_pb2, metadata_pb2_grpc
 from metadata.errors import Errors
-from quorum.driver.client import ChannelPool
+from quorum.driver.client import LeaderFollowingClient
 
 __all__ = [
     "ConfigOp",
@@ -297,7 +297,7 @@ _PAUSE_S = 0.05
 _PROBE_TIMEOUT_S = 1.0
 
 
-class MetadataClient:
+class MetadataClient(LeaderFollowingClient):
     """Finds the active controller and calls the metadata services.
 
     ``timeout_s`` is every call's deadline unless the call names its own.
@@ -305,35 +305,12 @@ class MetadataClient:
     :meth:`close`.
     """
 
-    def __init__(self, bootstrap: Sequence[str], timeout_s: float = 5.0) -> None:
-        if not bootstrap:
-            raise ValueError("a client needs at least one bootstrap address")
-        if timeout_s <= 0:
-            raise ValueError("timeout_s must be positive")
-        self.bootstrap = list(dict.fromkeys(bootstrap))
-        self.timeout_s = timeout_s
-        self._channels = ChannelPool()
-        self._controller: str | None = None
-        self._next = 0
-
-    async def close(self) -> None:
-        await self._channels.close()
-
-    async def __aenter__(self) -> MetadataClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
     @property
     def controller_address(self) -> str | None:
         """The active controller's address as last learned, if any."""
-        return self._controller
+        return self._leader
 
     # -- plumbing ----------------------------------------------------------
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        return self._channels.get(address)
 
     def _admin(self, address: str) -> metadata_pb2_grpc.AdminServiceAsyncStub:
         return metadata_pb2_grpc.AdminServiceStub(self._channel(address))
@@ -341,20 +318,9 @@ class MetadataClient:
     def _lifecycle(self, address: str) -> metadata_pb2_grpc.BrokerLifecycleServiceAsyncStub:
         return metadata_pb2_grpc.BrokerLifecycleServiceStub(self._channel(address))
 
-    def _next_bootstrap(self) -> str:
-        address = self.bootstrap[self._next % len(self.bootstrap)]
-        self._next += 1
-        return address
-
     def _forget(self, address: str) -> None:
-        if self._controller == address:
-            self._controller = None
-
-    def _follow(self, hint: kv_pb2.LeaderHint, refused_by: str) -> None:
-        if hint.leader_address and hint.leader_address != refused_by:
-            self._controller = hint.leader_address
-        else:
-            self._controller = None
+        if self._leader == address:
+            self._leader = None
 
     @staticmethod
     async def _pause(deadline: float) -> None:
@@ -399,7 +365,7 @@ class MetadataClient:
         """The active controller's address: the one known, or the one a
         bootstrap controller names; None at the deadline."""
         tried = 0
-        while self._controller is None:
+        while self._leader is None:
             if tried and tried % len(self.bootstrap) == 0:
                 await self._pause(deadline)  # every address was tried: wait a little
             if time.monotonic() >= deadline:
@@ -420,12 +386,12 @@ class MetadataClient:
                 problems[address] = _rpc_problem(exc)
                 continue
             if answer.leader.leader_address:
-                self._controller = answer.leader.leader_address
+                self._leader = answer.leader.leader_address
             else:
                 problems[address] = (
                     f"knows no active controller (quorum epoch {answer.leader.epoch})"
                 )
-        return self._controller
+        return self._leader
 
     async def _write(self, what: str, call: _Call[R], timeout_s: float | None) -> R:
         """Send a write once to the active controller; follow NOT_CONTROLLER."""
@@ -468,7 +434,7 @@ class MetadataClient:
             if error is Errors.NOT_CONTROLLER:
                 problems[address] = "not the active controller"
                 self._follow(response.leader, address)
-                if self._controller is None:
+                if self._leader is None:
                     await self._pause(deadline)  # an election is under way
                 continue
             if error is Errors.INDETERMINATE:
@@ -477,7 +443,7 @@ class MetadataClient:
                     f"{what}: {response.message or 'outcome unknown'}; "
                     "it may or may not have been applied"
                 )
-            self._controller = address
+            self._leader = address
             if error is not Errors.NONE:
                 raise MetadataClientError(error, response.message)
             return response
@@ -494,7 +460,7 @@ class MetadataClient:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise NoControllerError(self._no_controller(what, timeout, problems))
-            address = self._controller or self._next_bootstrap()
+            address = self._leader or self._next_bootstrap()
             try:
                 response = await call(address, min(remaining, attempt_s))
             except grpc.aio.AioRpcError as exc:
@@ -508,7 +474,7 @@ class MetadataClient:
             if error is Errors.NOT_CONTROLLER:
                 problems[address] = "not the active controller"
                 self._follow(response.leader, address)
-                if self._controller is None:
+                if self._leader is None:
                     await self._pause(deadline)
                 continue
             if error in _TRANSIENT:
@@ -517,7 +483,7 @@ class MetadataClient:
                 await self._pause(deadline)
                 continue
             if linearizable:
-                self._controller = address
+                self._leader = address
             if error is not Errors.NONE:
                 raise MetadataClientError(error, response.message)
             return response

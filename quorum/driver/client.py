@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import grpc
 
@@ -29,6 +29,7 @@ from kq import kv_pb2, kv_pb2_grpc
 __all__ = [
     "CasOutcome",
     "ChannelPool",
+    "LeaderFollowingClient",
     "ClientError",
     "IndeterminateWriteError",
     "KvClient",
@@ -100,10 +101,16 @@ class ChannelPool:
         self._channels.clear()
 
 
-class KvClient:
+class LeaderFollowingClient:
+    """What the kv and metadata clients share: bootstrap addresses tried in
+    turn, one channel per address, and the leader's address as last learned
+    from a refusal's hint."""
+
     def __init__(self, bootstrap: Sequence[str], timeout_s: float = 5.0) -> None:
         if not bootstrap:
             raise ValueError("a client needs at least one bootstrap address")
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
         self.bootstrap = list(dict.fromkeys(bootstrap))
         self.timeout_s = timeout_s
         self._channels = ChannelPool()
@@ -113,37 +120,42 @@ class KvClient:
     async def close(self) -> None:
         await self._channels.close()
 
-    async def __aenter__(self) -> KvClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        return self._channels.get(address)
+
+    def _next_bootstrap(self) -> str:
+        address = self.bootstrap[self._next % len(self.bootstrap)]
+        self._next += 1
+        return address
+
+    def _candidate(self) -> str:
+        """The leader if known, else the next bootstrap address."""
+        return self._leader if self._leader is not None else self._next_bootstrap()
+
+    def _follow(self, hint: kv_pb2.LeaderHint, refused_by: str) -> None:
+        """Go where a refusal's leader hint points (not back to the refuser)."""
+        if hint.leader_address and hint.leader_address != refused_by:
+            self._leader = hint.leader_address
+        else:
+            self._leader = None
+
+
+class KvClient(LeaderFollowingClient):
     @property
     def leader_address(self) -> str | None:
         return self._leader
-
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        return self._channels.get(address)
 
     def _kv(self, address: str) -> kv_pb2_grpc.KvServiceAsyncStub:
         return kv_pb2_grpc.KvServiceStub(self._channel(address))
 
     def quorum_stub(self, address: str) -> kv_pb2_grpc.QuorumServiceAsyncStub:
         return kv_pb2_grpc.QuorumServiceStub(self._channel(address))
-
-    def _candidate(self) -> str:
-        if self._leader is not None:
-            return self._leader
-        address = self.bootstrap[self._next % len(self.bootstrap)]
-        self._next += 1
-        return address
-
-    def _follow(self, hint: kv_pb2.LeaderHint, refused_by: str) -> None:
-        if hint.leader_address and hint.leader_address != refused_by:
-            self._leader = hint.leader_address
-        else:
-            self._leader = None
 
     async def _ready(self, address: str, deadline: float) -> bool:
         """Whether a connection to ``address`` is up (nothing is sent).

@@ -331,27 +331,6 @@ class MetadataClient(LeaderFollowingClient):
         detail = "; ".join(f"{a}: {why}" for a, why in problems.items()) or "nothing was tried"
         return f"{what}: no active controller answered within {timeout_s:g} s ({detail})"
 
-    async def _ready(self, address: str, deadline: float) -> bool:
-        """Whether a connection to ``address`` is up (nothing is sent).
-
-        Gives up at once when the connection is refused (the channel reports
-        TRANSIENT_FAILURE), so a dead controller costs no waiting."""
-        channel = self._channel(address)
-        limit = min(deadline, time.monotonic() + 0.5)
-        state = channel.get_state(try_to_connect=True)
-        while state is not grpc.ChannelConnectivity.READY:
-            if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                return False
-            budget = limit - time.monotonic()
-            if budget <= 0:
-                return False
-            try:
-                await asyncio.wait_for(channel.wait_for_state_change(state), budget)
-            except TimeoutError:
-                return False
-            state = channel.get_state(try_to_connect=True)
-        return True
-
     async def find_controller(self, timeout_s: float | None = None) -> str:
         """The active controller's address (as the controllers know it)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s

@@ -138,6 +138,27 @@ class LeaderFollowingClient:
         """The leader if known, else the next bootstrap address."""
         return self._leader if self._leader is not None else self._next_bootstrap()
 
+    async def _ready(self, address: str, deadline: float) -> bool:
+        """Whether a connection to ``address`` is up (nothing is sent).
+
+        Gives up at once when the connection is refused (the channel reports
+        TRANSIENT_FAILURE), so a dead node costs no waiting."""
+        channel = self._channel(address)
+        limit = min(deadline, time.monotonic() + 0.5)
+        state = channel.get_state(try_to_connect=True)
+        while state is not grpc.ChannelConnectivity.READY:
+            if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                return False
+            budget = limit - time.monotonic()
+            if budget <= 0:
+                return False
+            try:
+                await asyncio.wait_for(channel.wait_for_state_change(state), budget)
+            except TimeoutError:
+                return False
+            state = channel.get_state(try_to_connect=True)
+        return True
+
     def _follow(self, hint: kv_pb2.LeaderHint, refused_by: str) -> None:
         """Go where a refusal's leader hint points (not back to the refuser)."""
         if hint.leader_address and hint.leader_address != refused_by:
@@ -156,27 +177,6 @@ class KvClient(LeaderFollowingClient):
 
     def quorum_stub(self, address: str) -> kv_pb2_grpc.QuorumServiceAsyncStub:
         return kv_pb2_grpc.QuorumServiceStub(self._channel(address))
-
-    async def _ready(self, address: str, deadline: float) -> bool:
-        """Whether a connection to ``address`` is up (nothing is sent).
-
-        Gives up at once when the connection is refused (the channel reports
-        TRANSIENT_FAILURE), so a dead leader costs no waiting."""
-        channel = self._channel(address)
-        limit = min(deadline, time.monotonic() + 0.5)
-        state = channel.get_state(try_to_connect=True)
-        while state is not grpc.ChannelConnectivity.READY:
-            if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
-                return False
-            budget = limit - time.monotonic()
-            if budget <= 0:
-                return False
-            try:
-                await asyncio.wait_for(channel.wait_for_state_change(state), budget)
-            except TimeoutError:
-                return False
-            state = channel.get_state(try_to_connect=True)
-        return True
 
     # -- writes ------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import grpc
 
 from kq import metadata_pb2, metadata_pb2_grpc
 from metadata.active import ControllerSettings, QuorumController
+from metadata.metrics import ControllerMetrics
 from metadata.state_machine import ControllerStateMachine
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.storage import NodeStorage
@@ -38,6 +39,12 @@ class MetadataPlugin:
             raise TypeError("the metadata plugin needs a ControllerStateMachine")
         self.server = server
         self.controller = QuorumController(server.node, sm, server.config.cluster_id, settings)
+        self.metrics = ControllerMetrics(
+            server.metrics.registry,
+            server.config.node_id,
+            lambda: sm.image,
+            lambda: self.controller.is_active,
+        )
         self._admin = AdminServicer(self.controller, server)
         self._lifecycle = BrokerLifecycleServicer(self.controller, server)
 

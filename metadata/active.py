@@ -58,7 +58,9 @@ class ControllerSettings:
     # A broker not heard from for this long is fenced (Kafka's
     # broker.session.timeout.ms).
     broker_session_timeout_ms: int = 9_000
-    # How often brokers are told to heartbeat (broker.heartbeat.interval.ms).
+    # The heartbeat interval brokers are expected to keep (Kafka's
+    # broker.heartbeat.interval.ms, a broker setting): checked against the
+    # session timeout, so that a broker misses several before it is fenced.
     broker_heartbeat_interval_ms: int = 2_000
     # How often the active controller checks sessions and timers.
     tick_interval_ms: int = 250

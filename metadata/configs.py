@@ -363,16 +363,10 @@ _define(
     _BROKER,
     minimum=1,
 )
-_define(
-    "broker.heartbeat.interval.ms",
-    _I,
-    "2000",
-    "How often a broker sends a heartbeat to the active controller.",
-    _BROKER,
-    minimum=1,
-)
 
-# Controller-side configs: one value for the whole cluster.
+# Controller-side configs: one value for the whole cluster.  (The broker
+# session and heartbeat timing are static settings of the controllers,
+# [controller] in their config files, as in Kafka: not dynamic configs.)
 _define(
     "num.partitions",
     _I,
@@ -414,14 +408,6 @@ _define(
     _CLUSTER,
     minimum=0,
     maximum=100,
-)
-_define(
-    "broker.session.timeout.ms",
-    _I,
-    "9000",
-    "A broker without a heartbeat for this long is fenced by the controller.",
-    _CLUSTER,
-    minimum=1,
 )
 
 CONFIGS: Mapping[str, ConfigDef] = MappingProxyType(dict(sorted(_defs.items())))

@@ -77,8 +77,6 @@ KAFKA_DEFAULTS = [
     ("leader.imbalance.check.interval.seconds", ConfigType.LONG, "300"),
     ("leader.imbalance.per.broker.percentage", ConfigType.INT, "10"),
     ("replica.lag.time.max.ms", ConfigType.LONG, "30000"),
-    ("broker.heartbeat.interval.ms", ConfigType.INT, "2000"),
-    ("broker.session.timeout.ms", ConfigType.INT, "9000"),
 ]
 
 
@@ -97,7 +95,7 @@ def test_where_configs_apply() -> None:
         assert CONFIGS[name].resource_types == {TOPIC, BROKER, CLUSTER}
     assert CONFIGS["replica.lag.time.max.ms"].resource_types == {BROKER, CLUSTER}
     # The controller's settings hold for the whole cluster.
-    for name in ("num.partitions", "default.replication.factor", "broker.session.timeout.ms"):
+    for name in ("num.partitions", "default.replication.factor", "auto.leader.rebalance.enable"):
         assert CONFIGS[name].resource_types == {CLUSTER}
 
 
@@ -462,7 +460,9 @@ def test_describe_defaults() -> None:
     assert "num.partitions" not in broker
     cluster = describe_defaults(CLUSTER)
     assert cluster["num.partitions"] == "1"
-    assert cluster["broker.session.timeout.ms"] == "9000"
+    assert cluster["leader.imbalance.per.broker.percentage"] == "10"
+    # Session timing is a static controller setting, not a dynamic config.
+    assert "broker.session.timeout.ms" not in cluster
     assert set(broker) < set(cluster)
     assert set(topic) | set(cluster) == set(CONFIGS)
 

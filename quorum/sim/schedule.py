@@ -132,9 +132,11 @@ def _recover_and_check(cluster: SimCluster, plan: FaultPlan) -> None:
     if not cluster.run_until(lambda: cluster.leader() is not None, plan.liveness_bound_ms):
         raise Violation("Liveness", f"no leader {plan.liveness_bound_ms} ms after healing")
     # A fresh proposal must commit and reach every node in bounded time.
-    # If it went to a leader that then lost its epoch, propose it again to
-    # the new leader, as a client would after a not-leader answer.
+    # If it went to a leader that then lost its epoch, propose again to the
+    # new leader, as a client would after a not-leader answer: a new
+    # proposal with its own record, so that no value is written twice.
     final: list[tuple[int, int]] = []
+    attempts = [0]
 
     def committed_everywhere() -> bool:
         leader = cluster.leader()
@@ -146,7 +148,9 @@ def _recover_and_check(cluster: SimCluster, plan: FaultPlan) -> None:
                 return False
             final.clear()
         if leader is not None:
-            proposed = cluster.propose((f"s{cluster.seed}-final".encode(),))
+            suffix = f"-{attempts[0] + 1}" if attempts[0] else ""
+            attempts[0] += 1
+            proposed = cluster.propose((f"s{cluster.seed}-final{suffix}".encode(),))
             if proposed is not None:
                 final.append(proposed)
         return False

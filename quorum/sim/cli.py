@@ -13,6 +13,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from quorum.sim.cluster import SimConfig, SimResult
+from quorum.sim.history import SimHistory
 from quorum.sim.schedule import ALL_FAULTS, Fault, FaultPlan, run_schedule
 
 __all__ = ["register"]
@@ -57,6 +58,13 @@ def register(subparsers: Any) -> None:
         "--trace", action="store_true", help="print every role change and fault of each run"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object per run")
+    parser.add_argument(
+        "--history-dir",
+        metavar="DIR",
+        help="record each run as a run folder DIR/<time>-sim-seed-<S>/: history.jsonl of "
+        "the client's proposals and the faults, each node's committed log and changes, "
+        "config.json, summary.json, logs/trace.log (docs/history-format.md)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -93,17 +101,77 @@ def run(args: argparse.Namespace) -> int:
     plan = replace(FaultPlan(), duration_ms=args.duration_ms, faults=args.faults)
     failures = 0
     for seed in range(args.seed, args.seed + args.schedules):
-        result = run_schedule(seed, config, plan)
+        history = SimHistory() if args.history_dir else None
+        result = run_schedule(seed, config, plan, history=history)
         failures += not result.ok
+        recorded: tuple[str, list[str]] | None = None
+        if history is not None:
+            recorded = _write_run(args.history_dir, seed, config, plan, result, history)
+            # A run that held every invariant must leave a well-formed history.
+            failures += result.ok and bool(recorded[1])
         if args.json:
             row = asdict(result)
             row["trace"] = list(result.trace) if args.trace or not result.ok else []
+            if recorded is not None:
+                row["history_dir"], row["history_problems"] = recorded
             print(json.dumps(row))
         else:
             _print_human(result, config, args.trace)
+            if recorded is not None:
+                _print_recorded(*recorded)
     if args.schedules > 1 and not args.json:
         print(f"{args.schedules - failures} of {args.schedules} schedules held every invariant")
     return 1 if failures else 0
+
+
+def _write_run(
+    root: str,
+    seed: int,
+    config: SimConfig,
+    plan: FaultPlan,
+    result: SimResult,
+    history: SimHistory,
+) -> tuple[str, list[str]]:
+    """Write the run folder; returns its path and the problems found when
+    reading it back (none for a run that finished)."""
+    from chaos.runs import check_run, write_run
+
+    voters = list(range(1, config.voters + 1))
+    observers = [config.voters + i for i in range(1, config.observers + 1)]
+    run_config: dict[str, Any] = {
+        "backend": "sim",
+        "model": "log",
+        "nodes": voters + observers,
+        "voters": voters,
+        "observers": observers,
+        "faults": [f.value for f in plan.faults],
+        "seed": seed,
+        "duration_ms": plan.duration_ms,
+        "clock": "virtual",
+        "start_unix_ns": None,
+        "replay": f"kq sim --seed {seed} --voters {config.voters} "
+        f"--observers {config.observers} --duration-ms {plan.duration_ms} --faults "
+        + (",".join(f.value for f in plan.faults) or "none"),
+    }
+    sim = asdict(result)
+    del sim["trace"]
+    run = write_run(
+        root,
+        f"sim-seed-{seed}",
+        config=run_config,
+        ops=history.ops,
+        node_logs=history.node_logs(),
+        node_changes=history.changes,
+        logs={"trace.log": "".join(line + "\n" for line in result.trace)},
+        summary={"ok": result.ok, "violation": result.violation, "sim": sim},
+    )
+    return str(run.path), [str(p) for p in check_run(run.path)]
+
+
+def _print_recorded(path: str, problems: list[str]) -> None:
+    print(f"  history: {path}" + ("" if not problems else f" ({len(problems)} problem(s))"))
+    for problem in problems:
+        print(f"    {problem}")
 
 
 def _print_human(result: SimResult, config: SimConfig, trace: bool) -> None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from quorum.config import QuorumConfig
 from quorum.core import NotLeaderError, RaftCore
 from quorum.messages import Message
+from quorum.sim.history import SimHistory
 from quorum.sim.invariants import InvariantChecker, Violation
 from quorum.sim.network import Network, NetworkConditions
 from quorum.sim.node import CoreFactory, NodeHooks, SimNode
@@ -66,6 +69,7 @@ class SimCluster:
         seed: int,
         config: SimConfig | None = None,
         core_factory: CoreFactory = RaftCore,
+        history: SimHistory | None = None,
     ) -> None:
         self.seed = seed
         self.config = config or SimConfig()
@@ -94,6 +98,10 @@ class SimCluster:
         self.acked: dict[tuple[int, int], tuple[bytes, ...]] = {}
         self.proposals = 0
         self.client_running = False
+        # Records the run as a history and node exports (None: not recorded).
+        self.history = history
+        if history is not None:
+            history.bind(lambda: self.scheduler.now, sorted(self.nodes))
 
     # -- plumbing ------------------------------------------------------------
 
@@ -163,6 +171,8 @@ class SimCluster:
             seen = (core.role, core.epoch, core.leader_id)
             if self._last_seen.get(node.node_id) != seen:
                 self._last_seen[node.node_id] = seen
+                if self.history is not None:
+                    self.history.changed(node.node_id, core.role.value, core.epoch, core.leader_id)
                 leader = f" leader={core.leader_id}" if core.leader_id is not None else ""
                 self.log(
                     f"n{node.node_id} {core.role.value} epoch={core.epoch}{leader} "
@@ -181,6 +191,8 @@ class SimCluster:
                     f"proposal at {key} committed with other records",
                 )
             self.acked[key] = records
+        if self.history is not None:
+            self.history.applied(node, batch)
 
     def _on_load(self, node: NodeId, sid: SnapshotId, chain: bytes) -> None:
         self.checker.on_load(node, sid, chain)
@@ -202,25 +214,50 @@ class SimCluster:
             self.scheduler.run_next()
         return True
 
+    @contextmanager
+    def fault(self, f: str, value: dict[str, object], *, record: bool = True) -> Iterator[None]:
+        """Record the fault the body makes as a nemesis op, if recording (and
+        ``record``).  If the body raises, the op stays open (the run ends)."""
+        history = self.history if record else None
+        if history is not None:
+            history.fault_begin(f, value)
+        yield
+        if history is not None:
+            history.fault_end()
+
+    def network_faulted(self) -> bool:
+        """Whether a partition, loss or duplication is in force."""
+        c = self.network.conditions
+        return bool(self.network.blocked) or c.drop_rate > 0 or c.duplicate_rate > 0
+
     def crash(self, node_id: NodeId, lose_all_unflushed: bool = False) -> None:
         node = self.nodes[node_id]
         if node.core is None:
             return
-        node.crash(None if lose_all_unflushed else self.rng)
-        self.log(f"n{node_id} CRASH")
-        self._observe()
+        with self.fault("kill", {"nodes": [node_id]}):
+            node.crash(None if lose_all_unflushed else self.rng)
+            self.log(f"n{node_id} CRASH")
+            self._observe()
 
     def restart(self, node_id: NodeId) -> None:
         node = self.nodes[node_id]
         if node.core is not None:
             return
-        self.log(f"n{node_id} RESTART")
-        self._start_node(node)
+        with self.fault("start", {"nodes": [node_id]}):
+            self.log(f"n{node_id} RESTART")
+            self._start_node(node)
 
     def resign(self, node_id: NodeId, preferred: tuple[NodeId, ...] = ()) -> bool:
         """Ask ``node_id`` to resign leadership gracefully (EndQuorumEpoch)."""
         node = self.nodes[node_id]
-        if node.core is None or not node.core.resign(preferred, self.now):
+        if node.core is None:
+            return False
+        if self.history is not None:
+            self.history.fault_begin("resign", {"nodes": [node_id], "successors": list(preferred)})
+        resigned = node.core.resign(preferred, self.now)
+        if self.history is not None:
+            self.history.fault_end(resigned, "not-leader")
+        if not resigned:
             return False
         self.log(f"n{node_id} RESIGN preferred={list(preferred)}")
         self._after(node)
@@ -242,13 +279,19 @@ class SimCluster:
         node = self.leader()
         if node is None or node.core is None:
             return None
+        history = self.history
+        process = history.invoke_write(node.node_id, records) if history is not None else 0
         try:
             result = node.core.propose(records, self.now)
         except NotLeaderError:
+            if history is not None:
+                history.refused(process)
             return None
         self.proposals += 1
         key = (result.base_offset, result.epoch)
         self.pending[key] = records
+        if history is not None:
+            history.appended(process, *key)
         self._after(node)
         return key
 

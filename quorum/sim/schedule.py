@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from quorum.core import SafetyError
 from quorum.sim.cluster import SimCluster, SimConfig, SimResult
+from quorum.sim.history import SimHistory
 from quorum.sim.invariants import Violation
 from quorum.sim.network import NetworkConditions
 from quorum.sim.node import CoreFactory
@@ -54,9 +55,15 @@ def run_schedule(
     config: SimConfig | None = None,
     plan: FaultPlan | None = None,
     core_factory: CoreFactory | None = None,
+    history: SimHistory | None = None,
 ) -> SimResult:
+    """Run one schedule; with ``history``, record the run in it."""
     plan = plan or FaultPlan()
-    cluster = SimCluster(seed, config, core_factory) if core_factory else SimCluster(seed, config)
+    cluster = (
+        SimCluster(seed, config, core_factory, history=history)
+        if core_factory
+        else SimCluster(seed, config, history=history)
+    )
     try:
         cluster.start()
         cluster.start_client()
@@ -67,6 +74,9 @@ def run_schedule(
         detail = exc.detail if isinstance(exc, Violation) else str(exc)
         cluster.log(f"VIOLATION {rule}: {detail}")
         return cluster.result(f"{rule}: {detail}")
+    finally:
+        if history is not None:
+            history.finish()
     return cluster.result(None)
 
 
@@ -96,25 +106,40 @@ def _inject_faults(cluster: SimCluster, plan: FaultPlan) -> None:
             shuffled = ids[:]
             rng.shuffle(shuffled)
             cut = rng.randint(1, len(ids) - 1) if len(ids) > 1 else 1
-            cluster.network.partition(shuffled[:cut], shuffled[cut:])
+            groups = [sorted(shuffled[:cut]), sorted(shuffled[cut:])]
+            with cluster.fault(
+                "partition", {"groups": groups, "kind": fault.value}, record=len(ids) > 1
+            ):
+                cluster.network.partition(shuffled[:cut], shuffled[cut:])
             cluster.log(f"PARTITION {sorted(shuffled[:cut])} | {sorted(shuffled[cut:])}")
         elif fault is Fault.ISOLATE or (fault is Fault.ISOLATE_LEADER and leader is not None):
             victim = leader.node_id if fault is Fault.ISOLATE_LEADER and leader else rng.choice(ids)
-            cluster.network.isolate(victim, ids)
+            groups = [[victim], [n for n in ids if n != victim]]
+            with cluster.fault(
+                "partition", {"groups": groups, "kind": fault.value}, record=len(ids) > 1
+            ):
+                cluster.network.isolate(victim, ids)
             cluster.log(f"ISOLATE n{victim}")
         elif fault is Fault.LOSSY:
-            cluster.network.conditions = NetworkConditions(
+            c = NetworkConditions(
                 cluster.config.min_delay_ms,
                 rng.randint(cluster.config.max_delay_ms, 200),
                 drop_rate=rng.choice((0.05, 0.2, 0.5)),
                 duplicate_rate=rng.choice((0.0, 0.1, 0.3)),
             )
-            c = cluster.network.conditions
+            packet: dict[str, object] = {
+                "drop": c.drop_rate,
+                "duplicate": c.duplicate_rate,
+                "max_delay_ms": c.max_delay_ms,
+            }
+            with cluster.fault("packet", packet):
+                cluster.network.conditions = c
             cluster.log(
                 f"LOSSY drop={c.drop_rate} dup={c.duplicate_rate} delay<={c.max_delay_ms}ms"
             )
         elif fault is Fault.HEAL:
-            cluster.network.heal()
+            with cluster.fault("heal", {}, record=cluster.network_faulted()):
+                cluster.network.heal()
             cluster.log("HEAL")
         elif fault in (Fault.RESIGN, Fault.TRANSFER) and leader is not None and leader.core:
             others = [v for v in cluster.voter_ids if v != leader.node_id]
@@ -123,7 +148,8 @@ def _inject_faults(cluster: SimCluster, plan: FaultPlan) -> None:
 
 
 def _recover_and_check(cluster: SimCluster, plan: FaultPlan) -> None:
-    cluster.network.heal()
+    with cluster.fault("heal", {}, record=cluster.network_faulted()):
+        cluster.network.heal()
     cluster.log("HEAL (final)")
     for node_id in sorted(cluster.nodes):
         cluster.restart(node_id)

@@ -12,18 +12,18 @@ Two JSON Lines files per node, under ``nodes/<id>/`` of a run folder
   since the run started).
 
 :func:`check_log` and :func:`check_changes` list what breaks these rules.
+Pure (the simulator builds exports with it); :mod:`chaos.export_files`
+reads and writes the files.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Final, TypeVar
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
 
-from chaos.history import HistoryFormatError, Problem
+from chaos.ops import Problem
 
 __all__ = [
     "LOG_KINDS",
@@ -32,11 +32,7 @@ __all__ = [
     "LogEntry",
     "check_changes",
     "check_log",
-    "read_changes",
-    "read_log",
     "record_hash",
-    "write_changes",
-    "write_log",
 ]
 
 LOG_KINDS: Final = ("data", "control")
@@ -103,71 +99,6 @@ class Change:
         if self.role not in ROLES:
             out.append(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
         return out
-
-
-_T = TypeVar("_T", LogEntry, Change)
-
-
-def _line(item: LogEntry | Change) -> str:
-    return json.dumps(asdict(item), separators=(",", ":"))
-
-
-def _write(path: str | os.PathLike[str], items: Iterable[LogEntry | Change]) -> None:
-    with open(os.fspath(path), "x", encoding="utf-8", newline="\n") as fh:
-        for item in items:
-            fh.write(_line(item) + "\n")
-
-
-def _read(path: str | os.PathLike[str], cls: type[_T]) -> Iterator[_T]:
-    name = os.fspath(path)
-    fields = set(cls.__dataclass_fields__)
-    with open(name, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                raise HistoryFormatError(name, lineno, "empty line")
-            try:
-                obj: Any = json.loads(line)
-            except ValueError as exc:
-                raise HistoryFormatError(name, lineno, f"not JSON: {exc}") from None
-            if not isinstance(obj, dict):
-                raise HistoryFormatError(name, lineno, "expected a JSON object")
-            if set(obj) != fields:
-                missing = sorted(fields - set(obj))
-                unknown = sorted(set(obj) - fields)
-                why = "; ".join(
-                    part
-                    for part in (
-                        f"missing field(s) {', '.join(missing)}" if missing else "",
-                        f"unknown field(s) {', '.join(unknown)}" if unknown else "",
-                    )
-                    if part
-                )
-                raise HistoryFormatError(name, lineno, why)
-            item = cls(**obj)
-            problems = item.problems()
-            if problems:
-                raise HistoryFormatError(name, lineno, "; ".join(problems))
-            yield item
-
-
-def write_log(path: str | os.PathLike[str], entries: Iterable[LogEntry]) -> None:
-    """Write a node's ``log.jsonl`` (a new file)."""
-    _write(path, entries)
-
-
-def read_log(path: str | os.PathLike[str]) -> list[LogEntry]:
-    """Parse a ``log.jsonl``; :class:`HistoryFormatError` names a bad line."""
-    return list(_read(path, LogEntry))
-
-
-def write_changes(path: str | os.PathLike[str], changes: Iterable[Change]) -> None:
-    """Write a node's ``changes.jsonl`` (a new file)."""
-    _write(path, changes)
-
-
-def read_changes(path: str | os.PathLike[str]) -> list[Change]:
-    """Parse a ``changes.jsonl``; :class:`HistoryFormatError` names a bad line."""
-    return list(_read(path, Change))
 
 
 def check_log(entries: Sequence[LogEntry], node: int | None = None) -> list[Problem]:

@@ -26,15 +26,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from chaos.export_files import (
+    read_changes,
+    read_log,
+    write_changes,
+    write_log,
+)
 from chaos.exports import (
     Change,
     LogEntry,
     check_changes,
     check_log,
-    read_changes,
-    read_log,
-    write_changes,
-    write_log,
 )
 from chaos.history import (
     NEMESIS,

@@ -35,7 +35,7 @@ Handler: TypeAlias = Callable[[argparse.Namespace], "int | None"]
 
 COMMANDS: list[tuple[str, str]] = [
     ("version", "kq.cli:register_version"),
-    ("sim", "quorum.sim.cli:register"),
+    ("sim", "quorum.driver.cli_sim:register"),
     ("storage", "quorum.driver.cli_storage:register"),
     ("controller", "quorum.driver.cli_controller:register"),
     ("quorum", "quorum.driver.cli_quorum:register"),

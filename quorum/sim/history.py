@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Final
 
 from chaos.exports import Change, LogEntry, record_hash
-from chaos.history import NEMESIS, HistoryRecorder, Op
+from chaos.ops import NEMESIS, HistoryRecorder, Op
 from quorum.types import Batch, BatchKind, NodeId
 
 __all__ = ["LOG_KEY", "SimHistory"]

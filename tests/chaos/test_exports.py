@@ -7,16 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from chaos.export_files import (
+    read_changes,
+    read_log,
+    write_changes,
+    write_log,
+)
 from chaos.exports import (
     Change,
     LogEntry,
     check_changes,
     check_log,
-    read_changes,
-    read_log,
     record_hash,
-    write_changes,
-    write_log,
 )
 from chaos.history import HistoryFormatError
 

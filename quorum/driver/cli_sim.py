@@ -1,7 +1,8 @@
 """``kq sim``: run seeded simulations of a quorum and report the invariants.
 
-The README's main command.  Each run is deterministic: the same flags and
-seed give the same events, the same trace and the same verdict.
+Each run is deterministic: the same flags and seed give the same events,
+the same trace and the same verdict.  The simulator itself
+(:mod:`quorum.sim`) is pure; this command prints and writes run folders.
 """
 
 from __future__ import annotations

@@ -1,0 +1,405 @@
+"""The ``register`` workload: a linearizable compare-and-set register per key.
+
+``concurrency`` workers each run one operation at a time (a linearizable
+read, a write or a compare-and-set, chosen from an injected
+:class:`random.Random`) against a few keys, at a target overall rate, and
+record every operation with a :class:`~chaos.ops.HistoryRecorder` exactly as
+``docs/history-format.md`` says for the ``register`` model:
+
+- the invoke is recorded before the request is sent, the completion after
+  the answer (or the timeout);
+- every written value is unique per key (``v<process>-<n>``);
+- an ``ok`` write or cas carries the ``offset`` and ``epoch`` of its record,
+  an ``ok`` read those of the write whose value it returned;
+- a write or cas whose outcome is unknown (timed out, or the server said
+  indeterminate) completes as ``info`` and retires its process: the worker
+  goes on as :func:`~chaos.ops.next_process`, with a new client;
+- a read that times out or fails is ``fail`` (a read has no effect);
+- a cas that found another value is ``fail`` with error ``precondition``;
+- definite refusals are ``fail`` with the documented error words;
+- no operation is retried: trying again is a new operation with a new value.
+
+The client side is behind :class:`RegisterClient`, so that the same workload
+can run over kq's key-value store (:class:`KvRegisterClient`) or, later,
+over another conditional-update API.  A client turns each answer into a
+:class:`Completion`; the workload records it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from chaos.ops import HistoryRecorder, Op, next_process
+from quorum.driver.client import (
+    ClientError,
+    IndeterminateWriteError,
+    KvClient,
+    NoLeaderError,
+)
+
+__all__ = [
+    "Completion",
+    "KvRegisterClient",
+    "RegisterClient",
+    "RegisterWorkload",
+    "WorkloadStats",
+]
+
+CompletionType = Literal["ok", "fail", "info"]
+FS = ("read", "write", "cas")
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """How one operation ended, as a history completion records it.
+
+    ``value`` is the value a read returned (``None``: the key holds none);
+    writes and cas completions repeat their invoke's value, so it is unused
+    for them.  ``node`` is the id of the node that answered, when known.
+    """
+
+    type: CompletionType
+    error: str | None = None
+    value: str | None = None
+    node: int | None = None
+    offset: int | None = None
+    epoch: int | None = None
+
+
+class RegisterClient(Protocol):
+    """One worker's connection to the cluster.  Each method sends its request
+    at most once where it may take effect (following definite refusals such
+    as not-leader is allowed) and answers with a :class:`Completion`; it
+    raises nothing but :class:`asyncio.CancelledError`."""
+
+    async def read(self, key: str) -> Completion: ...
+
+    async def write(self, key: str, value: str) -> Completion: ...
+
+    async def cas(self, key: str, expected: str | None, new: str) -> Completion: ...
+
+    async def close(self) -> None: ...
+
+
+ClientFactory = Callable[[], RegisterClient]
+"""Opens a new client (one per process: a retired process's client is
+closed and its worker opens another)."""
+
+
+# -- kq's key-value store ------------------------------------------------------
+
+
+def _write_unknown(exc: IndeterminateWriteError) -> Completion:
+    """A write that may have landed: ``timeout`` if the client stopped
+    waiting, ``indeterminate`` if the server could not tell."""
+    text = str(exc)
+    return Completion("info", "timeout" if "DEADLINE_EXCEEDED" in text else "indeterminate")
+
+
+def _write_refused(exc: ClientError) -> Completion:
+    """A definite refusal of a write: no effect."""
+    if isinstance(exc, NoLeaderError):
+        return Completion("fail", "unavailable")
+    return Completion("fail", "invalid-request")
+
+
+class KvRegisterClient:
+    """:class:`RegisterClient` over kq's key-value store (:class:`KvClient`).
+
+    ``nodes`` maps node ids to client addresses; values are stored as UTF-8.
+    ``timeout_s`` is each request's deadline.
+    """
+
+    def __init__(self, nodes: Mapping[int, str], timeout_s: float = 2.0) -> None:
+        self._ids = {address: node for node, address in nodes.items()}
+        self._client = KvClient(list(nodes.values()), timeout_s=timeout_s)
+
+    def _node(self, address: str | None) -> int | None:
+        return None if address is None else self._ids.get(address)
+
+    async def read(self, key: str) -> Completion:
+        try:
+            r = await self._client.get(key, linearizable=True)
+        except ClientError as exc:
+            error = "timeout" if "deadline" in str(exc) else "invalid-request"
+            return Completion("fail", error)
+        node = self._node(r.node_address)
+        if not r.present or r.value is None or r.version is None:
+            return Completion("ok", value=None, node=node)
+        return Completion(
+            "ok",
+            value=r.value.decode("utf-8"),
+            node=node,
+            offset=r.version.offset,
+            epoch=r.version.epoch,
+        )
+
+    async def write(self, key: str, value: str) -> Completion:
+        try:
+            pos = await self._client.put(key, value.encode("utf-8"))
+        except IndeterminateWriteError as exc:
+            return _write_unknown(exc)
+        except ClientError as exc:
+            return _write_refused(exc)
+        node = self._node(self._client.leader_address)
+        return Completion("ok", node=node, offset=pos.offset, epoch=pos.epoch)
+
+    async def cas(self, key: str, expected: str | None, new: str) -> Completion:
+        try:
+            out = await self._client.cas(
+                key, None if expected is None else expected.encode("utf-8"), new.encode("utf-8")
+            )
+        except IndeterminateWriteError as exc:
+            return _write_unknown(exc)
+        except ClientError as exc:
+            return _write_refused(exc)
+        node = self._node(self._client.leader_address)
+        pos = out.position
+        if not out.ok:
+            return Completion("fail", "precondition", node=node, offset=pos.offset, epoch=pos.epoch)
+        return Completion("ok", node=node, offset=pos.offset, epoch=pos.epoch)
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
+# -- the workload --------------------------------------------------------------
+
+
+@dataclass
+class WorkloadStats:
+    """What a run did: invokes and completions by type, and retirements."""
+
+    invokes: int = 0
+    completions: dict[str, int] = field(default_factory=lambda: {"ok": 0, "fail": 0, "info": 0})
+    retired: int = 0
+
+
+class _Worker:
+    def __init__(self, lane: int, client: RegisterClient) -> None:
+        self.lane = lane
+        self.process = lane
+        self.client = client
+        self.counter = 0
+
+
+class RegisterWorkload:
+    """Runs the register workload and records it.
+
+    ``open_client`` opens a :class:`RegisterClient` (one per process).
+    ``keys`` are the registers; ``weights`` the relative frequency of
+    ``read``, ``write`` and ``cas``; ``rate`` the target of operations per
+    second over all workers (each worker waits a random time, on average
+    ``concurrency / rate`` seconds, before each op); ``op_timeout_s`` how
+    long the workload waits for a client's answer before it counts the op as
+    timed out (the client's own deadline should be shorter).
+
+    Use :meth:`run` for the main phase, then :meth:`final_reads`, then
+    :meth:`close`.  Ops cut short by cancellation stay in flight in the
+    recorder, whose close completes them as ``info`` (``run-ended``).
+    """
+
+    def __init__(
+        self,
+        recorder: HistoryRecorder,
+        open_client: ClientFactory,
+        rng: random.Random,
+        *,
+        concurrency: int = 5,
+        keys: Sequence[str] = ("k0", "k1", "k2"),
+        rate: float = 50.0,
+        weights: Mapping[str, float] | None = None,
+        op_timeout_s: float = 5.0,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if not keys or len(set(keys)) != len(keys):
+            raise ValueError("keys must be distinct and not empty")
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        w = {"read": 1.0, "write": 1.0, "cas": 1.0, **(weights or {})}
+        if set(w) != set(FS) or any(v < 0 for v in w.values()) or sum(w.values()) <= 0:
+            raise ValueError(f"weights are non-negative numbers for {', '.join(FS)}")
+        self.recorder = recorder
+        self.open_client = open_client
+        self.rng = rng
+        self.concurrency = concurrency
+        self.keys = list(keys)
+        self.rate = rate
+        self.weights = [w[f] for f in FS]
+        self.op_timeout_s = op_timeout_s
+        self.stats = WorkloadStats()
+        self._workers: list[_Worker] = []
+        # The value each key was last seen holding (a cas expects it).
+        self._seen: dict[str, str | None] = {}
+        self._stop = asyncio.Event()
+
+    # -- workers -------------------------------------------------------------
+
+    def _ensure_workers(self) -> None:
+        if not self._workers:
+            self._workers = [_Worker(i, self.open_client()) for i in range(self.concurrency)]
+
+    @property
+    def processes(self) -> list[int]:
+        """The current process of each worker."""
+        return [w.process for w in self._workers]
+
+    async def _retire(self, worker: _Worker) -> None:
+        """The process got info: the worker continues as a new process with
+        a new client."""
+        old = worker.client
+        worker.process = next_process(worker.process, self.concurrency)
+        worker.counter = 0
+        worker.client = self.open_client()
+        self.stats.retired += 1
+        await old.close()
+
+    def _value(self, worker: _Worker) -> str:
+        worker.counter += 1
+        return f"v{worker.process}-{worker.counter}"
+
+    def _choose(self, worker: _Worker) -> tuple[str, str, Any]:
+        f = self.rng.choices(FS, weights=self.weights)[0]
+        key = self.rng.choice(self.keys)
+        if f == "read":
+            return f, key, None
+        if f == "write":
+            return f, key, self._value(worker)
+        # Mostly the value last seen (likely to succeed), sometimes absent.
+        expected = self._seen.get(key) if self.rng.random() < 0.8 else None
+        return f, key, [expected, self._value(worker)]
+
+    async def execute(self, worker_or_lane: int, f: str, key: str, value: Any = None) -> Op:
+        """Perform one op by a worker (given by its lane, 0 to concurrency-1)
+        and record it: invoke, request, completion.  Returns the completion.
+        ``value`` is the invoke's value: ``None`` for a read, the new value
+        for a write, ``[expected, new]`` for a cas."""
+        self._ensure_workers()
+        worker = self._workers[worker_or_lane]
+        return await self._perform(worker, f, key, value)
+
+    async def _perform(self, worker: _Worker, f: str, key: str, value: Any) -> Op:
+        if f not in FS:
+            raise ValueError(f"the register workload has no f {f!r}")
+        process = worker.process
+        self.recorder.invoke(process, f, key=key, value=value)
+        self.stats.invokes += 1
+        client = worker.client
+        if f == "read":
+            call = client.read(key)
+        elif f == "write":
+            call = client.write(key, value)
+        else:
+            call = client.cas(key, value[0], value[1])
+        try:
+            c = await asyncio.wait_for(call, self.op_timeout_s)
+        except TimeoutError:
+            c = Completion("fail" if f == "read" else "info", "timeout")
+        if f == "read":
+            op = self.recorder.complete(
+                process,
+                c.type,
+                value=c.value if c.type == "ok" else None,
+                error=c.error,
+                node=c.node,
+                offset=c.offset,
+                epoch=c.epoch,
+            )
+        else:
+            op = self.recorder.complete(
+                process, c.type, error=c.error, node=c.node, offset=c.offset, epoch=c.epoch
+            )
+        self.stats.completions[c.type] += 1
+        if c.type == "ok":
+            self._seen[key] = c.value if f == "read" else (value if f == "write" else value[1])
+        if c.type == "info":
+            await self._retire(worker)
+        return op
+
+    # -- phases --------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to end: workers start no new op."""
+        self._stop.set()
+
+    async def run(self, time_limit_s: float, op_limit: int | None = None) -> WorkloadStats:
+        """The main phase: until ``time_limit_s`` passed, ``op_limit`` ops
+        were invoked, or :meth:`stop`.  Then no new op starts; ops in flight
+        get up to ``op_timeout_s`` to finish, and any still running are
+        cancelled (left in flight for the recorder's close)."""
+        self._ensure_workers()
+        self._stop.clear()
+        deadline = time.monotonic() + time_limit_s
+        budget = [op_limit]
+        mean_gap = self.concurrency / self.rate
+
+        async def loop(worker: _Worker) -> None:
+            while not self._stop.is_set():
+                gap = self.rng.uniform(0, 2 * mean_gap)
+                left = deadline - time.monotonic()
+                if gap >= left:
+                    await self._sleep(left)
+                    return
+                await self._sleep(gap)
+                if self._stop.is_set() or time.monotonic() >= deadline:
+                    return
+                if budget[0] is not None:
+                    if budget[0] <= 0:
+                        return
+                    budget[0] -= 1
+                f, key, value = self._choose(worker)
+                await self._perform(worker, f, key, value)
+
+        tasks = [asyncio.create_task(loop(w)) for w in self._workers]
+        try:
+            done, _ = await asyncio.wait(tasks, timeout=time_limit_s + self.op_timeout_s + 1)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for t in done:
+            exc = t.exception()
+            if exc is not None:
+                raise exc
+        return self.stats
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, waking early on :meth:`stop`."""
+        if seconds <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+
+    async def final_reads(self) -> list[Op]:
+        """Read every key once, the keys shared out over the workers (a
+        worker whose process still has an op in flight continues as a new
+        process).  Returns the reads' completions, in key order."""
+        self._ensure_workers()
+        in_flight = self.recorder.in_flight()
+        for worker in self._workers:
+            if worker.process in in_flight:
+                await self._retire(worker)
+        lanes: dict[int, list[str]] = {}
+        for i, key in enumerate(self.keys):
+            lanes.setdefault(i % self.concurrency, []).append(key)
+
+        async def reads(worker: _Worker, keys: list[str]) -> list[Op]:
+            return [await self._perform(worker, "read", key, None) for key in keys]
+
+        results = await asyncio.gather(
+            *(reads(self._workers[lane], keys) for lane, keys in lanes.items())
+        )
+        by_key = {op.key: op for ops in results for op in ops}
+        return [by_key[key] for key in self.keys]
+
+    async def close(self) -> None:
+        """Close every worker's client."""
+        for worker in self._workers:
+            await worker.client.close()

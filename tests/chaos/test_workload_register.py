@@ -205,6 +205,10 @@ def test_register_workload_survives_a_leader_stop(tmp_path: Path) -> None:
                 )
                 main = asyncio.create_task(wl.run(3.0))
                 await asyncio.sleep(0.8)
+                # Stop the leader while writes are in flight to it.
+                await cluster.wait_for(
+                    lambda: sum(o.f != "read" for o in writer.in_flight().values()) >= 2
+                )
                 await cluster.stop(leader.config.node_id, resign=False)
                 await main
                 await wl.final_reads()

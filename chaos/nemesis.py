@@ -1,0 +1,285 @@
+"""Fault schedules of the chaos harness (pure: no clock, processes or network).
+
+:func:`schedule` turns an injected :class:`random.Random`, the node ids and
+the fault kinds enabled into a list of timed :class:`Action` s: faults
+started and ended in fault periods, separated by quiet periods with no fault
+in force, and a final heal-all.  Every fault started is ended; at most
+``max_concurrent`` faults are in force at once, at most one of them a
+partition; a node is killed or paused by one fault at a time; and with
+``keep_majority`` some up node can reach a majority of up nodes at every
+instant.  A backend carries the actions out; :func:`nemesis_op` and
+:func:`action_ops` give the history ops of an action (``docs/history-format.md``,
+the nemesis).
+
+Fault kinds (:data:`FAULT_KINDS`):
+
+- ``kill`` / ``pause``: one node, ended by ``start`` / ``resume`` of it;
+- ``isolate-one``: one node cut off from the rest;
+- ``isolate-leader``: the leader cut off, an *intent* (``target="leader"``)
+  that the backend resolves with :func:`resolve` when it acts;
+- ``halves``: two halves (the larger one holds a majority);
+- ``majorities-ring``: each node talks only to its neighbours on a ring, so
+  it sees a majority but no two nodes see the same one (5 nodes or more);
+- ``bridge``: two halves that share one node.
+
+A partition's ``groups`` say who talks: two nodes talk if and only if some
+group holds both.  Disjoint groups split the cluster; overlapping groups
+(the ring, the bridge) express links that are not transitive.  Every
+partition is ended by ``heal``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Final, Literal
+
+from chaos.ops import NEMESIS, Op
+
+__all__ = [
+    "FAULT_KINDS",
+    "PARTITION_KINDS",
+    "Action",
+    "action_ops",
+    "majority_available",
+    "nemesis_op",
+    "resolve",
+    "schedule",
+]
+
+PARTITION_KINDS: Final = ("isolate-one", "isolate-leader", "halves", "majorities-ring", "bridge")
+FAULT_KINDS: Final = ("kill", "pause", *PARTITION_KINDS)
+_ENDS: Final = {"kill": "start", "pause": "resume", "partition": "heal"}
+
+Groups = tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """One thing the nemesis does at ``time_s`` seconds into the run.
+
+    ``f`` is the history's: ``kill``, ``start``, ``pause``, ``resume``,
+    ``partition`` or ``heal``.  ``nodes`` are the targets of the per-node
+    ones; ``groups`` and ``kind`` describe a partition.  ``target`` is
+    ``"leader"`` for an action whose targets are known only when it is
+    carried out (:func:`resolve`).
+    """
+
+    time_s: float
+    f: str
+    nodes: tuple[int, ...] = ()
+    groups: Groups = ()
+    kind: str | None = None
+    target: str | None = None
+
+
+def resolve(action: Action, leader: int, nodes: Sequence[int]) -> Action:
+    """``action`` with its ``"leader"`` intent made concrete (unchanged if it
+    has none)."""
+    if action.target != "leader":
+        return action
+    if leader not in nodes:
+        raise ValueError(f"leader {leader} is not one of the nodes {list(nodes)}")
+    rest = tuple(n for n in nodes if n != leader)
+    return replace(action, groups=((leader,), rest), target=None)
+
+
+def nemesis_op(action: Action) -> tuple[str, dict[str, Any]]:
+    """The ``f`` and ``value`` of ``action``'s nemesis ops."""
+    if action.target is not None:
+        raise ValueError(f"resolve the {action.target!r} target of {action} first")
+    if action.f in ("kill", "start", "pause", "resume"):
+        return action.f, {"nodes": list(action.nodes)}
+    if action.f == "partition":
+        value: dict[str, Any] = {"groups": [list(g) for g in action.groups]}
+        if action.kind is not None:
+            value["kind"] = action.kind
+        return "partition", value
+    if action.f == "heal":
+        return "heal", {}
+    raise ValueError(f"unknown nemesis action {action.f!r}")
+
+
+def action_ops(
+    action: Action,
+    *,
+    index: int,
+    invoke_ns: int,
+    complete_ns: int,
+    type: Literal["ok", "fail", "info"] = "ok",
+    error: str | None = None,
+) -> tuple[Op, Op]:
+    """The invoke and completion of ``action`` as history ops (indexes
+    ``index`` and ``index + 1``).  With a live recorder, record
+    ``recorder.invoke(NEMESIS, *nemesis_op(...))`` before acting instead."""
+    f, value = nemesis_op(action)
+    if type not in ("ok", "fail", "info"):
+        raise ValueError(f"a completion is ok, fail or info, not {type!r}")
+    if (type == "ok") != (error is None):
+        raise ValueError("fail and info need an error, ok has none")
+    return (
+        Op(index, invoke_ns, "invoke", NEMESIS, f, value=value),
+        Op(index + 1, complete_ns, type, NEMESIS, f, value=value, error=error),
+    )
+
+
+# -- network state -------------------------------------------------------------
+
+
+def _talk(groups: Groups, a: int, b: int) -> bool:
+    return a == b or not groups or any(a in g and b in g for g in groups)
+
+
+def majority_available(nodes: Sequence[int], down: Iterable[int], groups: Groups = ()) -> bool:
+    """Whether some up node talks directly to a majority of the nodes
+    (itself included) that are up: a leader can commit."""
+    up = [n for n in nodes if n not in set(down)]
+    need = len(nodes) // 2 + 1
+    return any(sum(_talk(groups, u, v) for v in up) >= need for u in up)
+
+
+def _partition(kind: str, nodes: list[int], rng: random.Random) -> tuple[Groups, str | None]:
+    """The groups of a partition kind (empty with a ``"leader"`` target)."""
+    order = nodes[:]
+    rng.shuffle(order)
+    n = len(order)
+    if kind == "isolate-one":
+        return ((order[0],), tuple(sorted(order[1:]))), None
+    if kind == "isolate-leader":
+        return (), "leader"
+    if kind == "halves":
+        return (tuple(sorted(order[: n // 2])), tuple(sorted(order[n // 2 :]))), None
+    if kind == "bridge":
+        half = n // 2
+        return (tuple(sorted(order[: half + 1])), tuple(sorted(order[half:]))), None
+    if kind == "majorities-ring":
+        reach = (n // 2 + 1) // 2  # neighbours each side: itself + 2*reach >= a majority
+        pairs = {
+            (min(a, b), max(a, b))
+            for i in range(n)
+            for d in range(1, reach + 1)
+            for a, b in [(order[i], order[(i + d) % n])]
+        }
+        return tuple(sorted(pairs)), None
+    raise ValueError(f"unknown partition kind {kind!r}")
+
+
+def _possible_groups(groups: Groups, target: str | None, nodes: list[int]) -> list[Groups]:
+    """Every network a partition may make (a leader intent: any node)."""
+    if target == "leader":
+        return [((n,), tuple(m for m in nodes if m != n)) for n in nodes]
+    return [groups]
+
+
+# -- schedules -----------------------------------------------------------------
+
+
+def schedule(
+    rng: random.Random,
+    nodes: Sequence[int],
+    faults: Iterable[str],
+    *,
+    duration_s: float,
+    interval_s: float = 2.0,
+    fault_period_s: float = 10.0,
+    quiet_s: float = 5.0,
+    max_concurrent: int = 1,
+    keep_majority: bool = True,
+    start_s: float = 0.0,
+) -> list[Action]:
+    """A fault schedule of ``duration_s`` seconds from ``start_s``.
+
+    Fault periods of ``fault_period_s`` seconds alternate with quiet periods
+    of ``quiet_s`` seconds (no fault in force).  In a fault period an action
+    comes every ``interval_s`` seconds on average (uniformly 0.5 to 1.5
+    times it): a new fault while fewer than ``max_concurrent`` are in force
+    and one can be made, else the end of one in force.  Each fault period
+    ends every fault still in force; the schedule ends with a ``heal``
+    (heal-all) at ``start_s + duration_s`` at the latest.  Times never
+    decrease.  With ``keep_majority`` no fault is started that could leave
+    no node able to reach a majority of up nodes.
+    """
+    ids = sorted(set(nodes))
+    if len(ids) != len(nodes) or not ids:
+        raise ValueError("nodes must be distinct and not empty")
+    kinds = list(dict.fromkeys(faults))
+    unknown = [k for k in kinds if k not in FAULT_KINDS]
+    if unknown:
+        raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)}")
+    if "majorities-ring" in kinds and len(ids) < 5:
+        raise ValueError("majorities-ring needs at least 5 nodes")
+    if any(k in PARTITION_KINDS for k in kinds) and len(ids) < 2:
+        raise ValueError("a partition needs at least 2 nodes")
+    if "bridge" in kinds and len(ids) < 3:
+        raise ValueError("bridge needs at least 3 nodes")
+    if min(duration_s, interval_s, fault_period_s) <= 0 or quiet_s < 0 or max_concurrent < 1:
+        raise ValueError("durations and interval must be positive, max_concurrent at least 1")
+
+    end_s = start_s + duration_s
+    out: list[Action] = []
+    # In force: the kill or pause of each node that is down, and the partition.
+    down: dict[int, str] = {}
+    net: tuple[Groups, str | None, str] | None = None
+
+    def safe(down_now: Iterable[int], groups: Groups, target: str | None) -> bool:
+        if not keep_majority:
+            return True
+        d = list(down_now)
+        return all(majority_available(ids, d, g) for g in _possible_groups(groups, target, ids))
+
+    def start_one(t: float) -> bool:
+        nonlocal net
+        options = [k for k in kinds if not (k in PARTITION_KINDS and net is not None)]
+        rng.shuffle(options)
+        cur_groups, cur_target = (net[0], net[1]) if net is not None else ((), None)
+        for kind in options:
+            if kind in ("kill", "pause"):
+                free = [n for n in ids if n not in down]
+                rng.shuffle(free)
+                for n in free:
+                    if safe([*down, n], cur_groups, cur_target):
+                        down[n] = kind
+                        out.append(Action(t, kind, nodes=(n,)))
+                        return True
+            else:
+                groups, target = _partition(kind, ids, rng)
+                if safe(down, groups, target):
+                    net = (groups, target, kind)
+                    out.append(Action(t, "partition", groups=groups, kind=kind, target=target))
+                    return True
+        return False
+
+    def end_one(t: float, which: int | None) -> None:
+        nonlocal net
+        active: list[int | None] = [*sorted(down), *([None] if net is not None else [])]
+        pick = active[which if which is not None else rng.randrange(len(active))]
+        if pick is None:
+            net = None
+            out.append(Action(t, "heal"))
+        else:
+            out.append(Action(t, _ENDS[down.pop(pick)], nodes=(pick,)))
+
+    def count() -> int:
+        return len(down) + (net is not None)
+
+    t = start_s
+    while kinds and t < end_s:
+        period_end = min(t + fault_period_s, end_s)
+        while True:
+            t += interval_s * rng.uniform(0.5, 1.5)
+            if t >= period_end:
+                break
+            n = count()
+            if n == 0 or (n < max_concurrent and rng.random() < 0.5):
+                if not start_one(t) and n > 0:
+                    end_one(t, None)
+            elif n > 0:
+                end_one(t, None)
+        t = period_end
+        while count():
+            end_one(t, 0)
+        t += quiet_s
+    final = min(t, end_s)
+    out.append(Action(max(final, out[-1].time_s) if out else start_s, "heal"))
+    return out

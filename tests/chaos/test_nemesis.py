@@ -1,0 +1,219 @@
+"""Fault schedules: shapes of the actions and properties of schedules."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaos.nemesis import (
+    FAULT_KINDS,
+    PARTITION_KINDS,
+    Action,
+    action_ops,
+    majority_available,
+    nemesis_op,
+    resolve,
+    schedule,
+)
+from chaos.ops import check_well_formed, op_problems
+
+
+def replay(actions: list[Action], nodes: list[int]) -> list[tuple[float, dict[int, str], bool]]:
+    """The state after each action: (time, node -> kill/pause, partition in
+    force); asserts the pairing rules on the way."""
+    down: dict[int, str] = {}
+    partition: Action | None = None
+    states = []
+    for a in actions:
+        if a.f in ("kill", "pause"):
+            (n,) = a.nodes
+            assert n in nodes and n not in down, a
+            down[n] = a.f
+        elif a.f in ("start", "resume"):
+            (n,) = a.nodes
+            assert down.pop(n) == {"start": "kill", "resume": "pause"}[a.f], a
+        elif a.f == "partition":
+            assert partition is None, "two partitions at once"
+            partition = a
+        else:
+            assert a.f == "heal", a
+            partition = None
+        states.append((a.time_s, dict(down), partition is not None))
+    return states
+
+
+def test_action_values_are_the_documented_shapes() -> None:
+    assert nemesis_op(Action(0, "kill", nodes=(2,))) == ("kill", {"nodes": [2]})
+    assert nemesis_op(Action(0, "resume", nodes=(2,))) == ("resume", {"nodes": [2]})
+    assert nemesis_op(Action(0, "heal")) == ("heal", {})
+    part = Action(0, "partition", groups=((1,), (2, 3)), kind="halves")
+    assert nemesis_op(part) == ("partition", {"groups": [[1], [2, 3]], "kind": "halves"})
+    intent = Action(0, "partition", kind="isolate-leader", target="leader")
+    with pytest.raises(ValueError):
+        nemesis_op(intent)
+    assert nemesis_op(resolve(intent, 2, [1, 2, 3])) == (
+        "partition",
+        {"groups": [[2], [1, 3]], "kind": "isolate-leader"},
+    )
+    with pytest.raises(ValueError):
+        resolve(intent, 9, [1, 2, 3])
+    inv, done = action_ops(Action(0, "kill", nodes=(1,)), index=4, invoke_ns=10, complete_ns=20)
+    assert (inv.index, inv.type, done.index, done.type, done.value) == (
+        4,
+        "invoke",
+        5,
+        "ok",
+        {"nodes": [1]},
+    )
+    assert op_problems(inv) == [] and op_problems(done) == []
+    with pytest.raises(ValueError):
+        action_ops(Action(0, "heal"), index=0, invoke_ns=0, complete_ns=0, type="fail")
+
+
+def test_partition_kinds() -> None:
+    nodes = [1, 2, 3, 4, 5]
+    for kind in PARTITION_KINDS:
+        acts = schedule(random.Random(3), nodes, [kind], duration_s=5, interval_s=1, quiet_s=0)
+        parts = [a for a in acts if a.f == "partition"]
+        assert parts and all(a.kind == kind for a in parts)
+    ring = next(
+        a
+        for a in schedule(random.Random(1), nodes, ["majorities-ring"], duration_s=5, interval_s=1)
+        if a.f == "partition"
+    )
+    # Each node sees exactly a majority, and no two see the same one.
+    views = {n: frozenset(m for g in ring.groups if n in g for m in g) for n in nodes}
+    assert all(len(v) == 3 for v in views.values())
+    assert len(set(views.values())) == 5
+    bridge = next(
+        a
+        for a in schedule(random.Random(1), nodes, ["bridge"], duration_s=5, interval_s=1)
+        if a.f == "partition"
+    )
+    (shared,) = set(bridge.groups[0]) & set(bridge.groups[1])
+    assert set(bridge.groups[0]) | set(bridge.groups[1]) == set(nodes)
+
+
+def test_majority_available() -> None:
+    assert majority_available([1, 2, 3], [])
+    assert majority_available([1, 2, 3], [1])
+    assert not majority_available([1, 2, 3], [1, 2])
+    assert not majority_available([1, 2, 3], [3], ((1,), (2, 3)))
+    ring = ((1, 2), (2, 3), (3, 4), (4, 5), (1, 5))
+    assert majority_available([1, 2, 3, 4, 5], [], ring)
+    assert not majority_available([1, 2, 3, 4, 5], [1, 3], ring)
+
+
+def test_bad_arguments() -> None:
+    rng = random.Random()
+    with pytest.raises(ValueError):
+        schedule(rng, [1, 2, 3], ["crash"], duration_s=1)
+    with pytest.raises(ValueError):
+        schedule(rng, [1, 2, 3], ["majorities-ring"], duration_s=1)
+    with pytest.raises(ValueError):
+        schedule(rng, [1, 1, 2], ["kill"], duration_s=1)
+    with pytest.raises(ValueError):
+        schedule(rng, [1, 2, 3], ["kill"], duration_s=1, max_concurrent=0)
+
+
+def test_no_faults_is_a_lone_heal() -> None:
+    assert schedule(random.Random(), [1, 2, 3], [], duration_s=10) == [Action(0.0, "heal")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    seed=st.integers(0, 2**32),
+    n=st.integers(3, 7),
+    kinds=st.lists(st.sampled_from(FAULT_KINDS), min_size=1, unique=True),
+    max_concurrent=st.integers(1, 4),
+    keep_majority=st.booleans(),
+    duration=st.floats(1, 120),
+    interval=st.floats(0.1, 5),
+    period=st.floats(0.5, 20),
+    quiet=st.floats(0, 10),
+)
+def test_schedule_properties(
+    seed: int,
+    n: int,
+    kinds: list[str],
+    max_concurrent: int,
+    keep_majority: bool,
+    duration: float,
+    interval: float,
+    period: float,
+    quiet: float,
+) -> None:
+    nodes = list(range(1, n + 1))
+    if n < 5 and "majorities-ring" in kinds:
+        kinds.remove("majorities-ring")
+        if not kinds:
+            return
+    start = 3.0
+    acts = schedule(
+        random.Random(seed),
+        nodes,
+        kinds,
+        duration_s=duration,
+        interval_s=interval,
+        fault_period_s=period,
+        quiet_s=quiet,
+        max_concurrent=max_concurrent,
+        keep_majority=keep_majority,
+        start_s=start,
+    )
+    times = [a.time_s for a in acts]
+    assert times == sorted(times)
+    assert start <= times[0] and times[-1] <= start + duration
+    assert acts[-1].f == "heal"
+    states = replay(acts, nodes)
+    # Every fault started is ended.
+    assert states[-1][1] == {} and not states[-1][2]
+    for a, (_, down, partitioned) in zip(acts, states, strict=True):
+        assert len(down) + partitioned <= max_concurrent
+        assert a.f in ("kill", "start", "pause", "resume", "partition", "heal")
+        if a.f == "partition":
+            assert a.kind in kinds and (a.target == "leader") == (a.kind == "isolate-leader")
+        if a.f in ("kill", "pause"):
+            assert a.f in kinds
+    if keep_majority:
+        partition: Action | None = None
+        out: set[int] = set()
+        for a in acts:
+            if a.f in ("kill", "pause"):
+                out |= set(a.nodes)
+            elif a.f in ("start", "resume"):
+                out -= set(a.nodes)
+            elif a.f == "partition":
+                partition = a
+            else:
+                partition = None
+            leaders = nodes if partition is not None and partition.target else [None]
+            for leader in leaders:
+                p = (
+                    partition
+                    if leader is None or partition is None
+                    else resolve(partition, leader, nodes)
+                )
+                assert majority_available(nodes, out, p.groups if p else ())
+    # Nothing happens in a quiet period, and nothing is in force in one.
+    cycle = period + quiet
+    eps = 1e-6
+    for a in acts[:-1]:
+        phase = (a.time_s - start) % cycle
+        assert phase <= period + eps or phase >= cycle - eps, (a, phase)
+    for k in range(int(duration // cycle) + 1):
+        quiet_from = start + k * cycle + period
+        before = [st for st, a in zip(states, acts, strict=True) if a.time_s <= quiet_from + eps]
+        if before and quiet_from + eps < start + duration:
+            assert before[-1][1] == {} and not before[-1][2]
+    # The history ops of the whole schedule, resolved, are well formed.
+    ops = []
+    for i, a in enumerate(acts):
+        inv, done = action_ops(
+            resolve(a, nodes[0], nodes), index=2 * i, invoke_ns=i * 10, complete_ns=i * 10 + 5
+        )
+        ops += [inv, done]
+    assert check_well_formed(ops) == []

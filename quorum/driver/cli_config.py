@@ -449,7 +449,10 @@ def controller_config(settings: Settings) -> ControllerConfig:
     node_values = {
         key.partition(".")[2]: settings.get(key) for key in SETTINGS if key.startswith("node.")
     }
-    options = NodeOptions(quorum=quorum, **node_values)
+    try:
+        options = NodeOptions(quorum=quorum, **node_values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(_blame("node", str(exc), settings)) from None
     controller_values = {
         key.partition(".")[2]: settings.get(key)
         for key in SETTINGS

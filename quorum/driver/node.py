@@ -85,6 +85,15 @@ class NodeOptions:
     # Back-pressure: records queued or appended but not yet committed; past
     # this, new proposals are refused with BusyError.
     max_pending_records: int = 200_000
+    # DSCP value (0..63) marking the IP packets of this node's gRPC server
+    # and of its channels to its peers; 0: none.  Lets a firewall tell one
+    # node's traffic from another's when they share a host (the chaos
+    # harness's local partitions).
+    dscp: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.dscp <= 63:
+            raise ValueError(f"dscp must be in 0..63, got {self.dscp}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,14 +132,16 @@ class NodeServer:
             self.node.deliver,
             rpc_timeout_s=q.request_timeout_ms / 1000,
             unreachable=self.node.report_unreachable,
+            dscp=config.options.dscp,
         )
-        self.server = grpc.aio.server(
-            options=[
-                ("grpc.max_send_message_length", 64 * 1024 * 1024),
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ("grpc.so_reuseport", 0),
-            ]
-        )
+        server_options: list[tuple[str, Any]] = [
+            ("grpc.max_send_message_length", 64 * 1024 * 1024),
+            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.so_reuseport", 0),
+        ]
+        if config.options.dscp:
+            server_options.append(("grpc.dscp", config.options.dscp))
+        self.server = grpc.aio.server(options=server_options)
         self.port = 0
         self.health = health_aio.HealthServicer()
         self.plugins = [make(self) for make in plugins]

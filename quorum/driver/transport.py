@@ -78,8 +78,11 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
         deliver: Callable[[Message], None],
         rpc_timeout_s: float,
         unreachable: Callable[[NodeId], None] | None = None,
+        dscp: int = 0,
     ) -> None:
         self.node_id = node_id
+        # With a DSCP value, every packet of the channels to peers carries it.
+        self._channel_options = _CHANNEL_OPTIONS + ([("grpc.dscp", dscp)] if dscp else [])
         self.cluster_id = cluster_id
         self.peers = dict(peers)
         self._deliver = deliver
@@ -112,7 +115,7 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
     def _stub(self, node: NodeId) -> pb_grpc.RaftServiceAsyncStub:
         stub = self._stubs.get(node)
         if stub is None:
-            channel = grpc.aio.insecure_channel(self.peers[node], options=_CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(self.peers[node], options=self._channel_options)
             self._channels[node] = channel
             stub = self._stubs[node] = pb_grpc.RaftServiceStub(channel)
         return stub

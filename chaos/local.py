@@ -1,0 +1,406 @@
+"""The ``local`` cluster backend: one ``kq controller start`` process per node.
+
+Node ``i`` listens on its own loopback address ``127.0.0.(10+i)`` (one port
+for all), with its config, data directory and log under
+``<directory>/node-<i>/`` as ``kq cluster up`` lays them out (this module
+reuses its helpers).  Faults:
+
+- kill, restart: SIGKILL; a new process on the same data;
+- pause, resume: SIGSTOP, SIGCONT;
+- partition, block: iptables rules (:mod:`chaos.netfilter`): node ``i``
+  marks its packets with DSCP value ``10+i`` (``node.dscp``), its
+  connections are source-NATed to its own address, and each blocked pair
+  ``(a, b)`` drops a's packets to b's address.  The rules are installed
+  before the nodes start and removed by :meth:`LocalCluster.stop`.
+
+One local cluster with network faults per host at a time: the addresses and
+DSCP values are the same for every cluster.
+
+:meth:`LocalCluster.collect` exports each node's committed log from its
+stored log, up to the last high watermark the node reported (a lower bound
+of what it committed: records above it may be uncommitted), and its changes
+from the lines its own log has for each election ("elected leader", "follows
+leader", "is a candidate", ...), timed by those lines' timestamps, which
+have millisecond resolution and are read as local time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+
+from chaos.backend import partition_pairs
+from chaos.export_files import write_changes, write_log
+from chaos.exports import Change, LogEntry, record_hash
+from chaos.netfilter import Netfilter
+from chaos.runs import RunDir
+from quorum.driver.cli_cluster import (
+    ClusterState,
+    NodeState,
+    _alive,
+    _check_configs,
+    _format_new,
+    _log_tail,
+    _port_free,
+    _spawn,
+    _wait_for_leader,
+    free_base_port,
+)
+from quorum.driver.cli_common import describe
+from quorum.driver.cli_config import render_toml
+from quorum.driver.storage_format import open_node_storage, random_cluster_id
+from quorum.types import BatchKind
+
+__all__ = ["LocalCluster", "node_changes"]
+
+ADDRESS_BASE = 10
+"""Node i gets address 127.0.0.(ADDRESS_BASE + i) and DSCP value ADDRESS_BASE + i."""
+
+
+def node_host(node: int) -> str:
+    return f"127.0.0.{ADDRESS_BASE + node}"
+
+
+def node_dscp(node: int) -> int:
+    return ADDRESS_BASE + node
+
+
+class LocalCluster:
+    """A cluster of local processes under ``directory`` (created; removed
+    again by :meth:`stop` unless ``keep_data``).  ``settings`` are config
+    keys (``quorum.*``, ``node.*``, ...) for every node.  Without
+    ``network_faults``, no iptables rules are installed and :meth:`block`
+    refuses."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        nodes: int = 3,
+        settings: Mapping[str, object] | None = None,
+        *,
+        network_faults: bool = True,
+        start_timeout_s: float = 30.0,
+        keep_data: bool = False,
+    ) -> None:
+        if not 1 <= nodes <= 50:
+            raise ValueError(f"nodes must be in 1..50, got {nodes}")
+        self.directory = Path(directory).resolve()
+        self._count = nodes
+        self._settings = dict(settings or {})
+        self._network_faults = network_faults
+        self._start_timeout_s = start_timeout_s
+        self._keep_data = keep_data
+        self._netfilter = Netfilter(f"KQ-CHAOS-{secrets.token_hex(3)}")
+        self._state: ClusterState | None = None
+        self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._paused: set[int] = set()
+        self._high_watermark: dict[int, int] = {}
+        self.start_unix_ns = 0
+
+    # -- the cluster ---------------------------------------------------------------
+
+    @property
+    def nodes(self) -> Sequence[int]:
+        return list(range(1, self._count + 1))
+
+    @property
+    def state(self) -> ClusterState:
+        if self._state is None:
+            raise RuntimeError("the cluster is not started")
+        return self._state
+
+    def addresses(self) -> Mapping[int, str]:
+        return {n.node_id: n.address for n in self.state.nodes}
+
+    def pid(self, node: int) -> int | None:
+        proc = self._procs.get(node)
+        return None if proc is None or proc.poll() is not None else proc.pid
+
+    def _pick_port(self) -> int:
+        for _ in range(50):
+            port = free_base_port(1, node_host(1))
+            if all(_port_free(f"{node_host(i)}:{port}") for i in self.nodes):
+                return port
+        raise RuntimeError("no port free on every node address")
+
+    def _write_configs(self, state: ClusterState) -> None:
+        voters = {n.node_id: n.address for n in state.nodes}
+        for n in state.nodes:
+            path = state.path(n.config)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            values: dict[str, object] = {
+                "node_id": n.node_id,
+                "cluster_id": state.cluster_id,
+                "data_dir": os.path.relpath(state.path(n.data_dir), path.parent),
+                "log_level": "INFO",
+                "voters": voters,
+                **self._settings,
+            }
+            if self._network_faults:
+                values["node.dscp"] = node_dscp(n.node_id)
+            path.write_text(
+                f"# node {n.node_id} of a local chaos cluster; docs/operations.md lists "
+                "every key.\n" + render_toml(values)
+            )
+
+    async def start(self) -> None:
+        if self._state is not None:
+            raise RuntimeError("the cluster was started already")
+        try:
+            if self._network_faults:
+                # Before any node connects: NAT is decided on a connection's
+                # first packet.
+                self._netfilter.install({node_dscp(i): node_host(i) for i in self.nodes})
+            self.directory.mkdir(parents=True, exist_ok=True)
+            port = self._pick_port()
+            state = ClusterState(
+                self.directory,
+                random_cluster_id(),
+                port,
+                [
+                    NodeState(
+                        node_id=i,
+                        address=f"{node_host(i)}:{port}",
+                        pid=None,
+                        data_dir=f"node-{i}/data",
+                        config=f"node-{i}/config.toml",
+                        log_file=f"node-{i}/controller.log",
+                    )
+                    for i in self.nodes
+                ],
+            )
+            self._state = state
+            self._write_configs(state)
+            state.save()
+            _check_configs(state)
+            _format_new(state)
+            self.start_unix_ns = time.time_ns()
+            for n in state.nodes:
+                self._procs[n.node_id] = _spawn(state, n)
+            await _wait_for_leader(state, self._procs, self._start_timeout_s)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _terminate(self, node: int, timeout_s: float = 10.0) -> None:
+        """Stop ``node``'s process: SIGTERM (a leader resigns), SIGKILL after
+        ``timeout_s``; reap it."""
+        proc = self._procs.get(node)
+        if proc is None:
+            return
+        if proc.poll() is None:
+            if node in self._paused:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            try:
+                await asyncio.to_thread(proc.wait, timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+                await asyncio.to_thread(proc.wait)
+        self._paused.discard(node)
+
+    async def _stop_nodes(self) -> None:
+        await asyncio.gather(*(self._terminate(n) for n in list(self._procs)))
+        if self._state is not None:
+            for n in self._state.nodes:
+                n.pid = None
+            if self._state.dir.exists():
+                self._state.save()
+
+    async def stop(self) -> None:
+        try:
+            await self._stop_nodes()
+        finally:
+            if self._network_faults:
+                self._netfilter.remove()
+            if not self._keep_data:
+                shutil.rmtree(self.directory, ignore_errors=True)
+
+    # -- process faults -------------------------------------------------------------
+
+    def _node(self, node: int) -> NodeState:
+        return self.state.node(node)
+
+    async def kill(self, node: int) -> None:
+        self._node(node)
+        proc = self._procs.get(node)
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+            await asyncio.to_thread(proc.wait)
+        self._paused.discard(node)
+
+    async def restart(self, node: int, timeout_s: float = 15.0) -> None:
+        n = self._node(node)
+        await self._terminate(node)
+        proc = self._procs[node] = _spawn(self.state, n)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"node {node} exited with status {proc.returncode} on restart:\n"
+                    + _log_tail(self.state, n)
+                )
+            answer = await describe(n.address, 0.5)
+            if answer is not None:
+                self._high_watermark[node] = answer.high_watermark
+                return
+            if time.monotonic() >= deadline:
+                raise RuntimeError(f"node {node} did not answer within {timeout_s:g} s")
+            await asyncio.sleep(0.1)
+
+    async def _signal(self, node: int, sig: signal.Signals) -> int:
+        self._node(node)
+        proc = self._procs.get(node)
+        if proc is None or proc.poll() is not None:
+            raise RuntimeError(f"node {node} is not running")
+        os.kill(proc.pid, sig)
+        return proc.pid
+
+    async def pause(self, node: int) -> None:
+        await self._signal(node, signal.SIGSTOP)
+        self._paused.add(node)
+
+    async def resume(self, node: int) -> None:
+        await self._signal(node, signal.SIGCONT)
+        self._paused.discard(node)
+
+    # -- network faults ---------------------------------------------------------------
+
+    async def block(self, pairs: Collection[tuple[int, int]]) -> None:
+        if not self._network_faults:
+            raise RuntimeError("this local cluster was made without network_faults")
+        for a, b in pairs:
+            self._node(a)
+            self._node(b)
+        drops = [(node_dscp(a), node_host(b)) for a, b in pairs if a != b]
+        await asyncio.to_thread(self._netfilter.block, drops)
+
+    async def partition(self, groups: Sequence[Collection[int]]) -> None:
+        await self.block(partition_pairs(self.nodes, groups))
+
+    async def heal(self) -> None:
+        if self._network_faults:
+            await asyncio.to_thread(self._netfilter.heal)
+
+    # -- what the nodes left -------------------------------------------------------------
+
+    async def high_watermarks(self) -> dict[int, int]:
+        """Ask every running, unpaused node its high watermark; the last one
+        each node reported."""
+        state = self.state
+        live = [n for n in state.nodes if _alive(state, n) and n.node_id not in self._paused]
+        answers = await asyncio.gather(*(describe(n.address, 1.0) for n in live))
+        for n, answer in zip(live, answers, strict=True):
+            if answer is not None:
+                old = self._high_watermark.get(n.node_id, 0)
+                self._high_watermark[n.node_id] = max(old, answer.high_watermark)
+        return dict(self._high_watermark)
+
+    async def collect(self, run_dir: Path, start_unix_ns: int | None = None) -> None:
+        """Stop the nodes, copy their logs to ``run_dir/logs/node-<i>.log`` and
+        write their exports.  ``start_unix_ns``: the run's start (change
+        times count from it; default: when the nodes were started)."""
+        state = self.state
+        await self.heal()
+        await self.high_watermarks()
+        await self._stop_nodes()
+        run = RunDir(Path(run_dir))
+        run.logs.mkdir(parents=True, exist_ok=True)
+        start = self.start_unix_ns if start_unix_ns is None else start_unix_ns
+        for n in state.nodes:
+            node = n.node_id
+            log_path = state.path(n.log_file)
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            (run.logs / f"node-{node}.log").write_text(text)
+            run.node_dir(node).mkdir(parents=True, exist_ok=True)
+            entries = await asyncio.to_thread(
+                self._committed, state, n, self._high_watermark.get(node, 0)
+            )
+            write_log(run.node_log(node), entries)
+            write_changes(run.node_changes(node), node_changes(node, text, start))
+
+    @staticmethod
+    def _committed(state: ClusterState, n: NodeState, high_watermark: int) -> list[LogEntry]:
+        storage = open_node_storage(state.path(n.data_dir), state.cluster_id, n.node_id)
+        try:
+            batches = storage.log.read_all()
+        finally:
+            storage.close()
+        out = []
+        for batch in batches:
+            kind = "data" if batch.kind is BatchKind.DATA else "control"
+            for i, record in enumerate(batch.records):
+                offset = batch.base_offset + i
+                if offset < high_watermark:
+                    out.append(LogEntry(n.node_id, offset, batch.epoch, kind, record_hash(record)))
+        return out
+
+
+_STAMP = r"(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ kq\.\S+: "
+_CHANGE_LINES = [
+    (re.compile(_STAMP + r"node (?P<n>\d+) elected leader of epoch (?P<e>\d+)$"), "leader"),
+    (
+        re.compile(_STAMP + r"node (?P<n>\d+) follows leader (?P<l>\d+) in epoch (?P<e>\d+)$"),
+        "follower",
+    ),
+    (
+        re.compile(
+            _STAMP + r"node (?P<n>\d+) in epoch (?P<e>\d+) with no known leader \((?P<r>\w+)\)$"
+        ),
+        "",
+    ),
+    (re.compile(_STAMP + r"node (?P<n>\d+) is a candidate in epoch (?P<e>\d+)$"), "candidate"),
+    (
+        re.compile(
+            _STAMP
+            + r"node (?P<n>\d+) has no live leader; asking for pre-votes in epoch (?P<e>\d+)$"
+        ),
+        "prospective",
+    ),
+    (
+        re.compile(_STAMP + r"node (?P<n>\d+) resigned leadership of epoch (?P<e>\d+)$"),
+        "resigned",
+    ),
+]
+
+
+def node_changes(node: int, log_text: str, start_unix_ns: int) -> list[Change]:
+    """The changes of ``node`` its log text tells: one per line saying how
+    its role, epoch or leader changed.  Times are the lines' (local time,
+    milliseconds) minus ``start_unix_ns``, at least 0 and never decreasing."""
+    out: list[Change] = []
+    last = 0
+    for line in log_text.splitlines():
+        for pattern, role in _CHANGE_LINES:
+            m = pattern.match(line)
+            if m is None or int(m["n"]) != node:
+                continue
+            groups = m.groupdict()
+            role = role or groups["r"]
+            if role == "leader":
+                leader: int | None = node
+            elif groups.get("l") is not None:
+                leader = int(groups["l"])
+            else:
+                leader = None
+            when = datetime.strptime(m["stamp"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            last = max(last, int(when * 1_000_000_000) - start_unix_ns, 0)
+            change = Change(node, last, int(m["e"]), leader, role)
+            if not change.problems():
+                out.append(change)
+            break
+    return out

@@ -1,0 +1,256 @@
+"""The local backend: each fault takes effect and heals (slow: real processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from chaos.backend import isolate
+from chaos.export_files import read_changes, read_log
+from chaos.exports import check_changes, check_log
+from chaos.local import LocalCluster, node_changes
+from chaos.netfilter import NetfilterError, require_iptables
+from kq import kv_pb2
+from quorum.driver.cli_common import describe
+from quorum.driver.cli_config import ConfigError, controller_config, load_settings
+from quorum.driver.client import ClientError, IndeterminateWriteError, KvClient
+
+Scenario = Callable[[LocalCluster], Awaitable[None]]
+
+
+def _run(
+    tmp_path: Path,
+    scenario: Scenario,
+    *,
+    network_faults: bool = False,
+    cluster: LocalCluster | None = None,
+) -> LocalCluster:
+    if cluster is None:
+        cluster = LocalCluster(tmp_path / "cluster", 3, network_faults=network_faults)
+
+    async def main() -> None:
+        try:
+            await cluster.start()
+            await asyncio.wait_for(scenario(cluster), 120)
+        finally:
+            await cluster.stop()
+
+    asyncio.run(main())
+    return cluster
+
+
+async def _roles(cluster: LocalCluster) -> dict[int, kv_pb2.DescribeQuorumResponse | None]:
+    addresses = cluster.addresses()
+    answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
+    return dict(zip(addresses, answers, strict=True))
+
+
+async def _leader(cluster: LocalCluster, exclude: int | None = None, timeout_s: float = 20) -> int:
+    """The node that says it leads, in the highest epoch (not ``exclude``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answers = await _roles(cluster)
+        leaders = [
+            (r.epoch, n)
+            for n, r in answers.items()
+            if r is not None and r.role == "leader" and n != exclude
+        ]
+        if leaders:
+            return max(leaders)[1]
+        assert time.monotonic() < deadline, f"no leader (besides {exclude}): {answers}"
+        await asyncio.sleep(0.2)
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.slow
+def test_kill_takes_a_node_down_and_restart_brings_it_back_with_its_data(tmp_path: Path) -> None:
+    async def scenario(cluster: LocalCluster) -> None:
+        async with KvClient(list(cluster.addresses().values())) as kv:
+            pos = await kv.put("k", b"v")
+        node = 1
+        await asyncio.sleep(0.5)  # let node 1 replicate the put
+        before = await describe(cluster.addresses()[node], 1.0)
+        assert before is not None and before.log_end_offset > pos.offset
+        pid = cluster.pid(node)
+        assert pid is not None
+        await cluster.kill(node)
+        assert _pid_gone(pid)
+        assert cluster.pid(node) is None
+        assert await describe(cluster.addresses()[node], 0.5) is None
+        await cluster.restart(node)
+        assert cluster.pid(node) not in (None, pid)
+        after = await describe(cluster.addresses()[node], 1.0)
+        assert after is not None and after.log_end_offset >= before.log_end_offset
+        async with KvClient([cluster.addresses()[node]]) as kv:
+            assert (await kv.get("k")).value == b"v"
+
+    _run(tmp_path, scenario)
+
+
+@pytest.mark.slow
+def test_pause_stops_answers_and_resume_restores_them(tmp_path: Path) -> None:
+    async def scenario(cluster: LocalCluster) -> None:
+        address = cluster.addresses()[2]
+        assert await describe(address, 1.0) is not None
+        await cluster.pause(2)
+        started = time.monotonic()
+        assert await describe(address, 1.0) is None
+        assert time.monotonic() - started >= 0.9  # timed out, not refused
+        await cluster.resume(2)
+        assert await describe(address, 2.0) is not None
+
+    _run(tmp_path, scenario)
+
+
+def _iptables() -> None:
+    try:
+        require_iptables()
+    except NetfilterError as exc:
+        pytest.fail(f"{exc} (see scripts/bootstrap)")
+
+
+def _our_rules(tag: str) -> list[str]:
+    rules = []
+    for table in ("filter", "nat"):
+        listing = subprocess.run(
+            ["iptables", "-w", "-t", table, "-S"], capture_output=True, text=True, check=True
+        ).stdout
+        rules += [line for line in listing.splitlines() if tag in line]
+    return rules
+
+
+@pytest.mark.slow
+def test_isolating_the_leader_elects_another_and_heal_restores_one_cluster(
+    tmp_path: Path,
+) -> None:
+    _iptables()
+    run_dir = tmp_path / "run"
+
+    async def scenario(cluster: LocalCluster) -> None:
+        assert _our_rules(cluster._netfilter.tag), "no rules installed"
+        addresses = cluster.addresses()
+        async with KvClient(list(addresses.values())) as kv:
+            await kv.put("before", b"1")
+        old = await _leader(cluster)
+        await cluster.partition([[old], [n for n in cluster.nodes if n != old]])
+        new = await _leader(cluster, exclude=old)
+        # The majority commits; the isolated old leader cannot.
+        majority = [addresses[n] for n in cluster.nodes if n != old]
+        async with KvClient(majority) as kv:
+            await kv.put("during", b"2", timeout_s=10)
+        async with KvClient([addresses[old]], timeout_s=3) as kv:
+            with pytest.raises((ClientError, IndeterminateWriteError)):
+                await kv.put("isolated", b"3", timeout_s=3)
+        # The test client is never blocked: the isolated node still answers it.
+        assert await describe(addresses[old], 1.0) is not None
+
+        await cluster.heal()
+        deadline = time.monotonic() + 30
+        while True:
+            answers = await _roles(cluster)
+            up = [r for r in answers.values() if r is not None]
+            leaders = [r for r in up if r.role == "leader"]
+            if (
+                len(up) == 3
+                and len(leaders) == 1
+                and len({(r.epoch, r.leader.leader_id, r.high_watermark) for r in up}) == 1
+            ):
+                break
+            assert time.monotonic() < deadline, f"no convergence after heal: {answers}"
+            await asyncio.sleep(0.2)
+        assert new != old and leaders[0].epoch > 1
+        async with KvClient([addresses[old]]) as kv:
+            assert (await kv.get("during")).value == b"2"
+            assert (await kv.get("isolated")).value is None
+        await cluster.collect(run_dir)
+
+    cluster = _run(tmp_path, scenario, network_faults=True)
+    assert _our_rules(cluster._netfilter.tag) == []
+    assert cluster._netfilter.leftovers() == []
+    assert not cluster.directory.exists()
+    logs = {n: read_log(run_dir / "nodes" / str(n) / "log.jsonl") for n in cluster.nodes}
+    for n, entries in logs.items():
+        assert entries, f"node {n} exported no committed record"
+        assert check_log(entries, n) == []
+        changes = read_changes(run_dir / "nodes" / str(n) / "changes.jsonl")
+        assert check_changes(changes, n) == []
+        assert any(c.role == "follower" or c.role == "leader" for c in changes)
+        assert (run_dir / "logs" / f"node-{n}.log").stat().st_size > 0
+    # Every node's committed log is a prefix of the longest one.
+    longest = max(logs.values(), key=len)
+    for entries in logs.values():
+        strip = [(e.offset, e.epoch, e.kind, e.hash) for e in entries]
+        assert strip == [(e.offset, e.epoch, e.kind, e.hash) for e in longest][: len(strip)]
+
+
+@pytest.mark.slow
+def test_a_failing_scenario_still_removes_every_rule_and_process(
+    tmp_path: Path,
+) -> None:
+    _iptables()
+
+    async def scenario(cluster: LocalCluster) -> None:
+        leader = await _leader(cluster)
+        await cluster.block(isolate(cluster.nodes, leader))
+        assert len(_our_rules(cluster._netfilter.tag)) > 2
+        await _leader(cluster, exclude=leader)
+        raise RuntimeError("boom")
+
+    cluster = LocalCluster(tmp_path / "cluster", 3)
+    with pytest.raises(RuntimeError, match="boom"):
+        _run(tmp_path, scenario, cluster=cluster)
+    assert _our_rules(cluster._netfilter.tag) == []
+    assert not (tmp_path / "cluster").exists()
+
+
+def test_node_dscp_is_a_setting_in_range(tmp_path: Path) -> None:
+    base = {"node_id": "1", "cluster_id": "abcdefghijklmnopqrstuv", "data_dir": str(tmp_path)}
+    env = {"KQ_" + k.upper(): v for k, v in base.items()} | {"KQ_VOTERS": "1@127.0.0.1:1"}
+    assert controller_config(load_settings(None, env)).options.dscp == 0
+    assert controller_config(load_settings(None, env | {"KQ_NODE_DSCP": "21"})).options.dscp == 21
+    with pytest.raises(ConfigError, match="dscp"):
+        controller_config(load_settings(None, env | {"KQ_NODE_DSCP": "64"}))
+
+
+def test_changes_from_log_lines() -> None:
+    start = int(time.mktime((2024, 5, 1, 12, 0, 0, 0, 0, -1))) * 1_000_000_000
+    text = "\n".join(
+        [
+            "2024-05-01 12:00:00,100 INFO kq.node: node 2 is a candidate in epoch 3",
+            "2024-05-01 12:00:00,200 INFO kq.node: node 2 elected leader of epoch 3",
+            "2024-05-01 12:00:00,250 INFO kq.node: node 1 elected leader of epoch 9",
+            "2024-05-01 12:00:01,000 INFO kq.node: node 2 resigned leadership of epoch 3",
+            "2024-05-01 12:00:01,100 INFO kq.node: node 2 follows leader 3 in epoch 4",
+            "2024-05-01 12:00:02,000 INFO kq.node: node 2 in epoch 5 with no known leader "
+            "(unattached)",
+            "garbage",
+        ]
+    )
+    changes = node_changes(2, text, start)
+    assert [(c.time, c.epoch, c.leader, c.role) for c in changes] == [
+        (100_000_000, 3, None, "candidate"),
+        (200_000_000, 3, 2, "leader"),
+        (1_000_000_000, 3, None, "resigned"),
+        (1_100_000_000, 4, 3, "follower"),
+        (2_000_000_000, 5, None, "unattached"),
+    ]
+
+
+def test_without_iptables_the_error_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("chaos.netfilter._find", lambda: None)
+    with pytest.raises(NetfilterError, match="apt-get install iptables"):
+        require_iptables()

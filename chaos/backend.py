@@ -2,22 +2,28 @@
 network topologies its faults are built from.
 
 A backend runs one cluster (local processes, containers, ...) and injects
-faults into it.  Network faults all come down to one primitive,
-:meth:`ClusterBackend.block`: the set of ordered node pairs ``(a, b)``
-whose traffic from ``a`` to ``b`` is dropped.  The topology builders below
-are pure functions from node ids to such sets:
+faults into it.  A network topology is a list of *groups* of node ids with
+one rule: **two nodes can talk if and only if some group holds both; a node
+in no group talks to nobody**.  Disjoint groups split the cluster; groups
+may overlap, to make links that are not transitive (the bridge, the ring).
+The builders below are pure functions from node ids to such groups
+(:data:`Groups`):
 
-- :func:`partition_pairs`: nodes talk only within their group;
 - :func:`isolate`: one node cut off from all others;
 - :func:`halves`: two halves that cannot reach each other;
-- :func:`majorities_ring`: every node hears from a majority, no two from
-  the same one (one-directional);
-- :func:`bridge`: two halves joined only through one node that reaches both.
+- :func:`bridge`: two halves that share one node (the bridge);
+- :func:`majorities_ring`: 2-node groups around a ring, so that every node
+  talks to a majority (itself included) and no two to the same one;
+- :func:`partition_groups`: one of them by its kind name
+  (:data:`TOPOLOGIES`), shuffled by a given :class:`random.Random`.
 
-A one-directional block drops packets, so over TCP it also breaks every
-connection the other way (its acknowledgements are dropped): with gRPC,
-``(a, b)`` blocked means a and b cannot exchange RPCs in either direction,
-but the remaining pairs still make the topologies above.
+Backends carry groups out with the one primitive :meth:`ClusterBackend.block`:
+the set of ordered node pairs ``(a, b)`` whose traffic from ``a`` to ``b``
+is dropped, :func:`partition_pairs` of the groups.  A one-directional block
+drops packets, so over TCP it also breaks every connection the other way
+(its acknowledgements are dropped): with gRPC, ``(a, b)`` blocked means a
+and b cannot exchange RPCs in either direction.  :func:`reaches` and
+:func:`majority_available` say who hears whom under a network fault.
 """
 
 from __future__ import annotations
@@ -25,21 +31,31 @@ from __future__ import annotations
 import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 __all__ = [
+    "TOPOLOGIES",
     "Blocked",
     "ClusterBackend",
+    "Groups",
     "bridge",
     "halves",
     "isolate",
     "majorities_ring",
+    "majority_available",
+    "partition_groups",
     "partition_pairs",
     "reaches",
 ]
 
 Blocked = frozenset[tuple[int, int]]
 """Ordered pairs ``(a, b)``: traffic from node a to node b is dropped."""
+
+Groups = tuple[tuple[int, ...], ...]
+"""A network topology: two nodes talk if and only if some group holds both."""
+
+TOPOLOGIES: Final = ("isolate-one", "halves", "majorities-ring", "bridge")
+"""The kinds :func:`partition_groups` builds."""
 
 
 @runtime_checkable
@@ -83,8 +99,10 @@ class ClusterBackend(Protocol):
         ...
 
     async def partition(self, groups: Sequence[Collection[int]]) -> None:
-        """Nodes talk only within their group; a node in no group talks to
-        none.  Replaces any earlier network fault."""
+        """Two nodes can talk if and only if some group holds both (groups
+        may overlap); a node in no group talks to nobody.  The same as
+        ``block(partition_pairs(nodes, groups))``.  Replaces any earlier
+        network fault."""
         ...
 
     async def block(self, pairs: Collection[tuple[int, int]]) -> None:
@@ -118,79 +136,113 @@ def _check_nodes(nodes: Iterable[int]) -> list[int]:
     return out
 
 
-def partition_pairs(nodes: Iterable[int], groups: Sequence[Collection[int]]) -> Blocked:
-    """The pairs to block so that nodes talk only within their group (a node
-    in no group is isolated).  A node in two groups is an error."""
+def _groups(*groups: Iterable[int]) -> Groups:
+    """Each group sorted, empty ones left out."""
+    return tuple(g for g in (tuple(sorted(group)) for group in groups) if g)
+
+
+def partition_pairs(nodes: Iterable[int], groups: Iterable[Collection[int]]) -> Blocked:
+    """The pairs to block so that two nodes talk if and only if some group
+    holds both (groups may overlap; a node in no group talks to nobody)."""
     all_nodes = _check_nodes(nodes)
-    group_of: dict[int, int] = {}
+    known = set(all_nodes)
+    peers: dict[int, set[int]] = {n: {n} for n in all_nodes}
     for i, group in enumerate(groups):
-        for n in group:
-            if n not in all_nodes:
+        members = set(group)
+        for n in members:
+            if n not in known:
                 raise ValueError(f"node {n} of group {i} is not one of {all_nodes}")
-            if n in group_of:
-                raise ValueError(f"node {n} is in groups {group_of[n]} and {i}")
-            group_of[n] = i
-    return frozenset(
-        (a, b)
-        for a in all_nodes
-        for b in all_nodes
-        if a != b and (a not in group_of or b not in group_of or group_of[a] != group_of[b])
-    )
+            peers[n] |= members
+    return frozenset((a, b) for a in all_nodes for b in all_nodes if b not in peers[a])
 
 
-def isolate(nodes: Iterable[int], node: int) -> Blocked:
-    """``node`` can reach no other node, nor they it."""
+def isolate(nodes: Iterable[int], node: int) -> Groups:
+    """``node`` talks to no other node: ``node`` alone, and the rest."""
     all_nodes = _check_nodes(nodes)
     if node not in all_nodes:
         raise ValueError(f"node {node} is not one of {all_nodes}")
-    return partition_pairs(all_nodes, [[node], [n for n in all_nodes if n != node]])
+    return _groups([node], [n for n in all_nodes if n != node])
 
 
-def halves(nodes: Iterable[int], rng: random.Random | None = None) -> Blocked:
+def _order(nodes: Iterable[int], rng: random.Random | None, least: int, what: str) -> list[int]:
+    order = _check_nodes(nodes)
+    if len(order) < least:
+        raise ValueError(f"{what} needs at least {least} nodes, got {len(order)}")
+    if rng is not None:
+        rng.shuffle(order)
+    return order
+
+
+def halves(nodes: Iterable[int], rng: random.Random | None = None) -> Groups:
     """Two halves (the first ``n // 2`` nodes, and the rest: a majority)
-    that cannot reach each other; shuffled first with ``rng`` if given."""
-    order = _check_nodes(nodes)
-    if rng is not None:
-        rng.shuffle(order)
+    that cannot reach each other; shuffled first with ``rng`` if given.
+    Needs at least two nodes."""
+    order = _order(nodes, rng, 2, "halves")
     cut = len(order) // 2
-    return partition_pairs(order, [order[:cut], order[cut:]])
+    return _groups(order[:cut], order[cut:])
 
 
-def majorities_ring(nodes: Iterable[int], rng: random.Random | None = None) -> Blocked:
-    """Every node hears from a majority (itself and the next ones around a
-    ring), and no two nodes from the same majority.  Needs at least three
-    nodes.  Node ``order[k]`` hears from ``order[k .. k + m - 1]`` (mod n,
-    ``m = n // 2 + 1``); traffic from any other node to it is blocked."""
-    order = _check_nodes(nodes)
-    if len(order) < 3:
-        raise ValueError(f"a majorities ring needs at least 3 nodes, got {len(order)}")
-    if rng is not None:
-        rng.shuffle(order)
-    n = len(order)
-    m = n // 2 + 1
-    pairs: set[tuple[int, int]] = set()
-    for k, node in enumerate(order):
-        hears = {order[(k + j) % n] for j in range(m)}
-        pairs.update((src, node) for src in order if src not in hears)
-    return frozenset(pairs)
-
-
-def bridge(nodes: Iterable[int], rng: random.Random | None = None) -> Blocked:
+def bridge(nodes: Iterable[int], rng: random.Random | None = None) -> Groups:
     """Two halves that cannot reach each other, and one node (the bridge)
-    that reaches both.  Needs at least three nodes; the bridge is the middle
-    one of the (shuffled, if ``rng``) order."""
-    order = _check_nodes(nodes)
-    if len(order) < 3:
-        raise ValueError(f"a bridge needs at least 3 nodes, got {len(order)}")
-    if rng is not None:
-        rng.shuffle(order)
+    in both, so that it reaches every node.  Needs at least three nodes; the
+    bridge is the middle one of the (shuffled, if ``rng``) order."""
+    order = _order(nodes, rng, 3, "a bridge")
     mid = len(order) // 2
-    left, right = order[:mid], order[mid + 1 :]
-    return frozenset(pair for a in left for b in right for pair in ((a, b), (b, a)))
+    return _groups(order[: mid + 1], order[mid:])
+
+
+def majorities_ring(nodes: Iterable[int], rng: random.Random | None = None) -> Groups:
+    """Nodes on a ring (the shuffled, if ``rng``, order) in 2-node groups,
+    each with its ``r = (n // 2 + 1) // 2`` nearest neighbours on each side:
+    every node talks to ``2r + 1`` nodes (itself included), at least a
+    majority (exactly one with 5 nodes), and no two nodes to the same ones.
+    Needs at least five nodes (with fewer, no two-way ring has distinct
+    majorities)."""
+    order = _order(nodes, rng, 5, "a majorities ring")
+    n = len(order)
+    reach = (n // 2 + 1) // 2
+    pairs = {
+        tuple(sorted((order[i], order[(i + d) % n]))) for i in range(n) for d in range(1, reach + 1)
+    }
+    return tuple(sorted(pairs))
+
+
+def partition_groups(kind: str, nodes: Iterable[int], rng: random.Random) -> Groups:
+    """The groups of a partition of kind ``kind`` (:data:`TOPOLOGIES`) of
+    ``nodes``, shuffled with ``rng``: ``isolate-one`` cuts off a node drawn
+    by ``rng``."""
+    if kind == "isolate-one":
+        order = _order(nodes, rng, 1, "isolate-one")
+        return isolate(order, order[0])
+    if kind == "halves":
+        return halves(nodes, rng)
+    if kind == "majorities-ring":
+        return majorities_ring(nodes, rng)
+    if kind == "bridge":
+        return bridge(nodes, rng)
+    raise ValueError(f"unknown partition kind {kind!r}; known: {', '.join(TOPOLOGIES)}")
 
 
 def reaches(pairs: Collection[tuple[int, int]], nodes: Iterable[int]) -> dict[int, set[int]]:
-    """For each node, the nodes it hears from (itself included) under ``pairs``."""
+    """For each node, the nodes it hears from (itself included) under the
+    blocked ``pairs``."""
     all_nodes = _check_nodes(nodes)
     blocked = set(pairs)
     return {b: {a for a in all_nodes if (a, b) not in blocked} for b in all_nodes}
+
+
+def majority_available(
+    nodes: Collection[int], down: Iterable[int], groups: Iterable[Collection[int]] | None = None
+) -> bool:
+    """Whether some up node talks to a majority of ``nodes`` that are up
+    (itself included), so that a leader can commit, under the partition
+    ``groups`` (``None``: the network is whole)."""
+    out = set(down)
+    up = [n for n in nodes if n not in out]
+    if not up:
+        return False
+    need = len(set(nodes)) // 2 + 1
+    if groups is None:
+        return len(up) >= need
+    hears = reaches(partition_pairs(nodes, groups), nodes)
+    return any(len(hears[u].intersection(up)) >= need for u in up)

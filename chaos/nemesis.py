@@ -22,10 +22,12 @@ Fault kinds (:data:`FAULT_KINDS`):
   it sees a majority but no two nodes see the same one (5 nodes or more);
 - ``bridge``: two halves that share one node.
 
-A partition's ``groups`` say who talks: two nodes talk if and only if some
-group holds both.  Disjoint groups split the cluster; overlapping groups
-(the ring, the bridge) express links that are not transitive.  Every
-partition is ended by ``heal``.
+A partition's ``groups`` are the topologies of :mod:`chaos.backend` (built
+by :func:`chaos.backend.partition_groups`, the leader's isolated by
+:func:`chaos.backend.isolate`): two nodes talk if and only if some group
+holds both, and a node in no group talks to nobody.  Disjoint groups split
+the cluster; overlapping groups (the ring, the bridge) express links that
+are not transitive.  Every partition is ended by ``heal``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
+from chaos.backend import Groups, isolate, majority_available, partition_groups
 from chaos.ops import NEMESIS, Op
 
 __all__ = [
@@ -49,10 +52,10 @@ __all__ = [
 ]
 
 PARTITION_KINDS: Final = ("isolate-one", "isolate-leader", "halves", "majorities-ring", "bridge")
+"""The topologies of :func:`chaos.backend.partition_groups` and the
+``isolate-leader`` intent."""
 FAULT_KINDS: Final = ("kill", "pause", *PARTITION_KINDS)
 _ENDS: Final = {"kill": "start", "pause": "resume", "partition": "heal"}
-
-Groups = tuple[tuple[int, ...], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +84,7 @@ def resolve(action: Action, leader: int, nodes: Sequence[int]) -> Action:
         return action
     if leader not in nodes:
         raise ValueError(f"leader {leader} is not one of the nodes {list(nodes)}")
-    rest = tuple(n for n in nodes if n != leader)
-    return replace(action, groups=((leader,), rest), target=None)
+    return replace(action, groups=isolate(nodes, leader), target=None)
 
 
 def nemesis_op(action: Action) -> tuple[str, dict[str, Any]]:
@@ -127,48 +129,20 @@ def action_ops(
 # -- network state -------------------------------------------------------------
 
 
-def _talk(groups: Groups, a: int, b: int) -> bool:
-    return a == b or not groups or any(a in g and b in g for g in groups)
-
-
-def majority_available(nodes: Sequence[int], down: Iterable[int], groups: Groups = ()) -> bool:
-    """Whether some up node talks directly to a majority of the nodes
-    (itself included) that are up: a leader can commit."""
-    up = [n for n in nodes if n not in set(down)]
-    need = len(nodes) // 2 + 1
-    return any(sum(_talk(groups, u, v) for v in up) >= need for u in up)
-
-
 def _partition(kind: str, nodes: list[int], rng: random.Random) -> tuple[Groups, str | None]:
     """The groups of a partition kind (empty with a ``"leader"`` target)."""
-    order = nodes[:]
-    rng.shuffle(order)
-    n = len(order)
-    if kind == "isolate-one":
-        return ((order[0],), tuple(sorted(order[1:]))), None
     if kind == "isolate-leader":
         return (), "leader"
-    if kind == "halves":
-        return (tuple(sorted(order[: n // 2])), tuple(sorted(order[n // 2 :]))), None
-    if kind == "bridge":
-        half = n // 2
-        return (tuple(sorted(order[: half + 1])), tuple(sorted(order[half:]))), None
-    if kind == "majorities-ring":
-        reach = (n // 2 + 1) // 2  # neighbours each side: itself + 2*reach >= a majority
-        pairs = {
-            (min(a, b), max(a, b))
-            for i in range(n)
-            for d in range(1, reach + 1)
-            for a, b in [(order[i], order[(i + d) % n])]
-        }
-        return tuple(sorted(pairs)), None
-    raise ValueError(f"unknown partition kind {kind!r}")
+    return partition_groups(kind, nodes, rng), None
 
 
-def _possible_groups(groups: Groups, target: str | None, nodes: list[int]) -> list[Groups]:
-    """Every network a partition may make (a leader intent: any node)."""
+def _possible_groups(
+    groups: Groups | None, target: str | None, nodes: list[int]
+) -> list[Groups | None]:
+    """Every network a partition may make (a leader intent: any node;
+    ``None``: no partition)."""
     if target == "leader":
-        return [((n,), tuple(m for m in nodes if m != n)) for n in nodes]
+        return [isolate(nodes, n) for n in nodes]
     return [groups]
 
 
@@ -222,7 +196,7 @@ def schedule(
     down: dict[int, str] = {}
     net: tuple[Groups, str | None, str] | None = None
 
-    def safe(down_now: Iterable[int], groups: Groups, target: str | None) -> bool:
+    def safe(down_now: Iterable[int], groups: Groups | None, target: str | None) -> bool:
         if not keep_majority:
             return True
         d = list(down_now)
@@ -232,7 +206,7 @@ def schedule(
         nonlocal net
         options = [k for k in kinds if not (k in PARTITION_KINDS and net is not None)]
         rng.shuffle(options)
-        cur_groups, cur_target = (net[0], net[1]) if net is not None else ((), None)
+        cur_groups, cur_target = (net[0], net[1]) if net is not None else (None, None)
         for kind in options:
             if kind in ("kill", "pause"):
                 free = [n for n in ids if n not in down]

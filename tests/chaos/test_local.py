@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.backend import isolate
+from chaos.backend import isolate, partition_pairs
 from chaos.export_files import read_changes, read_log
 from chaos.exports import check_changes, check_log
 from chaos.local import LocalCluster, node_changes
@@ -144,7 +144,7 @@ def test_isolating_the_leader_elects_another_and_heal_restores_one_cluster(
         async with KvClient(list(addresses.values())) as kv:
             await kv.put("before", b"1")
         old = await _leader(cluster)
-        await cluster.partition([[old], [n for n in cluster.nodes if n != old]])
+        await cluster.partition(isolate(cluster.nodes, old))
         new = await _leader(cluster, exclude=old)
         # The majority commits; the isolated old leader cannot.
         majority = [addresses[n] for n in cluster.nodes if n != old]
@@ -203,7 +203,7 @@ def test_a_failing_scenario_still_removes_every_rule_and_process(
 
     async def scenario(cluster: LocalCluster) -> None:
         leader = await _leader(cluster)
-        await cluster.block(isolate(cluster.nodes, leader))
+        await cluster.block(partition_pairs(cluster.nodes, isolate(cluster.nodes, leader)))
         assert len(_our_rules(cluster._netfilter.tag)) > 2
         await _leader(cluster, exclude=leader)
         raise RuntimeError("boom")

@@ -197,7 +197,7 @@ def test_schedule_properties(
                     if leader is None or partition is None
                     else resolve(partition, leader, nodes)
                 )
-                assert majority_available(nodes, out, p.groups if p else ())
+                assert majority_available(nodes, out, p.groups if p else None)
     # Nothing happens in a quiet period, and nothing is in force in one.
     cycle = period + quiet
     eps = 1e-6

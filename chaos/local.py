@@ -47,17 +47,17 @@ from chaos.runs import RunDir
 from quorum.driver.cli_cluster import (
     ClusterState,
     NodeState,
-    _alive,
-    _check_configs,
-    _format_new,
-    _log_tail,
-    _port_free,
-    _spawn,
-    _wait_for_leader,
+    check_configs,
+    format_new_nodes,
     free_base_port,
+    log_tail,
+    node_alive,
+    port_free,
+    spawn_node,
+    wait_for_leader,
+    write_configs,
 )
 from quorum.driver.cli_common import describe
-from quorum.driver.cli_config import render_toml
 from quorum.driver.storage_format import open_node_storage, random_cluster_id
 from quorum.types import BatchKind
 
@@ -129,29 +129,20 @@ class LocalCluster:
     def _pick_port(self) -> int:
         for _ in range(50):
             port = free_base_port(1, node_host(1))
-            if all(_port_free(f"{node_host(i)}:{port}") for i in self.nodes):
+            if all(port_free(f"{node_host(i)}:{port}") for i in self.nodes):
                 return port
         raise RuntimeError("no port free on every node address")
 
     def _write_configs(self, state: ClusterState) -> None:
-        voters = {n.node_id: n.address for n in state.nodes}
-        for n in state.nodes:
-            path = state.path(n.config)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            values: dict[str, object] = {
-                "node_id": n.node_id,
-                "cluster_id": state.cluster_id,
-                "data_dir": os.path.relpath(state.path(n.data_dir), path.parent),
-                "log_level": "INFO",
-                "voters": voters,
-                **self._settings,
-            }
-            if self._network_faults:
-                values["node.dscp"] = node_dscp(n.node_id)
-            path.write_text(
-                f"# node {n.node_id} of a local chaos cluster; docs/operations.md lists "
-                "every key.\n" + render_toml(values)
-            )
+        def dscp(node: int) -> dict[str, object]:
+            return {"node.dscp": node_dscp(node)} if self._network_faults else {}
+
+        write_configs(
+            state,
+            self._settings,
+            header="node of a local chaos cluster",
+            per_node=dscp,
+        )
 
     async def start(self) -> None:
         if self._state is not None:
@@ -182,12 +173,12 @@ class LocalCluster:
             self._state = state
             self._write_configs(state)
             state.save()
-            _check_configs(state)
-            _format_new(state)
+            check_configs(state)
+            format_new_nodes(state)
             self.start_unix_ns = time.time_ns()
             for n in state.nodes:
-                self._procs[n.node_id] = _spawn(state, n)
-            await _wait_for_leader(state, self._procs, self._start_timeout_s)
+                self._procs[n.node_id] = spawn_node(state, n)
+            await wait_for_leader(state, self._procs, self._start_timeout_s)
         except BaseException:
             await self.stop()
             raise
@@ -246,13 +237,13 @@ class LocalCluster:
     async def restart(self, node: int, timeout_s: float = 15.0) -> None:
         n = self._node(node)
         await self._terminate(node)
-        proc = self._procs[node] = _spawn(self.state, n)
+        proc = self._procs[node] = spawn_node(self.state, n)
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
                 raise RuntimeError(
                     f"node {node} exited with status {proc.returncode} on restart:\n"
-                    + _log_tail(self.state, n)
+                    + log_tail(self.state, n)
                 )
             answer = await describe(n.address, 0.5)
             if answer is not None:
@@ -302,7 +293,7 @@ class LocalCluster:
         """Ask every running, unpaused node its high watermark; the last one
         each node reported."""
         state = self.state
-        live = [n for n in state.nodes if _alive(state, n) and n.node_id not in self._paused]
+        live = [n for n in state.nodes if node_alive(state, n) and n.node_id not in self._paused]
         answers = await asyncio.gather(*(describe(n.address, 1.0) for n in live))
         for n, answer in zip(live, answers, strict=True):
             if answer is not None:

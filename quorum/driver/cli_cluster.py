@@ -37,7 +37,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -187,7 +187,7 @@ def _config_marker(state: ClusterState, node: NodeState) -> str:
     return str(state.path(node.config))
 
 
-def _alive(state: ClusterState, node: NodeState) -> bool:
+def node_alive(state: ClusterState, node: NodeState) -> bool:
     return node.pid is not None and process_alive(node.pid, _config_marker(state, node))
 
 
@@ -233,7 +233,7 @@ def free_base_port(count: int, host: str = "127.0.0.1") -> int:
     raise CommandError(f"no range of {count} free ports on {host}")
 
 
-def _spawn(state: ClusterState, node: NodeState) -> subprocess.Popen[bytes]:
+def spawn_node(state: ClusterState, node: NodeState) -> subprocess.Popen[bytes]:
     log_path = state.path(node.log_file)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = [
@@ -263,7 +263,7 @@ def _spawn(state: ClusterState, node: NodeState) -> subprocess.Popen[bytes]:
     return proc
 
 
-def _port_free(address: str) -> bool:
+def port_free(address: str) -> bool:
     host, _, port = address.rpartition(":")
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -274,7 +274,7 @@ def _port_free(address: str) -> bool:
     return True
 
 
-def _log_tail(state: ClusterState, node: NodeState, lines: int = 15) -> str:
+def log_tail(state: ClusterState, node: NodeState, lines: int = 15) -> str:
     try:
         text = state.path(node.log_file).read_text(errors="replace")
     except OSError:
@@ -285,7 +285,7 @@ def _log_tail(state: ClusterState, node: NodeState, lines: int = 15) -> str:
 
 def _wait_gone(state: ClusterState, nodes: Sequence[NodeState], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
-    while any(_alive(state, n) for n in nodes):
+    while any(node_alive(state, n) for n in nodes):
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
@@ -296,7 +296,7 @@ def _wait_gone(state: ClusterState, nodes: Sequence[NodeState], timeout_s: float
 
 
 async def _status_rows(state: ClusterState, timeout_s: float = 1.0) -> list[dict[str, Any]]:
-    alive = [_alive(state, n) for n in state.nodes]
+    alive = [node_alive(state, n) for n in state.nodes]
     answers = await asyncio.gather(
         *(
             describe(n.address, timeout_s) if up else _none()
@@ -522,7 +522,15 @@ def _extra_settings(items: Sequence[str]) -> dict[str, object]:
     return dict(settings.values)
 
 
-def _write_configs(state: ClusterState, extra: dict[str, object]) -> None:
+def write_configs(
+    state: ClusterState,
+    extra: Mapping[str, object],
+    header: str = "",
+    per_node: Callable[[int], Mapping[str, object]] | None = None,
+) -> None:
+    """Each node's config file: its identity, the voters, ``extra`` for
+    every node and ``per_node(id)`` for that one; ``header`` names what
+    wrote it."""
     voters = {n.node_id: n.address for n in state.nodes}
     for n in state.nodes:
         path = state.path(n.config)
@@ -535,14 +543,16 @@ def _write_configs(state: ClusterState, extra: dict[str, object]) -> None:
             "voters": voters,
         }
         values.update(extra)
-        header = (
-            f"# kq controller config of node {n.node_id} of the local cluster in this\n"
-            "# directory, written by `kq cluster up`; docs/operations.md lists every key.\n"
+        if per_node is not None:
+            values.update(per_node(n.node_id))
+        top = header or (
+            f"kq controller config of node {n.node_id} of the local cluster in this\n"
+            "# directory, written by `kq cluster up`"
         )
-        path.write_text(header + render_toml(values))
+        path.write_text(f"# {top}; docs/operations.md lists every key.\n" + render_toml(values))
 
 
-def _check_configs(state: ClusterState) -> None:
+def check_configs(state: ClusterState) -> None:
     """Load every node's config as its process will (file and environment)."""
     env = _child_env()
     for n in state.nodes:
@@ -552,7 +562,7 @@ def _check_configs(state: ClusterState) -> None:
             raise CommandError(f"node {n.node_id}: config error: {exc}", EXIT_USAGE) from None
 
 
-def _format_new(state: ClusterState) -> list[int]:
+def format_new_nodes(state: ClusterState) -> list[int]:
     formatted = []
     for n in state.nodes:
         data_dir = state.path(n.data_dir)
@@ -576,7 +586,7 @@ def _format_new(state: ClusterState) -> list[int]:
 
 
 def _check_ports(state: ClusterState, nodes: Sequence[NodeState]) -> None:
-    busy = [n for n in nodes if not _port_free(n.address)]
+    busy = [n for n in nodes if not port_free(n.address)]
     if busy:
         shown = ", ".join(f"{n.address} (node {n.node_id})" for n in busy)
         raise CommandError(
@@ -595,10 +605,10 @@ def _up(args: argparse.Namespace) -> int:
         extra = _extra_settings(args.cfg_set)
         state = _new_state(args)
         state.dir.mkdir(parents=True, exist_ok=True)
-        _write_configs(state, extra)
+        write_configs(state, extra)
         state.save()
     else:
-        running = [n for n in state.nodes if _alive(state, n)]
+        running = [n for n in state.nodes if node_alive(state, n)]
         if running:
             pids = ", ".join(f"node {n.node_id} pid {n.pid}" for n in running)
             raise CommandError(
@@ -624,17 +634,17 @@ def _up(args: argparse.Namespace) -> int:
                 f"{state.dir}/node-N/config.toml instead",
                 EXIT_USAGE,
             )
-    _check_configs(state)
+    check_configs(state)
     _check_ports(state, state.nodes)
-    formatted = _format_new(state)
-    procs = {n.node_id: _spawn(state, n) for n in state.nodes}
+    formatted = format_new_nodes(state)
+    procs = {n.node_id: spawn_node(state, n) for n in state.nodes}
     if not args.json:
         what = "Created and started" if created else "Started"
         print(
             f"{what} a {len(state.nodes)}-node kq cluster {state.cluster_id} in {state.dir}"
             + (f" (formatted nodes {','.join(map(str, formatted))})" if formatted else "")
         )
-    run_async(_wait_for_leader(state, procs, args.timeout))
+    run_async(wait_for_leader(state, procs, args.timeout))
     rows = run_async(_status_rows(state))
     if args.json:
         print_json(_status_json(state, rows))
@@ -647,7 +657,7 @@ def _up(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _wait_for_leader(
+async def wait_for_leader(
     state: ClusterState, procs: dict[int, subprocess.Popen[bytes]], timeout_s: float
 ) -> None:
     deadline = time.monotonic() + timeout_s
@@ -660,7 +670,7 @@ async def _wait_for_leader(
                 state.save()
                 raise CommandError(
                     f"node {node_id} exited with status {code} while starting; the end of "
-                    f"{state.path(node.log_file)}:\n{_log_tail(state, node)}\n"
+                    f"{state.path(node.log_file)}:\n{log_tail(state, node)}\n"
                     f"(stop the other nodes with `kq cluster down --dir {state.dir}`)"
                 )
         answers = await asyncio.gather(*(describe(n.address, 0.5) for n in state.nodes))
@@ -689,7 +699,7 @@ def _status(args: argparse.Namespace) -> int:
 @command("cluster down")
 def _down(args: argparse.Namespace) -> int:
     state = _need_state(args.dir)
-    running = [n for n in state.nodes if _alive(state, n)]
+    running = [n for n in state.nodes if node_alive(state, n)]
     outcome: dict[int, str] = {n.node_id: "not running" for n in state.nodes}
     for n in running:
         assert n.pid is not None
@@ -698,13 +708,13 @@ def _down(args: argparse.Namespace) -> int:
         outcome[n.node_id] = "stopped"
     if not _wait_gone(state, running, args.timeout):
         for n in running:
-            if _alive(state, n):
+            if node_alive(state, n):
                 assert n.pid is not None
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(n.pid, signal.SIGKILL)
                 outcome[n.node_id] = f"killed (still running after {args.timeout:g} s)"
         _wait_gone(state, running, 5.0)
-    stuck = [n for n in running if _alive(state, n)]
+    stuck = [n for n in running if node_alive(state, n)]
     for n in state.nodes:
         if n not in stuck:
             n.pid = None
@@ -723,7 +733,7 @@ def _down(args: argparse.Namespace) -> int:
 def _kill(args: argparse.Namespace) -> int:
     state = _need_state(args.dir)
     node = state.node(args.node)
-    if not _alive(state, node):
+    if not node_alive(state, node):
         raise CommandError(f"node {node.node_id} is not running")
     assert node.pid is not None
     pid = node.pid
@@ -741,11 +751,11 @@ def _kill(args: argparse.Namespace) -> int:
 def _start(args: argparse.Namespace) -> int:
     state = _need_state(args.dir)
     node = state.node(args.node)
-    if _alive(state, node):
+    if node_alive(state, node):
         raise CommandError(f"node {node.node_id} is already running (pid {node.pid})")
-    _check_configs(state)
+    check_configs(state)
     _check_ports(state, [node])
-    proc = _spawn(state, node)
+    proc = spawn_node(state, node)
     deadline = time.monotonic() + args.timeout
     while run_async(describe(node.address, 0.5)) is None:
         code = proc.poll()
@@ -754,7 +764,7 @@ def _start(args: argparse.Namespace) -> int:
             state.save()
             raise CommandError(
                 f"node {node.node_id} exited with status {code}; the end of "
-                f"{state.path(node.log_file)}:\n{_log_tail(state, node)}"
+                f"{state.path(node.log_file)}:\n{log_tail(state, node)}"
             )
         if time.monotonic() >= deadline:
             raise CommandError(

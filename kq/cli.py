@@ -47,6 +47,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("leader-election", "metadata.cli_election:register"),
     ("reassign", "metadata.cli_reassign:register"),
     ("features", "metadata.cli_features:register"),
+    ("chaos", "chaos.cli:register"),
 ]
 """Every subcommand: ``(name, "module:function")``, imported only when needed."""
 

@@ -1,0 +1,326 @@
+"""``kq chaos``: run chaos tests against a real cluster and list past runs.
+
+- ``kq chaos run``: one run (:func:`chaos.runner.run_chaos`), with a line of
+  progress per second and per fault, and the run folder at the end.  Exit
+  status 0 when the run completed, the cluster recovered and the history is
+  well formed; 1 otherwise (saying why); 2 for bad usage.
+- ``kq chaos list``: the runs of a runs folder, newest last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from chaos.runner import (
+    BACKENDS,
+    NEMESES,
+    WORKLOADS,
+    Progress,
+    RunConfig,
+    expand_nemesis,
+    run_chaos,
+    summary_of,
+)
+from quorum.driver.cli_common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    command,
+    format_table,
+    needs_subcommand,
+    print_json,
+    run_async,
+)
+
+__all__ = ["register"]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _nemesis(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("name some faults, or none")
+    if names == ["none"]:
+        return []
+    unknown = [n for n in names if n not in NEMESES]
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown nemesis {', '.join(unknown)}; known: {', '.join(NEMESES)}, or none"
+        )
+    return names
+
+
+def register(subparsers: Any) -> None:
+    """Register ``kq chaos``."""
+    parser = subparsers.add_parser(
+        "chaos",
+        help="run chaos tests against a real cluster; list past runs",
+        description="Run a workload against a real cluster while a nemesis injects faults, "
+        "and record everything in a run folder (docs/chaos.md).",
+    )
+    needs_subcommand(parser)
+    sub = parser.add_subparsers(title="subcommands", dest="chaos_command", metavar="SUBCOMMAND")
+
+    run = sub.add_parser(
+        "run",
+        help="one chaos run",
+        description="Start a cluster, run a workload against it while the nemesis injects "
+        "faults, heal, read every key, collect the nodes' logs and exports, stop the cluster. "
+        "Exit status: 0 the run completed, the cluster recovered and the history is well "
+        "formed; 1 otherwise; 2 bad usage.",
+    )
+    run.add_argument(
+        "--backend",
+        choices=sorted(BACKENDS),
+        default="local",
+        help="where the cluster runs (default: %(default)s)",
+    )
+    run.add_argument(
+        "--workload",
+        choices=sorted(WORKLOADS),
+        default="register",
+        help="what the clients do (default: %(default)s)",
+    )
+    run.add_argument(
+        "--nemesis",
+        type=_nemesis,
+        default="kill,pause,partition",
+        metavar="F[,F...]",
+        help=f"the faults to inject, comma-separated, or none: {', '.join(NEMESES)} "
+        "(partition: every partition kind the cluster size allows) (default: %(default)s)",
+    )
+    run.add_argument(
+        "--time-limit",
+        type=_positive_float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long the workload runs (default: %(default)s)",
+    )
+    run.add_argument(
+        "--rate",
+        type=_positive_float,
+        default=200.0,
+        help="target operations per second over all clients (default: %(default)s)",
+    )
+    run.add_argument(
+        "--concurrency",
+        type=_positive_int,
+        default=10,
+        help="clients running at once (default: %(default)s)",
+    )
+    run.add_argument(
+        "--nodes", type=_positive_int, default=3, help="cluster size (default: %(default)s)"
+    )
+    run.add_argument(
+        "--keys", type=_positive_int, default=5, help="registers to use (default: %(default)s)"
+    )
+    run.add_argument(
+        "--seed", type=_seed, help="seed of the fault schedule and the workload (default: random)"
+    )
+    run.add_argument(
+        "--runs-dir",
+        default="runs",
+        metavar="DIR",
+        help="where run folders go (default: %(default)s)",
+    )
+    run.add_argument(
+        "--name",
+        help="the run's name, after the time in its folder name (default: WORKLOAD-BACKEND)",
+    )
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help="no progress; print the summary and the run folder as JSON",
+    )
+    run.set_defaults(func=_run)
+
+    listing = sub.add_parser("list", help="list past runs", description="List past runs.")
+    listing.add_argument(
+        "--runs-dir",
+        default="runs",
+        metavar="DIR",
+        help="the runs folder (default: %(default)s)",
+    )
+    listing.add_argument("--json", action="store_true", help="print the runs as JSON")
+    listing.set_defaults(func=_list)
+
+
+# -- kq chaos run ------------------------------------------------------------------
+
+
+def _print_progress(p: Progress) -> None:
+    faults = ", ".join(p.faults) or "none"
+    if p.event is None:
+        line = f"{p.elapsed_s:7.1f}s  ok {p.ok}  fail {p.fail}  info {p.info}  faults: {faults}"
+    else:
+        line = f"{p.elapsed_s:7.1f}s  {p.event}"
+    print(line, flush=True)
+
+
+@command("chaos run")
+def _run(args: argparse.Namespace) -> int:
+    try:
+        faults = expand_nemesis(args.nemesis, args.nodes)
+    except ValueError as exc:
+        raise CommandError(f"--nemesis: {exc}", EXIT_USAGE) from None
+    name = args.name or f"{args.workload}-{args.backend}"
+    config = RunConfig(
+        name=name,
+        backend=args.backend,
+        workload=args.workload,
+        faults=tuple(faults),
+        nodes=args.nodes,
+        time_limit_s=args.time_limit,
+        rate=args.rate,
+        concurrency=args.concurrency,
+        keys=args.keys,
+        seed=args.seed,
+        runs_dir=args.runs_dir,
+    )
+    try:
+        config.check()
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    try:
+        result = run_async(run_chaos(config, None if args.json else _print_progress))
+    except ValueError as exc:  # a bad --name
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    except OSError as exc:
+        raise CommandError(f"cannot make the run folder: {exc}") from None
+    reasons = []
+    if not result.completed:
+        reasons.append(f"the run did not complete: {result.error}")
+    elif not result.recovered:
+        reasons.append(
+            f"the cluster did not recover (a leader, every node answering) within "
+            f"{config.recovery_timeout_s:g} s of the final heal"
+        )
+    if result.problems:
+        reasons.append(f"the history is not well formed ({len(result.problems)} problem(s))")
+    if args.json:
+        print_json({"path": str(result.path), "ok": result.ok, **result.summary})
+    else:
+        s = result.summary
+        ops = s.get("ops", {})
+        print(
+            f"{ops.get('invoke', 0)} ops: {ops.get('ok', 0)} ok, {ops.get('fail', 0)} fail, "
+            f"{ops.get('info', 0)} info; {s.get('nemesis', 0)} nemesis actions; "
+            f"well formed: {'yes' if not result.problems else 'no'}"
+        )
+        for p in result.problems[:10]:
+            print(f"  {p}")
+        print(f"run folder: {result.path}")
+    for reason in reasons:
+        print(f"kq chaos run: {reason}", file=sys.stderr)
+    return EXIT_FAILURE if reasons else EXIT_OK
+
+
+# -- kq chaos list -----------------------------------------------------------------
+
+
+def _run_row(path: Path) -> dict[str, Any] | None:
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    summary = summary_of(path)
+    stamp = path.name.split("-", 1)[0]
+    try:
+        when = datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+        time_text = when.strftime("%Y-%m-%d %H:%M:%SZ")
+    except ValueError:
+        time_text = ""
+    ops = summary.get("ops", {}) if summary else {}
+    return {
+        "path": str(path),
+        "time": time_text,
+        "name": config.get("name"),
+        "backend": config.get("backend"),
+        "workload": config.get("workload", config.get("model")),
+        "faults": config.get("faults") or [],
+        "ops": ops.get("invoke") if isinstance(ops, dict) else None,
+        "well_formed": summary.get("well_formed") if summary else None,
+        "completed": summary.get("completed") if summary else None,
+    }
+
+
+@command("chaos list")
+def _list(args: argparse.Namespace) -> int:
+    root = Path(args.runs_dir)
+    if root.exists() and not root.is_dir():
+        raise CommandError(f"{root} is not a folder", EXIT_USAGE)
+    rows = (
+        [
+            row
+            for row in (_run_row(p) for p in sorted(root.iterdir()) if p.is_dir())
+            if row is not None
+        ]
+        if root.is_dir()
+        else []
+    )
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    if not rows:
+        print(f"no runs in {root}")
+        return EXIT_OK
+
+    def yes_no(v: object) -> str:
+        return "-" if v is None else ("yes" if v else "no")
+
+    print(
+        format_table(
+            ["TIME", "NAME", "BACKEND", "WORKLOAD", "FAULTS", "OPS", "WELL-FORMED", "FOLDER"],
+            [
+                [
+                    r["time"],
+                    r["name"],
+                    r["backend"],
+                    r["workload"],
+                    ",".join(r["faults"]) or "none",
+                    "-" if r["ops"] is None else r["ops"],
+                    yes_no(r["well_formed"]),
+                    Path(r["path"]).name,
+                ]
+                for r in rows
+            ],
+        )
+    )
+    return EXIT_OK

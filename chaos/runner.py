@@ -1,0 +1,618 @@
+"""One chaos run from start to finish: :func:`run_chaos`.
+
+A run makes its run folder (:mod:`chaos.runs`), starts a cluster backend,
+runs a workload against it while a nemesis carries out a fault schedule
+(:func:`chaos.nemesis.schedule`), then heals everything, waits for the
+cluster to recover, reads every key once more, collects what the nodes left
+and stops the cluster.  Every operation goes to ``history.jsonl`` as it
+happens (:class:`chaos.history.HistoryWriter`); ``config.json`` is written
+before the cluster starts and ``summary.json`` last.  Whatever fails, the
+backend is stopped and cleaned up and what was recorded stays.
+
+Backends and workloads are registries (:data:`BACKENDS`, :data:`WORKLOADS`)
+so that others (containers, ...) can be added by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import random
+import shutil
+import tempfile
+import time
+import traceback
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+from chaos.backend import TOPOLOGIES, ClusterBackend
+from chaos.history import NEMESIS, HistoryWriter, Op, Problem, check_well_formed, read_history
+from chaos.nemesis import FAULT_KINDS, PARTITION_KINDS, Action, nemesis_op, resolve, schedule
+from chaos.runs import FORMAT_VERSION, RunDir, create_run_dir, summarize, write_json
+from chaos.workloads.register import KvRegisterClient, RegisterWorkload
+from quorum.driver.cli_common import describe
+
+__all__ = [
+    "BACKENDS",
+    "NEMESES",
+    "WORKLOADS",
+    "BackendSpec",
+    "Progress",
+    "RunConfig",
+    "RunResult",
+    "current_leader",
+    "expand_nemesis",
+    "run_chaos",
+    "summary_of",
+    "wait_recovered",
+]
+
+
+# -- registries ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BackendSpec:
+    """How to make a backend of one kind.
+
+    ``make(nodes, workdir, network_faults)`` returns an unstarted backend
+    whose scratch data lives under ``workdir`` (removed after the run), able
+    to partition the network if ``network_faults``; ``collect(backend,
+    run_dir, start_unix_ns)`` writes the nodes' logs and exports into the
+    run folder, change times counting from ``start_unix_ns``.
+    """
+
+    make: Callable[[int, Path, bool], ClusterBackend]
+    collect: Callable[[ClusterBackend, Path, int], Awaitable[None]]
+    description: str
+
+
+def _make_local(nodes: int, workdir: Path, network_faults: bool) -> ClusterBackend:
+    from chaos.local import LocalCluster
+
+    return LocalCluster(workdir / "cluster", nodes, network_faults=network_faults)
+
+
+async def _collect_local(backend: ClusterBackend, run_dir: Path, start_unix_ns: int) -> None:
+    from chaos.local import LocalCluster
+
+    if isinstance(backend, LocalCluster):
+        await backend.collect(run_dir, start_unix_ns=start_unix_ns)
+    else:
+        await backend.collect(run_dir)
+
+
+BACKENDS: Final[dict[str, BackendSpec]] = {
+    "local": BackendSpec(
+        _make_local,
+        _collect_local,
+        "one `kq controller start` process per node on 127.0.0.(10+i); "
+        "SIGKILL, SIGSTOP, iptables partitions",
+    ),
+}
+"""Cluster backends by name (``--backend``)."""
+
+WORKLOADS: Final[dict[str, str]] = {
+    "register": "a linearizable compare-and-set register per key (read, write, cas)",
+}
+"""Workloads by name (``--workload``), with what each does."""
+
+NEMESES: Final = ("kill", "pause", "partition", *PARTITION_KINDS)
+"""The ``--nemesis`` names: ``partition`` is every partition kind the node
+count allows; the kinds can also be named one by one."""
+
+
+def expand_nemesis(names: Sequence[str], nodes: int) -> list[str]:
+    """The fault kinds (:data:`chaos.nemesis.FAULT_KINDS`) of the nemesis
+    names ``names`` for a cluster of ``nodes`` nodes, in a fixed order;
+    :class:`ValueError` for an unknown name or a kind the cluster is too
+    small for."""
+    kinds: list[str] = []
+    for name in names:
+        if name not in NEMESES:
+            raise ValueError(f"unknown nemesis {name!r}; known: {', '.join(NEMESES)}, or none")
+        if name == "partition":
+            if nodes < 2:
+                raise ValueError("partition needs at least 2 nodes")
+            kinds += [k for k in PARTITION_KINDS if _kind_fits(k, nodes)]
+        else:
+            if not _kind_fits(name, nodes):
+                raise ValueError(f"{name} needs at least {_MIN_NODES[name]} nodes, got {nodes}")
+            kinds.append(name)
+    return [k for k in FAULT_KINDS if k in kinds]
+
+
+_MIN_NODES: Final = {
+    "kill": 1,
+    "pause": 1,
+    "isolate-one": 2,
+    "isolate-leader": 2,
+    "halves": 2,
+    "bridge": 3,
+    "majorities-ring": 5,
+}
+assert set(_MIN_NODES) == set(FAULT_KINDS) and set(TOPOLOGIES) <= set(_MIN_NODES)
+
+
+def _kind_fits(kind: str, nodes: int) -> bool:
+    return nodes >= _MIN_NODES[kind]
+
+
+# -- configuration and results ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """What to run.  ``faults`` are fault kinds (:func:`expand_nemesis`);
+    empty: no nemesis.  ``rate`` is operations per second over all
+    ``concurrency`` workers.  The nemesis acts every ``fault_interval_s`` on
+    average within fault periods of ``fault_period_s`` separated by
+    ``quiet_s`` with no fault (:func:`chaos.nemesis.schedule`)."""
+
+    name: str = "register-local"
+    backend: str = "local"
+    workload: str = "register"
+    faults: tuple[str, ...] = ()
+    nodes: int = 3
+    time_limit_s: float = 60.0
+    rate: float = 200.0
+    concurrency: int = 10
+    keys: int = 5
+    seed: int | None = None
+    runs_dir: str = "runs"
+    fault_interval_s: float = 2.0
+    fault_period_s: float = 10.0
+    quiet_s: float = 5.0
+    op_timeout_s: float = 5.0
+    client_timeout_s: float = 2.0
+    recovery_timeout_s: float = 30.0
+
+    def check(self) -> None:
+        """:class:`ValueError` naming the first bad field."""
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
+        if self.workload not in WORKLOADS:
+            raise ValueError(f"unknown workload {self.workload!r}; known: {', '.join(WORKLOADS)}")
+        unknown = [f for f in self.faults if f not in FAULT_KINDS]
+        if unknown:
+            raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)}")
+        for what in ("nodes", "concurrency", "keys"):
+            if getattr(self, what) < 1:
+                raise ValueError(f"{what} must be at least 1, got {getattr(self, what)}")
+        for what in (
+            "time_limit_s",
+            "rate",
+            "fault_interval_s",
+            "fault_period_s",
+            "op_timeout_s",
+            "client_timeout_s",
+            "recovery_timeout_s",
+        ):
+            if not getattr(self, what) > 0:
+                raise ValueError(f"{what} must be positive, got {getattr(self, what)}")
+        if self.quiet_s < 0:
+            raise ValueError(f"quiet_s must not be negative, got {self.quiet_s}")
+        if self.faults:
+            # The schedule refuses kinds the cluster is too small for.
+            schedule(random.Random(0), list(range(1, self.nodes + 1)), self.faults, duration_s=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a run is doing, for a display: ``event`` is set for a phase or a
+    nemesis action (and ``None`` for the once-a-second tick)."""
+
+    elapsed_s: float
+    ok: int
+    fail: int
+    info: int
+    faults: tuple[str, ...]
+    event: str | None = None
+
+
+@dataclass
+class RunResult:
+    """How a run ended.  ``completed``: it ran to the end without an error
+    (``error`` says what went wrong otherwise); ``recovered``: after the
+    final heal a leader was elected and every node answered."""
+
+    path: Path
+    completed: bool = False
+    recovered: bool = False
+    error: str | None = None
+    problems: list[Problem] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def well_formed(self) -> bool:
+        return self.completed and not self.problems
+
+    @property
+    def ok(self) -> bool:
+        """Completed, recovered and the history is well formed."""
+        return self.completed and self.recovered and not self.problems
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+# -- the run -------------------------------------------------------------------------
+
+
+class _Nemesis:
+    """Carries out actions on the backend and records them; knows which
+    faults are in force."""
+
+    def __init__(
+        self,
+        backend: ClusterBackend,
+        writer: HistoryWriter,
+        log: Callable[[str], None],
+    ) -> None:
+        self.backend = backend
+        self.writer = writer
+        self.log = log
+        self.down: dict[int, str] = {}  # node -> kill / pause
+        self.partition: str | None = None  # kind in force
+        self.injected: Counter[str] = Counter()
+
+    def faults(self) -> tuple[str, ...]:
+        out = [f"{how} {node}" for node, how in sorted(self.down.items())]
+        if self.partition is not None:
+            out.append(f"partition {self.partition}")
+        return tuple(out)
+
+    async def act(self, action: Action) -> tuple[Literal["ok", "info", "skipped"], Action]:
+        """Carry ``action`` out and record it; returns how it went and the
+        action as done (a leader intent resolved)."""
+        if action.target == "leader":
+            leader = await current_leader(self.backend, timeout_s=5.0)
+            if leader is None:
+                self.log(f"skipped {action.kind}: no leader to isolate")
+                return "skipped", action
+            action = resolve(action, leader, self.backend.nodes)
+        f, value = nemesis_op(action)
+        self.writer.invoke(NEMESIS, f, value=value)
+        try:
+            await self._apply(action)
+        except Exception as exc:  # recorded; the run goes on
+            self.writer.info(NEMESIS, "indeterminate")
+            self.log(f"{f} {value}: {type(exc).__name__}: {exc}")
+            self._track(action, ok=False)
+            return "info", action
+        self.writer.ok(NEMESIS)
+        self._track(action, ok=True)
+        return "ok", action
+
+    async def _apply(self, action: Action) -> None:
+        b = self.backend
+        if action.f == "kill":
+            for n in action.nodes:
+                await b.kill(n)
+        elif action.f == "start":
+            for n in action.nodes:
+                await b.restart(n)
+        elif action.f == "pause":
+            for n in action.nodes:
+                await b.pause(n)
+        elif action.f == "resume":
+            for n in action.nodes:
+                await b.resume(n)
+        elif action.f == "partition":
+            await b.partition(action.groups)
+        elif action.f == "heal":
+            await b.heal()
+        else:
+            raise ValueError(f"unknown nemesis action {action.f!r}")
+
+    def _track(self, action: Action, *, ok: bool) -> None:
+        """A fault started ``ok`` or ``info`` may be in force; only an ``ok``
+        end ends it."""
+        if action.f in ("kill", "pause"):
+            self.injected[action.f] += 1
+            for n in action.nodes:
+                self.down[n] = action.f
+        elif action.f == "partition":
+            self.injected[f"partition {action.kind}" if action.kind else "partition"] += 1
+            self.partition = action.kind or "partition"
+        elif ok and action.f in ("start", "resume"):
+            for n in action.nodes:
+                self.down.pop(n, None)
+        elif ok and action.f == "heal":
+            self.partition = None
+
+    def ends(self) -> list[Action]:
+        """The actions that end every fault in force, then a heal-all."""
+        out = [
+            Action(0.0, "start" if how == "kill" else "resume", nodes=(node,))
+            for node, how in sorted(self.down.items())
+        ]
+        return [*out, Action(0.0, "heal")]
+
+
+async def current_leader(backend: ClusterBackend, timeout_s: float = 5.0) -> int | None:
+    """The node that says it leads in the highest epoch, asking every node
+    until one does or ``timeout_s`` passed."""
+    deadline = time.monotonic() + timeout_s
+    addresses = backend.addresses()
+    while True:
+        answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
+        leaders = [
+            (r.epoch, n)
+            for n, r in zip(addresses, answers, strict=True)
+            if r is not None and r.role == "leader"
+        ]
+        if leaders:
+            return max(leaders)[1]
+        if time.monotonic() >= deadline:
+            return None
+        await asyncio.sleep(0.2)
+
+
+async def wait_recovered(backend: ClusterBackend, timeout_s: float) -> bool:
+    """Whether, within ``timeout_s``, every node answers and one leads."""
+    deadline = time.monotonic() + timeout_s
+    addresses = backend.addresses()
+    while True:
+        answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
+        if all(r is not None for r in answers) and any(
+            r is not None and r.role == "leader" for r in answers
+        ):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.2)
+
+
+def _counts(ops: Sequence[Op]) -> dict[str, dict[str, int]]:
+    """Client completions (and invokes) by ``f`` and type."""
+    out: dict[str, Counter[str]] = {}
+    for op in ops:
+        if op.process != NEMESIS:
+            out.setdefault(op.f, Counter())[op.type] += 1
+    return {f: dict(sorted(c.items())) for f, c in sorted(out.items())}
+
+
+def _nemesis_counts(ops: Sequence[Op]) -> dict[str, dict[str, int]]:
+    out: dict[str, Counter[str]] = {}
+    for op in ops:
+        if op.process == NEMESIS and op.type != "invoke":
+            out.setdefault(op.f, Counter())[op.type] += 1
+    return {f: dict(sorted(c.items())) for f, c in sorted(out.items())}
+
+
+async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> RunResult:
+    """Run ``config`` and return how it went (it raises only for a bad
+    config or a run folder it cannot make; every later failure is in the
+    result and the run folder)."""
+    config.check()
+    seed = config.seed if config.seed is not None else random.randrange(2**32)
+    spec = BACKENDS[config.backend]
+    nodes = list(range(1, config.nodes + 1))
+    run = create_run_dir(config.runs_dir, config.name)
+    result = RunResult(run.path)
+    harness: list[str] = []
+    t0 = time.monotonic()
+    nemesis: _Nemesis | None = None
+    workload: RegisterWorkload | None = None
+
+    def stats() -> tuple[int, int, int]:
+        if workload is None:
+            return 0, 0, 0
+        c = workload.stats.completions
+        return c["ok"], c["fail"], c["info"]
+
+    def emit(event: str | None) -> None:
+        elapsed = time.monotonic() - t0
+        if event is not None:
+            harness.append(f"{elapsed:8.3f} {event}")
+        if progress is not None:
+            ok, fail, info = stats()
+            faults = nemesis.faults() if nemesis is not None else ()
+            progress(Progress(elapsed, ok, fail, info, faults, event))
+
+    start_unix_ns = time.time_ns()
+    writer = HistoryWriter(run.history)
+    config_json: dict[str, Any] = {
+        "format": FORMAT_VERSION,
+        "name": config.name,
+        "backend": config.backend,
+        "model": config.workload,
+        "workload": config.workload,
+        "nodes": nodes,
+        "faults": list(config.faults),
+        "start_unix_ns": start_unix_ns,
+        "seed": seed,
+        **{
+            k: v
+            for k, v in asdict(config).items()
+            if k not in ("name", "faults", "nodes", "runs_dir")
+        },
+        "node_count": config.nodes,
+        "keys": [f"k{i}" for i in range(config.keys)],
+    }
+    config_json["replay"] = _replay(config, seed)
+    write_json(run.config, config_json)
+
+    rng = random.Random(seed)
+    nemesis_rng = random.Random(rng.randrange(2**63))
+    workload_rng = random.Random(rng.randrange(2**63))
+    workdir = Path(tempfile.mkdtemp(prefix="kq-chaos-"))
+    backend: ClusterBackend | None = None
+    started = False
+    try:
+        emit(f"starting {config.nodes} {config.backend} nodes")
+        network = any(f in PARTITION_KINDS for f in config.faults)
+        backend = spec.make(config.nodes, workdir, network)
+        await backend.start()
+        started = True
+        leader = await current_leader(backend, 1.0)
+        emit(f"cluster up at {', '.join(backend.addresses().values())} (leader {leader})")
+        nemesis = _Nemesis(backend, writer, lambda line: emit(line))
+        addresses = dict(backend.addresses())
+        workload = RegisterWorkload(
+            writer,
+            lambda: KvRegisterClient(addresses, timeout_s=config.client_timeout_s),
+            workload_rng,
+            concurrency=config.concurrency,
+            keys=config_json["keys"],
+            rate=config.rate,
+            op_timeout_s=config.op_timeout_s,
+        )
+        actions = (
+            schedule(
+                nemesis_rng,
+                nodes,
+                config.faults,
+                duration_s=config.time_limit_s,
+                interval_s=config.fault_interval_s,
+                fault_period_s=config.fault_period_s,
+                quiet_s=config.quiet_s,
+            )
+            if config.faults
+            else []
+        )
+        stop = asyncio.Event()
+        main_start = time.monotonic()
+
+        async def drive() -> None:
+            assert nemesis is not None
+            for action in actions:
+                wait = main_start + action.time_s - time.monotonic()
+                if wait > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), wait)
+                if stop.is_set():
+                    return
+                outcome, done = await nemesis.act(action)
+                emit(f"nemesis {_describe_action(done)}: {outcome}")
+
+        async def tick() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+                emit(None)
+
+        emit(
+            f"running {config.workload} for {config.time_limit_s:g} s, "
+            f"faults: {', '.join(config.faults) or 'none'}"
+        )
+        ticker = asyncio.create_task(tick())
+        driver = asyncio.create_task(drive())
+        try:
+            await workload.run(config.time_limit_s)
+        finally:
+            stop.set()
+            try:
+                await driver
+            finally:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+
+        emit("healing every fault")
+        for action in nemesis.ends() if config.faults else []:
+            outcome, done = await nemesis.act(action)
+            emit(f"nemesis {_describe_action(done)}: {outcome}")
+        result.recovered = await wait_recovered(backend, config.recovery_timeout_s)
+        emit("recovered" if result.recovered else "did not recover")
+        emit("final reads")
+        reads = await workload.final_reads()
+        emit(
+            "final reads: "
+            + ", ".join(f"{op.key}={op.value if op.type == 'ok' else op.type}" for op in reads)
+        )
+        result.completed = True
+    except BaseException as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        harness.append(traceback.format_exc())
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        with contextlib.suppress(Exception):
+            if workload is not None:
+                await workload.close()
+        writer.close()
+        if backend is not None:
+            try:
+                if started:
+                    emit("collecting node logs and exports")
+                    await spec.collect(backend, run.path, start_unix_ns)
+            except Exception as exc:  # the run folder says so
+                result.completed = False
+                result.error = result.error or f"collect: {type(exc).__name__}: {exc}"
+                harness.append(traceback.format_exc())
+            finally:
+                await backend.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+        emit("stopped")
+        _finish(run, config, result, nemesis, harness, t0)
+    return result
+
+
+def _finish(
+    run: RunDir,
+    config: RunConfig,
+    result: RunResult,
+    nemesis: _Nemesis | None,
+    harness: list[str],
+    t0: float,
+) -> None:
+    """Write the harness log and summary.json; fill in the result."""
+    run.logs.mkdir(exist_ok=True)
+    (run.logs / "harness.log").write_text("".join(line + "\n" for line in harness))
+    try:
+        ops = read_history(run.history)
+        problems = check_well_formed(
+            ops, model=config.workload, require_nemesis=bool(config.faults)
+        )
+    except (OSError, ValueError) as exc:
+        ops = []
+        problems = [Problem("run-history", str(exc))]
+    result.problems = problems
+    summary = summarize(ops, problems)
+    summary.update(
+        {
+            "backend": config.backend,
+            "workload": config.workload,
+            "completed": result.completed,
+            "recovered": result.recovered,
+            "error": result.error,
+            "duration_s": round(time.monotonic() - t0, 3),
+            "counts": _counts(ops),
+            "faults_injected": dict(sorted(nemesis.injected.items())) if nemesis else {},
+            "nemesis_ops": _nemesis_counts(ops),
+        }
+    )
+    result.summary = summary
+    write_json(run.summary, summary)
+
+
+def _describe_action(action: Action) -> str:
+    if action.f == "partition":
+        groups = " | ".join(",".join(map(str, g)) for g in action.groups)
+        return f"partition {action.kind or ''} [{groups}]".replace("  ", " ")
+    if action.nodes:
+        return f"{action.f} {','.join(map(str, action.nodes))}"
+    return action.f
+
+
+def _replay(config: RunConfig, seed: int) -> str:
+    """The command that runs the same configuration and schedule again."""
+    return (
+        f"kq chaos run --backend {config.backend} --workload {config.workload} "
+        f"--nemesis {','.join(config.faults) or 'none'} --nodes {config.nodes} "
+        f"--time-limit {config.time_limit_s:g} --rate {config.rate:g} "
+        f"--concurrency {config.concurrency} --keys {config.keys} --seed {seed}"
+    )
+
+
+def summary_of(path: Path) -> Mapping[str, Any] | None:
+    """A run folder's summary.json, if it has a readable one."""
+    try:
+        data = json.loads((path / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

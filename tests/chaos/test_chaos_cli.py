@@ -1,0 +1,173 @@
+"""``kq chaos run`` and ``kq chaos list``: flags, output and exit statuses."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from chaos.history import NEMESIS, HistoryRecorder, Op
+from chaos.runs import check_run, write_run
+from kq.cli import main
+from quorum.driver.cli_cluster import run_kq
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nemesis", "kill,flood"], "unknown nemesis flood"),
+        (["--nemesis", ","], "name some faults, or none"),
+        (["--workload", "bank"], "invalid choice: 'bank'"),
+        (["--backend", "cloud"], "invalid choice: 'cloud'"),
+        (["--rate", "0"], "--rate: must be a positive number"),
+        (["--time-limit", "-5"], "--time-limit: must be a positive number"),
+        (["--time-limit", "soon"], "'soon' is not a number"),
+        (["--concurrency", "0"], "--concurrency: must be at least 1"),
+        (["--nodes", "-1"], "--nodes: must be at least 1"),
+        (["--keys", "two"], "'two' is not a whole number"),
+        (["--seed", "-3"], "--seed: must not be negative"),
+    ],
+)
+def test_bad_flags_are_usage_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["chaos", "run", "--runs-dir", str(tmp_path), *args])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nemesis", "majorities-ring"], "majorities-ring needs at least 5 nodes, got 3"),
+        (["--nemesis", "partition", "--nodes", "1"], "partition needs at least 2 nodes"),
+        (["--nemesis", "none", "--name", "a b"], "a run name is letters"),
+    ],
+)
+def test_faults_the_cluster_cannot_take_and_bad_names_are_usage_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["chaos", "run", "--runs-dir", str(tmp_path), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_chaos_alone_prints_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chaos"]) == 2
+    assert "usage: kq chaos" in capsys.readouterr().err
+
+
+def _ops(nemesis: bool) -> list[Op]:
+    ops: list[Op] = []
+    clock = iter(range(0, 10_000, 100))
+    rec = HistoryRecorder(lambda: next(clock), ops.append)
+    rec.invoke(0, "write", key="k0", value="v0-1")
+    rec.ok(0, node=1, offset=1, epoch=1)
+    if nemesis:
+        rec.invoke(NEMESIS, "kill", value={"nodes": [1]})
+        rec.ok(NEMESIS)
+    rec.invoke(0, "read", key="k0")
+    return ops  # the read never completes unless closed below
+
+
+def test_list_shows_each_run_and_whether_it_is_well_formed(tmp_path: Path) -> None:
+    ops = _ops(nemesis=False)
+    done = [*ops, Op(3, 400, "ok", 0, "read", "k0", "v0-1", None, 1, 1, 1)]
+    config = {"backend": "local", "model": "register", "workload": "register", "nodes": []}
+    write_run(
+        tmp_path,
+        "good",
+        config={**config, "faults": []},
+        ops=done,
+        node_logs={},
+        node_changes={},
+        when=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+    )
+    bad = write_run(
+        tmp_path,
+        "bad",
+        config={**config, "faults": ["kill"]},
+        ops=_ops(nemesis=True),
+        node_logs={},
+        node_changes={},
+        when=datetime(2026, 1, 2, 3, 5, 0, tzinfo=UTC),
+    )
+    assert check_run(bad.path)
+    (tmp_path / "not-a-run").mkdir()
+
+    listed = run_kq("chaos", "list", "--runs-dir", str(tmp_path))
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == [
+        "TIME",
+        "NAME",
+        "BACKEND",
+        "WORKLOAD",
+        "FAULTS",
+        "OPS",
+        "WELL-FORMED",
+        "FOLDER",
+    ]
+    assert lines[1].split() == [
+        "2026-01-02",
+        "03:04:05Z",
+        "good",
+        "local",
+        "register",
+        "none",
+        "2",
+        "yes",
+        "20260102T030405Z-good",
+    ]
+    assert lines[2].split()[2:8] == ["bad", "local", "register", "kill", "2", "no"]
+    assert len(lines) == 3
+
+    as_json = run_kq("chaos", "list", "--runs-dir", str(tmp_path), "--json")
+    rows = json.loads(as_json.stdout)
+    assert [(r["name"], r["well_formed"], r["faults"]) for r in rows] == [
+        ("good", True, []),
+        ("bad", False, ["kill"]),
+    ]
+
+    empty = run_kq("chaos", "list", "--runs-dir", str(tmp_path / "none"))
+    assert (empty.returncode, empty.stdout.strip()) == (0, f"no runs in {tmp_path / 'none'}")
+
+
+@pytest.mark.slow
+def test_run_then_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    runs = tmp_path / "runs"
+    common = ["--time-limit", "4", "--rate", "30", "--concurrency", "3", "--keys", "2"]
+    common += ["--seed", "11", "--runs-dir", str(runs)]
+
+    human = run_kq("chaos", "run", *common, "--nemesis", "kill", "--name", "people", timeout_s=90)
+    assert human.returncode == 0, human.stdout + human.stderr
+    out = human.stdout.splitlines()
+    assert any("ok " in line and "faults:" in line for line in out), human.stdout
+    assert any("nemesis kill" in line for line in out), human.stdout
+    assert "well formed: yes" in human.stdout
+    assert out[-1].startswith("run folder: ")
+    folder = Path(out[-1].removeprefix("run folder: "))
+    assert folder.parent == runs and folder.name.endswith("-people")
+    assert check_run(folder) == []
+
+    machine = run_kq("chaos", "run", *common, "--nemesis", "none", "--json", timeout_s=90)
+    assert machine.returncode == 0, machine.stdout + machine.stderr
+    result = json.loads(machine.stdout)
+    assert result["ok"] and result["well_formed"] and result["nemesis"] == 0
+    assert Path(result["path"]).name.endswith("-register-local")
+    assert check_run(result["path"]) == []
+
+    listed = run_kq("chaos", "list", "--runs-dir", str(runs), "--json")
+    rows = json.loads(listed.stdout)
+    assert [(r["name"], r["faults"], r["well_formed"]) for r in rows] == [
+        ("people", ["kill"], True),
+        ("register-local", [], True),
+    ]
+    assert list(scratch.iterdir()) == []

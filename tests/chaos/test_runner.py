@@ -1,0 +1,231 @@
+"""Run orchestration (chaos.runner): a short real run of the local backend
+with every fault kind, and what a run leaves when it fails."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from collections.abc import Collection, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from chaos.backend import ClusterBackend
+from chaos.export_files import read_changes, read_log
+from chaos.history import NEMESIS, check_well_formed, read_history
+from chaos.local import LocalCluster
+from chaos.netfilter import NetfilterError, require_iptables
+from chaos.runner import BACKENDS, BackendSpec, RunConfig, expand_nemesis, run_chaos
+from chaos.runs import RunDir, check_run
+
+
+def _processes_under(path: Path) -> list[str]:
+    """Command lines of live processes that name ``path``."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if str(path) in cmdline and state not in ("Z", "X"):
+            out.append(f"{pid}: {cmdline}")
+    return out
+
+
+# -- names and configs -------------------------------------------------------------
+
+
+def test_partition_expands_to_the_kinds_the_cluster_size_allows() -> None:
+    assert expand_nemesis(["partition", "kill"], 3) == [
+        "kill",
+        "isolate-one",
+        "isolate-leader",
+        "halves",
+        "bridge",
+    ]
+    assert "majorities-ring" in expand_nemesis(["partition"], 5)
+    assert expand_nemesis(["pause", "pause"], 1) == ["pause"]
+    assert expand_nemesis([], 3) == []
+
+
+@pytest.mark.parametrize(
+    ("names", "nodes", "message"),
+    [
+        (["flood"], 3, "unknown nemesis 'flood'"),
+        (["majorities-ring"], 3, "at least 5 nodes"),
+        (["partition"], 1, "at least 2 nodes"),
+    ],
+)
+def test_bad_nemesis_names_are_refused(names: list[str], nodes: int, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        expand_nemesis(names, nodes)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"backend": "cloud"}, "unknown backend 'cloud'"),
+        ({"workload": "bank"}, "unknown workload 'bank'"),
+        ({"faults": ("flood",)}, "unknown fault kinds"),
+        ({"nodes": 0}, "nodes must be at least 1"),
+        ({"concurrency": 0}, "concurrency must be at least 1"),
+        ({"rate": 0.0}, "rate must be positive"),
+        ({"time_limit_s": -1.0}, "time_limit_s must be positive"),
+        ({"faults": ("bridge",), "nodes": 2}, "bridge needs at least 3 nodes"),
+    ],
+)
+def test_bad_configs_are_refused_before_anything_is_made(
+    tmp_path: Path, change: dict[str, object], message: str
+) -> None:
+    config = RunConfig(runs_dir=str(tmp_path / "runs"), **change)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=message):
+        asyncio.run(run_chaos(config))
+    assert not (tmp_path / "runs").exists()
+
+
+# -- a failing backend -------------------------------------------------------------
+
+
+class BrokenBackend:
+    """Starts nothing; records that it was stopped."""
+
+    instances: list[BrokenBackend] = []
+
+    def __init__(self, nodes: int) -> None:
+        self._nodes = list(range(1, nodes + 1))
+        self.stopped = 0
+        BrokenBackend.instances.append(self)
+
+    @property
+    def nodes(self) -> Sequence[int]:
+        return self._nodes
+
+    async def start(self) -> None:
+        raise RuntimeError("no cluster today")
+
+    async def stop(self) -> None:
+        self.stopped += 1
+
+    async def kill(self, node: int) -> None: ...
+    async def restart(self, node: int) -> None: ...
+    async def pause(self, node: int) -> None: ...
+    async def resume(self, node: int) -> None: ...
+    async def partition(self, groups: Sequence[Collection[int]]) -> None: ...
+    async def block(self, pairs: Collection[tuple[int, int]]) -> None: ...
+    async def heal(self) -> None: ...
+
+    def addresses(self) -> Mapping[int, str]:
+        return {}
+
+    async def collect(self, run_dir: Path) -> None:
+        raise AssertionError("a backend that never started has nothing to collect")
+
+
+def test_a_backend_that_fails_to_start_is_stopped_and_the_run_folder_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def collect(b: ClusterBackend, path: Path, start: int) -> None:
+        await b.collect(path)
+
+    monkeypatch.setitem(
+        BACKENDS, "broken", BackendSpec(lambda n, _w, _net: BrokenBackend(n), collect, "test")
+    )
+    BrokenBackend.instances.clear()
+    config = RunConfig(
+        name="broken", backend="broken", faults=("kill",), runs_dir=str(tmp_path), seed=1
+    )
+    result = asyncio.run(run_chaos(config))
+    assert not result.completed and not result.ok
+    assert result.error == "RuntimeError: no cluster today"
+    assert [b.stopped for b in BrokenBackend.instances] == [1]
+    run = RunDir(result.path)
+    config_json = json.loads(run.config.read_text())
+    assert config_json["backend"] == "broken" and config_json["faults"] == ["kill"]
+    summary = json.loads(run.summary.read_text())
+    assert summary["completed"] is False and "no cluster today" in summary["error"]
+    # Nothing was recorded, and a run with faults needs nemesis ops.
+    assert read_history(run.history) == []
+    assert [p.kind for p in result.problems] == ["nemesis-missing"]
+    assert "no cluster today" in (run.logs / "harness.log").read_text()
+
+
+# -- a real run --------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    try:
+        require_iptables()
+    except NetfilterError as exc:
+        pytest.fail(f"{exc} (see scripts/bootstrap)")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    made: list[LocalCluster] = []
+    local = BACKENDS["local"]
+
+    def make(nodes: int, workdir: Path, network: bool) -> ClusterBackend:
+        cluster = local.make(nodes, workdir, network)
+        assert isinstance(cluster, LocalCluster)
+        made.append(cluster)
+        return cluster
+
+    monkeypatch.setitem(BACKENDS, "local", BackendSpec(make, local.collect, "test"))
+    faults = tuple(expand_nemesis(["kill", "pause", "partition"], 3))
+    config = RunConfig(
+        name="ci",
+        faults=faults,
+        time_limit_s=8,
+        rate=50,
+        concurrency=4,
+        keys=3,
+        seed=7,
+        fault_interval_s=1.0,
+        runs_dir=str(tmp_path / "runs"),
+    )
+    seen: list[str] = []
+    result = asyncio.run(
+        asyncio.wait_for(run_chaos(config, lambda p: seen.append(p.event or "tick")), 90)
+    )
+    assert result.error is None and result.completed and result.recovered, result.error
+    assert result.ok and result.problems == []
+    assert check_run(result.path) == []
+
+    run = RunDir(result.path)
+    ops = read_history(run.history)
+    assert check_well_formed(ops, model="register", require_nemesis=True) == []
+    invokes = [op for op in ops if op.type == "invoke"]
+    assert len(invokes) * 2 == len(ops), "every invoke has its completion"
+    nemesis = [op for op in ops if op.process == NEMESIS]
+    assert {op.f for op in nemesis} & {"kill", "pause", "partition"}
+    assert nemesis[-1].f == "heal" and nemesis[-1].type == "ok"
+    reads = [op for op in ops if op.f == "read" and op.type == "ok"]
+    assert reads, "the cluster served linearizable reads"
+
+    config_json = json.loads(run.config.read_text())
+    assert config_json["nodes"] == [1, 2, 3] and config_json["faults"] == list(faults)
+    assert config_json["seed"] == 7 and "--seed 7" in config_json["replay"]
+    summary = json.loads(run.summary.read_text())
+    assert summary["well_formed"] and summary["completed"] and summary["recovered"]
+    assert summary["nemesis"] == len(nemesis) // 2
+    assert sum(summary["faults_injected"].values()) >= 1
+    assert summary["ops"]["invoke"] == len(invokes) - summary["nemesis"]
+    for node in (1, 2, 3):
+        assert read_log(run.node_log(node)), f"node {node} exported its committed log"
+        assert read_changes(run.node_changes(node)), f"node {node} exported its changes"
+        assert (run.logs / f"node-{node}.log").stat().st_size > 0
+    assert "tick" in seen and any(e.startswith("nemesis ") for e in seen)
+
+    # Nothing is left running, no firewall rule and no scratch data.
+    assert _processes_under(scratch) == []
+    [cluster] = made
+    assert cluster._netfilter.leftovers() == []
+    assert all(cluster.pid(n) is None for n in cluster.nodes)
+    assert list(scratch.iterdir()) == []

@@ -1,0 +1,536 @@
+"""The ``docker`` cluster backend: one container per node.
+
+:class:`DockerCluster` runs each node in its own container of the image
+:func:`chaos.docker_image.ensure_image` makes, on an internal Docker network
+of its own (``10.88.X.0/24``, node ``i`` at ``10.88.X.(10+i)``, every node
+on port 9091).  A container formats its data directory (``kq storage
+format``) the first time it starts, then runs ``kq controller start``; its
+config, data and log are under ``/kq`` in the container.  The host reaches
+the nodes through the network's bridge: clients, :meth:`DockerCluster.start`
+(which waits for a leader) and :meth:`DockerCluster.collect` run on the
+host.  Faults:
+
+- kill, restart: ``docker kill -s KILL``; ``docker start`` (same address,
+  same data);
+- pause, resume: ``docker pause``, ``docker unpause`` (the cgroup freezer);
+- partition, block: iptables rules on the host in a chain of the cluster's
+  own, jumped to from ``DOCKER-USER``: each blocked pair ``(a, b)`` drops
+  packets from a's address to b's.  They hold across restarts; healing
+  flushes the chain, :meth:`DockerCluster.stop` deletes it;
+- :meth:`DockerCluster.lose`: each packet from a to b dropped with a
+  probability (``-m statistic``), the same way;
+- :meth:`DockerCluster.netem`: delay and loss on each node's interface with
+  ``tc qdisc ... netem``, only where the kernel has the ``sch_netem`` module
+  (it refuses, naming the module, otherwise).
+
+:meth:`DockerCluster.collect` copies each node's log and data directory out
+of its container (``docker cp``) and writes the same exports as the local
+backend (:mod:`chaos.local`): the committed log from the stored log up to
+the last high watermark the node reported (:func:`committed_entries`), and
+the changes from its log lines (:func:`chaos.local.node_changes`).  The
+containers share the host's time zone (``/etc/localtime``), so that the
+lines' local times read right on the host.
+
+Needs root, the docker command and a daemon (:func:`chaos.docker_image.ensure_daemon`
+starts one when none answers) and iptables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import secrets
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+
+from chaos.backend import partition_pairs
+from chaos.docker_image import Docker, DockerError, ensure_daemon, ensure_image
+from chaos.export_files import write_changes, write_log
+from chaos.exports import LogEntry, record_hash
+from chaos.local import node_changes
+from chaos.netfilter import NetfilterError, require_iptables
+from chaos.runs import RunDir
+from quorum.driver.cli_cluster import ClusterState, NodeState, write_configs
+from quorum.driver.cli_common import describe
+from quorum.driver.storage_format import META_FILE, open_node_storage, random_cluster_id
+from quorum.types import BatchKind
+
+__all__ = ["DockerCluster", "DockerNetfilter", "committed_entries", "netem_available"]
+
+PORT = 9091
+ADDRESS_BASE = 10
+"""Node i gets address 10.88.X.(ADDRESS_BASE + i)."""
+HOME = "/kq"
+LOG = f"{HOME}/controller.log"
+CONFIG = f"{HOME}/config.toml"
+LABEL = "kq.chaos"
+
+
+def committed_entries(
+    data_dir: Path, cluster_id: str, node_id: int, high_watermark: int
+) -> list[LogEntry]:
+    """The records of a node's stored log (in ``data_dir``) below
+    ``high_watermark``, as node exports."""
+    storage = open_node_storage(data_dir, cluster_id, node_id)
+    try:
+        batches = storage.log.read_all()
+    finally:
+        storage.close()
+    out = []
+    for batch in batches:
+        kind = "data" if batch.kind is BatchKind.DATA else "control"
+        for i, record in enumerate(batch.records):
+            offset = batch.base_offset + i
+            if offset < high_watermark:
+                out.append(LogEntry(node_id, offset, batch.epoch, kind, record_hash(record)))
+    return out
+
+
+def netem_available() -> bool:
+    """Whether the kernel has (or can load) the ``sch_netem`` qdisc."""
+    if Path("/sys/module/sch_netem").exists():
+        return True
+    modprobe = shutil.which("modprobe") or "/sbin/modprobe"
+    with contextlib.suppress(OSError):
+        subprocess.run([modprobe, "-q", "sch_netem"], capture_output=True, check=False)
+    return Path("/sys/module/sch_netem").exists()
+
+
+class DockerNetfilter:
+    """The drop rules of one cluster, in the filter chain ``tag`` (at most
+    28 characters) jumped to from ``DOCKER-USER``."""
+
+    def __init__(self, tag: str) -> None:
+        if not 0 < len(tag) <= 28:
+            raise ValueError(f"chain name {tag!r} must have 1..28 characters")
+        self.tag = tag
+        self._iptables: str | None = None
+        self._installed = False
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        if self._iptables is None:
+            self._iptables = require_iptables()
+        done = subprocess.run(
+            [self._iptables, "-w", *args], capture_output=True, text=True, check=False
+        )
+        if check and done.returncode != 0:
+            raise NetfilterError(f"iptables {' '.join(args)}: {done.stderr.strip()}")
+        return done
+
+    def install(self) -> None:
+        self.remove()
+        self._installed = True
+        if self._run("-S", "DOCKER-USER", check=False).returncode != 0:
+            self._run("-N", "DOCKER-USER")
+        self._run("-N", self.tag)
+        self._run("-I", "DOCKER-USER", "1", "-j", self.tag)
+
+    def block(self, drops: Iterable[tuple[str, str, float]]) -> None:
+        """Drop exactly these: packets from ``s`` to ``d`` for each
+        ``(s, d, p)``, each with probability ``p`` (1: all)."""
+        if not self._installed:
+            raise NetfilterError("the rules are not installed")
+        self._run("-F", self.tag)
+        for src, dst, p in sorted(set(drops)):
+            chance = []
+            if p < 1:
+                chance = ["-m", "statistic", "--mode", "random", "--probability", f"{p:.6f}"]
+            self._run("-A", self.tag, "-s", src, "-d", dst, *chance, "-j", "DROP")
+
+    def heal(self) -> None:
+        if self._installed:
+            self._run("-F", self.tag)
+
+    def remove(self) -> None:
+        """Delete the chain and its jump (whatever of them exists)."""
+        try:
+            self._run("-S", check=False)
+        except NetfilterError:
+            self._installed = False
+            return
+        while self._run("-D", "DOCKER-USER", "-j", self.tag, check=False).returncode == 0:
+            pass
+        self._run("-F", self.tag, check=False)
+        self._run("-X", self.tag, check=False)
+        self._installed = False
+
+    def leftovers(self) -> list[str]:
+        listing = self._run("-S", check=False).stdout
+        return [line for line in listing.splitlines() if self.tag in line]
+
+
+class DockerCluster:
+    """A cluster of ``nodes`` containers.  ``settings``: config keys
+    (``quorum.*``, ``node.*``, ...) for every node; ``image``: the image to
+    run (default: :func:`chaos.docker_image.ensure_image`'s, with ``base``);
+    ``docker``: the daemon (default: :func:`chaos.docker_image.ensure_daemon`).
+    Host-side files (configs, copies) live in a temporary folder that
+    :meth:`stop` removes."""
+
+    def __init__(
+        self,
+        nodes: int = 3,
+        settings: Mapping[str, object] | None = None,
+        *,
+        image: str | None = None,
+        base: str | None = None,
+        docker: Docker | None = None,
+        start_timeout_s: float = 60.0,
+    ) -> None:
+        if not 1 <= nodes <= 50:
+            raise ValueError(f"nodes must be in 1..50, got {nodes}")
+        self._count = nodes
+        self._settings = dict(settings or {})
+        self._image = image
+        self._base = base
+        self._docker = docker
+        self._start_timeout_s = start_timeout_s
+        self.token = secrets.token_hex(4)
+        self.name = f"kq-chaos-{self.token}"
+        self.netfilter = DockerNetfilter(f"KQ-DOCKER-{self.token}")
+        self._subnet: int | None = None
+        self._network: str | None = None
+        self._containers: dict[int, str] = {}
+        self._dir: Path | None = None
+        self._state: ClusterState | None = None
+        self._paused: set[int] = set()
+        self._netem = False
+        self._high_watermark: dict[int, int] = {}
+        self._started = False
+        self.start_unix_ns = 0
+
+    # -- the cluster ---------------------------------------------------------------
+
+    @property
+    def nodes(self) -> Sequence[int]:
+        return list(range(1, self._count + 1))
+
+    @property
+    def docker(self) -> Docker:
+        if self._docker is None:
+            raise RuntimeError("the cluster is not started")
+        return self._docker
+
+    @property
+    def network(self) -> str | None:
+        """The Docker network's name (None before start and after stop)."""
+        return self._network
+
+    def containers(self) -> Mapping[int, str]:
+        """Each node's container name."""
+        return dict(self._containers)
+
+    def host(self, node: int) -> str:
+        if self._subnet is None:
+            raise RuntimeError("the cluster is not started")
+        self._check(node)
+        return f"10.88.{self._subnet}.{ADDRESS_BASE + node}"
+
+    def addresses(self) -> Mapping[int, str]:
+        return {n: f"{self.host(n)}:{PORT}" for n in self.nodes}
+
+    def _check(self, node: int) -> None:
+        if node not in self.nodes:
+            raise ValueError(f"node {node} is not one of {list(self.nodes)}")
+
+    def _make_network(self) -> None:
+        used = set()
+        listing = self.docker.run("network", "ls", "-q").stdout.split()
+        if listing:
+            out = self.docker.run(
+                "network", "inspect", "-f", "{{range .IPAM.Config}}{{.Subnet}} {{end}}", *listing
+            ).stdout
+            used = {s for s in out.split() if s.startswith("10.88.")}
+        candidates = [x for x in range(1, 255) if f"10.88.{x}.0/24" not in used]
+        random.shuffle(candidates)
+        for x in candidates[:20]:
+            done = self.docker.run(
+                "network", "create", "--internal", "--subnet", f"10.88.{x}.0/24",
+                "--label", f"{LABEL}={self.token}", self.name,
+                check=False,
+            )  # fmt: skip
+            if done.returncode == 0:
+                self._network = self.name
+                self._subnet = x
+                return
+            if "overlap" not in done.stderr:
+                raise DockerError(f"docker network create {self.name}: {done.stderr.strip()}")
+        raise DockerError("no free 10.88.X.0/24 subnet for the cluster's network")
+
+    def _command(self, node: int) -> str:
+        meta = f"data/{META_FILE}"
+        return (
+            f"cd {HOME} && exec >>{LOG} 2>&1 && "
+            f"echo \"--- $(date '+%Y-%m-%d %H:%M:%S') starting node {node}\" && "
+            f"{{ [ -e {meta} ] || kq storage format --config {CONFIG}; }} && "
+            f"exec kq controller start --config {CONFIG}"
+        )
+
+    def _create(self, node: int, image: str, config: Path) -> None:
+        name = f"{self.name}-{node}"
+        zone = []
+        if Path("/etc/localtime").is_file():
+            zone = ["-v", "/etc/localtime:/etc/localtime:ro"]
+        tz = ["-e", f"TZ={os.environ['TZ']}"] if os.environ.get("TZ") else []
+        self._containers[node] = name
+        self.docker.run(
+            "create", "--name", name, "--hostname", f"node-{node}",
+            "--label", f"{LABEL}={self.token}",
+            "--network", self.name, "--ip", self.host(node),
+            "--init", "--cap-add", "NET_ADMIN",
+            *zone, *tz,
+            image, "/bin/sh", "-c", self._command(node),
+        )  # fmt: skip
+        self.docker.run("cp", str(config), f"{name}:{CONFIG}")
+
+    async def start(self) -> None:
+        if self._started:
+            raise RuntimeError("the cluster was started already")
+        self._started = True
+        try:
+            if self._docker is None:
+                self._docker = await asyncio.to_thread(ensure_daemon)
+            image = self._image
+            if image is None:
+                image = (await asyncio.to_thread(ensure_image, self.docker, None, self._base)).tag
+            await asyncio.to_thread(self.netfilter.install)
+            await asyncio.to_thread(self._make_network)
+            self._dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
+            state = ClusterState(
+                self._dir,
+                random_cluster_id(),
+                PORT,
+                [
+                    NodeState(
+                        node_id=i,
+                        address=address,
+                        pid=None,
+                        data_dir=f"node-{i}/data",
+                        config=f"node-{i}/config.toml",
+                        log_file=f"node-{i}/controller.log",
+                    )
+                    for i, address in self.addresses().items()
+                ],
+            )
+            self._state = state
+            write_configs(state, self._settings, header="node of a docker chaos cluster")
+            for n in state.nodes:
+                await asyncio.to_thread(self._create, n.node_id, image, state.path(n.config))
+            self.start_unix_ns = time.time_ns()
+            await asyncio.to_thread(self.docker.run, "start", *self._containers.values())
+            await self._wait_for_leader()
+        except BaseException:
+            await self.stop()
+            raise
+
+    def _running(self) -> dict[int, bool]:
+        names = list(self._containers.values())
+        out = self.docker.run("inspect", "-f", "{{.Name}} {{.State.Running}}", *names).stdout
+        running = dict(line.lstrip("/").split() for line in out.splitlines() if line.strip())
+        return {n: running.get(name) == "true" for n, name in self._containers.items()}
+
+    def log_tail(self, node: int, lines: int = 15) -> str:
+        """The end of ``node``'s log, read from its container."""
+        with tempfile.TemporaryDirectory() as tmp:
+            copy = Path(tmp) / "controller.log"
+            done = self.docker.run("cp", f"{self._containers[node]}:{LOG}", str(copy), check=False)
+            if done.returncode != 0:
+                return "(no log)"
+            text = copy.read_text(errors="replace")
+        return "\n".join("    " + line for line in text.splitlines()[-lines:])
+
+    async def _wait_for_leader(self) -> None:
+        deadline = time.monotonic() + self._start_timeout_s
+        addresses = self.addresses()
+        while True:
+            running = await asyncio.to_thread(self._running)
+            for node, up in running.items():
+                if not up:
+                    tail = await asyncio.to_thread(self.log_tail, node)
+                    raise DockerError(f"node {node} exited while starting:\n{tail}")
+            answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
+            if any(a is not None and a.role == "leader" for a in answers):
+                return
+            if time.monotonic() >= deadline:
+                raise DockerError(f"no leader was elected within {self._start_timeout_s:g} s")
+            await asyncio.sleep(0.2)
+
+    def _remove(self) -> None:
+        docker = self._docker
+        if docker is not None:
+            names = list(self._containers.values())
+            if names:
+                docker.run("rm", "-f", "-v", *names, check=False)
+            self._containers.clear()
+            if self._network is not None:
+                docker.run("network", "rm", self._network, check=False)
+                self._network = None
+        self.netfilter.remove()
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+        self._paused.clear()
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._remove)
+
+    # -- process faults -------------------------------------------------------------
+
+    def _name(self, node: int) -> str:
+        self._check(node)
+        try:
+            return self._containers[node]
+        except KeyError:
+            raise RuntimeError("the cluster is not started") from None
+
+    async def kill(self, node: int) -> None:
+        name = self._name(node)
+        if node in self._paused:
+            await asyncio.to_thread(self.docker.run, "unpause", name, check=False)
+            self._paused.discard(node)
+        await asyncio.to_thread(self.docker.run, "kill", "-s", "KILL", name, check=False)
+        await asyncio.to_thread(self.docker.run, "wait", name, check=False)
+
+    async def _stop_container(self, node: int, timeout_s: int = 10) -> None:
+        name = self._name(node)
+        if node in self._paused:
+            await asyncio.to_thread(self.docker.run, "unpause", name, check=False)
+            self._paused.discard(node)
+        await asyncio.to_thread(
+            self.docker.run, "stop", "-t", str(timeout_s), name, timeout_s=timeout_s + 60
+        )
+
+    async def restart(self, node: int, timeout_s: float = 20.0) -> None:
+        name = self._name(node)
+        await self._stop_container(node)
+        await asyncio.to_thread(self.docker.run, "start", name)
+        address = self.addresses()[node]
+        deadline = time.monotonic() + timeout_s
+        while True:
+            answer = await describe(address, 0.5)
+            if answer is not None:
+                self._high_watermark[node] = answer.high_watermark
+                return
+            if not (await asyncio.to_thread(self._running))[node]:
+                tail = await asyncio.to_thread(self.log_tail, node)
+                raise DockerError(f"node {node} exited on restart:\n{tail}")
+            if time.monotonic() >= deadline:
+                raise DockerError(f"node {node} did not answer within {timeout_s:g} s")
+            await asyncio.sleep(0.1)
+
+    async def pause(self, node: int) -> None:
+        await asyncio.to_thread(self.docker.run, "pause", self._name(node))
+        self._paused.add(node)
+
+    async def resume(self, node: int) -> None:
+        await asyncio.to_thread(self.docker.run, "unpause", self._name(node))
+        self._paused.discard(node)
+
+    # -- network faults ---------------------------------------------------------------
+
+    async def block(self, pairs: Collection[tuple[int, int]]) -> None:
+        await self.lose(dict.fromkeys(pairs, 1.0))
+
+    async def lose(self, pairs: Mapping[tuple[int, int], float]) -> None:
+        """Drop each packet from ``a`` to ``b`` with probability
+        ``pairs[(a, b)]`` (in (0, 1]), and no other traffic between nodes.
+        Replaces any earlier network fault made with iptables."""
+        drops = []
+        for (a, b), p in pairs.items():
+            self._check(a)
+            self._check(b)
+            if not 0 < p <= 1:
+                raise ValueError(f"a drop probability must be in (0, 1], got {p}")
+            if a != b:
+                drops.append((self.host(a), self.host(b), p))
+        await asyncio.to_thread(self.netfilter.block, drops)
+
+    async def partition(self, groups: Sequence[Collection[int]]) -> None:
+        await self.block(partition_pairs(self.nodes, groups))
+
+    async def netem(
+        self, nodes: Iterable[int], *, delay_ms: float = 0, jitter_ms: float = 0, loss: float = 0
+    ) -> None:
+        """Delay (and jitter) and lose (probability ``loss``) every packet
+        the ``nodes`` send, with ``tc qdisc ... netem`` on their interface;
+        :meth:`heal` removes it.  :class:`DockerError` naming the missing
+        ``sch_netem`` kernel module where the kernel has none."""
+        if not await asyncio.to_thread(netem_available):
+            raise DockerError(
+                "netem delay and loss need the sch_netem kernel module, which this kernel "
+                "does not have (modprobe sch_netem failed); use lose() (iptables) for loss"
+            )
+        args = ["delay", f"{delay_ms:g}ms"] + ([f"{jitter_ms:g}ms"] if jitter_ms else [])
+        if loss:
+            args += ["loss", f"{loss * 100:g}%"]
+        self._netem = True
+        for node in nodes:
+            cmd = ["tc", "qdisc", "replace", "dev", "eth0", "root", "netem", *args]
+            await asyncio.to_thread(self.docker.run, "exec", self._name(node), *cmd)
+
+    async def heal(self) -> None:
+        await asyncio.to_thread(self.netfilter.heal)
+        if self._netem:
+            running = await asyncio.to_thread(self._running)
+            for node, up in running.items():
+                if up and node not in self._paused:
+                    await asyncio.to_thread(
+                        self.docker.run, "exec", self._name(node),
+                        "tc", "qdisc", "del", "dev", "eth0", "root", check=False,
+                    )  # fmt: skip
+            self._netem = False
+
+    # -- what the nodes left -------------------------------------------------------------
+
+    async def high_watermarks(self) -> dict[int, int]:
+        """Ask every running, unpaused node its high watermark; the last one
+        each node reported."""
+        running = await asyncio.to_thread(self._running)
+        live = [n for n, up in running.items() if up and n not in self._paused]
+        addresses = self.addresses()
+        answers = await asyncio.gather(*(describe(addresses[n], 1.0) for n in live))
+        for n, answer in zip(live, answers, strict=True):
+            if answer is not None:
+                old = self._high_watermark.get(n, 0)
+                self._high_watermark[n] = max(old, answer.high_watermark)
+        return dict(self._high_watermark)
+
+    async def collect(self, run_dir: Path, start_unix_ns: int | None = None) -> None:
+        """Stop the nodes, copy their logs to ``run_dir/logs/node-<i>.log`` and
+        write their exports.  ``start_unix_ns``: the run's start (change
+        times count from it; default: when the nodes were started)."""
+        state = self._state
+        if state is None or self._dir is None:
+            raise RuntimeError("the cluster is not started")
+        await self.heal()
+        await self.high_watermarks()
+        await asyncio.gather(*(self._stop_container(n) for n in self.nodes))
+        run = RunDir(Path(run_dir))
+        run.logs.mkdir(parents=True, exist_ok=True)
+        start = self.start_unix_ns if start_unix_ns is None else start_unix_ns
+        for n in state.nodes:
+            node = n.node_id
+            name = self._containers[node]
+            log_path = state.path(n.log_file)
+            data_dir = state.path(n.data_dir)
+            shutil.rmtree(data_dir, ignore_errors=True)
+            await asyncio.to_thread(self.docker.run, "cp", f"{name}:{LOG}", str(log_path))
+            await asyncio.to_thread(self.docker.run, "cp", f"{name}:{HOME}/data", str(data_dir))
+            text = log_path.read_text(errors="replace")
+            (run.logs / f"node-{node}.log").write_text(text)
+            run.node_dir(node).mkdir(parents=True, exist_ok=True)
+            entries = await asyncio.to_thread(
+                committed_entries,
+                data_dir,
+                state.cluster_id,
+                node,
+                self._high_watermark.get(node, 0),
+            )
+            write_log(run.node_log(node), entries)
+            write_changes(run.node_changes(node), node_changes(node, text, start))

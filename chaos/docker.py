@@ -25,9 +25,9 @@ host.  Faults:
 
 :meth:`DockerCluster.collect` copies each node's log and data directory out
 of its container (``docker cp``) and writes the same exports as the local
-backend (:mod:`chaos.local`): the committed log from the stored log up to
-the last high watermark the node reported (:func:`committed_entries`), and
-the changes from its log lines (:func:`chaos.local.node_changes`).  The
+backend (:mod:`chaos.local`) with :func:`chaos.node_exports.export_node`:
+the committed log from the stored log up to the last high watermark the
+node reported, and the changes from its log lines.  The
 containers share the host's time zone (``/etc/localtime``), so that the
 lines' local times read right on the host.
 
@@ -51,17 +51,14 @@ from pathlib import Path
 
 from chaos.backend import partition_pairs
 from chaos.docker_image import Docker, DockerError, ensure_daemon, ensure_image
-from chaos.export_files import write_changes, write_log
-from chaos.exports import LogEntry, record_hash
-from chaos.local import node_changes
-from chaos.netfilter import NetfilterError, require_iptables
+from chaos.netfilter import IptablesChains, NetfilterError
+from chaos.node_exports import export_node
 from chaos.runs import RunDir
 from quorum.driver.cli_cluster import ClusterState, NodeState, write_configs
 from quorum.driver.cli_common import describe
-from quorum.driver.storage_format import META_FILE, open_node_storage, random_cluster_id
-from quorum.types import BatchKind
+from quorum.driver.storage_format import META_FILE, random_cluster_id
 
-__all__ = ["DockerCluster", "DockerNetfilter", "committed_entries", "netem_available"]
+__all__ = ["DockerCluster", "DockerNetfilter", "netem_available"]
 
 PORT = 9091
 ADDRESS_BASE = 10
@@ -70,26 +67,6 @@ HOME = "/kq"
 LOG = f"{HOME}/controller.log"
 CONFIG = f"{HOME}/config.toml"
 LABEL = "kq.chaos"
-
-
-def committed_entries(
-    data_dir: Path, cluster_id: str, node_id: int, high_watermark: int
-) -> list[LogEntry]:
-    """The records of a node's stored log (in ``data_dir``) below
-    ``high_watermark``, as node exports."""
-    storage = open_node_storage(data_dir, cluster_id, node_id)
-    try:
-        batches = storage.log.read_all()
-    finally:
-        storage.close()
-    out = []
-    for batch in batches:
-        kind = "data" if batch.kind is BatchKind.DATA else "control"
-        for i, record in enumerate(batch.records):
-            offset = batch.base_offset + i
-            if offset < high_watermark:
-                out.append(LogEntry(node_id, offset, batch.epoch, kind, record_hash(record)))
-    return out
 
 
 def netem_available() -> bool:
@@ -102,26 +79,9 @@ def netem_available() -> bool:
     return Path("/sys/module/sch_netem").exists()
 
 
-class DockerNetfilter:
+class DockerNetfilter(IptablesChains):
     """The drop rules of one cluster, in the filter chain ``tag`` (at most
     28 characters) jumped to from ``DOCKER-USER``."""
-
-    def __init__(self, tag: str) -> None:
-        if not 0 < len(tag) <= 28:
-            raise ValueError(f"chain name {tag!r} must have 1..28 characters")
-        self.tag = tag
-        self._iptables: str | None = None
-        self._installed = False
-
-    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        if self._iptables is None:
-            self._iptables = require_iptables()
-        done = subprocess.run(
-            [self._iptables, "-w", *args], capture_output=True, text=True, check=False
-        )
-        if check and done.returncode != 0:
-            raise NetfilterError(f"iptables {' '.join(args)}: {done.stderr.strip()}")
-        return done
 
     def install(self) -> None:
         self.remove()
@@ -512,25 +472,21 @@ class DockerCluster:
         await self.high_watermarks()
         await asyncio.gather(*(self._stop_container(n) for n in self.nodes))
         run = RunDir(Path(run_dir))
-        run.logs.mkdir(parents=True, exist_ok=True)
         start = self.start_unix_ns if start_unix_ns is None else start_unix_ns
         for n in state.nodes:
-            node = n.node_id
-            name = self._containers[node]
+            name = self._containers[n.node_id]
             log_path = state.path(n.log_file)
             data_dir = state.path(n.data_dir)
             shutil.rmtree(data_dir, ignore_errors=True)
             await asyncio.to_thread(self.docker.run, "cp", f"{name}:{LOG}", str(log_path))
             await asyncio.to_thread(self.docker.run, "cp", f"{name}:{HOME}/data", str(data_dir))
-            text = log_path.read_text(errors="replace")
-            (run.logs / f"node-{node}.log").write_text(text)
-            run.node_dir(node).mkdir(parents=True, exist_ok=True)
-            entries = await asyncio.to_thread(
-                committed_entries,
+            await asyncio.to_thread(
+                export_node,
+                run,
+                n.node_id,
+                log_path.read_text(errors="replace"),
                 data_dir,
                 state.cluster_id,
-                node,
-                self._high_watermark.get(node, 0),
+                self._high_watermark.get(n.node_id, 0),
+                start,
             )
-            write_log(run.node_log(node), entries)
-            write_changes(run.node_changes(node), node_changes(node, text, start))

@@ -16,12 +16,8 @@ reuses its helpers).  Faults:
 One local cluster with network faults per host at a time: the addresses and
 DSCP values are the same for every cluster.
 
-:meth:`LocalCluster.collect` exports each node's committed log from its
-stored log, up to the last high watermark the node reported (a lower bound
-of what it committed: records above it may be uncommitted), and its changes
-from the lines its own log has for each election ("elected leader", "follows
-leader", "is a candidate", ...), timed by those lines' timestamps, which
-have millisecond resolution and are read as local time.
+:meth:`LocalCluster.collect` stops the nodes and exports each node's
+committed log and changes (:func:`chaos.node_exports.export_node`).
 """
 
 from __future__ import annotations
@@ -29,20 +25,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import secrets
 import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
 from pathlib import Path
 
 from chaos.backend import partition_pairs
-from chaos.export_files import write_changes, write_log
-from chaos.exports import Change, LogEntry, record_hash
 from chaos.netfilter import Netfilter
+from chaos.node_exports import export_node
 from chaos.runs import RunDir
 from quorum.driver.cli_cluster import (
     ClusterState,
@@ -58,10 +51,9 @@ from quorum.driver.cli_cluster import (
     write_configs,
 )
 from quorum.driver.cli_common import describe
-from quorum.driver.storage_format import open_node_storage, random_cluster_id
-from quorum.types import BatchKind
+from quorum.driver.storage_format import random_cluster_id
 
-__all__ = ["LocalCluster", "node_changes"]
+__all__ = ["LocalCluster"]
 
 ADDRESS_BASE = 10
 """Node i gets address 127.0.0.(ADDRESS_BASE + i) and DSCP value ADDRESS_BASE + i."""
@@ -310,88 +302,17 @@ class LocalCluster:
         await self.high_watermarks()
         await self._stop_nodes()
         run = RunDir(Path(run_dir))
-        run.logs.mkdir(parents=True, exist_ok=True)
         start = self.start_unix_ns if start_unix_ns is None else start_unix_ns
         for n in state.nodes:
-            node = n.node_id
             log_path = state.path(n.log_file)
             text = log_path.read_text(errors="replace") if log_path.exists() else ""
-            (run.logs / f"node-{node}.log").write_text(text)
-            run.node_dir(node).mkdir(parents=True, exist_ok=True)
-            entries = await asyncio.to_thread(
-                self._committed, state, n, self._high_watermark.get(node, 0)
+            await asyncio.to_thread(
+                export_node,
+                run,
+                n.node_id,
+                text,
+                state.path(n.data_dir),
+                state.cluster_id,
+                self._high_watermark.get(n.node_id, 0),
+                start,
             )
-            write_log(run.node_log(node), entries)
-            write_changes(run.node_changes(node), node_changes(node, text, start))
-
-    @staticmethod
-    def _committed(state: ClusterState, n: NodeState, high_watermark: int) -> list[LogEntry]:
-        storage = open_node_storage(state.path(n.data_dir), state.cluster_id, n.node_id)
-        try:
-            batches = storage.log.read_all()
-        finally:
-            storage.close()
-        out = []
-        for batch in batches:
-            kind = "data" if batch.kind is BatchKind.DATA else "control"
-            for i, record in enumerate(batch.records):
-                offset = batch.base_offset + i
-                if offset < high_watermark:
-                    out.append(LogEntry(n.node_id, offset, batch.epoch, kind, record_hash(record)))
-        return out
-
-
-_STAMP = r"(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ kq\.\S+: "
-_CHANGE_LINES = [
-    (re.compile(_STAMP + r"node (?P<n>\d+) elected leader of epoch (?P<e>\d+)$"), "leader"),
-    (
-        re.compile(_STAMP + r"node (?P<n>\d+) follows leader (?P<l>\d+) in epoch (?P<e>\d+)$"),
-        "follower",
-    ),
-    (
-        re.compile(
-            _STAMP + r"node (?P<n>\d+) in epoch (?P<e>\d+) with no known leader \((?P<r>\w+)\)$"
-        ),
-        "",
-    ),
-    (re.compile(_STAMP + r"node (?P<n>\d+) is a candidate in epoch (?P<e>\d+)$"), "candidate"),
-    (
-        re.compile(
-            _STAMP
-            + r"node (?P<n>\d+) has no live leader; asking for pre-votes in epoch (?P<e>\d+)$"
-        ),
-        "prospective",
-    ),
-    (
-        re.compile(_STAMP + r"node (?P<n>\d+) resigned leadership of epoch (?P<e>\d+)$"),
-        "resigned",
-    ),
-]
-
-
-def node_changes(node: int, log_text: str, start_unix_ns: int) -> list[Change]:
-    """The changes of ``node`` its log text tells: one per line saying how
-    its role, epoch or leader changed.  Times are the lines' (local time,
-    milliseconds) minus ``start_unix_ns``, at least 0 and never decreasing."""
-    out: list[Change] = []
-    last = 0
-    for line in log_text.splitlines():
-        for pattern, role in _CHANGE_LINES:
-            m = pattern.match(line)
-            if m is None or int(m["n"]) != node:
-                continue
-            groups = m.groupdict()
-            role = role or groups["r"]
-            if role == "leader":
-                leader: int | None = node
-            elif groups.get("l") is not None:
-                leader = int(groups["l"])
-            else:
-                leader = None
-            when = datetime.strptime(m["stamp"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            last = max(last, int(when * 1_000_000_000) - start_unix_ns, 0)
-            change = Change(node, last, int(m["e"]), leader, role)
-            if not change.problems():
-                out.append(change)
-            break
-    return out

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
 
-__all__ = ["NetfilterError", "Netfilter", "require_iptables"]
+__all__ = ["IptablesChains", "Netfilter", "NetfilterError", "require_iptables"]
 
 INSTALL_HINT = (
     "partitions of the local backend need the iptables command: install it with "
@@ -63,9 +63,10 @@ def require_iptables() -> str:
     return path
 
 
-class Netfilter:
-    """The rules of one cluster, in chains named ``tag`` (at most 28
-    characters) of the filter and nat tables."""
+class IptablesChains:
+    """Rules in iptables chains of one's own, named ``tag`` (at most 28
+    characters): the ``iptables`` command found on first use, and
+    :meth:`_run` to call it."""
 
     def __init__(self, tag: str) -> None:
         if not 0 < len(tag) <= 28:
@@ -75,6 +76,8 @@ class Netfilter:
         self._installed = False
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``iptables -w args``; :class:`NetfilterError` if it fails and
+        ``check``."""
         if self._iptables is None:
             self._iptables = require_iptables()
         done = subprocess.run(
@@ -83,6 +86,11 @@ class Netfilter:
         if check and done.returncode != 0:
             raise NetfilterError(f"iptables {' '.join(args)}: {done.stderr.strip()}")
         return done
+
+
+class Netfilter(IptablesChains):
+    """The rules of one cluster, in chains named ``tag`` (at most 28
+    characters) of the filter and nat tables."""
 
     def install(self, sources: Mapping[int, str]) -> None:
         """Create the chains: SNAT for each DSCP value -> host address, and

@@ -1,91 +1,25 @@
 """The docker backend: the image is built once, a cluster elects a leader and
 serves the host, each fault takes effect and heals, and everything made is
-removed (slow: a Docker daemon, an image, containers).
-
-Needs root.  Missing tools (docker.io, debootstrap) are installed with
-apt-get, and a Docker daemon is started when none answers (and stopped
-again at the end if these tests started it).  The kq image these tests
-build is removed at the end; the Debian base image is kept as the cache.
-"""
+removed (slow: a Docker daemon, an image, containers; the fixtures are in
+conftest.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
-import subprocess
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from chaos.backend import isolate
 from chaos.docker import DockerCluster, netem_available
-from chaos.docker_image import (
-    Docker,
-    DockerError,
-    copy_source,
-    ensure_daemon,
-    ensure_image,
-    stop_daemon,
-)
-from chaos.export_files import read_changes, read_log
-from chaos.exports import check_changes, check_log
-from kq import kv_pb2
+from chaos.docker_image import Docker, DockerError, ensure_image
 from quorum.driver.cli_common import describe
-from quorum.driver.client import ClientError, IndeterminateWriteError, KvClient
+from quorum.driver.client import KvClient
+from tests.chaos.cluster_scenarios import check_exports, isolate_the_leader, leader, wait_converged
 
 Scenario = Callable[[DockerCluster], Awaitable[None]]
-
-
-def _install_missing_tools() -> None:
-    missing = []
-    if shutil.which("docker") is None and shutil.which("dockerd") is None:
-        missing.append("docker.io")
-    if shutil.which("debootstrap") is None and not os.path.exists("/usr/sbin/debootstrap"):
-        missing.append("debootstrap")
-    if not missing:
-        return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.fail(f"the docker tests need {' '.join(missing)} (run scripts/bootstrap as root)")
-    print(f"installing {' '.join(missing)} for the docker tests (apt-get)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for args in (["update", "-qq"], ["install", "-y", "-qq", *missing]):
-        subprocess.run(["apt-get", *args], env=env, check=True, capture_output=True, timeout=600)
-
-
-@pytest.fixture(scope="module")
-def docker() -> Iterator[Docker]:
-    _install_missing_tools()
-    try:
-        daemon = ensure_daemon()
-    except DockerError as exc:
-        pytest.fail(str(exc))
-    try:
-        yield daemon
-    finally:
-        stop_daemon(daemon)  # only if these tests started it
-
-
-@pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the source tree, still while the tests build from it."""
-    copy = tmp_path_factory.mktemp("source") / "kq"
-    copy_source(Path(__file__).resolve().parents[2], copy)
-    return copy
-
-
-@pytest.fixture(scope="module")
-def image(docker: Docker, source: Path) -> Iterator[str]:
-    """The kq image, removed at the end if these tests built it (the base
-    image stays: it is the slow part, made once per host)."""
-    made = ensure_image(docker, source)
-    try:
-        yield made.tag
-    finally:
-        if made.built:
-            docker.run("rmi", made.tag, check=False)
 
 
 def _run(cluster: DockerCluster, scenario: Scenario) -> None:
@@ -104,27 +38,6 @@ def _leftovers(docker: Docker, cluster: DockerCluster) -> list[str]:
     out = docker.run("ps", "-aq", "--filter", label).stdout.split()
     out += docker.run("network", "ls", "-q", "--filter", label).stdout.split()
     return out + cluster.netfilter.leftovers()
-
-
-async def _roles(cluster: DockerCluster) -> dict[int, kv_pb2.DescribeQuorumResponse | None]:
-    addresses = cluster.addresses()
-    answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
-    return dict(zip(addresses, answers, strict=True))
-
-
-async def _leader(cluster: DockerCluster, exclude: int | None = None, timeout_s: float = 20) -> int:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        answers = await _roles(cluster)
-        leaders = [
-            (r.epoch, n)
-            for n, r in answers.items()
-            if r is not None and r.role == "leader" and n != exclude
-        ]
-        if leaders:
-            return max(leaders)[1]
-        assert time.monotonic() < deadline, f"no leader (besides {exclude}): {answers}"
-        await asyncio.sleep(0.2)
 
 
 def _running(docker: Docker, name: str) -> str:
@@ -176,55 +89,19 @@ def test_a_cluster_serves_the_host_and_each_fault_takes_effect_and_heals(
         assert await describe(addresses[2], 2.0) is not None
 
         # partition: the isolated leader is replaced, cannot commit, still answers the host.
-        old = await _leader(cluster)
-        await cluster.partition(isolate(cluster.nodes, old))
-        new = await _leader(cluster, exclude=old)
-        majority = [addresses[n] for n in cluster.nodes if n != old]
-        async with KvClient(majority) as kv:
-            await kv.put("during", b"2", timeout_s=10)
-        async with KvClient([addresses[old]], timeout_s=3) as kv:
-            with pytest.raises((ClientError, IndeterminateWriteError)):
-                await kv.put("isolated", b"3", timeout_s=3)
-        assert await describe(addresses[old], 1.0) is not None
+        old, _ = await isolate_the_leader(cluster)
 
         # lose: random drops are rules too; heal removes every rule.
         await cluster.lose({(1, 2): 0.25})
         assert any("statistic" in rule for rule in cluster.netfilter.leftovers())
         await cluster.heal()
         assert [r for r in cluster.netfilter.leftovers() if r.startswith("-A KQ-")] == []
-        deadline = time.monotonic() + 30
-        while True:
-            answers = await _roles(cluster)
-            up = [r for r in answers.values() if r is not None]
-            leaders = [r for r in up if r.role == "leader"]
-            if (
-                len(up) == 3
-                and len(leaders) == 1
-                and len({(r.epoch, r.leader.leader_id, r.high_watermark) for r in up}) == 1
-            ):
-                break
-            assert time.monotonic() < deadline, f"no convergence after heal: {answers}"
-            await asyncio.sleep(0.2)
-        assert new != old
-        async with KvClient([addresses[old]]) as kv:
-            assert (await kv.get("during")).value == b"2"
-            assert (await kv.get("isolated")).value is None
+        await wait_converged(cluster, old)
         await cluster.collect(run_dir)
 
     _run(cluster, scenario)
     assert _leftovers(docker, cluster) == []
-    logs = {n: read_log(run_dir / "nodes" / str(n) / "log.jsonl") for n in cluster.nodes}
-    for n, entries in logs.items():
-        assert entries, f"node {n} exported no committed record"
-        assert check_log(entries, n) == []
-        changes = read_changes(run_dir / "nodes" / str(n) / "changes.jsonl")
-        assert check_changes(changes, n) == []
-        assert any(c.role in ("follower", "leader") for c in changes)
-        assert "starting node" in (run_dir / "logs" / f"node-{n}.log").read_text()
-    longest = max(logs.values(), key=len)
-    for entries in logs.values():
-        strip = [(e.offset, e.epoch, e.kind, e.hash) for e in entries]
-        assert strip == [(e.offset, e.epoch, e.kind, e.hash) for e in longest][: len(strip)]
+    check_exports(run_dir, list(cluster.nodes), log_says="starting node")
 
 
 @pytest.mark.slow
@@ -234,9 +111,9 @@ def test_a_failing_scenario_still_removes_every_container_network_and_rule(
     cluster = DockerCluster(3, image=image, docker=docker)
 
     async def scenario(cluster: DockerCluster) -> None:
-        leader = await _leader(cluster)
-        await cluster.pause(leader)
-        await cluster.partition(isolate(cluster.nodes, leader))
+        node = await leader(cluster)
+        await cluster.pause(node)
+        await cluster.partition(isolate(cluster.nodes, node))
         assert len(_leftovers(docker, cluster)) > 4
         raise RuntimeError("boom")
 

@@ -11,14 +11,13 @@ from pathlib import Path
 import pytest
 
 from chaos.backend import isolate, partition_pairs
-from chaos.export_files import read_changes, read_log
-from chaos.exports import check_changes, check_log
-from chaos.local import LocalCluster, node_changes
+from chaos.local import LocalCluster
 from chaos.netfilter import NetfilterError, require_iptables
-from kq import kv_pb2
+from chaos.node_exports import node_changes
 from quorum.driver.cli_common import describe
 from quorum.driver.cli_config import ConfigError, controller_config, load_settings
-from quorum.driver.client import ClientError, IndeterminateWriteError, KvClient
+from quorum.driver.client import KvClient
+from tests.chaos.cluster_scenarios import check_exports, isolate_the_leader, leader, wait_converged
 
 Scenario = Callable[[LocalCluster], Awaitable[None]]
 
@@ -42,28 +41,6 @@ def _run(
 
     asyncio.run(main())
     return cluster
-
-
-async def _roles(cluster: LocalCluster) -> dict[int, kv_pb2.DescribeQuorumResponse | None]:
-    addresses = cluster.addresses()
-    answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
-    return dict(zip(addresses, answers, strict=True))
-
-
-async def _leader(cluster: LocalCluster, exclude: int | None = None, timeout_s: float = 20) -> int:
-    """The node that says it leads, in the highest epoch (not ``exclude``)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        answers = await _roles(cluster)
-        leaders = [
-            (r.epoch, n)
-            for n, r in answers.items()
-            if r is not None and r.role == "leader" and n != exclude
-        ]
-        if leaders:
-            return max(leaders)[1]
-        assert time.monotonic() < deadline, f"no leader (besides {exclude}): {answers}"
-        await asyncio.sleep(0.2)
 
 
 def _pid_gone(pid: int) -> bool:
@@ -140,59 +117,18 @@ def test_isolating_the_leader_elects_another_and_heal_restores_one_cluster(
 
     async def scenario(cluster: LocalCluster) -> None:
         assert _our_rules(cluster._netfilter.tag), "no rules installed"
-        addresses = cluster.addresses()
-        async with KvClient(list(addresses.values())) as kv:
+        async with KvClient(list(cluster.addresses().values())) as kv:
             await kv.put("before", b"1")
-        old = await _leader(cluster)
-        await cluster.partition(isolate(cluster.nodes, old))
-        new = await _leader(cluster, exclude=old)
-        # The majority commits; the isolated old leader cannot.
-        majority = [addresses[n] for n in cluster.nodes if n != old]
-        async with KvClient(majority) as kv:
-            await kv.put("during", b"2", timeout_s=10)
-        async with KvClient([addresses[old]], timeout_s=3) as kv:
-            with pytest.raises((ClientError, IndeterminateWriteError)):
-                await kv.put("isolated", b"3", timeout_s=3)
-        # The test client is never blocked: the isolated node still answers it.
-        assert await describe(addresses[old], 1.0) is not None
-
+        old, _ = await isolate_the_leader(cluster)
         await cluster.heal()
-        deadline = time.monotonic() + 30
-        while True:
-            answers = await _roles(cluster)
-            up = [r for r in answers.values() if r is not None]
-            leaders = [r for r in up if r.role == "leader"]
-            if (
-                len(up) == 3
-                and len(leaders) == 1
-                and len({(r.epoch, r.leader.leader_id, r.high_watermark) for r in up}) == 1
-            ):
-                break
-            assert time.monotonic() < deadline, f"no convergence after heal: {answers}"
-            await asyncio.sleep(0.2)
-        assert new != old and leaders[0].epoch > 1
-        async with KvClient([addresses[old]]) as kv:
-            assert (await kv.get("during")).value == b"2"
-            assert (await kv.get("isolated")).value is None
+        assert (await wait_converged(cluster, old)).epoch > 1
         await cluster.collect(run_dir)
 
     cluster = _run(tmp_path, scenario, network_faults=True)
     assert _our_rules(cluster._netfilter.tag) == []
     assert cluster._netfilter.leftovers() == []
     assert not cluster.directory.exists()
-    logs = {n: read_log(run_dir / "nodes" / str(n) / "log.jsonl") for n in cluster.nodes}
-    for n, entries in logs.items():
-        assert entries, f"node {n} exported no committed record"
-        assert check_log(entries, n) == []
-        changes = read_changes(run_dir / "nodes" / str(n) / "changes.jsonl")
-        assert check_changes(changes, n) == []
-        assert any(c.role == "follower" or c.role == "leader" for c in changes)
-        assert (run_dir / "logs" / f"node-{n}.log").stat().st_size > 0
-    # Every node's committed log is a prefix of the longest one.
-    longest = max(logs.values(), key=len)
-    for entries in logs.values():
-        strip = [(e.offset, e.epoch, e.kind, e.hash) for e in entries]
-        assert strip == [(e.offset, e.epoch, e.kind, e.hash) for e in longest][: len(strip)]
+    check_exports(run_dir, list(cluster.nodes))
 
 
 @pytest.mark.slow
@@ -202,10 +138,10 @@ def test_a_failing_scenario_still_removes_every_rule_and_process(
     _iptables()
 
     async def scenario(cluster: LocalCluster) -> None:
-        leader = await _leader(cluster)
-        await cluster.block(partition_pairs(cluster.nodes, isolate(cluster.nodes, leader)))
+        node = await leader(cluster)
+        await cluster.block(partition_pairs(cluster.nodes, isolate(cluster.nodes, node)))
         assert len(_our_rules(cluster._netfilter.tag)) > 2
-        await _leader(cluster, exclude=leader)
+        await leader(cluster, exclude=node)
         raise RuntimeError("boom")
 
     cluster = LocalCluster(tmp_path / "cluster", 3)

@@ -1,0 +1,123 @@
+"""What a cluster's nodes left, as run-folder exports: both backends
+(:mod:`chaos.local`, :mod:`chaos.docker`) stop their nodes, get each node's
+log text and data directory onto the host, and hand them to
+:func:`export_node`.
+
+- :func:`committed_entries`: a node's committed log, read from its stored log
+  up to the last high watermark the node reported (a lower bound of what it
+  committed: records above it may be uncommitted);
+- :func:`node_changes`: its changes, from the lines its own log has for each
+  election ("elected leader", "follows leader", "is a candidate", ...),
+  timed by those lines' timestamps, which have millisecond resolution and
+  are read as local time.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+
+from chaos.export_files import write_changes, write_log
+from chaos.exports import Change, LogEntry, record_hash
+from chaos.runs import RunDir
+from quorum.driver.storage_format import open_node_storage
+from quorum.types import BatchKind
+
+__all__ = ["committed_entries", "export_node", "node_changes"]
+
+
+def committed_entries(
+    data_dir: Path, cluster_id: str, node_id: int, high_watermark: int
+) -> list[LogEntry]:
+    """The records of a node's stored log (in ``data_dir``) below
+    ``high_watermark``, as node exports."""
+    storage = open_node_storage(data_dir, cluster_id, node_id)
+    try:
+        batches = storage.log.read_all()
+    finally:
+        storage.close()
+    out = []
+    for batch in batches:
+        kind = "data" if batch.kind is BatchKind.DATA else "control"
+        for i, record in enumerate(batch.records):
+            offset = batch.base_offset + i
+            if offset < high_watermark:
+                out.append(LogEntry(node_id, offset, batch.epoch, kind, record_hash(record)))
+    return out
+
+
+def export_node(
+    run: RunDir,
+    node: int,
+    log_text: str,
+    data_dir: Path,
+    cluster_id: str,
+    high_watermark: int,
+    start_unix_ns: int,
+) -> None:
+    """Write what the stopped ``node`` left into the run folder ``run``: its
+    log text as ``logs/node-<node>.log``, its committed log (records below
+    ``high_watermark`` of its stored log in ``data_dir``) and its changes
+    (times counting from ``start_unix_ns``) under ``nodes/<node>/``."""
+    run.logs.mkdir(parents=True, exist_ok=True)
+    (run.logs / f"node-{node}.log").write_text(log_text)
+    run.node_dir(node).mkdir(parents=True, exist_ok=True)
+    write_log(run.node_log(node), committed_entries(data_dir, cluster_id, node, high_watermark))
+    write_changes(run.node_changes(node), node_changes(node, log_text, start_unix_ns))
+
+
+_STAMP = r"(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ kq\.\S+: "
+_CHANGE_LINES = [
+    (re.compile(_STAMP + r"node (?P<n>\d+) elected leader of epoch (?P<e>\d+)$"), "leader"),
+    (
+        re.compile(_STAMP + r"node (?P<n>\d+) follows leader (?P<l>\d+) in epoch (?P<e>\d+)$"),
+        "follower",
+    ),
+    (
+        re.compile(
+            _STAMP + r"node (?P<n>\d+) in epoch (?P<e>\d+) with no known leader \((?P<r>\w+)\)$"
+        ),
+        "",
+    ),
+    (re.compile(_STAMP + r"node (?P<n>\d+) is a candidate in epoch (?P<e>\d+)$"), "candidate"),
+    (
+        re.compile(
+            _STAMP
+            + r"node (?P<n>\d+) has no live leader; asking for pre-votes in epoch (?P<e>\d+)$"
+        ),
+        "prospective",
+    ),
+    (
+        re.compile(_STAMP + r"node (?P<n>\d+) resigned leadership of epoch (?P<e>\d+)$"),
+        "resigned",
+    ),
+]
+
+
+def node_changes(node: int, log_text: str, start_unix_ns: int) -> list[Change]:
+    """The changes of ``node`` its log text tells: one per line saying how
+    its role, epoch or leader changed.  Times are the lines' (local time,
+    milliseconds) minus ``start_unix_ns``, at least 0 and never decreasing."""
+    out: list[Change] = []
+    last = 0
+    for line in log_text.splitlines():
+        for pattern, role in _CHANGE_LINES:
+            m = pattern.match(line)
+            if m is None or int(m["n"]) != node:
+                continue
+            groups = m.groupdict()
+            role = role or groups["r"]
+            if role == "leader":
+                leader: int | None = node
+            elif groups.get("l") is not None:
+                leader = int(groups["l"])
+            else:
+                leader = None
+            when = datetime.strptime(m["stamp"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            last = max(last, int(when * 1_000_000_000) - start_unix_ns, 0)
+            change = Change(node, last, int(m["e"]), leader, role)
+            if not change.problems():
+                out.append(change)
+            break
+    return out

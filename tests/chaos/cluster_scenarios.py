@@ -1,0 +1,106 @@
+"""Fault scenarios and checks shared by the backend tests (test_local,
+test_docker): any :class:`chaos.backend.ClusterBackend` will do."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos.backend import ClusterBackend, isolate
+from chaos.export_files import read_changes, read_log
+from chaos.exports import check_changes, check_log
+from kq import kv_pb2
+from quorum.driver.cli_common import describe
+from quorum.driver.client import ClientError, IndeterminateWriteError, KvClient
+
+__all__ = ["check_exports", "isolate_the_leader", "leader", "roles", "wait_converged"]
+
+
+async def roles(cluster: ClusterBackend) -> dict[int, kv_pb2.DescribeQuorumResponse | None]:
+    """Each node's DescribeQuorum answer (None: no answer)."""
+    addresses = cluster.addresses()
+    answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
+    return dict(zip(addresses, answers, strict=True))
+
+
+async def leader(cluster: ClusterBackend, exclude: int | None = None, timeout_s: float = 20) -> int:
+    """The node that says it leads, in the highest epoch (not ``exclude``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answers = await roles(cluster)
+        leaders = [
+            (r.epoch, n)
+            for n, r in answers.items()
+            if r is not None and r.role == "leader" and n != exclude
+        ]
+        if leaders:
+            return max(leaders)[1]
+        assert time.monotonic() < deadline, f"no leader (besides {exclude}): {answers}"
+        await asyncio.sleep(0.2)
+
+
+async def isolate_the_leader(cluster: ClusterBackend) -> tuple[int, int]:
+    """Cut the leader off: another is elected, the majority commits
+    ``during``, the isolated old leader cannot commit ``isolated`` and still
+    answers the test's client.  Returns (old leader, new leader)."""
+    addresses = cluster.addresses()
+    old = await leader(cluster)
+    await cluster.partition(isolate(cluster.nodes, old))
+    new = await leader(cluster, exclude=old)
+    majority = [addresses[n] for n in cluster.nodes if n != old]
+    async with KvClient(majority) as kv:
+        await kv.put("during", b"2", timeout_s=10)
+    async with KvClient([addresses[old]], timeout_s=3) as kv:
+        with pytest.raises((ClientError, IndeterminateWriteError)):
+            await kv.put("isolated", b"3", timeout_s=3)
+    # The test client is never blocked: the isolated node still answers it.
+    assert await describe(addresses[old], 1.0) is not None
+    assert new != old
+    return old, new
+
+
+async def wait_converged(
+    cluster: ClusterBackend, old: int, timeout_s: float = 30
+) -> kv_pb2.DescribeQuorumResponse:
+    """Wait until every node answers and agrees on one leader, epoch and
+    high watermark; then the isolated old leader ``old`` has the majority's
+    write and not its own.  Returns the leader's answer."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        answers = await roles(cluster)
+        up = [r for r in answers.values() if r is not None]
+        leaders = [r for r in up if r.role == "leader"]
+        if (
+            len(up) == len(cluster.nodes)
+            and len(leaders) == 1
+            and len({(r.epoch, r.leader.leader_id, r.high_watermark) for r in up}) == 1
+        ):
+            break
+        assert time.monotonic() < deadline, f"no convergence after heal: {answers}"
+        await asyncio.sleep(0.2)
+    async with KvClient([cluster.addresses()[old]]) as kv:
+        assert (await kv.get("during")).value == b"2"
+        assert (await kv.get("isolated")).value is None
+    return leaders[0]
+
+
+def check_exports(run_dir: Path, nodes: list[int], log_says: str = "") -> None:
+    """Every node exported a valid, non-empty committed log, valid changes
+    (some as follower or leader) and its own log (which says ``log_says``);
+    every committed log is a prefix of the longest one."""
+    logs = {n: read_log(run_dir / "nodes" / str(n) / "log.jsonl") for n in nodes}
+    for n, entries in logs.items():
+        assert entries, f"node {n} exported no committed record"
+        assert check_log(entries, n) == []
+        changes = read_changes(run_dir / "nodes" / str(n) / "changes.jsonl")
+        assert check_changes(changes, n) == []
+        assert any(c.role in ("follower", "leader") for c in changes)
+        text = (run_dir / "logs" / f"node-{n}.log").read_text()
+        assert text and log_says in text
+    longest = max(logs.values(), key=len)
+    for entries in logs.values():
+        strip = [(e.offset, e.epoch, e.kind, e.hash) for e in entries]
+        assert strip == [(e.offset, e.epoch, e.kind, e.hash) for e in longest][: len(strip)]

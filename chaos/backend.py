@@ -119,10 +119,12 @@ class ClusterBackend(Protocol):
         """Each node's client address, ``host:port``."""
         ...
 
-    async def collect(self, run_dir: Path) -> None:
+    async def collect(self, run_dir: Path, start_unix_ns: int | None = None) -> None:
         """Stop every node and write what it left into the run folder
         ``run_dir``: text logs under ``logs/`` and each node's exports
-        under ``nodes/<id>/`` (``docs/history-format.md``)."""
+        under ``nodes/<id>/`` (``docs/history-format.md``), change times
+        counting from ``start_unix_ns`` (the run's start; default: when the
+        nodes were started)."""
         ...
 
 

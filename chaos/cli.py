@@ -108,7 +108,8 @@ def register(subparsers: Any) -> None:
         "--backend",
         choices=sorted(BACKENDS),
         default="local",
-        help="where the cluster runs (default: %(default)s)",
+        help="where the cluster runs: local (processes on this host) or docker (one "
+        "container per node) (default: %(default)s)",
     )
     run.add_argument(
         "--workload",

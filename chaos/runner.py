@@ -10,7 +10,7 @@ before the cluster starts and ``summary.json`` last.  Whatever fails, the
 backend is stopped and cleaned up and what was recorded stays.
 
 Backends and workloads are registries (:data:`BACKENDS`, :data:`WORKLOADS`)
-so that others (containers, ...) can be added by name.
+so that others can be added by name.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -61,13 +61,10 @@ class BackendSpec:
 
     ``make(nodes, workdir, network_faults)`` returns an unstarted backend
     whose scratch data lives under ``workdir`` (removed after the run), able
-    to partition the network if ``network_faults``; ``collect(backend,
-    run_dir, start_unix_ns)`` writes the nodes' logs and exports into the
-    run folder, change times counting from ``start_unix_ns``.
+    to partition the network if ``network_faults``.
     """
 
     make: Callable[[int, Path, bool], ClusterBackend]
-    collect: Callable[[ClusterBackend, Path, int], Awaitable[None]]
     description: str
 
 
@@ -77,21 +74,22 @@ def _make_local(nodes: int, workdir: Path, network_faults: bool) -> ClusterBacke
     return LocalCluster(workdir / "cluster", nodes, network_faults=network_faults)
 
 
-async def _collect_local(backend: ClusterBackend, run_dir: Path, start_unix_ns: int) -> None:
-    from chaos.local import LocalCluster
+def _make_docker(nodes: int, workdir: Path, network_faults: bool) -> ClusterBackend:
+    from chaos.docker import DockerCluster
 
-    if isinstance(backend, LocalCluster):
-        await backend.collect(run_dir, start_unix_ns=start_unix_ns)
-    else:
-        await backend.collect(run_dir)
+    return DockerCluster(nodes)
 
 
 BACKENDS: Final[dict[str, BackendSpec]] = {
     "local": BackendSpec(
         _make_local,
-        _collect_local,
         "one `kq controller start` process per node on 127.0.0.(10+i); "
         "SIGKILL, SIGSTOP, iptables partitions",
+    ),
+    "docker": BackendSpec(
+        _make_docker,
+        "one container per node on a Docker network of its own; "
+        "docker kill, docker pause, iptables partitions in DOCKER-USER",
     ),
 }
 """Cluster backends by name (``--backend``)."""
@@ -539,7 +537,7 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
             try:
                 if started:
                     emit("collecting node logs and exports")
-                    await spec.collect(backend, run.path, start_unix_ns)
+                    await backend.collect(run.path, start_unix_ns)
             except Exception as exc:  # the run folder says so
                 result.completed = False
                 result.error = result.error or f"collect: {type(exc).__name__}: {exc}"

@@ -1,5 +1,6 @@
-"""Run orchestration (chaos.runner): a short real run of the local backend
-with every fault kind, and what a run leaves when it fails."""
+"""Run orchestration (chaos.runner): short real runs of the local and the
+docker backend with kill, pause and partition faults, and what a run leaves
+when it fails (the docker fixtures are in conftest.py)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ from pathlib import Path
 import pytest
 
 from chaos.backend import ClusterBackend
+from chaos.docker import DockerCluster
+from chaos.docker_image import Docker
 from chaos.export_files import read_changes, read_log
 from chaos.history import NEMESIS, check_well_formed, read_history
 from chaos.local import LocalCluster
 from chaos.netfilter import NetfilterError, require_iptables
-from chaos.runner import BACKENDS, BackendSpec, RunConfig, expand_nemesis, run_chaos
+from chaos.runner import BACKENDS, BackendSpec, RunConfig, RunResult, expand_nemesis, run_chaos
 from chaos.runs import RunDir, check_run
+from kq.cli import main
 
 
 def _processes_under(path: Path) -> list[str]:
@@ -122,18 +126,15 @@ class BrokenBackend:
     def addresses(self) -> Mapping[int, str]:
         return {}
 
-    async def collect(self, run_dir: Path) -> None:
+    async def collect(self, run_dir: Path, start_unix_ns: int | None = None) -> None:
         raise AssertionError("a backend that never started has nothing to collect")
 
 
 def test_a_backend_that_fails_to_start_is_stopped_and_the_run_folder_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def collect(b: ClusterBackend, path: Path, start: int) -> None:
-        await b.collect(path)
-
     monkeypatch.setitem(
-        BACKENDS, "broken", BackendSpec(lambda n, _w, _net: BrokenBackend(n), collect, "test")
+        BACKENDS, "broken", BackendSpec(lambda n, _w, _net: BrokenBackend(n), "test")
     )
     BrokenBackend.instances.clear()
     config = RunConfig(
@@ -157,6 +158,38 @@ def test_a_backend_that_fails_to_start_is_stopped_and_the_run_folder_says_why(
 # -- a real run --------------------------------------------------------------------------
 
 
+def _check_run_folder(result: RunResult, faults: tuple[str, ...], seed: int) -> None:
+    """The run completed, recovered and left a well-formed run folder with
+    nemesis operations and every node's exports."""
+    assert result.error is None and result.completed and result.recovered, result.error
+    assert result.ok and result.problems == []
+    assert check_run(result.path) == []
+
+    run = RunDir(result.path)
+    ops = read_history(run.history)
+    assert check_well_formed(ops, model="register", require_nemesis=True) == []
+    invokes = [op for op in ops if op.type == "invoke"]
+    assert len(invokes) * 2 == len(ops), "every invoke has its completion"
+    nemesis = [op for op in ops if op.process == NEMESIS]
+    assert {op.f for op in nemesis} & {"kill", "pause", "partition"}
+    assert nemesis[-1].f == "heal" and nemesis[-1].type == "ok"
+    reads = [op for op in ops if op.f == "read" and op.type == "ok"]
+    assert reads, "the cluster served linearizable reads"
+
+    config_json = json.loads(run.config.read_text())
+    assert config_json["nodes"] == [1, 2, 3] and config_json["faults"] == list(faults)
+    assert config_json["seed"] == seed and f"--seed {seed}" in config_json["replay"]
+    summary = json.loads(run.summary.read_text())
+    assert summary["well_formed"] and summary["completed"] and summary["recovered"]
+    assert summary["nemesis"] == len(nemesis) // 2
+    assert sum(summary["faults_injected"].values()) >= 1
+    assert summary["ops"]["invoke"] == len(invokes) - summary["nemesis"]
+    for node in (1, 2, 3):
+        assert read_log(run.node_log(node)), f"node {node} exported its committed log"
+        assert read_changes(run.node_changes(node)), f"node {node} exported its changes"
+        assert (run.logs / f"node-{node}.log").stat().st_size > 0
+
+
 @pytest.mark.slow
 def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -177,7 +210,7 @@ def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
         made.append(cluster)
         return cluster
 
-    monkeypatch.setitem(BACKENDS, "local", BackendSpec(make, local.collect, "test"))
+    monkeypatch.setitem(BACKENDS, "local", BackendSpec(make, "test"))
     faults = tuple(expand_nemesis(["kill", "pause", "partition"], 3))
     config = RunConfig(
         name="ci",
@@ -194,33 +227,7 @@ def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
     result = asyncio.run(
         asyncio.wait_for(run_chaos(config, lambda p: seen.append(p.event or "tick")), 90)
     )
-    assert result.error is None and result.completed and result.recovered, result.error
-    assert result.ok and result.problems == []
-    assert check_run(result.path) == []
-
-    run = RunDir(result.path)
-    ops = read_history(run.history)
-    assert check_well_formed(ops, model="register", require_nemesis=True) == []
-    invokes = [op for op in ops if op.type == "invoke"]
-    assert len(invokes) * 2 == len(ops), "every invoke has its completion"
-    nemesis = [op for op in ops if op.process == NEMESIS]
-    assert {op.f for op in nemesis} & {"kill", "pause", "partition"}
-    assert nemesis[-1].f == "heal" and nemesis[-1].type == "ok"
-    reads = [op for op in ops if op.f == "read" and op.type == "ok"]
-    assert reads, "the cluster served linearizable reads"
-
-    config_json = json.loads(run.config.read_text())
-    assert config_json["nodes"] == [1, 2, 3] and config_json["faults"] == list(faults)
-    assert config_json["seed"] == 7 and "--seed 7" in config_json["replay"]
-    summary = json.loads(run.summary.read_text())
-    assert summary["well_formed"] and summary["completed"] and summary["recovered"]
-    assert summary["nemesis"] == len(nemesis) // 2
-    assert sum(summary["faults_injected"].values()) >= 1
-    assert summary["ops"]["invoke"] == len(invokes) - summary["nemesis"]
-    for node in (1, 2, 3):
-        assert read_log(run.node_log(node)), f"node {node} exported its committed log"
-        assert read_changes(run.node_changes(node)), f"node {node} exported its changes"
-        assert (run.logs / f"node-{node}.log").stat().st_size > 0
+    _check_run_folder(result, faults, seed=7)
     assert "tick" in seen and any(e.startswith("nemesis ") for e in seen)
 
     # Nothing is left running, no firewall rule and no scratch data.
@@ -228,4 +235,42 @@ def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
     [cluster] = made
     assert cluster._netfilter.leftovers() == []
     assert all(cluster.pid(n) is None for n in cluster.nodes)
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_short_docker_run_from_the_command_line_leaves_a_well_formed_run_folder(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    docker: Docker,
+    image: str,
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    made: list[DockerCluster] = []
+
+    def make(nodes: int, workdir: Path, network: bool) -> ClusterBackend:
+        cluster = DockerCluster(nodes, image=image, docker=docker)
+        made.append(cluster)
+        return cluster
+
+    monkeypatch.setitem(BACKENDS, "docker", BackendSpec(make, "test"))
+    runs = tmp_path / "runs"
+    args = ["--time-limit", "8", "--rate", "30", "--concurrency", "3", "--keys", "3"]
+    args += ["--nemesis", "kill,pause,partition", "--seed", "11", "--runs-dir", str(runs)]
+    code = main(["chaos", "run", "--backend", "docker", "--name", "ci-docker", *args, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ok"], out
+    result = RunResult(Path(out["path"]), completed=True, recovered=True, summary=out)
+    _check_run_folder(result, tuple(expand_nemesis(["kill", "pause", "partition"], 3)), seed=11)
+    assert json.loads(RunDir(result.path).config.read_text())["backend"] == "docker"
+
+    # No container, network, firewall rule or scratch data is left.
+    [cluster] = made
+    label = f"label=kq.chaos={cluster.token}"
+    assert docker.run("ps", "-aq", "--filter", label).stdout.split() == []
+    assert docker.run("network", "ls", "-q", "--filter", label).stdout.split() == []
+    assert cluster.netfilter.leftovers() == []
     assert list(scratch.iterdir()) == []

@@ -14,6 +14,14 @@ the nemesis).
 Fault kinds (:data:`FAULT_KINDS`):
 
 - ``kill`` / ``pause``: one node, ended by ``start`` / ``resume`` of it;
+- ``kill-leader``: the leader killed, an *intent* (``target="leader"``)
+  resolved like ``isolate-leader``; its ``start`` carries the same intent
+  and restarts the node that the kill resolved to;
+- ``kill-majority``: a majority of the nodes killed at once (one ``kill``
+  of them all, ended by one ``start`` of them all).  Naming it is the
+  request to lose the majority: it is exempt from ``keep_majority``, but
+  it starts only when no other fault is in force and no other fault starts
+  while it is;
 - ``isolate-one``: one node cut off from the rest;
 - ``isolate-leader``: the leader cut off, an *intent* (``target="leader"``)
   that the backend resolves with :func:`resolve` when it acts;
@@ -42,6 +50,7 @@ from chaos.ops import NEMESIS, Op
 
 __all__ = [
     "FAULT_KINDS",
+    "KILL_KINDS",
     "PARTITION_KINDS",
     "Action",
     "action_ops",
@@ -54,7 +63,9 @@ __all__ = [
 PARTITION_KINDS: Final = ("isolate-one", "isolate-leader", "halves", "majorities-ring", "bridge")
 """The topologies of :func:`chaos.backend.partition_groups` and the
 ``isolate-leader`` intent."""
-FAULT_KINDS: Final = ("kill", "pause", *PARTITION_KINDS)
+KILL_KINDS: Final = ("kill", "kill-leader", "kill-majority")
+"""Crashes: a random node, the leader, a majority."""
+FAULT_KINDS: Final = (*KILL_KINDS, "pause", *PARTITION_KINDS)
 _ENDS: Final = {"kill": "start", "pause": "resume", "partition": "heal"}
 
 
@@ -64,8 +75,9 @@ class Action:
 
     ``f`` is the history's: ``kill``, ``start``, ``pause``, ``resume``,
     ``partition`` or ``heal``.  ``nodes`` are the targets of the per-node
-    ones; ``groups`` and ``kind`` describe a partition.  ``target`` is
-    ``"leader"`` for an action whose targets are known only when it is
+    ones; ``groups`` and ``kind`` describe a partition (``kind`` also marks
+    a ``kill-leader`` or ``kill-majority`` kill and its start).  ``target``
+    is ``"leader"`` for an action whose targets are known only when it is
     carried out (:func:`resolve`).
     """
 
@@ -79,11 +91,15 @@ class Action:
 
 def resolve(action: Action, leader: int, nodes: Sequence[int]) -> Action:
     """``action`` with its ``"leader"`` intent made concrete (unchanged if it
-    has none)."""
+    has none): a partition isolates ``leader``, a kill or start targets it
+    (for the start of a ``kill-leader``, pass the node its kill resolved
+    to)."""
     if action.target != "leader":
         return action
     if leader not in nodes:
         raise ValueError(f"leader {leader} is not one of the nodes {list(nodes)}")
+    if action.f in ("kill", "start"):
+        return replace(action, nodes=(leader,), target=None)
     return replace(action, groups=isolate(nodes, leader), target=None)
 
 
@@ -92,7 +108,10 @@ def nemesis_op(action: Action) -> tuple[str, dict[str, Any]]:
     if action.target is not None:
         raise ValueError(f"resolve the {action.target!r} target of {action} first")
     if action.f in ("kill", "start", "pause", "resume"):
-        return action.f, {"nodes": list(action.nodes)}
+        nodes: dict[str, Any] = {"nodes": list(action.nodes)}
+        if action.kind is not None:
+            nodes["kind"] = action.kind
+        return action.f, nodes
     if action.f == "partition":
         value: dict[str, Any] = {"groups": [list(g) for g in action.groups]}
         if action.kind is not None:
@@ -172,7 +191,10 @@ def schedule(
     ends every fault still in force; the schedule ends with a ``heal``
     (heal-all) at ``start_s + duration_s`` at the latest.  Times never
     decrease.  With ``keep_majority`` no fault is started that could leave
-    no node able to reach a majority of up nodes.
+    no node able to reach a majority of up nodes, except ``kill-majority``,
+    which is asked for by name: it starts only with no other fault in
+    force, and none starts while it is.  While a ``kill-leader`` is in
+    force (its node unknown until run time) only partitions start.
     """
     ids = sorted(set(nodes))
     if len(ids) != len(nodes) or not ids:
@@ -187,24 +209,44 @@ def schedule(
         raise ValueError("a partition needs at least 2 nodes")
     if "bridge" in kinds and len(ids) < 3:
         raise ValueError("bridge needs at least 3 nodes")
+    if "kill-majority" in kinds and len(ids) < 3:
+        raise ValueError("kill-majority needs at least 3 nodes")
     if min(duration_s, interval_s, fault_period_s) <= 0 or quiet_s < 0 or max_concurrent < 1:
         raise ValueError("durations and interval must be positive, max_concurrent at least 1")
 
     end_s = start_s + duration_s
     out: list[Action] = []
-    # In force: the kill or pause of each node that is down, and the partition.
+    # In force: the kill or pause of each node that is down, a kill of the
+    # leader (node unknown), a kill of a majority, and the partition.
     down: dict[int, str] = {}
+    leader_down = False
+    majority: tuple[int, ...] | None = None
     net: tuple[Groups, str | None, str] | None = None
 
-    def safe(down_now: Iterable[int], groups: Groups | None, target: str | None) -> bool:
+    def safe(
+        down_now: Iterable[int], groups: Groups | None, target: str | None, leader: bool
+    ) -> bool:
         if not keep_majority:
             return True
         d = list(down_now)
-        return all(majority_available(ids, d, g) for g in _possible_groups(groups, target, ids))
+        extra: list[int | None] = [n for n in ids if n not in d] if leader else [None]
+        return all(
+            majority_available(ids, [*d, *([k] if k is not None else [])], g)
+            for k in extra
+            for g in _possible_groups(groups, target, ids)
+        )
 
     def start_one(t: float) -> bool:
-        nonlocal net
-        options = [k for k in kinds if not (k in PARTITION_KINDS and net is not None)]
+        nonlocal net, leader_down, majority
+        if majority is not None:
+            return False
+        options = [
+            k
+            for k in kinds
+            if not (k in PARTITION_KINDS and net is not None)
+            and not (k == "kill-majority" and count() > 0)
+            and not (k in ("kill", "pause", "kill-leader") and leader_down)
+        ]
         rng.shuffle(options)
         cur_groups, cur_target = (net[0], net[1]) if net is not None else (None, None)
         for kind in options:
@@ -212,30 +254,52 @@ def schedule(
                 free = [n for n in ids if n not in down]
                 rng.shuffle(free)
                 for n in free:
-                    if safe([*down, n], cur_groups, cur_target):
+                    if safe([*down, n], cur_groups, cur_target, leader_down):
                         down[n] = kind
                         out.append(Action(t, kind, nodes=(n,)))
                         return True
+            elif kind == "kill-leader":
+                if len(down) < len(ids) and safe(down, cur_groups, cur_target, True):
+                    leader_down = True
+                    out.append(Action(t, "kill", kind=kind, target="leader"))
+                    return True
+            elif kind == "kill-majority":
+                majority = tuple(sorted(rng.sample(ids, len(ids) // 2 + 1)))
+                out.append(Action(t, "kill", nodes=majority, kind=kind))
+                return True
             else:
                 groups, target = _partition(kind, ids, rng)
-                if safe(down, groups, target):
+                if safe(down, groups, target, leader_down):
                     net = (groups, target, kind)
                     out.append(Action(t, "partition", groups=groups, kind=kind, target=target))
                     return True
         return False
 
     def end_one(t: float, which: int | None) -> None:
-        nonlocal net
-        active: list[int | None] = [*sorted(down), *([None] if net is not None else [])]
+        nonlocal net, leader_down, majority
+        active: list[int | str] = [
+            *sorted(down),
+            *(["leader"] if leader_down else []),
+            *(["majority"] if majority is not None else []),
+            *(["net"] if net is not None else []),
+        ]
         pick = active[which if which is not None else rng.randrange(len(active))]
-        if pick is None:
+        if pick == "net":
             net = None
             out.append(Action(t, "heal"))
+        elif pick == "leader":
+            leader_down = False
+            out.append(Action(t, "start", kind="kill-leader", target="leader"))
+        elif pick == "majority":
+            assert majority is not None
+            out.append(Action(t, "start", nodes=majority, kind="kill-majority"))
+            majority = None
         else:
+            assert isinstance(pick, int)
             out.append(Action(t, _ENDS[down.pop(pick)], nodes=(pick,)))
 
     def count() -> int:
-        return len(down) + (net is not None)
+        return len(down) + leader_down + (majority is not None) + (net is not None)
 
     t = start_s
     while kinds and t < end_s:

@@ -31,7 +31,15 @@ from typing import Any, Final, Literal
 
 from chaos.backend import TOPOLOGIES, ClusterBackend
 from chaos.history import NEMESIS, HistoryWriter, Op, Problem, check_well_formed, read_history
-from chaos.nemesis import FAULT_KINDS, PARTITION_KINDS, Action, nemesis_op, resolve, schedule
+from chaos.nemesis import (
+    FAULT_KINDS,
+    KILL_KINDS,
+    PARTITION_KINDS,
+    Action,
+    nemesis_op,
+    resolve,
+    schedule,
+)
 from chaos.runs import FORMAT_VERSION, RunDir, create_run_dir, summarize, write_json
 from chaos.workloads.register import KvRegisterClient, RegisterWorkload
 from quorum.driver.cli_common import describe
@@ -99,9 +107,11 @@ WORKLOADS: Final[dict[str, str]] = {
 }
 """Workloads by name (``--workload``), with what each does."""
 
-NEMESES: Final = ("kill", "pause", "partition", *PARTITION_KINDS)
-"""The ``--nemesis`` names: ``partition`` is every partition kind the node
-count allows; the kinds can also be named one by one."""
+NEMESES: Final = (*KILL_KINDS, "pause", "partition", *PARTITION_KINDS)
+"""The ``--nemesis`` names: ``kill`` a random node, ``kill-leader`` the
+leader, ``kill-majority`` a majority at once (only when named);
+``partition`` is every partition kind the node count allows; the kinds can
+also be named one by one."""
 
 
 def expand_nemesis(names: Sequence[str], nodes: int) -> list[str]:
@@ -126,6 +136,8 @@ def expand_nemesis(names: Sequence[str], nodes: int) -> list[str]:
 
 _MIN_NODES: Final = {
     "kill": 1,
+    "kill-leader": 1,
+    "kill-majority": 3,
     "pause": 1,
     "isolate-one": 2,
     "isolate-leader": 2,
@@ -256,6 +268,7 @@ class _Nemesis:
         self.log = log
         self.down: dict[int, str] = {}  # node -> kill / pause
         self.partition: str | None = None  # kind in force
+        self.killed_leader: int | None = None  # the node a kill-leader killed
         self.injected: Counter[str] = Counter()
 
     def faults(self) -> tuple[str, ...]:
@@ -267,10 +280,17 @@ class _Nemesis:
     async def act(self, action: Action) -> tuple[Literal["ok", "info", "skipped"], Action]:
         """Carry ``action`` out and record it; returns how it went and the
         action as done (a leader intent resolved)."""
-        if action.target == "leader":
+        if action.target == "leader" and action.f == "start":
+            # The end of a kill-leader: restart the node it killed.
+            if self.killed_leader is None:
+                self.log(f"skipped {action.kind} start: no leader was killed")
+                return "skipped", action
+            action = resolve(action, self.killed_leader, self.backend.nodes)
+        elif action.target == "leader":
             leader = await current_leader(self.backend, timeout_s=5.0)
-            if leader is None:
-                self.log(f"skipped {action.kind}: no leader to isolate")
+            if leader is None or (action.f == "kill" and leader in self.down):
+                what = "kill" if action.f == "kill" else "isolate"
+                self.log(f"skipped {action.kind}: no leader to {what}")
                 return "skipped", action
             action = resolve(action, leader, self.backend.nodes)
         f, value = nemesis_op(action)
@@ -292,8 +312,13 @@ class _Nemesis:
             for n in action.nodes:
                 await b.kill(n)
         elif action.f == "start":
-            for n in action.nodes:
-                await b.restart(n)
+            # Together: a majority restarted one by one would wait for each.
+            outcomes = await asyncio.gather(
+                *(b.restart(n) for n in action.nodes), return_exceptions=True
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
         elif action.f == "pause":
             for n in action.nodes:
                 await b.pause(n)
@@ -311,15 +336,19 @@ class _Nemesis:
         """A fault started ``ok`` or ``info`` may be in force; only an ``ok``
         end ends it."""
         if action.f in ("kill", "pause"):
-            self.injected[action.f] += 1
+            self.injected[action.kind or action.f] += 1
             for n in action.nodes:
                 self.down[n] = action.f
+            if action.kind == "kill-leader":
+                self.killed_leader = action.nodes[0]
         elif action.f == "partition":
             self.injected[f"partition {action.kind}" if action.kind else "partition"] += 1
             self.partition = action.kind or "partition"
         elif ok and action.f in ("start", "resume"):
             for n in action.nodes:
                 self.down.pop(n, None)
+            if action.kind == "kill-leader" or self.killed_leader in action.nodes:
+                self.killed_leader = None
         elif ok and action.f == "heal":
             self.partition = None
 
@@ -593,7 +622,8 @@ def _describe_action(action: Action) -> str:
         groups = " | ".join(",".join(map(str, g)) for g in action.groups)
         return f"partition {action.kind or ''} [{groups}]".replace("  ", " ")
     if action.nodes:
-        return f"{action.f} {','.join(map(str, action.nodes))}"
+        kind = f" ({action.kind})" if action.kind else ""
+        return f"{action.f} {','.join(map(str, action.nodes))}{kind}"
     return action.f
 
 

@@ -21,27 +21,52 @@ from chaos.nemesis import (
 from chaos.ops import check_well_formed, op_problems
 
 
-def replay(actions: list[Action], nodes: list[int]) -> list[tuple[float, dict[int, str], bool]]:
-    """The state after each action: (time, node -> kill/pause, partition in
+def replay(
+    actions: list[Action], nodes: list[int]
+) -> list[tuple[float, dict[int | str, str], bool, int]]:
+    """The state after each action: (time, node -> kill/pause (``"leader"``:
+    a kill of the leader, node unknown), partition in force, faults in
     force); asserts the pairing rules on the way."""
-    down: dict[int, str] = {}
+    down: dict[int | str, str] = {}
     partition: Action | None = None
+    majority: tuple[int, ...] | None = None
     states = []
     for a in actions:
-        if a.f in ("kill", "pause"):
-            (n,) = a.nodes
-            assert n in nodes and n not in down, a
-            down[n] = a.f
+        if a.f in ("kill", "pause") and a.target == "leader":
+            assert a.f == "kill" and a.kind == "kill-leader" and not a.nodes, a
+            assert "leader" not in down and majority is None
+            down["leader"] = "kill"
+        elif a.f in ("kill", "pause"):
+            assert len(a.nodes) == 1 or a.kind == "kill-majority", a
+            if a.kind == "kill-majority":
+                assert majority is None and not down and partition is None, a
+                assert len(a.nodes) == len(nodes) // 2 + 1
+                majority = a.nodes
+            else:
+                assert majority is None, "a fault started while a majority is down"
+            for n in a.nodes:
+                assert n in nodes and n not in down, a
+                down[n] = a.f
+        elif a.f in ("start", "resume") and a.target == "leader":
+            assert a.f == "start" and a.kind == "kill-leader" and not a.nodes, a
+            assert down.pop("leader") == "kill"
         elif a.f in ("start", "resume"):
-            (n,) = a.nodes
-            assert down.pop(n) == {"start": "kill", "resume": "pause"}[a.f], a
+            if a.kind == "kill-majority":
+                assert a.nodes == majority, a
+                majority = None
+            else:
+                assert len(a.nodes) == 1 and a.nodes != majority, a
+            for n in a.nodes:
+                assert down.pop(n) == {"start": "kill", "resume": "pause"}[a.f], a
         elif a.f == "partition":
             assert partition is None, "two partitions at once"
+            assert majority is None, "a fault started while a majority is down"
             partition = a
         else:
             assert a.f == "heal", a
             partition = None
-        states.append((a.time_s, dict(down), partition is not None))
+        faults = len(down) - (len(majority) - 1 if majority else 0) + (partition is not None)
+        states.append((a.time_s, dict(down), partition is not None, faults))
     return states
 
 
@@ -171,33 +196,45 @@ def test_schedule_properties(
     states = replay(acts, nodes)
     # Every fault started is ended.
     assert states[-1][1] == {} and not states[-1][2]
-    for a, (_, down, partitioned) in zip(acts, states, strict=True):
-        assert len(down) + partitioned <= max_concurrent
+    for a, (_, down, _, faults) in zip(acts, states, strict=True):
+        assert faults <= max_concurrent
         assert a.f in ("kill", "start", "pause", "resume", "partition", "heal")
         if a.f == "partition":
             assert a.kind in kinds and (a.target == "leader") == (a.kind == "isolate-leader")
         if a.f in ("kill", "pause"):
-            assert a.f in kinds
+            assert (a.kind or a.f) in kinds
+            assert (a.target == "leader") == (a.kind == "kill-leader")
+        if "leader" in down:
+            # While the leader is down (node unknown) no node is targeted.
+            assert a.f not in ("kill", "pause") or a.target == "leader"
     if keep_majority:
         partition: Action | None = None
         out: set[int] = set()
+        leader_out = False
         for a in acts:
+            if a.kind == "kill-majority":
+                continue  # asked for by name; it is alone in force (replay)
             if a.f in ("kill", "pause"):
                 out |= set(a.nodes)
+                leader_out = leader_out or a.target == "leader"
             elif a.f in ("start", "resume"):
                 out -= set(a.nodes)
+                leader_out = leader_out and a.target != "leader"
             elif a.f == "partition":
                 partition = a
             else:
                 partition = None
             leaders = nodes if partition is not None and partition.target else [None]
+            killed: list[int | None] = [n for n in nodes if n not in out] if leader_out else [None]
             for leader in leaders:
                 p = (
                     partition
                     if leader is None or partition is None
                     else resolve(partition, leader, nodes)
                 )
-                assert majority_available(nodes, out, p.groups if p else None)
+                for k in killed:
+                    lost = out | ({k} if k is not None else set())
+                    assert majority_available(nodes, lost, p.groups if p else None)
     # Nothing happens in a quiet period, and nothing is in force in one.
     cycle = period + quiet
     eps = 1e-6
@@ -211,9 +248,64 @@ def test_schedule_properties(
             assert before[-1][1] == {} and not before[-1][2]
     # The history ops of the whole schedule, resolved, are well formed.
     ops = []
-    for i, a in enumerate(acts):
+    killed_leader = nodes[0]
+    before = [(0.0, {}, False, 0), *states[:-1]]
+    for i, a, (_, down, _, _) in zip(range(len(acts)), acts, before, strict=True):
+        if a.f == "kill" and a.target == "leader":
+            killed_leader = min(n for n in nodes if n not in down)
+        target = killed_leader if a.f in ("kill", "start") else nodes[0]
         inv, done = action_ops(
-            resolve(a, nodes[0], nodes), index=2 * i, invoke_ns=i * 10, complete_ns=i * 10 + 5
+            resolve(a, target, nodes), index=2 * i, invoke_ns=i * 10, complete_ns=i * 10 + 5
         )
         ops += [inv, done]
     assert check_well_formed(ops) == []
+
+
+def test_kill_leader_is_an_intent_resolved_at_run_time() -> None:
+    acts = schedule(random.Random(5), [1, 2, 3], ["kill-leader"], duration_s=10, interval_s=1)
+    kill = next(a for a in acts if a.f == "kill")
+    start = next(a for a in acts if a.f == "start")
+    assert (kill.target, kill.kind, kill.nodes) == ("leader", "kill-leader", ())
+    assert (start.target, start.kind) == ("leader", "kill-leader")
+    with pytest.raises(ValueError):
+        nemesis_op(kill)
+    assert nemesis_op(resolve(kill, 2, [1, 2, 3])) == (
+        "kill",
+        {"nodes": [2], "kind": "kill-leader"},
+    )
+    assert nemesis_op(resolve(start, 2, [1, 2, 3])) == (
+        "start",
+        {"nodes": [2], "kind": "kill-leader"},
+    )
+
+
+@pytest.mark.parametrize("n", [3, 4, 5])
+def test_kill_majority_kills_a_majority_at_once_and_restarts_it_at_once(n: int) -> None:
+    nodes = list(range(1, n + 1))
+    acts = schedule(random.Random(n), nodes, ["kill-majority"], duration_s=30, interval_s=1)
+    kills = [a for a in acts if a.f == "kill"]
+    starts = [a for a in acts if a.f == "start"]
+    assert kills and [a.nodes for a in kills] == [a.nodes for a in starts]
+    for a in kills:
+        assert len(a.nodes) == n // 2 + 1 and not majority_available(nodes, a.nodes)
+        assert nemesis_op(a) == ("kill", {"nodes": list(a.nodes), "kind": "kill-majority"})
+    replay(acts, nodes)
+
+
+def test_kill_majority_is_alone_in_force_even_with_other_faults() -> None:
+    nodes = [1, 2, 3, 4, 5]
+    for seed in range(20):
+        acts = schedule(
+            random.Random(seed),
+            nodes,
+            ["kill-majority", "kill", "pause", "halves"],
+            duration_s=60,
+            interval_s=0.5,
+            max_concurrent=3,
+        )
+        replay(acts, nodes)  # asserts nothing else is in force with a majority down
+
+
+def test_kill_majority_needs_three_nodes() -> None:
+    with pytest.raises(ValueError, match="kill-majority"):
+        schedule(random.Random(), [1, 2], ["kill-majority"], duration_s=1)

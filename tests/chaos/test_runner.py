@@ -13,12 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from chaos import runner
 from chaos.backend import ClusterBackend
 from chaos.docker import DockerCluster
 from chaos.docker_image import Docker
 from chaos.export_files import read_changes, read_log
-from chaos.history import NEMESIS, check_well_formed, read_history
+from chaos.history import NEMESIS, HistoryWriter, check_well_formed, read_history
 from chaos.local import LocalCluster
+from chaos.nemesis import Action
 from chaos.netfilter import NetfilterError, require_iptables
 from chaos.runner import BACKENDS, BackendSpec, RunConfig, RunResult, expand_nemesis, run_chaos
 from chaos.runs import RunDir, check_run
@@ -153,6 +155,83 @@ def test_a_backend_that_fails_to_start_is_stopped_and_the_run_folder_says_why(
     assert read_history(run.history) == []
     assert [p.kind for p in result.problems] == ["nemesis-missing"]
     assert "no cluster today" in (run.logs / "harness.log").read_text()
+
+
+# -- the nemesis carrying out kills -------------------------------------------------
+
+
+class RecordingBackend(BrokenBackend):
+    """Records the kills and restarts it is asked for."""
+
+    def __init__(self, nodes: int) -> None:
+        super().__init__(nodes)
+        self.calls: list[tuple[str, int]] = []
+
+    async def kill(self, node: int) -> None:
+        self.calls.append(("kill", node))
+
+    async def restart(self, node: int) -> None:
+        self.calls.append(("restart", node))
+
+
+def test_the_nemesis_kills_the_leader_and_restarts_that_node_then_a_majority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    leaders = iter([2, None])
+
+    async def leader(backend: object, timeout_s: float = 5.0) -> int | None:
+        return next(leaders)
+
+    monkeypatch.setattr(runner, "current_leader", leader)
+    backend = RecordingBackend(3)
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    nemesis = runner._Nemesis(backend, writer, lambda _line: None)
+    kill = Action(0, "kill", kind="kill-leader", target="leader")
+    start = Action(0, "start", kind="kill-leader", target="leader")
+    majority = (1, 3)
+
+    async def go() -> list[str]:
+        return [
+            (await nemesis.act(kill))[0],
+            (await nemesis.act(start))[0],
+            (await nemesis.act(kill))[0],  # no leader: skipped
+            (await nemesis.act(start))[0],  # nothing killed: skipped
+            (await nemesis.act(Action(0, "kill", nodes=majority, kind="kill-majority")))[0],
+            (await nemesis.act(Action(0, "start", nodes=majority, kind="kill-majority")))[0],
+        ]
+
+    outcomes = asyncio.run(go())
+    writer.close()
+    assert outcomes == ["ok", "ok", "skipped", "skipped", "ok", "ok"]
+    assert backend.calls == [
+        ("kill", 2),
+        ("restart", 2),
+        ("kill", 1),
+        ("kill", 3),
+        ("restart", 1),
+        ("restart", 3),
+    ]
+    assert nemesis.down == {} and nemesis.killed_leader is None
+    assert dict(nemesis.injected) == {"kill-leader": 1, "kill-majority": 1}
+    ops = read_history(tmp_path / "history.jsonl")
+    assert [(op.f, op.value) for op in ops if op.type == "ok"] == [
+        ("kill", {"nodes": [2], "kind": "kill-leader"}),
+        ("start", {"nodes": [2], "kind": "kill-leader"}),
+        ("kill", {"nodes": [1, 3], "kind": "kill-majority"}),
+        ("start", {"nodes": [1, 3], "kind": "kill-majority"}),
+    ]
+    assert check_well_formed(ops, require_nemesis=True) == []
+
+
+def test_kill_names_expand_and_kill_majority_needs_three_nodes() -> None:
+    assert expand_nemesis(["kill-majority", "kill-leader", "kill"], 3) == [
+        "kill",
+        "kill-leader",
+        "kill-majority",
+    ]
+    assert "kill-majority" not in expand_nemesis(["kill", "partition"], 5)
+    with pytest.raises(ValueError, match="at least 3 nodes"):
+        expand_nemesis(["kill-majority"], 2)
 
 
 # -- a real run --------------------------------------------------------------------------

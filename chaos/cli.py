@@ -101,8 +101,8 @@ def register(subparsers: Any) -> None:
         help="one chaos run",
         description="Start a cluster, run a workload against it while the nemesis injects "
         "faults, heal, read every key, collect the nodes' logs and exports, stop the cluster. "
-        "Exit status: 0 the run completed, the cluster recovered and the history is well "
-        "formed; 1 otherwise; 2 bad usage.",
+        "Exit status: 0 the run completed, the cluster recovered, the history is well "
+        "formed and the workload's final check (if any) passed; 1 otherwise; 2 bad usage.",
     )
     run.add_argument(
         "--backend",
@@ -233,6 +233,10 @@ def _run(args: argparse.Namespace) -> int:
         )
     if result.problems:
         reasons.append(f"the history is not well formed ({len(result.problems)} problem(s))")
+    if result.completed and not result.final_ok:
+        check = result.final_check or {}
+        found = check.get("error") or f"{len(check.get('problems', []))} problem(s)"
+        reasons.append(f"the final check failed: {found}")
     if args.json:
         print_json({"path": str(result.path), "ok": result.ok, **result.summary})
     else:
@@ -245,6 +249,11 @@ def _run(args: argparse.Namespace) -> int:
         )
         for p in result.problems[:10]:
             print(f"  {p}")
+        if result.final_check is not None:
+            problems = result.final_check.get("problems", [])
+            print(f"final check: {'ok' if result.final_ok else 'FAILED'}")
+            for fp in problems[:10]:
+                print(f"  {fp['kind']}: {fp['message']}")
         print(f"run folder: {result.path}")
     for reason in reasons:
         print(f"kq chaos run: {reason}", file=sys.stderr)

@@ -70,7 +70,7 @@ FIELDS: Final = (
 
 REQUIRED: Final = ("index", "time", "type", "process", "f")
 
-MODELS: Final = ("register", "kv", "log")
+MODELS: Final = ("register", "kv", "log", "topics")
 """The data models whose ``f`` values and ``value`` shapes are checked."""
 
 NEMESIS_ENDS: Final[Mapping[str, str]] = {
@@ -108,6 +108,7 @@ _MODEL_FS: Final[Mapping[str, frozenset[str]]] = {
     "register": frozenset({"read", "write", "cas"}),
     "kv": frozenset({"read", "write", "cas", "delete"}),
     "log": frozenset({"write"}),
+    "topics": frozenset({"create-topic", "delete-topic", "register-broker", "heartbeat"}),
 }
 
 
@@ -617,7 +618,7 @@ def _model_problems(ops: Sequence[Op], model: str) -> list[Problem]:
                         f"value {v!r} of key {op.key!r} was already written by op {first.index}",
                         op,
                     )
-        version = _version_problem(op)
+        version = _version_problem(op, model)
         if version:
             add("model-version", version, op)
         if op.error == "precondition" and not (op.f == "cas" and op.type == "fail"):
@@ -639,6 +640,8 @@ def _is_str_or_none(v: object) -> bool:
 
 def _value_shape_problem(model: str, op: Op) -> str | None:
     v = op.value
+    if model == "topics":
+        return _topics_shape_problem(op)
     if model == "log":
         if not (isinstance(v, list) and v and all(isinstance(r, str) for r in v)):
             return f"a log write's value is a non-empty list of strings, got {v!r}"
@@ -658,11 +661,38 @@ def _value_shape_problem(model: str, op: Op) -> str | None:
     return None
 
 
-def _version_problem(op: Op) -> str | None:
+def _topics_shape_problem(op: Op) -> str | None:
+    v = op.value
+    if op.f == "create-topic":
+        fields = ("partitions", "replication_factor")
+        if isinstance(v, dict) and set(v) == set(fields) and all(_positive(v[k]) for k in fields):
+            return None
+        return (
+            "a create-topic's value is {partitions, replication_factor} "
+            f"(positive integers), got {v!r}"
+        )
+    if op.f == "delete-topic":
+        return None if v is None else f"a delete-topic's value is null, got {v!r}"
+    if op.key is not None and not op.key.isdigit():
+        return f"a {op.f}'s key is a broker id (decimal), got {op.key!r}"
+    if op.f == "register-broker":
+        if isinstance(v, dict) and set(v) == {"incarnation"} and isinstance(v["incarnation"], str):
+            return None
+        return f"a register-broker's value is {{incarnation (string)}}, got {v!r}"
+    if isinstance(v, dict) and set(v) == {"fence"} and isinstance(v["fence"], bool):
+        return None
+    return f"a heartbeat's value is {{fence (boolean)}}, got {v!r}"
+
+
+def _positive(v: object) -> bool:
+    return _is_int(v) and isinstance(v, int) and v > 0
+
+
+def _version_problem(op: Op, model: str) -> str | None:
     has = (op.offset is not None, op.epoch is not None)
     if has[0] != has[1]:
         return "offset and epoch come together"
-    if op.type != "ok":
+    if op.type != "ok" or model == "topics":
         return None
     if op.f == "read":
         if op.value is not None and not has[0]:

@@ -3,11 +3,12 @@
 A run makes its run folder (:mod:`chaos.runs`), starts a cluster backend,
 runs a workload against it while a nemesis carries out a fault schedule
 (:func:`chaos.nemesis.schedule`), then heals everything, waits for the
-cluster to recover, reads every key once more, collects what the nodes left
-and stops the cluster.  Every operation goes to ``history.jsonl`` as it
-happens (:class:`chaos.history.HistoryWriter`); ``config.json`` is written
-before the cluster starts and ``summary.json`` last.  Whatever fails, the
-backend is stopped and cleaned up and what was recorded stays.
+cluster to recover, makes the workload's final reads (and its final check,
+if it has one), collects what the nodes left and stops the cluster.  Every
+operation goes to ``history.jsonl`` as it happens
+(:class:`chaos.history.HistoryWriter`); ``config.json`` is written before the
+cluster starts and ``summary.json`` last.  Whatever fails, the backend is
+stopped and cleaned up and what was recorded stays.
 
 Backends and workloads are registries (:data:`BACKENDS`, :data:`WORKLOADS`)
 so that others can be added by name.
@@ -41,7 +42,10 @@ from chaos.nemesis import (
     schedule,
 )
 from chaos.runs import FORMAT_VERSION, RunDir, create_run_dir, summarize, write_json
+from chaos.workloads import Workload
 from chaos.workloads.register import KvRegisterClient, RegisterWorkload
+from chaos.workloads.topics import TopicsWorkload
+from metadata.client import MetadataClient
 from quorum.driver.cli_common import describe
 
 __all__ = [
@@ -52,6 +56,7 @@ __all__ = [
     "Progress",
     "RunConfig",
     "RunResult",
+    "WorkloadSpec",
     "current_leader",
     "expand_nemesis",
     "run_chaos",
@@ -102,10 +107,60 @@ BACKENDS: Final[dict[str, BackendSpec]] = {
 }
 """Cluster backends by name (``--backend``)."""
 
-WORKLOADS: Final[dict[str, str]] = {
-    "register": "a linearizable compare-and-set register per key (read, write, cas)",
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """How to make a workload of one kind.
+
+    ``make(config, recorder, addresses, rng)`` returns the workload that
+    records into ``recorder`` and talks to the nodes at ``addresses`` (node
+    id to client address).
+    """
+
+    make: Callable[[RunConfig, HistoryWriter, Mapping[int, str], random.Random], Workload]
+    description: str
+
+
+def _make_register(
+    config: RunConfig, writer: HistoryWriter, addresses: Mapping[int, str], rng: random.Random
+) -> Workload:
+    return RegisterWorkload(
+        writer,
+        lambda: KvRegisterClient(addresses, timeout_s=config.client_timeout_s),
+        rng,
+        concurrency=config.concurrency,
+        keys=[f"k{i}" for i in range(config.keys)],
+        rate=config.rate,
+        op_timeout_s=config.op_timeout_s,
+    )
+
+
+def _make_topics(
+    config: RunConfig, writer: HistoryWriter, addresses: Mapping[int, str], rng: random.Random
+) -> Workload:
+    return TopicsWorkload(
+        writer,
+        lambda: MetadataClient(list(addresses.values()), timeout_s=config.client_timeout_s),
+        rng,
+        nodes=addresses,
+        concurrency=config.concurrency,
+        rate=config.rate,
+        op_timeout_s=config.op_timeout_s,
+        final_timeout_s=config.recovery_timeout_s,
+    )
+
+
+WORKLOADS: Final[dict[str, WorkloadSpec]] = {
+    "register": WorkloadSpec(
+        _make_register, "a linearizable compare-and-set register per key (read, write, cas)"
+    ),
+    "topics": WorkloadSpec(
+        _make_topics,
+        "topics created and deleted while test brokers register, heartbeat and are fenced; "
+        "the final topics and brokers checked against the history",
+    ),
 }
-"""Workloads by name (``--workload``), with what each does."""
+"""Workloads by name (``--workload``)."""
 
 NEMESES: Final = (*KILL_KINDS, "pause", "partition", *PARTITION_KINDS)
 """The ``--nemesis`` names: ``kill`` a random node, ``kill-leader`` the
@@ -228,7 +283,9 @@ class Progress:
 class RunResult:
     """How a run ended.  ``completed``: it ran to the end without an error
     (``error`` says what went wrong otherwise); ``recovered``: after the
-    final heal a leader was elected and every node answered."""
+    final heal a leader was elected and every node answered; ``final_ok``:
+    the workload's final check (``final_check``, if it has one) found no
+    problem."""
 
     path: Path
     completed: bool = False
@@ -236,6 +293,8 @@ class RunResult:
     error: str | None = None
     problems: list[Problem] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    final_ok: bool = True
+    final_check: dict[str, Any] | None = None
 
     @property
     def well_formed(self) -> bool:
@@ -243,8 +302,9 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        """Completed, recovered and the history is well formed."""
-        return self.completed and self.recovered and not self.problems
+        """Completed, recovered, the history is well formed and the final
+        check found no problem."""
+        return self.completed and self.recovered and not self.problems and self.final_ok
 
 
 ProgressFn = Callable[[Progress], None]
@@ -425,7 +485,7 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
     harness: list[str] = []
     t0 = time.monotonic()
     nemesis: _Nemesis | None = None
-    workload: RegisterWorkload | None = None
+    workload: Workload | None = None
 
     def stats() -> tuple[int, int, int]:
         if workload is None:
@@ -481,15 +541,7 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
         emit(f"cluster up at {', '.join(backend.addresses().values())} (leader {leader})")
         nemesis = _Nemesis(backend, writer, lambda line: emit(line))
         addresses = dict(backend.addresses())
-        workload = RegisterWorkload(
-            writer,
-            lambda: KvRegisterClient(addresses, timeout_s=config.client_timeout_s),
-            workload_rng,
-            concurrency=config.concurrency,
-            keys=config_json["keys"],
-            rate=config.rate,
-            op_timeout_s=config.op_timeout_s,
-        )
+        workload = WORKLOADS[config.workload].make(config, writer, addresses, workload_rng)
         actions = (
             schedule(
                 nemesis_rng,
@@ -546,11 +598,9 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
         result.recovered = await wait_recovered(backend, config.recovery_timeout_s)
         emit("recovered" if result.recovered else "did not recover")
         emit("final reads")
-        reads = await workload.final_reads()
-        emit(
-            "final reads: "
-            + ", ".join(f"{op.key}={op.value if op.type == 'ok' else op.type}" for op in reads)
-        )
+        verdict = await workload.final()
+        result.final_ok, result.final_check = verdict.ok, verdict.check
+        emit(verdict.event)
         result.completed = True
     except BaseException as exc:
         result.error = f"{type(exc).__name__}: {exc}"
@@ -611,6 +661,7 @@ def _finish(
             "counts": _counts(ops),
             "faults_injected": dict(sorted(nemesis.injected.items())) if nemesis else {},
             "nemesis_ops": _nemesis_counts(ops),
+            "final_check": result.final_check,
         }
     )
     result.summary = summary

@@ -32,10 +32,11 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from chaos.ops import HistoryRecorder, Op, next_process
+from chaos.workloads import FinalVerdict, WorkloadStats
 from quorum.driver.client import (
     ClientError,
     IndeterminateWriteError,
@@ -172,15 +173,6 @@ class KvRegisterClient:
 # -- the workload --------------------------------------------------------------
 
 
-@dataclass
-class WorkloadStats:
-    """What a run did: invokes and completions by type, and retirements."""
-
-    invokes: int = 0
-    completions: dict[str, int] = field(default_factory=lambda: {"ok": 0, "fail": 0, "info": 0})
-    retired: int = 0
-
-
 class _Worker:
     def __init__(self, lane: int, client: RegisterClient) -> None:
         self.lane = lane
@@ -200,7 +192,8 @@ class RegisterWorkload:
     long the workload waits for a client's answer before it counts the op as
     timed out (the client's own deadline should be shorter).
 
-    Use :meth:`run` for the main phase, then :meth:`final_reads`, then
+    Use :meth:`run` for the main phase, then :meth:`final_reads` (or
+    :meth:`final`), then
     :meth:`close`.  Ops cut short by cancellation stay in flight in the
     recorder, whose close completes them as ``info`` (``run-ended``).
     """
@@ -398,6 +391,15 @@ class RegisterWorkload:
         )
         by_key = {op.key: op for ops in results for op in ops}
         return [by_key[key] for key in self.keys]
+
+    async def final(self) -> FinalVerdict:
+        """:meth:`final_reads`, for the runner (a register run has no check
+        of its own: the history is checked afterwards)."""
+        reads = await self.final_reads()
+        return FinalVerdict(
+            "final reads: "
+            + ", ".join(f"{op.key}={op.value if op.type == 'ok' else op.type}" for op in reads)
+        )
 
     async def close(self) -> None:
         """Close every worker's client."""

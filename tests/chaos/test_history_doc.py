@@ -31,6 +31,7 @@ def test_the_examples_are_found() -> None:
         "history kv",
         "history log",
         "history register",
+        "history topics",
         "log",
     ]
 

@@ -1,9 +1,22 @@
-"""The topics workload's final check against the history."""
+"""The topics workload: its final check against the history, the
+``topics`` model's value shapes, and a short local run from the command
+line."""
 
 from __future__ import annotations
 
-from chaos.ops import Op
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.history import read_history
+from chaos.netfilter import NetfilterError, require_iptables
+from chaos.ops import NEMESIS, Op, check_well_formed
+from chaos.runs import RunDir, check_run
 from chaos.workloads.topics import check_final_metadata
+from kq.cli import main
 
 
 def history(*ops: tuple[str, str, str]) -> list[Op]:
@@ -63,3 +76,75 @@ def test_lost_and_phantom_brokers() -> None:
         ("phantom-broker", "2"),
         ("phantom-broker", "3"),
     ]
+
+
+# -- the topics model ------------------------------------------------------------
+
+
+def pair(f: str, key: str, value: Any) -> list[Op]:
+    return [
+        Op(0, 0, "invoke", 0, f, key=key, value=value),
+        Op(1, 1, "ok", 0, f, key=key, value=value),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("f", "key", "value"),
+    [
+        ("create-topic", "t0-1", {"partitions": 2, "replication_factor": 1}),
+        ("delete-topic", "t0-1", None),
+        ("register-broker", "1", {"incarnation": "9bFlIkpYt5HfavHYMD5hzQ"}),
+        ("heartbeat", "1", {"fence": True}),
+    ],
+)
+def test_the_topics_model_takes_its_ops_without_versions(f: str, key: str, value: Any) -> None:
+    assert check_well_formed(pair(f, key, value), model="topics") == []
+
+
+@pytest.mark.parametrize(
+    ("f", "key", "value", "kind"),
+    [
+        ("create-topic", "t0-1", {"partitions": 0, "replication_factor": 1}, "model-value"),
+        ("create-topic", "t0-1", {"partitions": 1}, "model-value"),
+        ("delete-topic", "t0-1", "x", "model-value"),
+        ("register-broker", "b1", {"incarnation": "x"}, "model-value"),
+        ("heartbeat", "1", {"fence": 1}, "model-value"),
+        ("write", "k", "v", "model-f"),
+    ],
+)
+def test_the_topics_model_refuses_other_shapes(f: str, key: str, value: Any, kind: str) -> None:
+    assert {p.kind for p in check_well_formed(pair(f, key, value), model="topics")} == {kind}
+
+
+# -- a real run --------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_short_local_topics_run_from_the_command_line_is_well_formed_and_checks_clean(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        require_iptables()
+    except NetfilterError as exc:
+        pytest.fail(f"{exc} (see scripts/bootstrap)")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    runs = tmp_path / "runs"
+    args = ["--workload", "topics", "--time-limit", "8", "--nemesis", "kill,partition"]
+    args += ["--rate", "20", "--concurrency", "4", "--seed", "5", "--runs-dir", str(runs)]
+    code = main(["chaos", "run", *args, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ok"], out
+    path = Path(out["path"])
+    assert check_run(path) == []
+    ops = read_history(RunDir(path).history)
+    assert check_well_formed(ops, model="topics", require_nemesis=True) == []
+    assert json.loads(RunDir(path).config.read_text())["model"] == "topics"
+
+    done = {(op.f, op.type) for op in ops if op.process != NEMESIS}
+    assert {("register-broker", "ok"), ("create-topic", "ok")} <= done
+    assert any(op.f == "kill" for op in ops if op.process == NEMESIS)
+    final = out["final_check"]
+    assert final["ok"] and final["problems"] == [] and final["brokers"] == [1, 2, 3]
+    assert list(scratch.iterdir()) == []

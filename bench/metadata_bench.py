@@ -54,7 +54,6 @@ import contextlib
 import cProfile
 import dataclasses
 import gc
-import importlib.util
 import io
 import json
 import pstats
@@ -571,11 +570,6 @@ def bench_snapshot(sizes: Sizes, repeat: int, profile: bool = False) -> dict[str
 # -- a real quorum -------------------------------------------------------------------
 
 
-def quorum_available() -> bool:
-    """The metadata services exist in this tree (metadata/service.py)."""
-    return importlib.util.find_spec("metadata.service") is not None
-
-
 class QuorumBench:
     """Three controller nodes on loopback in this process, and 10 brokers
     that register and heartbeat through a MetadataClient."""
@@ -990,9 +984,6 @@ def run(
         elif section == "snapshot":
             results[section] = bench_snapshot(sizes, repeat, profile)
         elif section in ("quorum", "fence-quorum"):
-            if not quorum_available():
-                results[section] = {"skipped": "metadata.service (the gRPC services) is missing"}
-                continue
             bench = quorum_topics(sizes, profile) if section == "quorum" else quorum_fence(sizes)
             results[section] = asyncio.run(bench)
         else:

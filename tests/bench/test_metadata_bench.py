@@ -76,7 +76,6 @@ def test_main_prints_json(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not mb.quorum_available(), reason="needs metadata.service")
 def test_quorum_sections() -> None:
     results = mb.run(["quorum", "fence-quorum"], TINY, repeat=1)
     (row,) = results["quorum"]["callers"]

@@ -31,6 +31,7 @@ from quorum.driver.cli_common import (
     EXIT_INDETERMINATE,
     EXIT_USAGE,
     CommandError,
+    add_bootstrap_flag,
     bootstrap_addresses,
     print_json,
     run_async,
@@ -62,19 +63,8 @@ MAX_ID = 2**31 - 1
 
 def add_common_flags(parser: argparse.ArgumentParser, *, stale: bool = False) -> None:
     """--bootstrap, --cluster-dir, --timeout, --json (and --stale for reads)."""
-    parser.add_argument(
-        "--bootstrap",
-        "--bootstrap-server",
-        dest="bootstrap_server",
-        metavar="H:P[,H:P...]",
-        help="any controllers of the cluster (default: the controllers of the local "
-        "cluster that `kq cluster up` started in --cluster-dir)",
-    )
-    parser.add_argument(
-        "--cluster-dir",
-        default="kq-cluster",
-        help="where to look for the local cluster when --bootstrap is not given "
-        "(default: %(default)s)",
+    add_bootstrap_flag(
+        parser, names=("--bootstrap", "--bootstrap-server"), nodes="controllers", of="the cluster"
     )
     parser.add_argument(
         "--timeout",

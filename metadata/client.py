@@ -318,10 +318,6 @@ class MetadataClient(LeaderFollowingClient):
     def _lifecycle(self, address: str) -> metadata_pb2_grpc.BrokerLifecycleServiceAsyncStub:
         return metadata_pb2_grpc.BrokerLifecycleServiceStub(self._channel(address))
 
-    def _forget(self, address: str) -> None:
-        if self._leader == address:
-            self._leader = None
-
     @staticmethod
     async def _pause(deadline: float) -> None:
         await asyncio.sleep(max(0.0, min(_PAUSE_S, deadline - time.monotonic())))
@@ -439,7 +435,7 @@ class MetadataClient(LeaderFollowingClient):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise NoControllerError(self._no_controller(what, timeout, problems))
-            address = self._leader or self._next_bootstrap()
+            address = self._candidate()
             try:
                 response = await call(address, min(remaining, attempt_s))
             except grpc.aio.AioRpcError as exc:

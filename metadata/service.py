@@ -24,7 +24,7 @@ import binascii
 import logging
 import re
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
 from kq import kv_pb2, metadata_pb2, metadata_pb2_grpc
@@ -270,6 +270,14 @@ def _item_error(error: Errors, message: str) -> ItemResult:
     return ItemResult("", error, message)
 
 
+def _outcome(checked: object, decided: Iterator[ItemResult]) -> ItemResult:
+    """An item's result: its refusal if the check refused it, else the next
+    of the results the controller decided (for the items that passed)."""
+    if isinstance(checked, ApiError):
+        return _item_error(checked.code, checked.message)
+    return next(decided)
+
+
 # -- answers from the image ---------------------------------------------------------
 
 
@@ -438,11 +446,7 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
             done = iter(results)
             out = metadata_pb2.CreateTopicsResponse(error=_wire(Errors.NONE))
             for t, item in zip(request.topics, checked, strict=True):
-                r = (
-                    next(done)
-                    if isinstance(item, NewTopic)
-                    else _item_error(item.code, item.message)
-                )
+                r = _outcome(item, done)
                 result = metadata_pb2.CreatableTopicResult(
                     name=t.name, error=_wire(r.error), message=r.message
                 )
@@ -827,11 +831,7 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
                 return out
             done = iter(results)
             for (topic, partition), item in zip(wanted, checked, strict=True):
-                r = (
-                    _item_error(item.code, item.message)
-                    if isinstance(item, ApiError)
-                    else next(done)
-                )
+                r = _outcome(item, done)
                 out.results.append(
                     metadata_pb2.PartitionResult(
                         topic=topic, partition=partition, error=_wire(r.error), message=r.message
@@ -864,11 +864,7 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
             results = iter(answers)
             out = metadata_pb2.AlterPartitionReassignmentsResponse(error=_wire(Errors.NONE))
             for p, item in zip(request.partitions, checked, strict=True):
-                r = (
-                    _item_error(item.code, item.message)
-                    if isinstance(item, ApiError)
-                    else next(results)
-                )
+                r = _outcome(item, results)
                 out.results.append(
                     metadata_pb2.PartitionResult(
                         topic=p.topic,
@@ -1071,11 +1067,7 @@ class BrokerLifecycleServicer(metadata_pb2_grpc.BrokerLifecycleServiceServicer):
                 topic_result = metadata_pb2.AlterPartitionTopicResult(topic_id=t.topic_id)
                 for _ in t.partitions:
                     key, item = next(items)
-                    r = (
-                        _item_error(item.code, item.message)
-                        if isinstance(item, ApiError)
-                        else next(done)
-                    )
+                    r = _outcome(item, done)
                     state = r.partition_state if r.error is Errors.NONE else None
                     if state is None and r.error is not Errors.UNKNOWN_TOPIC_OR_PARTITION:
                         state = current.get(key)

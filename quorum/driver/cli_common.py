@@ -150,17 +150,26 @@ def parse_node_id(text: str) -> int:
     return value
 
 
-def add_bootstrap_flag(parser: argparse.ArgumentParser) -> None:
+def add_bootstrap_flag(
+    parser: argparse.ArgumentParser,
+    *,
+    names: Sequence[str] = ("--bootstrap-server",),
+    nodes: str = "nodes",
+    of: str = "the quorum",
+) -> None:
+    """``names`` (``--bootstrap-server`` and any aliases) and --cluster-dir;
+    ``nodes`` of ``of`` name what the addresses are in the help."""
     parser.add_argument(
-        "--bootstrap-server",
+        *names,
+        dest="bootstrap_server",
         metavar="H:P[,H:P...]",
-        help="any nodes of the quorum (default: the nodes of the local cluster "
+        help=f"any {nodes} of {of} (default: the {nodes} of the local cluster "
         "that `kq cluster up` started in --cluster-dir)",
     )
     parser.add_argument(
         "--cluster-dir",
         default="kq-cluster",
-        help="where to look for the local cluster when --bootstrap-server is not "
+        help=f"where to look for the local cluster when {names[0]} is not "
         "given (default: %(default)s)",
     )
 

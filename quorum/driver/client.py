@@ -159,6 +159,11 @@ class LeaderFollowingClient:
             state = channel.get_state(try_to_connect=True)
         return True
 
+    def _forget(self, address: str) -> None:
+        """Stop taking ``address`` for the leader (if it was)."""
+        if self._leader == address:
+            self._leader = None
+
     def _follow(self, hint: kv_pb2.LeaderHint, refused_by: str) -> None:
         """Go where a refusal's leader hint points (not back to the refuser)."""
         if hint.leader_address and hint.leader_address != refused_by:
@@ -190,8 +195,7 @@ class KvClient(LeaderFollowingClient):
             address = self._candidate()
             if not await self._ready(address, deadline):
                 # Not connected: nothing was sent, another node may lead.
-                if self._leader == address:
-                    self._leader = None
+                self._forget(address)
                 continue
             try:
                 response: kv_pb2.WriteResponse = await getattr(self._kv(address), call)(

@@ -93,7 +93,6 @@ MAX_TOPIC_NAME = 249
 class ControllerOptions:
     cluster_id: str
     session_timeout_ms: int = 9_000
-    heartbeat_interval_ms: int = 2_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,14 +49,14 @@ import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from chaos.backend import partition_pairs
+from chaos.backend import new_cluster_state, partition_pairs
 from chaos.docker_image import Docker, DockerError, ensure_daemon, ensure_image
 from chaos.netfilter import IptablesChains, NetfilterError
 from chaos.node_exports import export_node
 from chaos.runs import RunDir
-from quorum.driver.cli_cluster import ClusterState, NodeState, write_configs
+from quorum.driver.cli_cluster import ClusterState, write_configs
 from quorum.driver.cli_common import describe
-from quorum.driver.storage_format import META_FILE, random_cluster_id
+from quorum.driver.storage_format import META_FILE
 
 __all__ = ["DockerCluster", "DockerNetfilter", "netem_available"]
 
@@ -262,22 +262,7 @@ class DockerCluster:
             await asyncio.to_thread(self.netfilter.install)
             await asyncio.to_thread(self._make_network)
             self._dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
-            state = ClusterState(
-                self._dir,
-                random_cluster_id(),
-                PORT,
-                [
-                    NodeState(
-                        node_id=i,
-                        address=address,
-                        pid=None,
-                        data_dir=f"node-{i}/data",
-                        config=f"node-{i}/config.toml",
-                        log_file=f"node-{i}/controller.log",
-                    )
-                    for i, address in self.addresses().items()
-                ],
-            )
+            state = new_cluster_state(self._dir, PORT, self.addresses())
             self._state = state
             write_configs(state, self._settings, header="node of a docker chaos cluster")
             for n in state.nodes:

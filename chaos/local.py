@@ -33,7 +33,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from chaos.backend import partition_pairs
+from chaos.backend import new_cluster_state, partition_pairs
 from chaos.netfilter import Netfilter
 from chaos.node_exports import export_node
 from chaos.runs import RunDir
@@ -51,7 +51,6 @@ from quorum.driver.cli_cluster import (
     write_configs,
 )
 from quorum.driver.cli_common import describe
-from quorum.driver.storage_format import random_cluster_id
 
 __all__ = ["LocalCluster"]
 
@@ -146,21 +145,8 @@ class LocalCluster:
                 self._netfilter.install({node_dscp(i): node_host(i) for i in self.nodes})
             self.directory.mkdir(parents=True, exist_ok=True)
             port = self._pick_port()
-            state = ClusterState(
-                self.directory,
-                random_cluster_id(),
-                port,
-                [
-                    NodeState(
-                        node_id=i,
-                        address=f"{node_host(i)}:{port}",
-                        pid=None,
-                        data_dir=f"node-{i}/data",
-                        config=f"node-{i}/config.toml",
-                        log_file=f"node-{i}/controller.log",
-                    )
-                    for i in self.nodes
-                ],
+            state = new_cluster_state(
+                self.directory, port, {i: f"{node_host(i)}:{port}" for i in self.nodes}
             )
             self._state = state
             self._write_configs(state)

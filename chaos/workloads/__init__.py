@@ -9,10 +9,15 @@ for progress."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["FinalVerdict", "Workload", "WorkloadStats"]
+__all__ = ["FinalVerdict", "Pacer", "Workload", "WorkloadStats", "sleep_unless_stopped"]
 
 
 @dataclass
@@ -52,3 +57,56 @@ class Workload(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+
+async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, waking early when ``stop`` is set."""
+    if seconds <= 0:
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+class Pacer:
+    """The pacing of a workload's main phase, shared by its workers: each
+    worker runs its ops after random gaps (uniform, averaging
+    ``concurrency / rate`` seconds) until ``time_limit_s`` passed (from now),
+    ``op_limit`` ops were started over all workers, or ``stop`` is set.  A
+    worker whose next gap would pass the deadline ends then, or with
+    ``sleep_out`` sleeps out the rest first."""
+
+    def __init__(
+        self,
+        stop: asyncio.Event,
+        rng: random.Random,
+        concurrency: int,
+        rate: float,
+        time_limit_s: float,
+        op_limit: int | None,
+        *,
+        sleep_out: bool = False,
+    ) -> None:
+        self._stop = stop
+        self._rng = rng
+        self._mean_gap = concurrency / rate
+        self._left = op_limit
+        self._sleep_out = sleep_out
+        self.deadline = time.monotonic() + time_limit_s
+
+    async def drive(self, op: Callable[[], Awaitable[object]]) -> None:
+        """One worker's main phase: ``op`` again and again, paced."""
+        while not self._stop.is_set():
+            gap = self._rng.uniform(0, 2 * self._mean_gap)
+            left = self.deadline - time.monotonic()
+            if gap >= left:
+                if self._sleep_out:
+                    await sleep_unless_stopped(self._stop, left)
+                return
+            await sleep_unless_stopped(self._stop, gap)
+            if self._stop.is_set() or time.monotonic() >= self.deadline:
+                return
+            if self._left is not None:
+                if self._left <= 0:
+                    return
+                self._left -= 1
+            await op()

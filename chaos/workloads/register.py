@@ -28,15 +28,14 @@ over another conditional-update API.  A client turns each answer into a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal, Protocol
 
 from chaos.ops import HistoryRecorder, Op, next_process
-from chaos.workloads import FinalVerdict, WorkloadStats
+from chaos.workloads import FinalVerdict, Pacer, WorkloadStats
 from quorum.driver.client import (
     ClientError,
     IndeterminateWriteError,
@@ -329,28 +328,21 @@ class RegisterWorkload:
         cancelled (left in flight for the recorder's close)."""
         self._ensure_workers()
         self._stop.clear()
-        deadline = time.monotonic() + time_limit_s
-        budget = [op_limit]
-        mean_gap = self.concurrency / self.rate
+        pacer = Pacer(
+            self._stop,
+            self.rng,
+            self.concurrency,
+            self.rate,
+            time_limit_s,
+            op_limit,
+            sleep_out=True,
+        )
 
-        async def loop(worker: _Worker) -> None:
-            while not self._stop.is_set():
-                gap = self.rng.uniform(0, 2 * mean_gap)
-                left = deadline - time.monotonic()
-                if gap >= left:
-                    await self._sleep(left)
-                    return
-                await self._sleep(gap)
-                if self._stop.is_set() or time.monotonic() >= deadline:
-                    return
-                if budget[0] is not None:
-                    if budget[0] <= 0:
-                        return
-                    budget[0] -= 1
-                f, key, value = self._choose(worker)
-                await self._perform(worker, f, key, value)
+        async def op(worker: _Worker) -> None:
+            f, key, value = self._choose(worker)
+            await self._perform(worker, f, key, value)
 
-        tasks = [asyncio.create_task(loop(w)) for w in self._workers]
+        tasks = [asyncio.create_task(pacer.drive(partial(op, w))) for w in self._workers]
         try:
             done, _ = await asyncio.wait(tasks, timeout=time_limit_s + self.op_timeout_s + 1)
         finally:
@@ -362,13 +354,6 @@ class RegisterWorkload:
             if exc is not None:
                 raise exc
         return self.stats
-
-    async def _sleep(self, seconds: float) -> None:
-        """Sleep, waking early on :meth:`stop`."""
-        if seconds <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
 
     async def final_reads(self) -> list[Op]:
         """Read every key once, the keys shared out over the workers (a

@@ -39,10 +39,11 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Literal
 
 from chaos.ops import NEMESIS, HistoryRecorder, Op, next_process
-from chaos.workloads import FinalVerdict, WorkloadStats
+from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, sleep_unless_stopped
 from metadata.client import (
     Endpoint,
     IndeterminateError,
@@ -412,10 +413,7 @@ class TopicsWorkload:
         self._stop.set()
 
     async def _sleep(self, seconds: float) -> None:
-        if seconds <= 0:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
+        await sleep_unless_stopped(self._stop, seconds)
 
     async def run(self, time_limit_s: float, op_limit: int | None = None) -> WorkloadStats:
         """The main phase: the brokers register and heartbeat, the workers
@@ -425,27 +423,14 @@ class TopicsWorkload:
         recorder's close)."""
         self._ensure_lanes()
         self._stop.clear()
-        deadline = time.monotonic() + time_limit_s
-        budget = [op_limit]
-        mean_gap = self.concurrency / self.rate
+        pacer = Pacer(self._stop, self.rng, self.concurrency, self.rate, time_limit_s, op_limit)
 
         async def work(lane: _Lane) -> None:
             # A moment for the brokers to register first.
             start = time.monotonic()
             while self._unfenced() == 0 and time.monotonic() - start < min(5.0, time_limit_s / 4):
                 await self._sleep(0.05)
-            while not self._stop.is_set():
-                gap = self.rng.uniform(0, 2 * mean_gap)
-                if gap >= deadline - time.monotonic():
-                    return
-                await self._sleep(gap)
-                if self._stop.is_set() or time.monotonic() >= deadline:
-                    return
-                if budget[0] is not None:
-                    if budget[0] <= 0:
-                        return
-                    budget[0] -= 1
-                await self._topic_op(lane)
+            await pacer.drive(partial(self._topic_op, lane))
 
         workers = [asyncio.create_task(work(lane)) for lane in self._workers]
         brokers = [asyncio.create_task(self._broker_loop(lane)) for lane in self._brokers]

@@ -33,9 +33,6 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Final, Protocol, runtime_checkable
 
-from quorum.driver.cli_cluster import ClusterState, NodeState
-from quorum.driver.storage_format import random_cluster_id
-
 __all__ = [
     "TOPOLOGIES",
     "Blocked",
@@ -129,28 +126,6 @@ class ClusterBackend(Protocol):
         counting from ``start_unix_ns`` (the run's start; default: when the
         nodes were started)."""
         ...
-
-
-def new_cluster_state(directory: Path, port: int, addresses: Mapping[int, str]) -> ClusterState:
-    """The state of a new cluster of the nodes in ``addresses`` (node id to
-    address), with a fresh cluster id and each node's files under
-    ``node-<id>/`` of ``directory``."""
-    return ClusterState(
-        directory,
-        random_cluster_id(),
-        port,
-        [
-            NodeState(
-                node_id=i,
-                address=address,
-                pid=None,
-                data_dir=f"node-{i}/data",
-                config=f"node-{i}/config.toml",
-                log_file=f"node-{i}/controller.log",
-            )
-            for i, address in addresses.items()
-        ],
-    )
 
 
 # -- topologies --------------------------------------------------------------------

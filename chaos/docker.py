@@ -49,12 +49,12 @@ import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from chaos.backend import new_cluster_state, partition_pairs
+from chaos.backend import partition_pairs
 from chaos.docker_image import Docker, DockerError, ensure_daemon, ensure_image
 from chaos.netfilter import IptablesChains, NetfilterError
 from chaos.node_exports import export_node
 from chaos.runs import RunDir
-from quorum.driver.cli_cluster import ClusterState, write_configs
+from quorum.driver.cli_cluster import ClusterState, new_cluster_state, write_configs
 from quorum.driver.cli_common import describe
 from quorum.driver.storage_format import META_FILE
 

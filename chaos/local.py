@@ -33,7 +33,7 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from chaos.backend import new_cluster_state, partition_pairs
+from chaos.backend import partition_pairs
 from chaos.netfilter import Netfilter
 from chaos.node_exports import export_node
 from chaos.runs import RunDir
@@ -44,6 +44,7 @@ from quorum.driver.cli_cluster import (
     format_new_nodes,
     free_base_port,
     log_tail,
+    new_cluster_state,
     node_alive,
     port_free,
     spawn_node,

@@ -481,21 +481,28 @@ def _new_state(args: argparse.Namespace) -> ClusterState:
             f"--base-port must be in 1024..{65535 - nodes + 1} for {nodes} nodes, got {base}",
             EXIT_USAGE,
         )
-    directory = Path(args.dir).resolve()
+    addresses = {i: f"{HOST}:{base + i - 1}" for i in range(1, nodes + 1)}
+    return new_cluster_state(Path(args.dir).resolve(), base, addresses)
+
+
+def new_cluster_state(directory: Path, port: int, addresses: Mapping[int, str]) -> ClusterState:
+    """The state of a new cluster of the nodes in ``addresses`` (node id to
+    address), with a fresh cluster id and each node's files under
+    ``node-<id>/`` of ``directory``."""
     return ClusterState(
         directory,
         random_cluster_id(),
-        base,
+        port,
         [
             NodeState(
                 node_id=i,
-                address=f"{HOST}:{base + i - 1}",
+                address=address,
                 pid=None,
                 data_dir=f"node-{i}/data",
                 config=f"node-{i}/config.toml",
                 log_file=f"node-{i}/controller.log",
             )
-            for i in range(1, nodes + 1)
+            for i, address in addresses.items()
         ],
     )
 

@@ -38,7 +38,7 @@ def combine(validities: Iterable[Validity]) -> Validity:
 
 def validity_from_json(value: object) -> Validity:
     if value is True or value is False or value == UNKNOWN:
-        return value  # type: ignore[return-value]
+        return value
     raise ValueError(f"a verdict's valid must be true, false or 'unknown', not {value!r}")
 
 

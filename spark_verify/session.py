@@ -1,0 +1,114 @@
+"""The Spark session of a verification, on ``local[*]`` or a real cluster.
+
+Under ``spark-submit`` the session (and its master) already exists and is
+used as it is.  Run directly, ``spark_session()`` starts one on the given
+master (``local[*]`` by default) with settings for a verification job: no web
+UI, quiet logs, and Python workers that run this interpreter (so they import
+the same ``spark_verify`` and the same pandas and pyarrow as the driver).
+
+PySpark 4 needs a Java 17 or newer runtime; ``java_problem()`` says what is
+missing before Spark fails with a JVM stack trace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+__all__ = ["DEFAULT_MASTER", "JavaMissingError", "java_problem", "spark_session"]
+
+DEFAULT_MASTER = "local[*]"
+MIN_JAVA = 17
+
+
+class JavaMissingError(RuntimeError):
+    """No usable Java runtime for Spark."""
+
+
+def _java_command() -> str | None:
+    home = os.environ.get("JAVA_HOME")
+    if home:
+        candidate = os.path.join(home, "bin", "java")
+        return candidate if os.access(candidate, os.X_OK) else None
+    return shutil.which("java")
+
+
+def java_problem() -> str | None:
+    """What keeps Spark from starting here, or None if a Java 17+ runtime is found."""
+    java = _java_command()
+    if java is None:
+        where = (
+            f"JAVA_HOME={os.environ['JAVA_HOME']} has no bin/java"
+            if os.environ.get("JAVA_HOME")
+            else "no java on PATH and JAVA_HOME is not set"
+        )
+        return (
+            f"Spark needs a Java {MIN_JAVA}+ runtime: {where}; install one "
+            "(Debian: apt-get install openjdk-17-jre-headless) or set JAVA_HOME"
+        )
+    try:
+        out = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=60, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"Spark needs a Java {MIN_JAVA}+ runtime: running {java} -version failed: {e}"
+    text = out.stderr + out.stdout
+    m = re.search(r'version "(\d+)(?:\.(\d+))?', text)
+    if m is None:
+        return f"Spark needs a Java {MIN_JAVA}+ runtime: cannot read the version of {java}"
+    major = int(m.group(1))
+    if major == 1 and m.group(2):  # "1.8.0_392" is Java 8
+        major = int(m.group(2))
+    if major < MIN_JAVA:
+        return f"Spark needs a Java {MIN_JAVA}+ runtime: {java} is Java {major}"
+    return None
+
+
+def spark_session(
+    master: str | None = None,
+    *,
+    app_name: str = "kq-verify",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """The active session (``spark-submit``), or a new one on ``master``.
+
+    Raises ``JavaMissingError`` naming what is missing when no Java 17+
+    runtime is found.
+    """
+    active = SparkSession.getActiveSession()
+    if active is not None and master is None:
+        return active
+    problem = java_problem()
+    if problem is not None:
+        raise JavaMissingError(problem)
+    # Workers of a local master are forked from this machine's python3
+    # unless told otherwise, which may lack pyarrow or spark_verify itself.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    chosen = master or DEFAULT_MASTER
+    builder = SparkSession.builder.master(chosen).appName(app_name)
+    settings: dict[str, str] = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        # Keys are grouped by a shuffle; adaptive execution coalesces the
+        # default 200 partitions down to what the data needs.
+        "spark.sql.adaptive.enabled": "true",
+        "spark.sql.session.timeZone": "UTC",
+        # Arrow batches carry whole keys to the checkers in executors.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+    }
+    if chosen.startswith("local"):
+        settings["spark.sql.shuffle.partitions"] = str(max(2, 4 * (os.cpu_count() or 1)))
+        settings["spark.driver.memory"] = os.environ.get("KQ_SPARK_DRIVER_MEMORY", "4g")
+    settings.update(conf or {})
+    for k, v in settings.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

@@ -278,6 +278,14 @@ class QuorumController:
         """Decide on the speculative image, write the records, answer once
         they committed.  Raises ApiError (NOT_CONTROLLER off the active
         controller, the decision's own refusals, INDETERMINATE)."""
+        response, _ = await self.write_at(decide, timeout_s)
+        return response
+
+    async def write_at(
+        self, decide: Callable[[Controller], ControllerResult[T]], timeout_s: float
+    ) -> tuple[T, ProposalOutcome | None]:
+        """:meth:`write`, also saying where the decision's last batch
+        committed (its first offset and epoch); None when it wrote nothing."""
         self._check_role()
         if not self.is_active:
             raise self._not_controller()
@@ -286,9 +294,10 @@ class QuorumController:
         if result.records:
             future = self._append(result.records, result.atomic)
             await self._await(future, timeout_s)
-        elif self._tail is not None and not self._tail.done():
+            return result.response, future.result()
+        if self._tail is not None and not self._tail.done():
             await self._await(self._tail, timeout_s)
-        return result.response
+        return result.response, None
 
     async def read(self, linearizable: bool, timeout_s: float) -> MetadataImage:
         """The committed image; ``linearizable``: only on the active

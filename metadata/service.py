@@ -46,6 +46,7 @@ from metadata.errors import ApiError, Errors
 from metadata.image import MetadataImage, PartitionRegistration
 from metadata.partition_change import Election
 from metadata.records import Endpoint, FeatureRange, LeaderRecoveryState
+from quorum.driver.node import ProposalOutcome
 from quorum.driver.server import (
     DEFAULT_READ_TIMEOUT_S,
     DEFAULT_WRITE_TIMEOUT_S,
@@ -151,6 +152,13 @@ class _Servicer:
 
     async def write(self, context: Any, decide: Callable[[Controller], ControllerResult[T]]) -> T:
         return await self.controller.write(decide, call_timeout(context, DEFAULT_WRITE_TIMEOUT_S))
+
+    async def write_at(
+        self, context: Any, decide: Callable[[Controller], ControllerResult[T]]
+    ) -> tuple[T, ProposalOutcome | None]:
+        return await self.controller.write_at(
+            decide, call_timeout(context, DEFAULT_WRITE_TIMEOUT_S)
+        )
 
     async def read(self, context: Any, linearizable: bool) -> MetadataImage:
         return await self.controller.read(
@@ -769,9 +777,12 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
                 failed = malformed or any(r.error is not Errors.NONE for r in made.response)
                 return ControllerResult([] if failed else made.records, out)
 
-            answers = await self._s.write(context, decide)
+            answers, committed = await self._s.write_at(context, decide)
             results = iter(answers)
             response = metadata_pb2.AlterConfigsResponse(error=_wire(Errors.NONE))
+            if committed is not None:
+                response.position.offset = committed.offset
+                response.position.epoch = committed.epoch
             for r, item in zip(request.resources, checked, strict=True):
                 result = metadata_pb2.AlterConfigsResult(type=r.type, name=r.name)
                 if isinstance(item, ApiError):

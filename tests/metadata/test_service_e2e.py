@@ -323,6 +323,9 @@ async def _configs(cluster: MetadataCluster) -> None:
         ),
     )
     assert codes(first.results) == ["NONE"]
+    # The answer says where the change committed (the chaos register
+    # workload records it as the write's version).
+    assert first.HasField("position") and first.position.epoch >= 1
     # Again: the condition fails, with the value found, and nothing of the
     # request is applied, not even the cluster change whose own result is NONE.
     second = await alter_configs(
@@ -338,6 +341,7 @@ async def _configs(cluster: MetadataCluster) -> None:
         ),
     )
     assert codes(second.results) == ["NONE", "CONFIG_PRECONDITION_FAILED"]
+    assert not second.HasField("position"), "nothing was written, yet a position was given"
     current = {(c.key, c.present, c.value) for c in second.results[1].current}
     assert current == {("retention.ms", True, "5000"), ("segment.bytes", False, "")}
     assert "retention.ms" in second.results[1].message
@@ -351,6 +355,8 @@ async def _configs(cluster: MetadataCluster) -> None:
         ),
     )
     assert codes(third.results) == ["NONE"]
+    assert third.position.offset > first.position.offset
+    assert third.position.epoch >= first.position.epoch
     # All or nothing: an invalid value on one resource, nothing anywhere.
     mixed = await alter_configs(
         cluster,

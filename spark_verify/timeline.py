@@ -121,8 +121,13 @@ class FaultInterval:
 
     @property
     def label(self) -> str:
-        """What the report names this fault by: its ``f``, and its kind if any."""
-        return self.f if not self.kind else f"{self.f} {self.kind}"
+        """What the report names this fault by: its ``f`` and its kind, if any.
+
+        A kind that already names the ``f`` (``kill-leader``) stands alone.
+        """
+        if not self.kind:
+            return self.f
+        return self.kind if self.kind.startswith(self.f) else f"{self.f} {self.kind}"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -153,6 +153,8 @@ def test_timeline_json_round_trip_and_errors() -> None:
     assert Timeline.from_json(json.loads(tl.dumps())) == tl
     with pytest.raises(KeyError, match="no timeline of run 'x'"):
         tl.run("x")
+    assert FaultInterval("kill", "kill-leader", "[2]", 0.0, 1.0).label == "kill-leader"
+    assert FaultInterval("kill", None, "[2]", 0.0, 1.0).label == "kill"
     bad = tl.to_json()
     bad["runs"][0]["rows"][0]["count"] = "2"
     with pytest.raises(ValueError, match="'count' must be an integer"):

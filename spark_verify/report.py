@@ -555,7 +555,13 @@ def _anomalies(checks: Mapping[str, Mapping[str, Any]], run: str | None) -> _Mar
             continue
         kept, count = len(check["anomalies"]), check["count"]
         note = f" (the first {kept:,} of {count:,} found are kept)" if count > kept else ""
-        parts.append(_el("h4", None, f"{name}: {len(mine):,} anomalies{note}"))
+        parts.append(
+            _el(
+                "h4",
+                None,
+                f"{name}: {len(mine):,} {'anomaly' if len(mine) == 1 else 'anomalies'}{note}",
+            )
+        )
         parts.extend(_anomaly(a) for a in mine)
     return _cat(parts)
 
@@ -576,7 +582,7 @@ def _keys_section(rows: Sequence[Mapping[str, Any]], max_rows: int) -> _Markup:
     )
     shown = ranked[:max_rows]
     table = _table(
-        ["key", "verdict", "ops", "states", "ms", "kind", "message"],
+        ["key", "verdict", "ops", "states", "time (ms)", "kind", "message"],
         (
             [
                 _show(r.get("key")),

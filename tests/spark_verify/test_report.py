@@ -223,7 +223,9 @@ def test_report_shows_the_verdict_checks_plots_and_witnesses() -> None:
     assert witness[1][-2:] == ["2.500100 → 2.510000", "8/2"]
     # node, offset/epoch, then the other fields by name: hash, kind, seq
     assert witness[2] == ["1", "7/2", "ab" * 32, "data", "3"]
-    assert "the first 1 of 250 found are kept" in text
+    headings = ["".join(e.text) for e in page.find("h4")]
+    assert "linearizable: 1 anomaly (the first 1 of 250 found are kept)" in headings
+    assert "log-agreement: 1 anomaly" in headings  # of no run: after the runs
 
     # Keys: invalid first, then unknown, then valid; the hostile key shown as text.
     keys = page.table_rows("keys")

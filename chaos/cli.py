@@ -19,6 +19,7 @@ from typing import Any
 from chaos.runner import (
     BACKENDS,
     NEMESES,
+    REGISTER_STORES,
     WORKLOADS,
     Progress,
     RunConfig,
@@ -151,6 +152,14 @@ def register(subparsers: Any) -> None:
         "--keys", type=_positive_int, default=5, help="registers to use (default: %(default)s)"
     )
     run.add_argument(
+        "--store",
+        choices=sorted(REGISTER_STORES),
+        default="configs",
+        help="register workload: where the registers live: configs (the metadata "
+        "controller's cluster configs, by conditional AlterConfigs) or kv (the quorum's "
+        "key-value store, whose reads also carry versions) (default: %(default)s)",
+    )
+    run.add_argument(
         "--seed", type=_seed, help="seed of the fault schedule and the workload (default: random)"
     )
     run.add_argument(
@@ -210,6 +219,7 @@ def _run(args: argparse.Namespace) -> int:
         rate=args.rate,
         concurrency=args.concurrency,
         keys=args.keys,
+        store=args.store,
         seed=args.seed,
         runs_dir=args.runs_dir,
     )

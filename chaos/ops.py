@@ -106,7 +106,9 @@ _PER_NODE_FAULTS: Final = frozenset({"kill", "start", "pause", "resume"})
 
 _MODEL_FS: Final[Mapping[str, frozenset[str]]] = {
     "register": frozenset({"read", "write", "cas"}),
-    "kv": frozenset({"read", "write", "cas", "delete"}),
+    # get and put are read and write by their Porcupine/etcd names; append
+    # concatenates (Porcupine's kv model).
+    "kv": frozenset({"read", "write", "cas", "delete", "get", "put", "append"}),
     "log": frozenset({"write"}),
     "topics": frozenset({"create-topic", "delete-topic", "register-broker", "heartbeat"}),
 }
@@ -581,6 +583,9 @@ def _nemesis_problems(ops: Sequence[Op], require: bool) -> list[Problem]:
     return out
 
 
+_READS: Final = frozenset({"read", "get"})
+
+
 def _model_problems(ops: Sequence[Op], model: str) -> list[Problem]:
     out: list[Problem] = []
     allowed = _MODEL_FS[model]
@@ -602,12 +607,12 @@ def _model_problems(ops: Sequence[Op], model: str) -> list[Problem]:
             invokes[op.process] = op
         else:
             inv = invokes.pop(op.process, None)
-            if inv is not None and op.f != "read" and op.value != inv.value:
+            if inv is not None and op.f not in _READS and op.value != inv.value:
                 add("model-value", f"a {op.f}'s completion repeats its invoke's value", op)
         shape = _value_shape_problem(model, op)
         if shape:
             add("model-value", shape, op)
-        elif op.type == "invoke" and op.f in ("write", "cas"):
+        elif op.type == "invoke" and op.f in ("write", "cas", "put", "append"):
             for v in _written_values(model, op):
                 first = written.get((op.key, v))
                 if first is None:
@@ -646,12 +651,16 @@ def _value_shape_problem(model: str, op: Op) -> str | None:
         if not (isinstance(v, list) and v and all(isinstance(r, str) for r in v)):
             return f"a log write's value is a non-empty list of strings, got {v!r}"
         return None
-    if op.f == "read":
+    if op.f in _READS:
         if op.type == "ok":
-            return None if _is_str_or_none(v) else f"a read returns a string or null, got {v!r}"
-        return None if v is None else f"a read's {op.type} value is null, got {v!r}"
-    if op.f == "write":
-        return None if isinstance(v, str) else f"a write's value is a string, got {v!r}"
+            return None if _is_str_or_none(v) else f"a {op.f} returns a string or null, got {v!r}"
+        return None if v is None else f"a {op.f}'s {op.type} value is null, got {v!r}"
+    if op.f in ("write", "put"):
+        return None if isinstance(v, str) else f"a {op.f}'s value is a string, got {v!r}"
+    if op.f == "append":
+        if isinstance(v, str) and v:
+            return None
+        return f"an append's value is a non-empty string, got {v!r}"
     if op.f == "cas":
         if isinstance(v, list) and len(v) == 2 and _is_str_or_none(v[0]) and isinstance(v[1], str):
             return None
@@ -694,11 +703,11 @@ def _version_problem(op: Op, model: str) -> str | None:
         return "offset and epoch come together"
     if op.type != "ok" or model == "topics":
         return None
-    if op.f == "read":
-        if op.value is not None and not has[0]:
-            return "a read that found a value carries that value's offset and epoch"
+    if op.f in _READS:
+        # A read's version is optional: not every store reports which write
+        # set the value it returns (the metadata controller's configs do not).
         if op.value is None and has[0]:
-            return "a read that found no value carries no offset or epoch"
+            return f"a {op.f} that found no value carries no offset or epoch"
         return None
     if not has[0]:
         return f"an ok {op.f} carries the offset and epoch it committed at"

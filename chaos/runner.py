@@ -27,6 +27,7 @@ import traceback
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -43,7 +44,15 @@ from chaos.nemesis import (
 )
 from chaos.runs import FORMAT_VERSION, RunDir, create_run_dir, summarize, write_json
 from chaos.workloads import Workload
-from chaos.workloads.register import KvRegisterClient, RegisterWorkload
+from chaos.workloads.register import (
+    CONFIG_REGISTER_KEYS,
+    ConfigRegisterClient,
+    KvRegisterClient,
+    RegisterClient,
+    RegisterWorkload,
+    config_value,
+    default_value,
+)
 from chaos.workloads.topics import TopicsWorkload
 from metadata.client import MetadataClient
 from quorum.driver.cli_common import describe
@@ -121,17 +130,39 @@ class WorkloadSpec:
     description: str
 
 
+REGISTER_STORES: Final = {
+    "configs": "the metadata controller's cluster configs, by conditional AlterConfigs "
+    "(reads carry no version)",
+    "kv": "the quorum's own key-value store (reads carry the version they read)",
+}
+"""Where the register workload's registers live (``--store``)."""
+
+
+def register_keys(config: RunConfig) -> list[str]:
+    """The register workload's keys: cluster config names, or ``k0``, ``k1``, ..."""
+    if config.store == "configs":
+        return list(CONFIG_REGISTER_KEYS[: config.keys])
+    return [f"k{i}" for i in range(config.keys)]
+
+
 def _make_register(
     config: RunConfig, writer: HistoryWriter, addresses: Mapping[int, str], rng: random.Random
 ) -> Workload:
+    timeout_s = config.client_timeout_s
+    open_client: Callable[[], RegisterClient]
+    if config.store == "configs":
+        open_client = partial(ConfigRegisterClient, addresses, timeout_s=timeout_s)
+    else:
+        open_client = partial(KvRegisterClient, addresses, timeout_s=timeout_s)
     return RegisterWorkload(
         writer,
-        lambda: KvRegisterClient(addresses, timeout_s=config.client_timeout_s),
+        open_client,
         rng,
         concurrency=config.concurrency,
-        keys=[f"k{i}" for i in range(config.keys)],
+        keys=register_keys(config),
         rate=config.rate,
         op_timeout_s=config.op_timeout_s,
+        make_value=config_value if config.store == "configs" else default_value,
     )
 
 
@@ -227,6 +258,7 @@ class RunConfig:
     rate: float = 200.0
     concurrency: int = 10
     keys: int = 5
+    store: str = "configs"
     seed: int | None = None
     runs_dir: str = "runs"
     fault_interval_s: float = 2.0
@@ -248,6 +280,13 @@ class RunConfig:
         for what in ("nodes", "concurrency", "keys"):
             if getattr(self, what) < 1:
                 raise ValueError(f"{what} must be at least 1, got {getattr(self, what)}")
+        if self.store not in REGISTER_STORES:
+            raise ValueError(f"unknown store {self.store!r}; known: {', '.join(REGISTER_STORES)}")
+        if self.store == "configs" and self.keys > len(CONFIG_REGISTER_KEYS):
+            raise ValueError(
+                f"the configs store has {len(CONFIG_REGISTER_KEYS)} registers; "
+                f"{self.keys} keys asked (use --store kv for more)"
+            )
         for what in (
             "time_limit_s",
             "rate",
@@ -520,7 +559,8 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
             if k not in ("name", "faults", "nodes", "runs_dir")
         },
         "node_count": config.nodes,
-        "keys": [f"k{i}" for i in range(config.keys)],
+        "keys": register_keys(config) if config.workload == "register" else [],
+        "store": config.store if config.workload == "register" else None,
     }
     config_json["replay"] = _replay(config, seed)
     write_json(run.config, config_json)
@@ -684,7 +724,8 @@ def _replay(config: RunConfig, seed: int) -> str:
         f"kq chaos run --backend {config.backend} --workload {config.workload} "
         f"--nemesis {','.join(config.faults) or 'none'} --nodes {config.nodes} "
         f"--time-limit {config.time_limit_s:g} --rate {config.rate:g} "
-        f"--concurrency {config.concurrency} --keys {config.keys} --seed {seed}"
+        f"--concurrency {config.concurrency} --keys {config.keys} --store {config.store} "
+        f"--seed {seed}"
     )
 
 

@@ -80,7 +80,15 @@ class NoControllerError(MetadataClientError):
 
 
 class IndeterminateError(Exception):
-    """The write may or may not have been applied."""
+    """The write may or may not have been applied.
+
+    ``timed_out``: the client stopped waiting (the deadline passed after the
+    request was sent); otherwise the controller said it could not tell, or
+    the connection broke after the request left."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 def error_code(value: int) -> Errors:
@@ -403,7 +411,8 @@ class MetadataClient(LeaderFollowingClient):
                 raise IndeterminateError(
                     f"{what} to {address} failed after it was sent ({code.name}"
                     + (f": {exc.details()}" if exc.details() else "")
-                    + "); it may or may not have been applied"
+                    + "); it may or may not have been applied",
+                    timed_out=code == grpc.StatusCode.DEADLINE_EXCEEDED,
                 ) from None
             error = error_code(response.error)
             if error is Errors.NOT_CONTROLLER:

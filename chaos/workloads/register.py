@@ -20,9 +20,10 @@ record every operation with a :class:`~chaos.ops.HistoryRecorder` exactly as
 - no operation is retried: trying again is a new operation with a new value.
 
 The client side is behind :class:`RegisterClient`, so that the same workload
-can run over kq's key-value store (:class:`KvRegisterClient`) or, later,
-over another conditional-update API.  A client turns each answer into a
-:class:`Completion`; the workload records it.
+runs over the metadata controller's conditional config updates
+(:class:`ConfigRegisterClient`: the registers are cluster configs) or over
+the quorum's own key-value store (:class:`KvRegisterClient`).  A client
+turns each answer into a :class:`Completion`; the workload records it.
 """
 
 from __future__ import annotations
@@ -32,23 +33,40 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from chaos.ops import HistoryRecorder, Op, next_process
 from chaos.workloads import FinalVerdict, Pacer, WorkloadStats
+from chaos.workloads.topics import error_word
+from metadata.client import (
+    ConfigOp,
+    ConfigResource,
+    IndeterminateError,
+    MetadataClient,
+    MetadataClientError,
+    NoControllerError,
+    error_code,
+)
+from metadata.errors import Errors
 from quorum.driver.client import (
     ClientError,
     IndeterminateWriteError,
     KvClient,
     NoLeaderError,
+    ReadDeadlineError,
+    ServerBusyError,
 )
 
 __all__ = [
+    "CONFIG_REGISTER_KEYS",
     "Completion",
+    "ConfigRegisterClient",
     "KvRegisterClient",
     "RegisterClient",
     "RegisterWorkload",
     "WorkloadStats",
+    "config_value",
+    "default_value",
 ]
 
 CompletionType = Literal["ok", "fail", "info"]
@@ -98,14 +116,15 @@ closed and its worker opens another)."""
 def _write_unknown(exc: IndeterminateWriteError) -> Completion:
     """A write that may have landed: ``timeout`` if the client stopped
     waiting, ``indeterminate`` if the server could not tell."""
-    text = str(exc)
-    return Completion("info", "timeout" if "DEADLINE_EXCEEDED" in text else "indeterminate")
+    return Completion("info", "timeout" if exc.timed_out else "indeterminate")
 
 
 def _write_refused(exc: ClientError) -> Completion:
     """A definite refusal of a write: no effect."""
     if isinstance(exc, NoLeaderError):
         return Completion("fail", "unavailable")
+    if isinstance(exc, ServerBusyError):
+        return Completion("fail", "throttling")
     return Completion("fail", "invalid-request")
 
 
@@ -126,9 +145,10 @@ class KvRegisterClient:
     async def read(self, key: str) -> Completion:
         try:
             r = await self._client.get(key, linearizable=True)
-        except ClientError as exc:
-            error = "timeout" if "deadline" in str(exc) else "invalid-request"
-            return Completion("fail", error)
+        except ReadDeadlineError:
+            return Completion("fail", "timeout")
+        except ClientError:
+            return Completion("fail", "invalid-request")
         node = self._node(r.node_address)
         if not r.present or r.value is None or r.version is None:
             return Completion("ok", value=None, node=node)
@@ -169,7 +189,104 @@ class KvRegisterClient:
         await self._client.close()
 
 
+# -- the metadata controller's cluster configs -------------------------------------
+
+CONFIG_REGISTER_KEYS: Final = (
+    "log.retention.ms",
+    "log.retention.bytes",
+    "log.flush.interval.messages",
+    "log.flush.interval.ms",
+    "log.cleaner.delete.retention.ms",
+    "log.segment.delete.delay.ms",
+    "log.cleaner.max.compaction.lag.ms",
+    "log.cleaner.min.compaction.lag.ms",
+)
+"""Cluster-level configs that serve as registers: longs that accept any value
+from 1 up and that the controller itself never reads (changing them changes
+nothing but the metadata), so the workload cannot disturb the cluster."""
+
+
+def config_value(process: int, n: int) -> str:
+    """The ``n``-th value written by ``process``, unique per run: a decimal
+    long (every register config accepts it) that names its writer."""
+    if n >= 1_000_000:
+        raise ValueError(f"process {process} wrote a millionth value; values would repeat")
+    return str(1_000_000_000 + process * 1_000_000 + n)
+
+
+class ConfigRegisterClient:
+    """:class:`RegisterClient` over the metadata controller's cluster configs:
+    the key is a config name of :data:`CONFIG_REGISTER_KEYS`; a write is an
+    AlterConfigs SET, a cas one with a condition (``expected`` or absent),
+    a read a linearizable DescribeConfigs of the cluster.
+
+    An ``ok`` write or cas carries the position where its ConfigRecord
+    committed (AlterConfigs answers with it); a refused cas wrote nothing and
+    carries none.  Reads carry no version: DescribeConfigs does not say which
+    record set a value."""
+
+    def __init__(self, nodes: Mapping[int, str], timeout_s: float = 2.0) -> None:
+        self._ids = {address: node for node, address in nodes.items()}
+        self._client = MetadataClient(list(nodes.values()), timeout_s=timeout_s)
+
+    def _node(self) -> int | None:
+        address = self._client.leader_address
+        return None if address is None else self._ids.get(address)
+
+    async def read(self, key: str) -> Completion:
+        try:
+            r = await self._client.describe_configs([ConfigResource.cluster()])
+        except NoControllerError:
+            return Completion("fail", "timeout")
+        except MetadataClientError as exc:
+            return Completion("fail", error_word(exc.code))
+        (result,) = r.results
+        if error_code(result.error) is not Errors.NONE:
+            return Completion("fail", error_word(error_code(result.error)))
+        found = {e.name: e.value for e in result.entries}
+        return Completion("ok", value=found.get(key), node=self._node())
+
+    async def _alter(self, op: ConfigOp) -> Completion:
+        try:
+            r = await self._client.alter_configs({ConfigResource.cluster(): [op]})
+        except IndeterminateError as exc:
+            return Completion("info", "timeout" if exc.timed_out else "indeterminate")
+        except NoControllerError:
+            return Completion("fail", "unavailable")
+        except MetadataClientError as exc:
+            return Completion("fail", error_word(exc.code))
+        (result,) = r.results
+        error = error_code(result.error)
+        if error is Errors.CONFIG_PRECONDITION_FAILED:
+            return Completion("fail", "precondition", node=self._node())
+        if error is not Errors.NONE:
+            return Completion("fail", error_word(error), node=self._node())
+        if not r.HasField("position"):
+            # Unique values always change the config; an ok without a record
+            # would be a server bug the history must show, not hide.
+            return Completion("ok", node=self._node())
+        return Completion(
+            "ok", node=self._node(), offset=r.position.offset, epoch=r.position.epoch
+        )
+
+    async def write(self, key: str, value: str) -> Completion:
+        return await self._alter(ConfigOp(key, value))
+
+    async def cas(self, key: str, expected: str | None, new: str) -> Completion:
+        return await self._alter(
+            ConfigOp(key, new, expected=expected, expect_absent=expected is None)
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+
 # -- the workload --------------------------------------------------------------
+
+
+def default_value(process: int, n: int) -> str:
+    """The ``n``-th value written by ``process``: ``v<process>-<n>``."""
+    return f"v{process}-{n}"
 
 
 class _Worker:
@@ -189,7 +306,9 @@ class RegisterWorkload:
     second over all workers (each worker waits a random time, on average
     ``concurrency / rate`` seconds, before each op); ``op_timeout_s`` how
     long the workload waits for a client's answer before it counts the op as
-    timed out (the client's own deadline should be shorter).
+    timed out (the client's own deadline should be shorter); ``make_value``
+    the ``n``-th value of a process (unique per run; :func:`default_value`,
+    or :func:`config_value` for the config store).
 
     Use :meth:`run` for the main phase, then :meth:`final_reads` (or
     :meth:`final`), then
@@ -208,6 +327,7 @@ class RegisterWorkload:
         rate: float = 50.0,
         weights: Mapping[str, float] | None = None,
         op_timeout_s: float = 5.0,
+        make_value: Callable[[int, int], str] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -226,6 +346,7 @@ class RegisterWorkload:
         self.rate = rate
         self.weights = [w[f] for f in FS]
         self.op_timeout_s = op_timeout_s
+        self.make_value = make_value or default_value
         self.stats = WorkloadStats()
         self._workers: list[_Worker] = []
         # The value each key was last seen holding (a cas expects it).
@@ -255,7 +376,7 @@ class RegisterWorkload:
 
     def _value(self, worker: _Worker) -> str:
         worker.counter += 1
-        return f"v{worker.process}-{worker.counter}"
+        return self.make_value(worker.process, worker.counter)
 
     def _choose(self, worker: _Worker) -> tuple[str, str, Any]:
         f = self.rng.choices(FS, weights=self.weights)[0]

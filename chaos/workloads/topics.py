@@ -147,7 +147,7 @@ def error_word(code: Errors) -> str:
 def _unknown(exc: IndeterminateError) -> Outcome:
     """A write that may have been applied: ``timeout`` if the client stopped
     waiting, ``indeterminate`` if the controller could not tell."""
-    return "info", "timeout" if "DEADLINE_EXCEEDED" in str(exc) else "indeterminate"
+    return "info", "timeout" if exc.timed_out else "indeterminate"
 
 
 def _refused(exc: MetadataClientError) -> Outcome:

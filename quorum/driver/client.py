@@ -27,6 +27,7 @@ import grpc
 from kq import kv_pb2, kv_pb2_grpc
 
 __all__ = [
+    "ServerBusyError",
     "CasOutcome",
     "ChannelPool",
     "LeaderFollowingClient",
@@ -34,6 +35,7 @@ __all__ = [
     "IndeterminateWriteError",
     "KvClient",
     "NoLeaderError",
+    "ReadDeadlineError",
     "ReadResult",
 ]
 
@@ -46,8 +48,24 @@ class NoLeaderError(ClientError):
     """No leader could be found before the deadline."""
 
 
+class ServerBusyError(ClientError):
+    """The leader refused the request for load before appending it."""
+
+
+class ReadDeadlineError(ClientError):
+    """No node answered the read before the deadline (a read has no effect)."""
+
+
 class IndeterminateWriteError(Exception):
-    """The write may or may not have committed."""
+    """The write may or may not have committed.
+
+    ``timed_out``: the client stopped waiting (the deadline passed after the
+    request was sent); otherwise the server said it could not tell (it lost
+    leadership before it learned the outcome) or the connection broke."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +177,12 @@ class LeaderFollowingClient:
             state = channel.get_state(try_to_connect=True)
         return True
 
+    @property
+    def leader_address(self) -> str | None:
+        """The node taken for the leader: the last one that accepted a
+        leader-only request, or one a refusal pointed to."""
+        return self._leader
+
     def _forget(self, address: str) -> None:
         """Stop taking ``address`` for the leader (if it was)."""
         if self._leader == address:
@@ -173,10 +197,6 @@ class LeaderFollowingClient:
 
 
 class KvClient(LeaderFollowingClient):
-    @property
-    def leader_address(self) -> str | None:
-        return self._leader
-
     def _kv(self, address: str) -> kv_pb2_grpc.KvServiceAsyncStub:
         return kv_pb2_grpc.KvServiceStub(self._channel(address))
 
@@ -202,16 +222,18 @@ class KvClient(LeaderFollowingClient):
                     request, timeout=max(0.001, deadline - time.monotonic())
                 )
             except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # refused before appending
+                    raise ServerBusyError(exc.details() or exc.code().name) from None
                 if exc.code() in (
                     grpc.StatusCode.INVALID_ARGUMENT,
                     grpc.StatusCode.FAILED_PRECONDITION,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,  # refused before appending
                 ):
                     raise ClientError(exc.details() or exc.code().name) from None
                 self._leader = None
                 raise IndeterminateWriteError(
                     f"{call} to {address} failed after it was sent ({exc.code().name}); "
-                    "it may or may not have committed"
+                    "it may or may not have committed",
+                    timed_out=exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED,
                 ) from None
             if response.error == kv_pb2.NOT_LEADER:
                 self._follow(response.leader, address)
@@ -290,4 +312,4 @@ class KvClient(LeaderFollowingClient):
             return ReadResult(
                 r.present, r.value if r.present else None, version, r.applied_offset, address
             )
-        raise ClientError(f"read of {key!r} did not complete before the deadline ({last})")
+        raise ReadDeadlineError(f"read of {key!r} did not complete before the deadline ({last})")

@@ -24,6 +24,7 @@ from chaos.nemesis import Action
 from chaos.netfilter import NetfilterError, require_iptables
 from chaos.runner import BACKENDS, BackendSpec, RunConfig, RunResult, expand_nemesis, run_chaos
 from chaos.runs import RunDir, check_run
+from chaos.workloads.register import CONFIG_REGISTER_KEYS
 from kq.cli import main
 
 
@@ -83,6 +84,8 @@ def test_bad_nemesis_names_are_refused(names: list[str], nodes: int, message: st
         ({"rate": 0.0}, "rate must be positive"),
         ({"time_limit_s": -1.0}, "time_limit_s must be positive"),
         ({"faults": ("bridge",), "nodes": 2}, "bridge needs at least 3 nodes"),
+        ({"store": "etcd"}, "unknown store 'etcd'"),
+        ({"keys": 9}, "the configs store has 8 registers; 9 keys asked"),
     ],
 )
 def test_bad_configs_are_refused_before_anything_is_made(
@@ -237,7 +240,9 @@ def test_kill_names_expand_and_kill_majority_needs_three_nodes() -> None:
 # -- a real run --------------------------------------------------------------------------
 
 
-def _check_run_folder(result: RunResult, faults: tuple[str, ...], seed: int) -> None:
+def _check_run_folder(
+    result: RunResult, faults: tuple[str, ...], seed: int, store: str = "configs"
+) -> None:
     """The run completed, recovered and left a well-formed run folder with
     nemesis operations and every node's exports."""
     assert result.error is None and result.completed and result.recovered, result.error
@@ -254,10 +259,20 @@ def _check_run_folder(result: RunResult, faults: tuple[str, ...], seed: int) -> 
     assert nemesis[-1].f == "heal" and nemesis[-1].type == "ok"
     reads = [op for op in ops if op.f == "read" and op.type == "ok"]
     assert reads, "the cluster served linearizable reads"
+    # Acknowledged writes name a data record that the nodes committed (a node
+    # that took that range from a snapshot has no line for it).
+    logs = [{e.offset: (e.epoch, e.kind) for e in read_log(run.node_log(n))} for n in (1, 2, 3)]
+    for op in ops:
+        if op.type == "ok" and op.f in ("write", "cas"):
+            found = {log[op.offset] for log in logs if op.offset in log}
+            assert found == {(op.epoch, "data")}, op
 
     config_json = json.loads(run.config.read_text())
     assert config_json["nodes"] == [1, 2, 3] and config_json["faults"] == list(faults)
     assert config_json["seed"] == seed and f"--seed {seed}" in config_json["replay"]
+    assert config_json["store"] == store and f"--store {store}" in config_json["replay"]
+    if store == "configs":
+        assert set(config_json["keys"]) <= set(CONFIG_REGISTER_KEYS)
     summary = json.loads(run.summary.read_text())
     assert summary["well_formed"] and summary["completed"] and summary["recovered"]
     assert summary["nemesis"] == len(nemesis) // 2
@@ -339,11 +354,14 @@ def test_a_short_docker_run_from_the_command_line_leaves_a_well_formed_run_folde
     runs = tmp_path / "runs"
     args = ["--time-limit", "8", "--rate", "30", "--concurrency", "3", "--keys", "3"]
     args += ["--nemesis", "kill,pause,partition", "--seed", "11", "--runs-dir", str(runs)]
+    args += ["--store", "kv"]
     code = main(["chaos", "run", "--backend", "docker", "--name", "ci-docker", *args, "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["ok"], out
     result = RunResult(Path(out["path"]), completed=True, recovered=True, summary=out)
-    _check_run_folder(result, tuple(expand_nemesis(["kill", "pause", "partition"], 3)), seed=11)
+    _check_run_folder(
+        result, tuple(expand_nemesis(["kill", "pause", "partition"], 3)), seed=11, store="kv"
+    )
     assert json.loads(RunDir(result.path).config.read_text())["backend"] == "docker"
 
     # No container, network, firewall rule or scratch data is left.

@@ -129,6 +129,7 @@ FAILING: dict[str, list[tuple[list[Op], dict[str, Any]]]] = {
     "model-value": [
         (h(inv(0, "write", 5), done("ok", 0, "write", 5, **V)), {"model": "register"}),
         (h(inv(0, "cas", "a"), done("ok", 0, "cas", "a", **V)), {"model": "kv"}),
+        (h(inv(0, "append", ""), done("ok", 0, "append", "", **V)), {"model": "kv"}),
         (h(inv(0, "cas", ["a", None]), done("fail", 0, "cas", ["a", None])), {"model": "kv"}),
         (h(inv(0, "read", "a"), done("fail", 0, "read", "a")), {"model": "register"}),
         (h(inv(0, "read"), done("ok", 0, "read", ["a"], **V)), {"model": "register"}),
@@ -157,7 +158,7 @@ FAILING: dict[str, list[tuple[list[Op], dict[str, Any]]]] = {
     ],
     "model-version": [
         (h(inv(0, "write", "a"), done("ok", 0, "write", "a")), {"model": "register"}),
-        (h(inv(0, "read"), done("ok", 0, "read", "a")), {"model": "register"}),
+        (h(inv(0, "get"), done("ok", 0, "get", None, **V)), {"model": "kv"}),
         (h(inv(0, "read"), done("ok", 0, "read", None, **V)), {"model": "kv"}),
         (h(inv(0, "write", "a"), done("ok", 0, "write", "a", offset=3)), {"model": "kv"}),
         (h(inv(0, "delete"), done("ok", 0, "delete")), {"model": "kv"}),
@@ -230,6 +231,20 @@ def test_each_rule_can_fail(kind: str, ops: list[Op], kwargs: dict[str, Any]) ->
                 done("ok", 1, "delete", key="j", **V),
                 inv(1, "read"),
                 done("info", 1, "read"),
+            ),
+            {"model": "kv"},
+        ),
+        # A read of a store that reports no versions (the metadata configs).
+        (h(inv(0, "read"), done("ok", 0, "read", "a")), {"model": "register"}),
+        # Porcupine's kv names: get, put, append.
+        (
+            h(
+                inv(0, "put", "x"),
+                done("ok", 0, "put", "x", **V),
+                inv(0, "append", "y"),
+                done("ok", 0, "append", "y", **V),
+                inv(1, "get"),
+                done("ok", 1, "get", "xy", **V),
             ),
             {"model": "kv"},
         ),

@@ -11,8 +11,16 @@ from pathlib import Path
 import pytest
 
 from chaos.history import HistoryRecorder, HistoryWriter, Op, check_well_formed, read_history
-from chaos.workloads.register import Completion, KvRegisterClient, RegisterWorkload
+from chaos.workloads.register import (
+    CONFIG_REGISTER_KEYS,
+    Completion,
+    ConfigRegisterClient,
+    KvRegisterClient,
+    RegisterWorkload,
+    config_value,
+)
 from tests.driver.cluster_util import run, running
+from tests.metadata.metadata_cluster import running_metadata
 
 
 class Clock:
@@ -221,3 +229,60 @@ def test_register_workload_survives_a_leader_stop(tmp_path: Path) -> None:
             assert wl.stats.retired > 0
 
     run(go())
+
+
+def test_register_workload_on_the_metadata_controllers_configs(tmp_path: Path) -> None:
+    """The registers are cluster configs, written by conditional AlterConfigs
+    and read by linearizable DescribeConfigs."""
+
+    async def go() -> None:
+        async with running_metadata(tmp_path / "c") as cluster:
+            await cluster.wait_leader()
+            keys = list(CONFIG_REGISTER_KEYS[:3])
+            with HistoryWriter(tmp_path / "history.jsonl") as writer:
+                wl = RegisterWorkload(
+                    writer,
+                    lambda: ConfigRegisterClient(cluster.voters, timeout_s=1.0),
+                    random.Random(3),
+                    concurrency=4,
+                    keys=keys,
+                    rate=150,
+                    op_timeout_s=2.0,
+                    make_value=config_value,
+                )
+                stats = await wl.run(2.0)
+                written = await wl.execute(0, "write", keys[0], config_value(0, 999_999))
+                assert written.type == "ok" and written.offset is not None
+                read = await wl.execute(1, "read", keys[0])
+                assert (read.type, read.value) == ("ok", config_value(0, 999_999))
+                # A refused condition is a definite fail that wrote nothing.
+                refused = await wl.execute(0, "cas", keys[0], ["1", config_value(0, 999_998)])
+                assert (refused.type, refused.error) == ("fail", "precondition")
+                assert refused.offset is None
+                swapped = await wl.execute(
+                    2, "cas", keys[0], [config_value(0, 999_999), config_value(2, 999_999)]
+                )
+                assert swapped.type == "ok" and swapped.offset > written.offset
+                finals = await wl.final_reads()
+                await wl.close()
+            assert [o.key for o in finals] == keys and all(o.type == "ok" for o in finals)
+            ops = read_history(tmp_path / "history.jsonl")
+            assert check_well_formed(ops, model="register") == []
+            kinds = Counter((o.f, o.type) for o in ops)
+            for f in ("read", "write", "cas"):
+                assert kinds[(f, "ok")] > 0, kinds
+            assert stats.invokes > 50
+            writes = [o for o in ops if o.type == "ok" and o.f in ("write", "cas")]
+            # Every acknowledged write says where it committed, and no two
+            # share a record.
+            assert all(o.offset is not None and o.epoch is not None for o in writes)
+            assert len({o.offset for o in writes}) == len(writes)
+
+    run(go())
+
+
+def test_config_values_are_unique_longs() -> None:
+    values = {config_value(p, n) for p in (0, 1, 7, 12) for n in (1, 2, 999_999)}
+    assert len(values) == 12 and all(v.isdigit() for v in values)
+    with pytest.raises(ValueError, match="millionth"):
+        config_value(0, 1_000_000)

@@ -262,7 +262,8 @@ def test_register_workload_on_the_metadata_controllers_configs(tmp_path: Path) -
                 swapped = await wl.execute(
                     2, "cas", keys[0], [config_value(0, 999_999), config_value(2, 999_999)]
                 )
-                assert swapped.type == "ok" and swapped.offset > written.offset
+                assert swapped.type == "ok"
+                assert swapped.offset is not None and swapped.offset > written.offset
                 finals = await wl.final_reads()
                 await wl.close()
             assert [o.key for o in finals] == keys and all(o.type == "ok" for o in finals)

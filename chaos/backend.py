@@ -24,10 +24,15 @@ drops packets, so over TCP it also breaks every connection the other way
 (its acknowledgements are dropped): with gRPC, ``(a, b)`` blocked means a
 and b cannot exchange RPCs in either direction.  :func:`reaches` and
 :func:`majority_available` say who hears whom under a network fault.
+
+The other network fault, :meth:`ClusterBackend.packet`, makes every link
+between two nodes slow and lossy without cutting any off
+(:func:`check_packet` checks its numbers).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -39,6 +44,7 @@ __all__ = [
     "ClusterBackend",
     "Groups",
     "bridge",
+    "check_packet",
     "halves",
     "isolate",
     "majorities_ring",
@@ -111,6 +117,15 @@ class ClusterBackend(Protocol):
         Clients of the cluster are never blocked."""
         ...
 
+    async def packet(self, drop: float, delay_ms: float, jitter_ms: float = 0.0) -> None:
+        """Slow, lossy links: every packet from one node to another is
+        dropped with probability ``drop``, and the others are delayed by a
+        time drawn uniformly from ``[delay_ms - jitter_ms, delay_ms +
+        jitter_ms]`` (never negative) (:func:`check_packet`).  Replaces any
+        earlier network fault; :meth:`heal` ends it.  Packets are not
+        duplicated."""
+        ...
+
     async def heal(self) -> None:
         """Undo every network fault (the same as ``block(())``)."""
         ...
@@ -126,6 +141,17 @@ class ClusterBackend(Protocol):
         counting from ``start_unix_ns`` (the run's start; default: when the
         nodes were started)."""
         ...
+
+
+def check_packet(drop: float, delay_ms: float, jitter_ms: float) -> None:
+    """:class:`ValueError` naming the first bad number of a packet fault:
+    ``drop`` is a probability, the delay and jitter are milliseconds from
+    0 to 60000."""
+    if not (math.isfinite(drop) and 0.0 <= drop <= 1.0):
+        raise ValueError(f"drop must be a probability in [0, 1], got {drop}")
+    for what, ms in (("delay_ms", delay_ms), ("jitter_ms", jitter_ms)):
+        if not (math.isfinite(ms) and 0.0 <= ms <= 60_000.0):
+            raise ValueError(f"{what} must be in [0, 60000] milliseconds, got {ms}")
 
 
 # -- topologies --------------------------------------------------------------------

@@ -124,7 +124,8 @@ def register(subparsers: Any) -> None:
         default="kill,pause,partition",
         metavar="F[,F...]",
         help=f"the faults to inject, comma-separated, or none: {', '.join(NEMESES)} "
-        "(partition: every partition kind the cluster size allows) (default: %(default)s)",
+        "(partition: every partition kind the cluster size allows; packet: slow, lossy links "
+        "between nodes, only when named) (default: %(default)s)",
     )
     run.add_argument(
         "--time-limit",

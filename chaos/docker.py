@@ -21,7 +21,18 @@ host.  Faults:
   probability (``-m statistic``), the same way;
 - :meth:`DockerCluster.netem`: delay and loss on each node's interface with
   ``tc qdisc ... netem``, only where the kernel has the ``sch_netem`` module
-  (it refuses, naming the module, otherwise).
+  (it refuses, naming the module, otherwise);
+- :meth:`DockerCluster.packet` (slow, lossy links): loss by ``-m
+  statistic`` drop rules in the cluster's chain for every pair of nodes;
+  delay by netem where the kernel has it (on each running node's
+  interface, so the node's answers to the host's clients are delayed too),
+  else by ``NFQUEUE`` rules (``--queue-bypass``) in the same chain, for
+  every pair of nodes, feeding one :mod:`chaos.nfqueue` delayer process
+  on the host (queue :attr:`DockerCluster.queue`), which the cluster
+  starts and stops by its process id on :meth:`DockerCluster.heal` and
+  :meth:`DockerCluster.stop`.  Traffic between containers crosses the
+  host's ``FORWARD`` hook (so ``DOCKER-USER``), the host's own traffic to
+  them does not: the NFQUEUE rules delay node-to-node packets only.
 
 :meth:`DockerCluster.collect` copies each node's log and data directory out
 of its container (``docker cp``) and writes the same exports as the local
@@ -49,9 +60,10 @@ import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
-from chaos.backend import partition_pairs
+from chaos.backend import check_packet, partition_pairs
 from chaos.docker_image import Docker, DockerError, ensure_daemon, ensure_image
-from chaos.netfilter import IptablesChains, NetfilterError
+from chaos.netfilter import IptablesChains, NetfilterError, nfqueue_target, random_match
+from chaos.nfqueue import Delayer, queue_number
 from chaos.node_exports import export_node
 from chaos.runs import RunDir
 from quorum.driver.cli_cluster import ClusterState, new_cluster_state, write_configs
@@ -98,10 +110,20 @@ class DockerNetfilter(IptablesChains):
             raise NetfilterError("the rules are not installed")
         self._run("-F", self.tag)
         for src, dst, p in sorted(set(drops)):
-            chance = []
-            if p < 1:
-                chance = ["-m", "statistic", "--mode", "random", "--probability", f"{p:.6f}"]
-            self._run("-A", self.tag, "-s", src, "-d", dst, *chance, "-j", "DROP")
+            self._run("-A", self.tag, "-s", src, "-d", dst, *random_match(p), "-j", "DROP")
+
+    def packet(self, links: Iterable[tuple[str, str]], drop: float, queue: int | None) -> None:
+        """Exactly these faults: of the packets from ``s`` to ``d`` for each
+        ``(s, d)``, drop each with probability ``drop`` (0: none) and send
+        the rest to netfilter queue ``queue`` (``None``: none)."""
+        if not self._installed:
+            raise NetfilterError("the rules are not installed")
+        self._run("-F", self.tag)
+        for src, dst in sorted(set(links)):
+            if drop > 0:
+                self._run("-A", self.tag, "-s", src, "-d", dst, *random_match(drop), "-j", "DROP")
+            if queue is not None:
+                self._run("-A", self.tag, "-s", src, "-d", dst, *nfqueue_target(queue))
 
     def heal(self) -> None:
         if self._installed:
@@ -154,6 +176,9 @@ class DockerCluster:
         self.token = secrets.token_hex(4)
         self.name = f"kq-chaos-{self.token}"
         self.netfilter = DockerNetfilter(f"KQ-DOCKER-{self.token}")
+        self.queue = queue_number(self.netfilter.tag)
+        """The netfilter queue of the cluster's packet delayer."""
+        self._delayer: Delayer | None = None
         self._subnet: int | None = None
         self._network: str | None = None
         self._containers: dict[int, str] = {}
@@ -316,7 +341,10 @@ class DockerCluster:
             if self._network is not None:
                 docker.run("network", "rm", self._network, check=False)
                 self._network = None
-        self.netfilter.remove()
+        try:
+            self.netfilter.remove()
+        finally:
+            self._stop_delayer()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
@@ -395,6 +423,7 @@ class DockerCluster:
             if a != b:
                 drops.append((self.host(a), self.host(b), p))
         await asyncio.to_thread(self.netfilter.block, drops)
+        await asyncio.to_thread(self._stop_delayer)
 
     async def partition(self, groups: Sequence[Collection[int]]) -> None:
         await self.block(partition_pairs(self.nodes, groups))
@@ -419,8 +448,43 @@ class DockerCluster:
             cmd = ["tc", "qdisc", "replace", "dev", "eth0", "root", "netem", *args]
             await asyncio.to_thread(self.docker.run, "exec", self._name(node), *cmd)
 
+    @property
+    def delayer_pid(self) -> int | None:
+        """The process id of the packet delayer while a packet fault delays."""
+        return None if self._delayer is None else self._delayer.pid
+
+    def _stop_delayer(self) -> None:
+        """Stop the delayer, if any, once its NFQUEUE rules are gone."""
+        delayer, self._delayer = self._delayer, None
+        if delayer is not None:
+            delayer.stop()
+
+    async def packet(self, drop: float, delay_ms: float, jitter_ms: float = 0.0) -> None:
+        check_packet(drop, delay_ms, jitter_ms)
+        await self.heal()
+        queue = None
+        if delay_ms > 0 or jitter_ms > 0:
+            if await asyncio.to_thread(netem_available):
+                running = await asyncio.to_thread(self._running)
+                up = [n for n, on in running.items() if on and n not in self._paused]
+                await self.netem(up, delay_ms=delay_ms, jitter_ms=jitter_ms)
+            else:
+                delayer = Delayer(self.queue, delay_ms, jitter_ms)
+                await asyncio.to_thread(delayer.start)
+                self._delayer = delayer
+                queue = self.queue
+        links = [(self.host(a), self.host(b)) for a in self.nodes for b in self.nodes if a != b]
+        try:
+            await asyncio.to_thread(self.netfilter.packet, links, drop, queue)
+        except BaseException:
+            await self.heal()
+            raise
+
     async def heal(self) -> None:
-        await asyncio.to_thread(self.netfilter.heal)
+        try:
+            await asyncio.to_thread(self.netfilter.heal)
+        finally:
+            await asyncio.to_thread(self._stop_delayer)
         if self._netem:
             running = await asyncio.to_thread(self._running)
             for node, up in running.items():

@@ -11,7 +11,15 @@ reuses its helpers).  Faults:
   marks its packets with DSCP value ``10+i`` (``node.dscp``), its
   connections are source-NATed to its own address, and each blocked pair
   ``(a, b)`` drops a's packets to b's address.  The rules are installed
-  before the nodes start and removed by :meth:`LocalCluster.stop`.
+  before the nodes start and removed by :meth:`LocalCluster.stop`;
+- packet (slow, lossy links): the same marks and addresses select every
+  packet from one node to another (the test's clients, unmarked, are not
+  touched); an iptables ``-m statistic`` rule drops some at random and an
+  ``NFQUEUE`` rule (``--queue-bypass``) sends the rest to one
+  :mod:`chaos.nfqueue` delayer process of the cluster (queue number
+  :attr:`LocalCluster.queue`), which the cluster starts and stops by its
+  process id on :meth:`LocalCluster.heal` and :meth:`LocalCluster.stop`.
+  Loopback has no qdisc to delay one node's packets only, hence the queue.
 
 One local cluster with network faults per host at a time: the addresses and
 DSCP values are the same for every cluster.
@@ -33,8 +41,9 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
-from chaos.backend import partition_pairs
+from chaos.backend import check_packet, partition_pairs
 from chaos.netfilter import Netfilter
+from chaos.nfqueue import Delayer, queue_number
 from chaos.node_exports import export_node
 from chaos.runs import RunDir
 from quorum.driver.cli_cluster import (
@@ -93,6 +102,9 @@ class LocalCluster:
         self._start_timeout_s = start_timeout_s
         self._keep_data = keep_data
         self._netfilter = Netfilter(f"KQ-CHAOS-{secrets.token_hex(3)}")
+        self.queue = queue_number(self._netfilter.tag)
+        """The netfilter queue of the cluster's packet delayer."""
+        self._delayer: Delayer | None = None
         self._state: ClusterState | None = None
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._paused: set[int] = set()
@@ -194,10 +206,13 @@ class LocalCluster:
         try:
             await self._stop_nodes()
         finally:
-            if self._network_faults:
-                self._netfilter.remove()
-            if not self._keep_data:
-                shutil.rmtree(self.directory, ignore_errors=True)
+            try:
+                if self._network_faults:
+                    self._netfilter.remove()
+            finally:
+                self._stop_delayer()
+                if not self._keep_data:
+                    shutil.rmtree(self.directory, ignore_errors=True)
 
     # -- process faults -------------------------------------------------------------
 
@@ -258,13 +273,50 @@ class LocalCluster:
             self._node(b)
         drops = [(node_dscp(a), node_host(b)) for a, b in pairs if a != b]
         await asyncio.to_thread(self._netfilter.block, drops)
+        await asyncio.to_thread(self._stop_delayer)
 
     async def partition(self, groups: Sequence[Collection[int]]) -> None:
         await self.block(partition_pairs(self.nodes, groups))
 
+    @property
+    def delayer_pid(self) -> int | None:
+        """The process id of the packet delayer while a packet fault delays."""
+        return None if self._delayer is None else self._delayer.pid
+
+    def _stop_delayer(self) -> None:
+        """Stop the delayer, if any.  Called once its NFQUEUE rules are gone,
+        so that no packet is queued to it while it exits (the kernel drops
+        what is still queued when its socket closes)."""
+        delayer, self._delayer = self._delayer, None
+        if delayer is not None:
+            delayer.stop()
+
+    async def packet(self, drop: float, delay_ms: float, jitter_ms: float = 0.0) -> None:
+        if not self._network_faults:
+            raise RuntimeError("this local cluster was made without network_faults")
+        check_packet(drop, delay_ms, jitter_ms)
+        await asyncio.to_thread(self._netfilter.heal)
+        await asyncio.to_thread(self._stop_delayer)
+        queue = None
+        if delay_ms > 0 or jitter_ms > 0:
+            delayer = Delayer(self.queue, delay_ms, jitter_ms)
+            await asyncio.to_thread(delayer.start)
+            self._delayer = delayer
+            queue = self.queue
+        links = [(node_dscp(a), node_host(b)) for a in self.nodes for b in self.nodes if a != b]
+        try:
+            await asyncio.to_thread(self._netfilter.packet, links, drop, queue)
+        except BaseException:
+            await asyncio.to_thread(self._netfilter.heal)
+            await asyncio.to_thread(self._stop_delayer)
+            raise
+
     async def heal(self) -> None:
         if self._network_faults:
-            await asyncio.to_thread(self._netfilter.heal)
+            try:
+                await asyncio.to_thread(self._netfilter.heal)
+            finally:
+                await asyncio.to_thread(self._stop_delayer)
 
     # -- what the nodes left -------------------------------------------------------------
 

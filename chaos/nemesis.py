@@ -5,9 +5,9 @@ the fault kinds enabled into a list of timed :class:`Action` s: faults
 started and ended in fault periods, separated by quiet periods with no fault
 in force, and a final heal-all.  Every fault started is ended; at most
 ``max_concurrent`` faults are in force at once, at most one of them a
-partition; a node is killed or paused by one fault at a time; and with
-``keep_majority`` some up node can reach a majority of up nodes at every
-instant.  A backend carries the actions out; :func:`nemesis_op` and
+network fault (a partition or a packet fault); a node is killed or paused
+by one fault at a time; and with ``keep_majority`` some up node can reach
+a majority of up nodes at every instant.  A backend carries the actions out; :func:`nemesis_op` and
 :func:`action_ops` give the history ops of an action (``docs/history-format.md``,
 the nemesis).
 
@@ -28,7 +28,14 @@ Fault kinds (:data:`FAULT_KINDS`):
 - ``halves``: two halves (the larger one holds a majority);
 - ``majorities-ring``: each node talks only to its neighbours on a ring, so
   it sees a majority but no two nodes see the same one (5 nodes or more);
-- ``bridge``: two halves that share one node.
+- ``bridge``: two halves that share one node;
+- ``packet``: slow, lossy links between every two nodes: each packet
+  delayed by ``delay_ms`` ± ``jitter_ms`` and dropped with probability
+  ``drop`` (:func:`packet_fault` draws them), ended by ``heal``.  It is a
+  network fault like a partition (at most one network fault is in force),
+  but it cuts no node off.  Its history value is the documented
+  ``{"drop", "duplicate", "max_delay_ms"}``; ``duplicate`` is always 0 (the
+  backends do not duplicate packets).
 
 A partition's ``groups`` are the topologies of :mod:`chaos.backend` (built
 by :func:`chaos.backend.partition_groups`, the leader's isolated by
@@ -51,11 +58,14 @@ from chaos.ops import NEMESIS, Op
 __all__ = [
     "FAULT_KINDS",
     "KILL_KINDS",
+    "NETWORK_KINDS",
+    "PACKET_KIND",
     "PARTITION_KINDS",
     "Action",
     "action_ops",
     "majority_available",
     "nemesis_op",
+    "packet_fault",
     "resolve",
     "schedule",
 ]
@@ -65,8 +75,12 @@ PARTITION_KINDS: Final = ("isolate-one", "isolate-leader", "halves", "majorities
 ``isolate-leader`` intent."""
 KILL_KINDS: Final = ("kill", "kill-leader", "kill-majority")
 """Crashes: a random node, the leader, a majority."""
-FAULT_KINDS: Final = (*KILL_KINDS, "pause", *PARTITION_KINDS)
-_ENDS: Final = {"kill": "start", "pause": "resume", "partition": "heal"}
+PACKET_KIND: Final = "packet"
+"""Slow, lossy links between the nodes (ended by ``heal``)."""
+NETWORK_KINDS: Final = (*PARTITION_KINDS, PACKET_KIND)
+"""The network faults: at most one is in force, and ``heal`` ends it."""
+FAULT_KINDS: Final = (*KILL_KINDS, "pause", *NETWORK_KINDS)
+_ENDS: Final = {"kill": "start", "pause": "resume", "partition": "heal", "packet": "heal"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +88,14 @@ class Action:
     """One thing the nemesis does at ``time_s`` seconds into the run.
 
     ``f`` is the history's: ``kill``, ``start``, ``pause``, ``resume``,
-    ``partition`` or ``heal``.  ``nodes`` are the targets of the per-node
-    ones; ``groups`` and ``kind`` describe a partition (``kind`` also marks
-    a ``kill-leader`` or ``kill-majority`` kill and its start).  ``target``
-    is ``"leader"`` for an action whose targets are known only when it is
-    carried out (:func:`resolve`).
+    ``partition``, ``packet`` or ``heal``.  ``nodes`` are the targets of the
+    per-node ones; ``groups`` and ``kind`` describe a partition (``kind``
+    also marks a ``kill-leader`` or ``kill-majority`` kill and its start).
+    ``target`` is ``"leader"`` for an action whose targets are known only
+    when it is carried out (:func:`resolve`).  ``drop``, ``delay_ms`` and
+    ``jitter_ms`` describe a ``packet`` fault (each packet between nodes
+    dropped with probability ``drop``, else delayed uniformly within
+    ``delay_ms`` ± ``jitter_ms``).
     """
 
     time_s: float
@@ -87,6 +104,20 @@ class Action:
     groups: Groups = ()
     kind: str | None = None
     target: str | None = None
+    drop: float = 0.0
+    delay_ms: float = 0.0
+    jitter_ms: float = 0.0
+
+
+def packet_fault(time_s: float, rng: random.Random) -> Action:
+    """A ``packet`` action drawn with ``rng``: moderate faults that slow
+    the cluster down without cutting it off (a delay of 50 to 150 ms with
+    a jitter of 10 to 50 ms, a drop probability of 0.1 to 0.3), so that
+    elections and timeouts are exercised rather than a plain outage."""
+    delay = rng.randrange(50, 151, 10)
+    jitter = rng.randrange(10, 51, 10)
+    drop = rng.choice((0.1, 0.2, 0.3))
+    return Action(time_s, "packet", drop=drop, delay_ms=delay, jitter_ms=jitter)
 
 
 def resolve(action: Action, leader: int, nodes: Sequence[int]) -> Action:
@@ -117,6 +148,14 @@ def nemesis_op(action: Action) -> tuple[str, dict[str, Any]]:
         if action.kind is not None:
             value["kind"] = action.kind
         return "partition", value
+    if action.f == "packet":
+        # docs/history-format.md: no duplicates are made, and the delay
+        # never exceeds delay + jitter.
+        return "packet", {
+            "drop": action.drop,
+            "duplicate": 0.0,
+            "max_delay_ms": action.delay_ms + action.jitter_ms,
+        }
     if action.f == "heal":
         return "heal", {}
     raise ValueError(f"unknown nemesis action {action.f!r}")
@@ -148,8 +187,11 @@ def action_ops(
 # -- network state -------------------------------------------------------------
 
 
-def _partition(kind: str, nodes: list[int], rng: random.Random) -> tuple[Groups, str | None]:
-    """The groups of a partition kind (empty with a ``"leader"`` target)."""
+def _partition(kind: str, nodes: list[int], rng: random.Random) -> tuple[Groups | None, str | None]:
+    """The groups of a partition kind (empty with a ``"leader"`` target;
+    ``None`` for a packet fault, which cuts no node off)."""
+    if kind == PACKET_KIND:
+        return None, None
     if kind == "isolate-leader":
         return (), "leader"
     return partition_groups(kind, nodes, rng), None
@@ -207,6 +249,8 @@ def schedule(
         raise ValueError("majorities-ring needs at least 5 nodes")
     if any(k in PARTITION_KINDS for k in kinds) and len(ids) < 2:
         raise ValueError("a partition needs at least 2 nodes")
+    if PACKET_KIND in kinds and len(ids) < 2:
+        raise ValueError("a packet fault needs at least 2 nodes")
     if "bridge" in kinds and len(ids) < 3:
         raise ValueError("bridge needs at least 3 nodes")
     if "kill-majority" in kinds and len(ids) < 3:
@@ -221,7 +265,7 @@ def schedule(
     down: dict[int, str] = {}
     leader_down = False
     majority: tuple[int, ...] | None = None
-    net: tuple[Groups, str | None, str] | None = None
+    net: tuple[Groups | None, str | None, str] | None = None
 
     def safe(
         down_now: Iterable[int], groups: Groups | None, target: str | None, leader: bool
@@ -243,7 +287,7 @@ def schedule(
         options = [
             k
             for k in kinds
-            if not (k in PARTITION_KINDS and net is not None)
+            if not (k in NETWORK_KINDS and net is not None)
             and not (k == "kill-majority" and count() > 0)
             and not (k in ("kill", "pause", "kill-leader") and leader_down)
         ]
@@ -271,7 +315,11 @@ def schedule(
                 groups, target = _partition(kind, ids, rng)
                 if safe(down, groups, target, leader_down):
                     net = (groups, target, kind)
-                    out.append(Action(t, "partition", groups=groups, kind=kind, target=target))
+                    if kind == PACKET_KIND:
+                        out.append(packet_fault(t, rng))
+                    else:
+                        assert groups is not None
+                        out.append(Action(t, "partition", groups=groups, kind=kind, target=target))
                     return True
         return False
 

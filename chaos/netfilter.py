@@ -10,7 +10,10 @@ apart.  Each node therefore marks its packets with its own DSCP value
   -> address), so replies to a node are addressed to that node;
 - in ``filter``, a chain ``<tag>`` hooked to OUTPUT drops the packets of
   each blocked pair: those marked with a's DSCP value going to b's address
-  (a's requests to b and a's answers to b's requests alike).
+  (a's requests to b and a's answers to b's requests alike).  A packet
+  fault (:meth:`Netfilter.packet`) matches the same way, drops at random
+  (``-m statistic``) and sends the rest to a netfilter queue
+  (``-j NFQUEUE --queue-bypass``) that :mod:`chaos.nfqueue` delays.
 
 Packets without a mark (test clients) are never touched.  Healing flushes
 the filter chain; :meth:`Netfilter.remove` deletes both chains and their
@@ -25,7 +28,14 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
 
-__all__ = ["IptablesChains", "Netfilter", "NetfilterError", "require_iptables"]
+__all__ = [
+    "IptablesChains",
+    "Netfilter",
+    "NetfilterError",
+    "nfqueue_target",
+    "random_match",
+    "require_iptables",
+]
 
 INSTALL_HINT = (
     "partitions of the local backend need the iptables command: install it with "
@@ -61,6 +71,24 @@ def require_iptables() -> str:
             f"iptables does not work here ({probe.stderr.strip()}): {INSTALL_HINT}"
         )
     return path
+
+
+def random_match(p: float) -> list[str]:
+    """The match of a packet with probability ``p`` (none for 1)."""
+    if not 0 < p <= 1:
+        raise ValueError(f"a drop probability must be in (0, 1], got {p}")
+    if p >= 1:
+        return []
+    return ["-m", "statistic", "--mode", "random", "--probability", f"{p:.6f}"]
+
+
+def nfqueue_target(queue: int) -> list[str]:
+    """Send to netfilter queue ``queue``; with ``--queue-bypass`` packets go
+    on unqueued while no program listens (the delayer not started, or
+    dead), so a fault can never outlive its delayer as an outage."""
+    if not 0 <= queue <= 0xFFFF:
+        raise ValueError(f"a queue number is in 0..65535, got {queue}")
+    return ["-j", "NFQUEUE", "--queue-num", str(queue), "--queue-bypass"]
 
 
 class IptablesChains:
@@ -123,6 +151,21 @@ class Netfilter(IptablesChains):
                 "-A", self.tag, "-o", "lo", "-d", host,
                 "-m", "dscp", "--dscp", str(dscp), "-j", "DROP",
             )  # fmt: skip
+
+    def packet(self, links: Iterable[tuple[int, str]], drop: float, queue: int | None) -> None:
+        """Exactly these faults: of the packets marked with DSCP value ``d``
+        going to host ``h``, for each ``(d, h)``, drop each with probability
+        ``drop`` (0: none) and send the rest to netfilter queue ``queue``
+        (``None``: none)."""
+        if not self._installed:
+            raise NetfilterError("the rules are not installed")
+        self._run("-F", self.tag)
+        for dscp, host in sorted(set(links)):
+            match = ["-o", "lo", "-d", host, "-m", "dscp", "--dscp", str(dscp)]
+            if drop > 0:
+                self._run("-A", self.tag, *match, *random_match(drop), "-j", "DROP")
+            if queue is not None:
+                self._run("-A", self.tag, *match, *nfqueue_target(queue))
 
     def heal(self) -> None:
         """Drop nothing."""

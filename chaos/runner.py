@@ -36,6 +36,8 @@ from chaos.history import NEMESIS, HistoryWriter, Op, Problem, check_well_formed
 from chaos.nemesis import (
     FAULT_KINDS,
     KILL_KINDS,
+    NETWORK_KINDS,
+    PACKET_KIND,
     PARTITION_KINDS,
     Action,
     nemesis_op,
@@ -106,12 +108,13 @@ BACKENDS: Final[dict[str, BackendSpec]] = {
     "local": BackendSpec(
         _make_local,
         "one `kq controller start` process per node on 127.0.0.(10+i); "
-        "SIGKILL, SIGSTOP, iptables partitions",
+        "SIGKILL, SIGSTOP, iptables partitions, packet loss and NFQUEUE delay",
     ),
     "docker": BackendSpec(
         _make_docker,
         "one container per node on a Docker network of its own; "
-        "docker kill, docker pause, iptables partitions in DOCKER-USER",
+        "docker kill, docker pause, iptables partitions in DOCKER-USER, "
+        "packet loss and delay (netem, else NFQUEUE)",
     ),
 }
 """Cluster backends by name (``--backend``)."""
@@ -193,11 +196,11 @@ WORKLOADS: Final[dict[str, WorkloadSpec]] = {
 }
 """Workloads by name (``--workload``)."""
 
-NEMESES: Final = (*KILL_KINDS, "pause", "partition", *PARTITION_KINDS)
+NEMESES: Final = (*KILL_KINDS, "pause", "partition", *PARTITION_KINDS, PACKET_KIND)
 """The ``--nemesis`` names: ``kill`` a random node, ``kill-leader`` the
 leader, ``kill-majority`` a majority at once (only when named);
 ``partition`` is every partition kind the node count allows; the kinds can
-also be named one by one."""
+also be named one by one; ``packet`` (slow, lossy links) only by name."""
 
 
 def expand_nemesis(names: Sequence[str], nodes: int) -> list[str]:
@@ -230,6 +233,7 @@ _MIN_NODES: Final = {
     "halves": 2,
     "bridge": 3,
     "majorities-ring": 5,
+    "packet": 2,
 }
 assert set(_MIN_NODES) == set(FAULT_KINDS) and set(TOPOLOGIES) <= set(_MIN_NODES)
 
@@ -366,13 +370,15 @@ class _Nemesis:
         self.writer = writer
         self.log = log
         self.down: dict[int, str] = {}  # node -> kill / pause
-        self.partition: str | None = None  # kind in force
+        self.partition: str | None = None  # network fault in force (a kind, or packet)
         self.killed_leader: int | None = None  # the node a kill-leader killed
         self.injected: Counter[str] = Counter()
 
     def faults(self) -> tuple[str, ...]:
         out = [f"{how} {node}" for node, how in sorted(self.down.items())]
-        if self.partition is not None:
+        if self.partition == PACKET_KIND:
+            out.append(PACKET_KIND)
+        elif self.partition is not None:
             out.append(f"partition {self.partition}")
         return tuple(out)
 
@@ -426,6 +432,8 @@ class _Nemesis:
                 await b.resume(n)
         elif action.f == "partition":
             await b.partition(action.groups)
+        elif action.f == "packet":
+            await b.packet(action.drop, action.delay_ms, action.jitter_ms)
         elif action.f == "heal":
             await b.heal()
         else:
@@ -443,6 +451,9 @@ class _Nemesis:
         elif action.f == "partition":
             self.injected[f"partition {action.kind}" if action.kind else "partition"] += 1
             self.partition = action.kind or "partition"
+        elif action.f == "packet":
+            self.injected[PACKET_KIND] += 1
+            self.partition = PACKET_KIND
         elif ok and action.f in ("start", "resume"):
             for n in action.nodes:
                 self.down.pop(n, None)
@@ -573,7 +584,7 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
     started = False
     try:
         emit(f"starting {config.nodes} {config.backend} nodes")
-        network = any(f in PARTITION_KINDS for f in config.faults)
+        network = any(f in NETWORK_KINDS for f in config.faults)
         backend = spec.make(config.nodes, workdir, network)
         await backend.start()
         started = True
@@ -712,6 +723,8 @@ def _describe_action(action: Action) -> str:
     if action.f == "partition":
         groups = " | ".join(",".join(map(str, g)) for g in action.groups)
         return f"partition {action.kind or ''} [{groups}]".replace("  ", " ")
+    if action.f == "packet":
+        return f"packet drop {action.drop:g}, delay {action.delay_ms:g}±{action.jitter_ms:g} ms"
     if action.nodes:
         kind = f" ({action.kind})" if action.kind else ""
         return f"{action.f} {','.join(map(str, action.nodes))}{kind}"

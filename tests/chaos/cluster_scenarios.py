@@ -4,6 +4,7 @@ test_docker): any :class:`chaos.backend.ClusterBackend` will do."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from kq import kv_pb2
 from quorum.driver.cli_common import describe
 from quorum.driver.client import ClientError, IndeterminateWriteError, KvClient
 
-__all__ = ["check_exports", "isolate_the_leader", "leader", "roles", "wait_converged"]
+__all__ = ["check_exports", "isolate_the_leader", "leader", "put_ms", "roles", "wait_converged"]
 
 
 async def roles(cluster: ClusterBackend) -> dict[int, kv_pb2.DescribeQuorumResponse | None]:
@@ -40,6 +41,19 @@ async def leader(cluster: ClusterBackend, exclude: int | None = None, timeout_s:
             return max(leaders)[1]
         assert time.monotonic() < deadline, f"no leader (besides {exclude}): {answers}"
         await asyncio.sleep(0.2)
+
+
+async def put_ms(cluster: ClusterBackend, puts: int = 7) -> float:
+    """The median milliseconds of a put through the leader: its commit
+    waits for a follower, so it crosses the links between nodes."""
+    addresses = cluster.addresses()
+    out = []
+    async with KvClient([addresses[await leader(cluster)]]) as kv:
+        for i in range(puts):
+            started = time.monotonic()
+            await kv.put(f"p{i}", b"v", timeout_s=10)
+            out.append((time.monotonic() - started) * 1000)
+    return statistics.median(out)
 
 
 async def isolate_the_leader(cluster: ClusterBackend) -> tuple[int, int]:

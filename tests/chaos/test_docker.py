@@ -6,6 +6,7 @@ conftest.py)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -17,7 +18,13 @@ from chaos.docker import DockerCluster, netem_available
 from chaos.docker_image import Docker, DockerError, ensure_image
 from quorum.driver.cli_common import describe
 from quorum.driver.client import KvClient
-from tests.chaos.cluster_scenarios import check_exports, isolate_the_leader, leader, wait_converged
+from tests.chaos.cluster_scenarios import (
+    check_exports,
+    isolate_the_leader,
+    leader,
+    put_ms,
+    wait_converged,
+)
 
 Scenario = Callable[[DockerCluster], Awaitable[None]]
 
@@ -131,6 +138,48 @@ def test_a_node_that_cannot_start_fails_start_and_leaves_nothing(
     with pytest.raises(DockerError, match="(?s)node 1 exited.*dscp"):
         asyncio.run(cluster.start())
     assert _leftovers(docker, cluster) == []
+
+
+@pytest.mark.slow
+def test_a_packet_fault_slows_commits_and_heal_removes_its_rules_and_delayer(
+    docker: Docker, image: str
+) -> None:
+    cluster = DockerCluster(3, image=image, docker=docker)
+    delay_ms = 200.0
+    measured: dict[str, float] = {}
+    delayers: list[int] = []
+
+    def queued() -> list[str]:
+        return [r for r in cluster.netfilter.leftovers() if "NFQUEUE" in r]
+
+    async def scenario(cluster: DockerCluster) -> None:
+        measured["put before"] = await put_ms(cluster)
+        await cluster.packet(0.0, delay_ms)
+        pid = cluster.delayer_pid
+        if netem_available():
+            assert pid is None and queued() == []
+        else:
+            assert pid is not None and len(queued()) == 6  # every ordered pair
+            delayers.append(pid)
+        # A commit waits for a follower, across the slow links.
+        measured["put delayed"] = await put_ms(cluster)
+        assert measured["put delayed"] >= measured["put before"] + delay_ms / 2
+        await cluster.heal()
+        assert cluster.delayer_pid is None and queued() == []
+        measured["put healed"] = await put_ms(cluster)
+        assert measured["put healed"] < measured["put before"] + delay_ms / 2
+        # Left in force, it goes with the cluster.
+        await cluster.packet(0.1, 50.0, 10.0)
+        if cluster.delayer_pid is not None:
+            delayers.append(cluster.delayer_pid)
+
+    _run(cluster, scenario)
+    print(f"median put times, ms: {measured}")
+    assert _leftovers(docker, cluster) == []
+    assert cluster.delayer_pid is None
+    for pid in delayers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
 
 
 def test_netem_is_refused_naming_the_kernel_module_when_missing(

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import statistics
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
@@ -11,13 +13,19 @@ from pathlib import Path
 import pytest
 
 from chaos.backend import isolate, partition_pairs
-from chaos.local import LocalCluster
+from chaos.local import LocalCluster, node_dscp, node_host
 from chaos.netfilter import NetfilterError, require_iptables
 from chaos.node_exports import node_changes
 from quorum.driver.cli_common import describe
 from quorum.driver.cli_config import ConfigError, controller_config, load_settings
 from quorum.driver.client import KvClient
-from tests.chaos.cluster_scenarios import check_exports, isolate_the_leader, leader, wait_converged
+from tests.chaos.cluster_scenarios import (
+    check_exports,
+    isolate_the_leader,
+    leader,
+    put_ms,
+    wait_converged,
+)
 
 Scenario = Callable[[LocalCluster], Awaitable[None]]
 
@@ -149,6 +157,111 @@ def test_a_failing_scenario_still_removes_every_rule_and_process(
         _run(tmp_path, scenario, cluster=cluster)
     assert _our_rules(cluster._netfilter.tag) == []
     assert not (tmp_path / "cluster").exists()
+
+
+def _connect_ms(cluster: LocalCluster, a: int, b: int, timeout_s: float) -> float | None:
+    """Milliseconds to open a TCP connection to node b's port as node a
+    opens its connections (its DSCP mark, so its source address; the rules
+    take it for node a), or None if it does not connect within ``timeout_s``."""
+    port = int(cluster.addresses()[b].rpartition(":")[2])
+    with socket.socket() as sock:
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_TOS, node_dscp(a) << 2)
+        sock.settimeout(timeout_s)
+        started = time.monotonic()
+        try:
+            sock.connect((node_host(b), port))
+        except OSError:
+            return None
+        return (time.monotonic() - started) * 1000
+
+
+async def _connects(cluster: LocalCluster, tries: int = 7, timeout_s: float = 3.0) -> list[float]:
+    """Connect times node 1 -> node 2 and node 2 -> node 3 (NaN: no connection)."""
+    out = []
+    for _ in range(tries):
+        for a, b in ((1, 2), (2, 3)):
+            ms = await asyncio.to_thread(_connect_ms, cluster, a, b, timeout_s)
+            out.append(float("nan") if ms is None else ms)
+    return out
+
+
+def _nfqueue_rules(cluster: LocalCluster) -> list[str]:
+    return [r for r in _our_rules(cluster._netfilter.tag) if "NFQUEUE" in r]
+
+
+@pytest.mark.slow
+def test_a_packet_fault_delays_and_drops_node_traffic_and_heal_undoes_it_all(
+    tmp_path: Path,
+) -> None:
+    _iptables()
+    delay_ms = 200.0
+    measured: dict[str, float] = {}
+    delayers: list[int] = []
+
+    async def scenario(cluster: LocalCluster) -> None:
+        before = await _connects(cluster)
+        assert all(ms == ms for ms in before), f"no fault yet, every connect works: {before}"
+        measured["before"] = statistics.median(before)
+        measured["put before"] = await put_ms(cluster)
+
+        await cluster.packet(0.0, delay_ms)
+        pid = cluster.delayer_pid
+        assert pid is not None and len(_nfqueue_rules(cluster)) == 6  # every ordered pair
+        delayers.append(pid)
+        delayed = await _connects(cluster)
+        measured["delayed"] = statistics.median(delayed)
+        # A SYN (and a SYN-ACK, marked by the server) waits out the delay;
+        # half of it is a bound no scheduling noise can fake.
+        assert measured["delayed"] >= measured["before"] + delay_ms / 2, delayed
+        # The cluster's commits wait for the slow links ...
+        measured["put delayed"] = await put_ms(cluster)
+        assert measured["put delayed"] >= measured["put before"] + delay_ms / 2
+        # ... while the test's own (unmarked) client is not delayed.
+        assert await describe(cluster.addresses()[2], 1.0) is not None
+
+        await cluster.heal()
+        assert _pid_gone(pid) and cluster.delayer_pid is None
+        assert _nfqueue_rules(cluster) == []
+        healed = await _connects(cluster)
+        measured["healed"] = statistics.median(healed)
+        assert measured["healed"] < measured["before"] + delay_ms / 2, healed
+        measured["put healed"] = await put_ms(cluster)
+        assert measured["put healed"] < measured["put before"] + delay_ms / 2
+
+        # Everything dropped: no connection between nodes, and no delayer
+        # runs (no delay asked); after heal, every connection works again.
+        await cluster.packet(1.0, 0.0)
+        assert cluster.delayer_pid is None and _nfqueue_rules(cluster) == []
+        lost = await _connects(cluster, tries=3, timeout_s=0.5)
+        assert all(ms != ms for ms in lost), f"a packet got through: {lost}"
+        await cluster.heal()
+        back = await _connects(cluster)
+        assert all(ms == ms for ms in back), f"a connect failed after heal: {back}"
+        assert [r for r in _our_rules(cluster._netfilter.tag) if "DROP" in r] == []
+
+        # The cluster works on: one leader that every node agrees on.
+        await leader(cluster)
+
+        # A fault still in force when the cluster stops is removed with it.
+        await cluster.packet(0.2, 50.0, 20.0)
+        assert cluster.delayer_pid is not None and len(_nfqueue_rules(cluster)) == 6
+        delayers.append(cluster.delayer_pid)
+
+    cluster = _run(tmp_path, scenario, network_faults=True)
+    print(f"median connect times, ms: {measured}")
+    assert all(_pid_gone(pid) for pid in delayers) and cluster.delayer_pid is None
+    assert _our_rules(cluster._netfilter.tag) == []
+
+
+def test_a_packet_fault_is_refused_with_bad_numbers_or_without_network_faults(
+    tmp_path: Path,
+) -> None:
+    plain = LocalCluster(tmp_path / "plain", 3, network_faults=False)
+    with pytest.raises(RuntimeError, match="network_faults"):
+        asyncio.run(plain.packet(0.1, 50))
+    for args, message in (((1.5, 0, 0), "drop"), ((0, -1, 0), "delay_ms"), ((0, 1, 1e9), "jitter")):
+        with pytest.raises(ValueError, match=message):
+            asyncio.run(LocalCluster(tmp_path / "c", 3).packet(*args))
 
 
 def test_node_dscp_is_a_setting_in_range(tmp_path: Path) -> None:

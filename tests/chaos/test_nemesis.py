@@ -10,11 +10,13 @@ from hypothesis import strategies as st
 
 from chaos.nemesis import (
     FAULT_KINDS,
+    NETWORK_KINDS,
     PARTITION_KINDS,
     Action,
     action_ops,
     majority_available,
     nemesis_op,
+    packet_fault,
     resolve,
     schedule,
 )
@@ -25,8 +27,8 @@ def replay(
     actions: list[Action], nodes: list[int]
 ) -> list[tuple[float, dict[int | str, str], bool, int]]:
     """The state after each action: (time, node -> kill/pause (``"leader"``:
-    a kill of the leader, node unknown), partition in force, faults in
-    force); asserts the pairing rules on the way."""
+    a kill of the leader, node unknown), network fault (partition or packet)
+    in force, faults in force); asserts the pairing rules on the way."""
     down: dict[int | str, str] = {}
     partition: Action | None = None
     majority: tuple[int, ...] | None = None
@@ -58,8 +60,8 @@ def replay(
                 assert len(a.nodes) == 1 and a.nodes != majority, a
             for n in a.nodes:
                 assert down.pop(n) == {"start": "kill", "resume": "pause"}[a.f], a
-        elif a.f == "partition":
-            assert partition is None, "two partitions at once"
+        elif a.f in ("partition", "packet"):
+            assert partition is None, "two network faults at once"
             assert majority is None, "a fault started while a majority is down"
             partition = a
         else:
@@ -96,6 +98,45 @@ def test_action_values_are_the_documented_shapes() -> None:
     assert op_problems(inv) == [] and op_problems(done) == []
     with pytest.raises(ValueError):
         action_ops(Action(0, "heal"), index=0, invoke_ns=0, complete_ns=0, type="fail")
+
+
+def test_a_packet_fault_has_the_documented_value_and_moderate_numbers() -> None:
+    rng = random.Random(7)
+    faults = [packet_fault(1.0, rng) for _ in range(200)]
+    for a in faults:
+        assert (a.time_s, a.f, a.nodes, a.groups, a.target) == (1.0, "packet", (), (), None)
+        assert a.drop in (0.1, 0.2, 0.3)
+        assert 50 <= a.delay_ms <= 150 and 10 <= a.jitter_ms <= 50
+        assert a.delay_ms - a.jitter_ms >= 0
+    assert len({(a.drop, a.delay_ms, a.jitter_ms) for a in faults}) > 20
+    a = Action(0, "packet", drop=0.2, delay_ms=100, jitter_ms=20)
+    assert nemesis_op(a) == ("packet", {"drop": 0.2, "duplicate": 0.0, "max_delay_ms": 120})
+    inv, done = action_ops(a, index=0, invoke_ns=1, complete_ns=2)
+    assert op_problems(inv) == [] and op_problems(done) == []
+    heal = action_ops(Action(0, "heal"), index=2, invoke_ns=3, complete_ns=4)
+    assert check_well_formed([inv, done, *heal]) == []
+    # Unended, it is a fault left in force.
+    assert [p.kind for p in check_well_formed([inv, done])] == ["nemesis-unended"]
+
+
+def test_a_packet_fault_is_a_network_fault_ended_by_heal_never_with_a_partition() -> None:
+    assert "packet" in NETWORK_KINDS and "packet" not in PARTITION_KINDS
+    for seed in range(20):
+        acts = schedule(
+            random.Random(seed),
+            [1, 2, 3],
+            ["packet", "halves", "kill"],
+            duration_s=60,
+            interval_s=0.5,
+            max_concurrent=3,
+        )
+        assert any(a.f == "packet" for a in acts)
+        replay(acts, [1, 2, 3])  # asserts one network fault at a time, each healed
+    only = schedule(random.Random(1), [1, 2, 3], ["packet"], duration_s=30, interval_s=1)
+    assert {a.f for a in only} == {"packet", "heal"}
+    assert [a.f for a in only[:2]] == ["packet", "heal"]
+    with pytest.raises(ValueError, match="packet"):
+        schedule(random.Random(), [1], ["packet"], duration_s=1)
 
 
 def test_partition_kinds() -> None:
@@ -198,9 +239,12 @@ def test_schedule_properties(
     assert states[-1][1] == {} and not states[-1][2]
     for a, (_, down, _, faults) in zip(acts, states, strict=True):
         assert faults <= max_concurrent
-        assert a.f in ("kill", "start", "pause", "resume", "partition", "heal")
+        assert a.f in ("kill", "start", "pause", "resume", "partition", "packet", "heal")
         if a.f == "partition":
             assert a.kind in kinds and (a.target == "leader") == (a.kind == "isolate-leader")
+        if a.f == "packet":
+            assert "packet" in kinds and not a.nodes and not a.groups and a.target is None
+            assert 0.1 <= a.drop <= 0.3 and 50 <= a.delay_ms <= 150 and 10 <= a.jitter_ms <= 50
         if a.f in ("kill", "pause"):
             assert (a.kind or a.f) in kinds
             assert (a.target == "leader") == (a.kind == "kill-leader")
@@ -223,7 +267,7 @@ def test_schedule_properties(
             elif a.f == "partition":
                 partition = a
             else:
-                partition = None
+                partition = None  # a heal, or a packet fault: it cuts no node off
             leaders = nodes if partition is not None and partition.target else [None]
             killed: list[int | None] = [n for n in nodes if n not in out] if leader_out else [None]
             for leader in leaders:

@@ -1,6 +1,7 @@
 """Run orchestration (chaos.runner): short real runs of the local and the
-docker backend with kill, pause and partition faults, and what a run leaves
-when it fails (the docker fixtures are in conftest.py)."""
+docker backend with kill, pause and partition faults (and of the local
+backend with packet faults), and what a run leaves when it fails (the
+docker fixtures are in conftest.py)."""
 
 from __future__ import annotations
 
@@ -126,6 +127,7 @@ class BrokenBackend:
     async def resume(self, node: int) -> None: ...
     async def partition(self, groups: Sequence[Collection[int]]) -> None: ...
     async def block(self, pairs: Collection[tuple[int, int]]) -> None: ...
+    async def packet(self, drop: float, delay_ms: float, jitter_ms: float = 0.0) -> None: ...
     async def heal(self) -> None: ...
 
     def addresses(self) -> Mapping[int, str]:
@@ -164,17 +166,24 @@ def test_a_backend_that_fails_to_start_is_stopped_and_the_run_folder_says_why(
 
 
 class RecordingBackend(BrokenBackend):
-    """Records the kills and restarts it is asked for."""
+    """Records the kills, restarts, packet faults and heals it is asked for."""
 
     def __init__(self, nodes: int) -> None:
         super().__init__(nodes)
         self.calls: list[tuple[str, int]] = []
+        self.network: list[tuple[object, ...]] = []
 
     async def kill(self, node: int) -> None:
         self.calls.append(("kill", node))
 
     async def restart(self, node: int) -> None:
         self.calls.append(("restart", node))
+
+    async def packet(self, drop: float, delay_ms: float, jitter_ms: float = 0.0) -> None:
+        self.network.append(("packet", drop, delay_ms, jitter_ms))
+
+    async def heal(self) -> None:
+        self.network.append(("heal",))
 
 
 def test_the_nemesis_kills_the_leader_and_restarts_that_node_then_a_majority(
@@ -226,6 +235,40 @@ def test_the_nemesis_kills_the_leader_and_restarts_that_node_then_a_majority(
     assert check_well_formed(ops, require_nemesis=True) == []
 
 
+def test_the_nemesis_carries_out_a_packet_fault_and_records_it_until_heal(
+    tmp_path: Path,
+) -> None:
+    backend = RecordingBackend(3)
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    nemesis = runner._Nemesis(backend, writer, lambda _line: None)
+    fault = Action(0, "packet", drop=0.2, delay_ms=100, jitter_ms=30)
+
+    async def go() -> list[tuple[str, tuple[str, ...]]]:
+        out = [((await nemesis.act(fault))[0], nemesis.faults())]
+        return [*out, ((await nemesis.act(Action(0, "heal")))[0], nemesis.faults())]
+
+    assert asyncio.run(go()) == [("ok", ("packet",)), ("ok", ())]
+    writer.close()
+    assert backend.network == [("packet", 0.2, 100, 30), ("heal",)]
+    assert dict(nemesis.injected) == {"packet": 1}
+    ops = read_history(tmp_path / "history.jsonl")
+    assert [(op.f, op.type, op.value) for op in ops] == [
+        ("packet", "invoke", {"drop": 0.2, "duplicate": 0.0, "max_delay_ms": 130}),
+        ("packet", "ok", {"drop": 0.2, "duplicate": 0.0, "max_delay_ms": 130}),
+        ("heal", "invoke", {}),
+        ("heal", "ok", {}),
+    ]
+    assert check_well_formed(ops, require_nemesis=True) == []
+    assert runner._describe_action(fault) == "packet drop 0.2, delay 100±30 ms"
+
+
+def test_packet_is_named_alone_never_part_of_partition() -> None:
+    assert "packet" not in expand_nemesis(["partition", "kill", "pause"], 5)
+    assert expand_nemesis(["packet", "kill"], 3) == ["kill", "packet"]
+    with pytest.raises(ValueError, match="packet needs at least 2 nodes"):
+        expand_nemesis(["packet"], 1)
+
+
 def test_kill_names_expand_and_kill_majority_needs_three_nodes() -> None:
     assert expand_nemesis(["kill-majority", "kill-leader", "kill"], 3) == [
         "kill",
@@ -255,7 +298,7 @@ def _check_run_folder(
     invokes = [op for op in ops if op.type == "invoke"]
     assert len(invokes) * 2 == len(ops), "every invoke has its completion"
     nemesis = [op for op in ops if op.process == NEMESIS]
-    assert {op.f for op in nemesis} & {"kill", "pause", "partition"}
+    assert {op.f for op in nemesis} & {"kill", "pause", "partition", "packet"}
     assert nemesis[-1].f == "heal" and nemesis[-1].type == "ok"
     reads = [op for op in ops if op.f == "read" and op.type == "ok"]
     assert reads, "the cluster served linearizable reads"
@@ -330,6 +373,63 @@ def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
     assert cluster._netfilter.leftovers() == []
     assert all(cluster.pid(n) is None for n in cluster.nodes)
     assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_a_short_local_run_with_packet_faults_leaves_no_rule_or_delayer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    try:
+        require_iptables()
+    except NetfilterError as exc:
+        pytest.fail(f"{exc} (see scripts/bootstrap)")
+    made: list[LocalCluster] = []
+    local = BACKENDS["local"]
+    delayers: list[int] = []
+
+    def make(nodes: int, workdir: Path, network: bool) -> ClusterBackend:
+        assert network, "a packet fault needs the network rules"
+        cluster = local.make(nodes, workdir, network)
+        assert isinstance(cluster, LocalCluster)
+        made.append(cluster)
+        packet = cluster.packet
+
+        async def spy(drop: float, delay_ms: float, jitter_ms: float = 0.0) -> None:
+            await packet(drop, delay_ms, jitter_ms)
+            pid = cluster.delayer_pid
+            assert pid is not None, "a delayed packet fault runs a delayer"
+            delayers.append(pid)
+
+        cluster.packet = spy  # type: ignore[method-assign]
+        return cluster
+
+    monkeypatch.setitem(BACKENDS, "local", BackendSpec(make, "test"))
+    runs = tmp_path / "runs"
+    args = ["--time-limit", "8", "--rate", "40", "--concurrency", "3", "--keys", "3"]
+    args += ["--nemesis", "packet", "--seed", "5", "--runs-dir", str(runs)]
+    code = main(["chaos", "run", "--backend", "local", "--name", "ci-packet", *args, "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["ok"], out
+    result = RunResult(Path(out["path"]), completed=True, recovered=True, summary=out)
+    _check_run_folder(result, ("packet",), seed=5)
+    ops = read_history(RunDir(result.path).history)
+    packets = [op for op in ops if op.process == NEMESIS and op.f == "packet"]
+    assert packets and all(op.type in ("invoke", "ok") for op in packets)
+    assert all(set(op.value) == {"drop", "duplicate", "max_delay_ms"} for op in packets)
+    assert out["faults_injected"] == {"packet": len(packets) // 2}
+
+    [cluster] = made
+    assert delayers and all(_pid_gone(pid) for pid in delayers)
+    assert cluster.delayer_pid is None
+    assert cluster._netfilter.leftovers() == []
+
+
+def _pid_gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")
 
 
 @pytest.mark.slow

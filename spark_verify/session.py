@@ -84,6 +84,9 @@ def spark_session(
     active = SparkSession.getActiveSession()
     if active is not None and master is None:
         return active
+    # spark-submit starts this interpreter with a gateway to its JVM, whose
+    # configuration (the master above all) is the one to use.
+    submitted = master is None and "PYSPARK_GATEWAY_PORT" in os.environ
     problem = java_problem()
     if problem is not None:
         raise JavaMissingError(problem)
@@ -91,8 +94,11 @@ def spark_session(
     # unless told otherwise, which may lack pyarrow or spark_verify itself.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    chosen = master or DEFAULT_MASTER
-    builder = SparkSession.builder.master(chosen).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    chosen = ""
+    if not submitted:
+        chosen = master or DEFAULT_MASTER
+        builder = builder.master(chosen)
     settings: dict[str, str] = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -107,8 +113,18 @@ def spark_session(
         settings["spark.sql.shuffle.partitions"] = str(max(2, 4 * (os.cpu_count() or 1)))
         settings["spark.driver.memory"] = os.environ.get("KQ_SPARK_DRIVER_MEMORY", "4g")
     settings.update(conf or {})
+    if submitted:
+        # spark-submit's own --conf settings win over these defaults.
+        settings = {k: v for k, v in settings.items() if k not in _submitted_conf()}
     for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _submitted_conf() -> set[str]:
+    """The settings spark-submit gave its JVM (``--conf``, ``--driver-memory``, ...)."""
+    from pyspark import SparkConf
+
+    return {k for k, _ in SparkConf().getAll()}

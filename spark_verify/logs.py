@@ -91,6 +91,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 
@@ -110,8 +111,10 @@ __all__ = [
     "check_phantom_writes",
     "check_single_leader",
     "check_version_collisions",
+    "first_per",
     "op_witness",
     "runs_of_models",
+    "versions_of",
 ]
 
 LOG_COLUMNS: Final = ("run", "node", "seq", "offset", "epoch", "kind", "hash")
@@ -204,17 +207,42 @@ def _require(df: DataFrame, what: str, columns: Sequence[str]) -> None:
         )
 
 
+# -- witnesses (pure) -----------------------------------------------------------
+
+
+def first_per(
+    rows: Iterable[Mapping[str, Any]], group: Sequence[str], order: Sequence[str]
+) -> list[dict[str, Any]]:
+    """For each distinct value of the ``group`` fields, its first row in
+    ``order``; the result sorted by ``group``."""
+    best: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for row in rows:
+        g = tuple(row[c] for c in group)
+        cur = best.get(g)
+        if cur is None or tuple(row[c] for c in order) < tuple(cur[c] for c in order):
+            best[g] = dict(row)
+    return [best[g] for g in sorted(best, key=_sort_key)]
+
+
+def _sort_key(values: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
+    # NULL (None) sorts first, as in Spark's ascending order.
+    return tuple((v is not None, v) for v in values)
+
+
+def versions_of(lines: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The versions of one offset: for each distinct (epoch, hash) among
+    ``lines`` (LOG rows), its first line (lowest node, then seq) with
+    ``nodes``, the sorted nodes that have it; sorted by (epoch, hash)."""
+    lines = list(lines)
+    out = first_per(lines, ("epoch", "hash"), ("node", "seq"))
+    for v in out:
+        v["nodes"] = sorted(
+            {d["node"] for d in lines if (d["epoch"], d["hash"]) == (v["epoch"], v["hash"])}
+        )
+    return out
+
+
 # -- Spark plumbing -------------------------------------------------------------
-
-
-def _struct(columns: Sequence[str]) -> Column:
-    return F.struct(*[F.col(c) for c in columns])
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    if isinstance(value, Row):
-        return value.asDict(recursive=True)
-    return dict(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +281,38 @@ def _filter_runs(df: DataFrame, runs: list[str] | None) -> DataFrame:
     return df if runs is None else df.where(F.col("run").isin(runs))
 
 
+def _fetch(
+    df: DataFrame, keys: Iterable[tuple[Any, ...]], by: Sequence[str], columns: Sequence[str]
+) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    """The rows of ``df`` (as dicts of ``columns``) whose ``by`` fields are one
+    of the few ``keys``: a broadcast join, so one scan of ``df``."""
+    wanted = sorted(set(keys), key=_sort_key)
+    out: dict[tuple[Any, ...], list[dict[str, Any]]] = {k: [] for k in wanted}
+    if not wanted:
+        return out
+    schema = df.select(*by).schema
+    keys_df = df.sparkSession.createDataFrame(wanted, schema=schema)
+    for r in df.join(F.broadcast(keys_df), list(by)).select(*columns).collect():
+        d = r.asDict()
+        out[tuple(d[c] for c in by)].append(d)
+    return out
+
+
+def _summary(log: DataFrame) -> DataFrame:
+    """Per (run, offset) with any LOG line: ``lines``, how many; ``lo`` and
+    ``hi``, the least and greatest (epoch, hash) there (equal if and only if
+    every line agrees); ``data``, the distinct (epoch, hash) of its ``data``
+    lines.  Shared by the log-agreement, lost-writes and phantom-writes
+    checks (``check_exports`` computes it once)."""
+    version = F.struct("epoch", "hash")
+    return log.groupBy("run", "offset").agg(
+        F.count("*").alias("lines"),
+        F.min(version).alias("lo"),
+        F.max(version).alias("hi"),
+        F.collect_set(F.when(F.col("kind") == "data", version)).alias("data"),
+    )
+
+
 # -- elections ------------------------------------------------------------------
 
 
@@ -260,62 +320,81 @@ def check_single_leader(changes: DataFrame) -> CheckResult:
     """At most one leader per (run, epoch), and one leader named per epoch
     (the module's docstring defines both kinds)."""
     _require(changes, "CHANGES", CHANGES_COLUMNS)
-    line = _struct(CHANGES_COLUMNS)
-    leaders = (
-        changes.where(F.col("role") == "leader")
-        .groupBy("run", "epoch", "node")
-        .agg(F.min_by(line, F.col("seq")).alias("line"))
-        .groupBy("run", "epoch")
-        .agg(F.count("*").alias("n"), F.collect_list("line").alias("lines"))
-        .where(F.col("n") > 1)
-    )
-    told = (
-        changes.where(F.col("leader").isNotNull())
-        .groupBy("run", "epoch", "leader")
-        .agg(F.min_by(line, F.struct("node", "seq")).alias("line"))
-        .groupBy("run", "epoch")
-        .agg(F.count("*").alias("n"), F.collect_list("line").alias("lines"))
-        .where(F.col("n") > 1)
-        .join(leaders.select("run", "epoch"), ["run", "epoch"], "left_anti")
+
+    def spread(df: DataFrame, column: str) -> DataFrame:
+        return (
+            df.groupBy("run", "epoch")
+            .agg(F.min(column).alias("lo"), F.max(column).alias("hi"))
+            .where(F.col("lo") != F.col("hi"))
+            .select("run", "epoch")
+        )
+
+    leaders = spread(changes.where(F.col("role") == "leader"), "node")
+    told = spread(changes.where(F.col("leader").isNotNull()), "leader").join(
+        leaders, ["run", "epoch"], "left_anti"
     )
     both = leaders.withColumn("k", F.lit("two-leaders")).unionByName(
         told.withColumn("k", F.lit("leader-disagreement"))
     )
     found = _gather(both, ["run", "epoch", "k"], F.col("k"))
+    lines_of = _fetch(
+        changes, [(r["run"], r["epoch"]) for r in found.rows], ("run", "epoch"), CHANGES_COLUMNS
+    )
     anomalies = []
     for r in found.rows:
-        lines = sorted((_dict(x) for x in r["lines"]), key=lambda d: (d["node"], d["seq"]))
+        lines = lines_of[(r["run"], r["epoch"])]
         if r["k"] == "two-leaders":
-            nodes = [d["node"] for d in lines]
+            witness = first_per((d for d in lines if d["role"] == "leader"), ("node",), ("seq",))
+            nodes = [d["node"] for d in witness]
             message = f"{_nodes_text(nodes)} were all leader of epoch {r['epoch']}"
         else:
-            named = sorted({d["leader"] for d in lines})
+            told_lines = (d for d in lines if d["leader"] is not None)
+            witness = first_per(told_lines, ("leader",), ("node", "seq"))
+            witness.sort(key=lambda d: (d["node"], d["seq"]))
+            named = sorted(d["leader"] for d in witness)
             message = f"epoch {r['epoch']} has {len(named)} leaders named: {named}"
         anomalies.append(
-            Anomaly(SINGLE_LEADER, r["k"], message, run=r["run"], witness=tuple(lines))
+            Anomaly(SINGLE_LEADER, r["k"], message, run=r["run"], witness=tuple(witness))
         )
     return result_of(SINGLE_LEADER, anomalies, count=found.total, detail={"kinds": found.kinds})
 
 
-def _along(df: DataFrame, columns: Sequence[str]) -> DataFrame:
-    """Each line of ``df`` (as ``line``) with the line before it on the same
-    node (``prev``, in ``seq`` order); the first line of a node has none."""
+def _steps(df: DataFrame, compared: Sequence[str], bad: Callable[[], Column]) -> DataFrame:
+    """The lines of ``df`` that break a rule against the line before them on
+    the same node (in ``seq`` order): run, node, seq, prev_seq and ``k``
+    (``bad()``, NULL if the line is fine).  Only the ``compared`` columns go
+    through the window's sort; witnesses are fetched afterwards."""
     w = Window.partitionBy("run", "node").orderBy("seq")
-    line = _struct(columns)
-    return df.select(line.alias("line"), F.lag(line).over(w).alias("prev")).where(
-        F.col("prev").isNotNull()
+    cols = [F.col(c) for c in ("run", "node", "seq", *compared)]
+    prev = [F.lag(c).over(w).alias(f"prev_{c}") for c in ("seq", *compared)]
+    return (
+        df.select(*cols, *prev)
+        .where(F.col("prev_seq").isNotNull())
+        .select("run", "node", "seq", "prev_seq", bad().alias("k"))
+        .where(F.col("k").isNotNull())
     )
+
+
+def _step_witnesses(
+    df: DataFrame, found: _Found, columns: Sequence[str]
+) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
+    keys = [(r["run"], r["node"], r[s]) for r in found.rows for s in ("prev_seq", "seq")]
+    return _fetch(df, keys, ("run", "node", "seq"), columns)
 
 
 def check_epochs(changes: DataFrame) -> CheckResult:
     """A node's epoch never goes down along its CHANGES lines."""
     _require(changes, "CHANGES", CHANGES_COLUMNS)
-    down = _along(changes, CHANGES_COLUMNS).where(F.col("line.epoch") < F.col("prev.epoch"))
-    down = down.select("line", "prev", "line.run", "line.node", "line.seq")
-    found = _gather(down, ["run", "node", "seq"], "epoch-order")
+
+    def down() -> Column:
+        return F.when(F.col("epoch") < F.col("prev_epoch"), F.lit("epoch-order"))
+
+    found = _gather(_steps(changes, ["epoch"], down), ["run", "node", "seq"], F.col("k"))
+    lines_of = _step_witnesses(changes, found, CHANGES_COLUMNS)
     anomalies = []
     for r in found.rows:
-        prev, line = _dict(r["prev"]), _dict(r["line"])
+        prev = lines_of[(r["run"], r["node"], r["prev_seq"])][0]
+        line = lines_of[(r["run"], r["node"], r["seq"])][0]
         message = (
             f"node {line['node']}'s epoch went from {prev['epoch']} down to {line['epoch']} "
             f"(changes lines {prev['seq']} and {line['seq']})"
@@ -325,8 +404,8 @@ def check_epochs(changes: DataFrame) -> CheckResult:
                 EPOCH_ORDER,
                 "epoch-order",
                 message,
-                run=line["run"],
-                node=line["node"],
+                run=r["run"],
+                node=r["node"],
                 witness=(prev, line),
             )
         )
@@ -336,40 +415,33 @@ def check_epochs(changes: DataFrame) -> CheckResult:
 # -- committed logs -------------------------------------------------------------
 
 
-def _versions(log: DataFrame) -> DataFrame:
-    """One row per distinct (run, offset, epoch, hash) of LOG: ``line``, its
-    first line (lowest node, then seq) with ``nodes``, the nodes that have it."""
-    line = _struct(LOG_COLUMNS)
-    return (
-        log.groupBy("run", "offset", "epoch", "hash")
-        .agg(
-            F.min_by(line, F.struct("node", "seq")).alias("line"),
-            F.array_sort(F.collect_set("node")).alias("nodes"),
-        )
-        .withColumn("line", F.col("line").withField("nodes", F.col("nodes")))
-    )
-
-
 def check_log_agreement(log: DataFrame) -> CheckResult:
     """No offset of a run is committed as two different records."""
     _require(log, "LOG", LOG_COLUMNS)
-    split = (
-        _versions(log)
-        .groupBy("run", "offset")
-        .agg(F.count("*").alias("n"), F.collect_list("line").alias("lines"))
-        .where(F.col("n") > 1)
-    )
+    return _log_agreement(log, _summary(log))
+
+
+def _log_agreement(log: DataFrame, summary: DataFrame) -> CheckResult:
+    split = summary.where(F.col("lo") != F.col("hi")).select("run", "offset")
     found = _gather(split, ["run", "offset"], "committed-divergence")
+    lines_of = _fetch(
+        log, [(r["run"], r["offset"]) for r in found.rows], ("run", "offset"), LOG_COLUMNS
+    )
     anomalies = []
     for r in found.rows:
-        lines = sorted((_dict(x) for x in r["lines"]), key=lambda d: (d["epoch"], d["hash"]))
+        versions = versions_of(lines_of[(r["run"], r["offset"])])
         parts = "; ".join(
-            f"epoch {d['epoch']} hash {d['hash'][:12]} on {_nodes_text(d['nodes'])}" for d in lines
+            f"epoch {d['epoch']} hash {d['hash'][:12]} on {_nodes_text(d['nodes'])}"
+            for d in versions
         )
-        message = f"offset {r['offset']} is committed as {len(lines)} different records: {parts}"
+        message = f"offset {r['offset']} is committed as {len(versions)} different records: {parts}"
         anomalies.append(
             Anomaly(
-                LOG_AGREEMENT, "committed-divergence", message, run=r["run"], witness=tuple(lines)
+                LOG_AGREEMENT,
+                "committed-divergence",
+                message,
+                run=r["run"],
+                witness=tuple(versions),
             )
         )
     return result_of(LOG_AGREEMENT, anomalies, count=found.total)
@@ -379,23 +451,19 @@ def check_high_watermark(log: DataFrame) -> CheckResult:
     """Along each node's log, offsets strictly increase and epochs never
     decrease (the rules of ``chaos.exports.check_log``)."""
     _require(log, "LOG", LOG_COLUMNS)
-    back = F.col("line.offset") <= F.col("prev.offset")
-    bad = (
-        _along(log, LOG_COLUMNS)
-        .where(back | (F.col("line.epoch") < F.col("prev.epoch")))
-        .select(
-            "line",
-            "prev",
-            "line.run",
-            "line.node",
-            "line.seq",
-            F.when(back, F.lit("offset-order")).otherwise(F.lit("epoch-order")).alias("k"),
+
+    def bad() -> Column:
+        return F.when(F.col("offset") <= F.col("prev_offset"), F.lit("offset-order")).when(
+            F.col("epoch") < F.col("prev_epoch"), F.lit("epoch-order")
         )
-    )
-    found = _gather(bad, ["run", "node", "seq"], F.col("k"))
+
+    steps = _steps(log, ["offset", "epoch"], bad)
+    found = _gather(steps, ["run", "node", "seq"], F.col("k"))
+    lines_of = _step_witnesses(log, found, LOG_COLUMNS)
     anomalies = []
     for r in found.rows:
-        prev, line = _dict(r["prev"]), _dict(r["line"])
+        prev = lines_of[(r["run"], r["node"], r["prev_seq"])][0]
+        line = lines_of[(r["run"], r["node"], r["seq"])][0]
         if r["k"] == "offset-order":
             message = (
                 f"node {line['node']} committed offset {line['offset']} after offset "
@@ -411,8 +479,8 @@ def check_high_watermark(log: DataFrame) -> CheckResult:
                 HIGH_WATERMARK,
                 r["k"],
                 message,
-                run=line["run"],
-                node=line["node"],
+                run=r["run"],
+                node=r["node"],
                 witness=(prev, line),
             )
         )
@@ -452,41 +520,20 @@ def _refuse_malformed(records: DataFrame) -> None:
         )
 
 
-def _offsets(log: DataFrame) -> DataFrame:
-    """Per (run, offset) with any line: ``lines``, how many, and ``data``, the
-    distinct (epoch, hash) of its ``data`` lines."""
-    data = F.when(F.col("kind") == "data", F.struct("epoch", "hash"))
-    return log.groupBy("run", "offset").agg(
-        F.count("*").alias("lines"), F.collect_set(data).alias("data")
-    )
+def _ops_at(
+    ops: DataFrame, keys: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], dict[str, Any]]:
+    """The PAIRED rows of the given few (run, index), as witnesses."""
+    found = _fetch(ops, keys, ("run", "index"), PAIRED_COLUMNS)
+    return {k: op_witness(rows[0]) for k, rows in found.items() if rows}
 
 
 def _lines_at(
-    log: DataFrame, where: Iterable[tuple[str, int]]
-) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    log: DataFrame, keys: Iterable[tuple[str, int]]
+) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     """Every LOG line at the given few (run, offset), by node then seq."""
-    wanted = sorted(set(where))
-    out: dict[tuple[str, int], list[dict[str, Any]]] = {w: [] for w in wanted}
-    if not wanted:
-        return out
-    spark = log.sparkSession
-    keys = spark.createDataFrame(wanted, schema="run string, offset long")
-    rows = log.join(F.broadcast(keys), ["run", "offset"]).select(*LOG_COLUMNS).collect()
-    for r in sorted(rows, key=lambda r: (r["run"], r["offset"], r["node"], r["seq"])):
-        out[(r["run"], r["offset"])].append(r.asDict())
-    return out
-
-
-def _ops_at(
-    ops: DataFrame, where: Iterable[tuple[str, int]]
-) -> dict[tuple[str, int], dict[str, Any]]:
-    """The PAIRED rows of the given few (run, index), as witnesses."""
-    wanted = sorted(set(where))
-    if not wanted:
-        return {}
-    keys = ops.sparkSession.createDataFrame(wanted, schema="run string, index long")
-    rows = ops.join(F.broadcast(keys), ["run", "index"]).select(*PAIRED_COLUMNS).collect()
-    return {(r["run"], r["index"]): op_witness(r.asDict()) for r in rows}
+    found = _fetch(log, keys, ("run", "offset"), LOG_COLUMNS)
+    return {k: sorted(v, key=lambda d: (d["node"], d["seq"])) for k, v in found.items()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -518,9 +565,13 @@ def _position(a: Anomaly) -> int:
     return -1
 
 
-def _lost_part(ops: DataFrame, offsets: DataFrame, log: DataFrame, records: DataFrame) -> _Part:
-    """``records``: run, index, offset (the record's), epoch, want (NULL: any hash)."""
-    at = records.join(offsets, ["run", "offset"], "left")
+def _lost_part(
+    ops: DataFrame, log: DataFrame, summary: DataFrame, records: DataFrame, batches: bool
+) -> _Part:
+    """``records``: run, index, offset (the record's), epoch, want (NULL: any
+    hash); ``batches``: whether a write may have several records (else each
+    record is its write, and the per-write grouping, a shuffle, is skipped)."""
+    at = records.join(summary, ["run", "offset"], "left")
     matches = F.exists(
         "data",
         lambda x: (
@@ -535,9 +586,13 @@ def _lost_part(ops: DataFrame, offsets: DataFrame, log: DataFrame, records: Data
         checkable.alias("checkable"),
         (checkable & ~F.coalesce(matches, F.lit(False))).alias("lost"),
     )
-    per_write = per_record.groupBy("run", "index").agg(
-        F.max("checkable").alias("checkable"),
-        F.min(F.when(F.col("lost"), F.col("offset"))).alias("lost_at"),
+    lost_at = F.when(F.col("lost"), F.col("offset"))
+    per_write = (
+        per_record.groupBy("run", "index").agg(
+            F.max("checkable").alias("checkable"), F.min(lost_at).alias("lost_at")
+        )
+        if batches
+        else per_record.select("run", "index", "checkable", lost_at.alias("lost_at"))
     )
     status = per_write.withColumn(
         "status",
@@ -590,30 +645,38 @@ def check_lost_writes(ops: DataFrame, log: DataFrame, model: Model) -> CheckResu
     run -> model."""
     _require(ops, "PAIRED", PAIRED_COLUMNS)
     _require(log, "LOG", LOG_COLUMNS)
+    return _lost_writes(ops, log, _summary(log), model)
+
+
+def _lost_writes(ops: DataFrame, log: DataFrame, summary: DataFrame, model: Model) -> CheckResult:
     regkv = runs_of_models(model, ("register", "kv"))
     logm = runs_of_models(model, ("log",))
     parts: list[_Part] = []
-    if regkv is None or regkv or logm is None or logm:
-        offsets = _offsets(log)
-        writes = _writes(ops)
-        if regkv is None or regkv:
-            records = _filter_runs(writes, regkv).select(
-                "run", "index", "offset", "epoch", F.lit(None).cast("string").alias("want")
-            )
-            parts.append(_lost_part(ops, offsets, log, records))
-        if logm is None or logm:
-            exploded = _log_records(_filter_runs(writes, logm))
-            _refuse_malformed(exploded)
-            records = exploded.select(
-                "run", "index", (F.col("offset") + F.col("i")).alias("offset"), "epoch", "want"
-            )
-            parts.append(_lost_part(ops, offsets, log, records))
+    writes = _writes(ops)
+    if regkv is None or regkv:
+        records = _filter_runs(writes, regkv).select(
+            "run", "index", "offset", "epoch", F.lit(None).cast("string").alias("want")
+        )
+        parts.append(_lost_part(ops, log, summary, records, batches=False))
+    if logm is None or logm:
+        exploded = _log_records(_filter_runs(writes, logm))
+        _refuse_malformed(exploded)
+        records = exploded.select(
+            "run", "index", (F.col("offset") + F.col("i")).alias("offset"), "epoch", "want"
+        )
+        parts.append(_lost_part(ops, log, summary, records, batches=True))
     return _merge(LOST_WRITES, parts, applicable=bool(parts))
 
 
-def _phantom_records(ops: DataFrame, log: DataFrame, runs: list[str] | None) -> _Part:
+def _phantom_records(
+    ops: DataFrame, log: DataFrame, summary: DataFrame, runs: list[str] | None
+) -> _Part:
     """``log`` runs: every distinct data line is a record of a write that did not fail."""
-    data = _versions(_filter_runs(log, runs).where(F.col("kind") == "data"))
+    data = (
+        _filter_runs(summary, runs)
+        .select("run", "offset", F.explode("data").alias("v"))
+        .select("run", "offset", "v.epoch", "v.hash")
+    )
     exploded = _log_records(_filter_runs(ops, runs).where(F.col("f") == "write"))
     _refuse_malformed(exploded)
     by_hash = exploded.groupBy("run", F.col("want").alias("hash")).agg(
@@ -637,8 +700,14 @@ def _phantom_records(ops: DataFrame, log: DataFrame, runs: list[str] | None) -> 
             .collect()
         )
         op_of = _ops_at(ops, [(r["run"], r["failed"]) for r in rows if r["failed"] is not None])
+        lines_of = _lines_at(log, [(r["run"], r["offset"]) for r in rows])
         for r in rows:
-            line = _dict(r["line"])
+            data_lines = (d for d in lines_of[(r["run"], r["offset"])] if d["kind"] == "data")
+            line = next(
+                v
+                for v in versions_of(data_lines)
+                if (v["epoch"], v["hash"]) == (r["epoch"], r["hash"])
+            )
             where = (
                 f"the data record at offset {r['offset']} epoch {r['epoch']} "
                 f"on {_nodes_text(line['nodes'])}"
@@ -657,7 +726,9 @@ def _phantom_records(ops: DataFrame, log: DataFrame, runs: list[str] | None) -> 
     return _Part(anomalies, bad, detail)
 
 
-def _phantom_versions(ops: DataFrame, log: DataFrame, runs: list[str] | None) -> _Part:
+def _phantom_versions(
+    ops: DataFrame, log: DataFrame, summary: DataFrame, runs: list[str] | None
+) -> _Part:
     """``register``/``kv`` runs: an ok read's (offset, epoch) names a data line."""
     reads = _filter_runs(ops, runs).where(
         (F.col("type") == "ok")
@@ -665,9 +736,7 @@ def _phantom_versions(ops: DataFrame, log: DataFrame, runs: list[str] | None) ->
         & F.col("offset").isNotNull()
         & F.col("epoch").isNotNull()
     )
-    at = reads.select("run", "index", "offset", "epoch").join(
-        _offsets(_filter_runs(log, runs)), ["run", "offset"], "left"
-    )
+    at = reads.select("run", "index", "offset", "epoch").join(summary, ["run", "offset"], "left")
     named = F.exists("data", lambda x: x["epoch"] == F.col("epoch"))
     status = at.withColumn(
         "status",
@@ -717,32 +786,41 @@ def check_phantom_writes(ops: DataFrame, log: DataFrame, model: Model) -> CheckR
     defines it per model; not applicable to ``topics``)."""
     _require(ops, "PAIRED", PAIRED_COLUMNS)
     _require(log, "LOG", LOG_COLUMNS)
+    return _phantom_writes(ops, log, _summary(log), model)
+
+
+def _phantom_writes(
+    ops: DataFrame, log: DataFrame, summary: DataFrame, model: Model
+) -> CheckResult:
     regkv = runs_of_models(model, ("register", "kv"))
     logm = runs_of_models(model, ("log",))
     parts: list[_Part] = []
     if logm is None or logm:
-        parts.append(_phantom_records(ops, log, logm))
+        parts.append(_phantom_records(ops, log, summary, logm))
     if regkv is None or regkv:
-        parts.append(_phantom_versions(ops, log, regkv))
+        parts.append(_phantom_versions(ops, log, summary, regkv))
     return _merge(PHANTOM_WRITES, parts, applicable=bool(parts))
 
 
 def check_version_collisions(ops: DataFrame) -> CheckResult:
     """No (run, offset) is named by ok writes of two different (key, value)."""
     _require(ops, "PAIRED", PAIRED_COLUMNS)
-    op = _struct(PAIRED_COLUMNS)
+    writes = _writes(ops)
+    what = F.struct("key", F.coalesce(F.col("value"), F.lit("null")))
     shared = (
-        _writes(ops)
-        .groupBy("run", "offset", "key", F.coalesce(F.col("value"), F.lit("null")))
-        .agg(F.min_by(op, F.col("index")).alias("op"))
-        .groupBy("run", "offset")
-        .agg(F.count("*").alias("n"), F.collect_list("op").alias("ops"))
-        .where(F.col("n") > 1)
+        writes.groupBy("run", "offset")
+        .agg(F.min(what).alias("lo"), F.max(what).alias("hi"))
+        .where(F.col("lo") != F.col("hi"))
+        .select("run", "offset")
     )
     found = _gather(shared, ["run", "offset"], "shared-version")
+    ops_of = _fetch(
+        writes, [(r["run"], r["offset"]) for r in found.rows], ("run", "offset"), PAIRED_COLUMNS
+    )
     anomalies = []
     for r in found.rows:
-        witness = sorted((op_witness(_dict(x)) for x in r["ops"]), key=lambda d: d["index"])
+        firsts = first_per(ops_of[(r["run"], r["offset"])], ("key", "value"), ("index",))
+        witness = sorted((op_witness(d) for d in firsts), key=lambda d: d["index"])
         named = ", ".join(f"op {w['index']} ({w['f']} of key {w['key']!r})" for w in witness)
         message = f"offset {r['offset']} is named by {len(witness)} different writes: {named}"
         anomalies.append(
@@ -753,24 +831,29 @@ def check_version_collisions(ops: DataFrame) -> CheckResult:
 
 # -- all of them ----------------------------------------------------------------
 
-_Check = Callable[[], CheckResult]
-
 
 def check_exports(
     ops: DataFrame, log: DataFrame, changes: DataFrame, model_by_run: Mapping[str, str]
 ) -> list[CheckResult]:
     """Every check of this module, over runs of any models (``model_by_run``
     names each run's; a run missing from it skips the model-dependent
-    checks)."""
+    checks).  The per-offset summary of the logs is computed once, kept
+    while the checks that share it run."""
+    _require(ops, "PAIRED", PAIRED_COLUMNS)
+    _require(log, "LOG", LOG_COLUMNS)
+    _require(changes, "CHANGES", CHANGES_COLUMNS)
     runs_of_models(model_by_run, MODELS)  # refuses unknown models before any job
     versioned = runs_of_models(model_by_run, ("register", "kv", "log"))
-    checks: list[_Check] = [
-        lambda: check_single_leader(changes),
-        lambda: check_epochs(changes),
-        lambda: check_log_agreement(log),
-        lambda: check_high_watermark(log),
-        lambda: check_lost_writes(ops, log, model_by_run),
-        lambda: check_phantom_writes(ops, log, model_by_run),
-        lambda: check_version_collisions(_filter_runs(ops, versioned)),
-    ]
-    return [c() for c in checks]
+    summary = _summary(log).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        return [
+            check_single_leader(changes),
+            check_epochs(changes),
+            _log_agreement(log, summary),
+            check_high_watermark(log),
+            _lost_writes(ops, log, summary, model_by_run),
+            _phantom_writes(ops, log, summary, model_by_run),
+            check_version_collisions(_filter_runs(ops, versioned)),
+        ]
+    finally:
+        summary.unpersist()

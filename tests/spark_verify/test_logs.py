@@ -24,8 +24,10 @@ from spark_verify.logs import (
     check_lost_writes,
     check_phantom_writes,
     check_single_leader,
+    first_per,
     op_witness,
     runs_of_models,
+    versions_of,
 )
 from spark_verify.verdict import MAX_ANOMALIES, CheckResult
 
@@ -198,10 +200,17 @@ def clean_rows() -> tuple[list[tuple[Any, ...]], list[Line], list[tuple[Any, ...
     log += node_log("c-reg", 2, full)
     log += node_log("c-reg", 3, full[3:])  # offsets 0 to 2 came in a snapshot
     for n in (1, 2, 3):
+        # offsets 4 to 6 are in no node's log (a snapshot): the write of "x", "y" at 5
         log += node_log(
             "c-log",
             n,
-            [(0, 1, "control", "c"), (1, 1, "data", "a"), (2, 1, "data", "b"), (3, 1, "data", "c")],
+            [
+                (0, 1, "control", "c"),
+                (1, 1, "data", "a"),
+                (2, 1, "data", "b"),
+                (3, 1, "data", "c"),
+                (7, 2, "control", "c2"),
+            ],
         )
     ops = [
         op("c-reg", 0, "write", "ok", "k1", "v1", offset=1, epoch=1),
@@ -216,6 +225,7 @@ def clean_rows() -> tuple[list[tuple[Any, ...]], list[Line], list[tuple[Any, ...
         op("c-log", 0, "write", "ok", "log", ["a", "b"], offset=1, epoch=1),
         op("c-log", 2, "write", "info", "log", ["c"], error="indeterminate"),  # committed
         op("c-log", 4, "write", "fail", "log", ["d"], error="not-leader"),  # not committed
+        op("c-log", 6, "write", "ok", "log", ["x", "y"], offset=5, epoch=1),  # in the snapshot
         op("c-topics", 0, "create-topic", "ok", "t1", {"partitions": 1, "replication_factor": 1}),
     ]
     changes: list[tuple[Any, ...]] = []
@@ -274,6 +284,29 @@ def test_op_witness_parses_value_and_result() -> None:
         op_witness({**row, "value": "a"})
 
 
+def test_first_per_and_versions_of() -> None:
+    lines = [
+        dict(zip(LOG_NAMES, row, strict=True))
+        for row in [
+            ("r", 3, 0, 5, 2, "data", "x"),
+            ("r", 1, 4, 5, 2, "data", "x"),
+            ("r", 1, 2, 5, 2, "data", "x"),
+            ("r", 2, 0, 5, 1, "data", "y"),
+        ]
+    ]
+    assert [(d["node"], d["seq"]) for d in first_per(lines, ("epoch",), ("node", "seq"))] == [
+        (2, 0),
+        (1, 2),
+    ]
+    assert [(d["epoch"], d["node"], d["seq"], d["nodes"]) for d in versions_of(lines)] == [
+        (1, 2, 0, [2]),
+        (2, 1, 2, [1, 3]),
+    ]
+    with_null: list[dict[str, Any]] = [{"leader": None, "seq": 1}, {"leader": 2, "seq": 0}]
+    assert [d["leader"] for d in first_per(with_null, ("leader",), ("seq",))] == [None, 2]
+
+
+LOG_NAMES = [part.split()[0] for part in LOG_DDL.split(", ")]
 PAIRED_DDL_NAMES = [part.split()[0] for part in PAIRED_DDL.split(", ")]
 
 
@@ -288,12 +321,12 @@ def test_runs_every_check_in_order(dirty: dict[str, CheckResult]) -> None:
 @pytest.mark.spark
 def test_clean_exports_pass_every_check(clean: dict[str, CheckResult]) -> None:
     assert {n: (r.valid, r.count) for n, r in clean.items()} == dict.fromkeys(NAMES, (True, 0))
-    # A write and a read of offset 10 (a snapshot on every node): not lost, not phantom.
+    # Writes and a read of offsets every node got as a snapshot: not lost, not phantom.
     assert clean["lost-writes"].detail == {
         "applicable": True,
-        "writes": 5,
+        "writes": 6,
         "checked": 4,
-        "uncheckable": 1,
+        "uncheckable": 2,
     }
     assert clean["phantom-writes"].detail == {
         "applicable": True,

@@ -81,7 +81,15 @@ operation whose ``f`` is ``write``, ``cas``, ``delete``, ``put`` or
 
 ``lost-writes`` and ``phantom-writes`` take the model of each run: a model
 name for every run, or a mapping run -> model (a run missing from the
-mapping is not checked by them).
+mapping is not checked by them); ``check_exports`` also gives
+``version-forks`` only the runs of the ``register``, ``kv`` and ``log``
+models.  A write of a ``log`` run whose value is not a non-empty JSON list
+of strings is refused with a ``ValueError`` naming the op.
+
+Finding is separate from showing: each check first finds its anomalies with
+aggregates over narrow columns (a (run, offset) whose least and greatest
+(epoch, hash) differ has two versions), counts them, and only then fetches
+the lines or operations of the first ``MAX_ANOMALIES`` with a broadcast join.
 """
 
 from __future__ import annotations

@@ -143,11 +143,17 @@ def dirty_rows() -> tuple[list[tuple[Any, ...]], list[Line], list[tuple[Any, ...
     log += node_log("d-log", 1, [(5, 2, "data", "x"), (6, 2, "data", "z")])
     log += node_log("d-log", 2, [(5, 2, "data", "x"), (6, 2, "data", "w")])
     log += node_log("d-log", 3, [(5, 3, "data", "y")])
-    # d-hw: node 1 commits offset 1 again (same record); node 2's epoch goes down.
+    # d-hw: node 1 commits offset 1 twice, then again after 2; node 2's epoch goes down.
     log += node_log(
         "d-hw",
         1,
-        [(0, 1, "data", "p"), (1, 1, "data", "q"), (2, 1, "data", "r"), (1, 1, "data", "q")],
+        [
+            (0, 1, "data", "p"),
+            (1, 1, "data", "q"),
+            (1, 1, "data", "q"),  # committed twice
+            (2, 1, "data", "r"),
+            (1, 1, "data", "q"),  # the high watermark went back
+        ],
     )
     log += node_log("d-hw", 2, [(10, 2, "data", "s"), (11, 1, "data", "t")])
 
@@ -380,13 +386,16 @@ def test_committed_divergence(dirty: dict[str, CheckResult]) -> None:
 @pytest.mark.spark
 def test_high_watermark_back_and_epoch_down(dirty: dict[str, CheckResult]) -> None:
     r = dirty["high-watermark"]
-    assert (r.valid, r.count) == (False, 2)
+    assert (r.valid, r.count) == (False, 3)
+    assert r.detail == {"kinds": {"offset-order": 2, "epoch-order": 1}}
     assert [(a.run, a.node, a.kind) for a in r.anomalies] == [
+        ("d-hw", 1, "offset-order"),
         ("d-hw", 1, "offset-order"),
         ("d-hw", 2, "epoch-order"),
     ]
-    back, down = r.anomalies
-    assert [(w["seq"], w["offset"]) for w in back.witness] == [(2, 2), (3, 1)]
+    twice, back, down = r.anomalies
+    assert [(w["seq"], w["offset"]) for w in twice.witness] == [(1, 1), (2, 1)]
+    assert [(w["seq"], w["offset"]) for w in back.witness] == [(3, 2), (4, 1)]
     assert [(w["offset"], w["epoch"]) for w in down.witness] == [(10, 2), (11, 1)]
 
 

@@ -1,0 +1,155 @@
+"""One client operation after pairing its invoke with its completion.
+
+A row of the PAIRED table (``docs/history-format.md``: an invoke and its one
+completion merged) becomes a :class:`CheckOp`, the unit every per-key checker
+works on.  This module imports nothing of Spark: the checkers run inside
+executors over plain Python values.
+
+The operation's interval is ``[call, ret]``; an ``info`` op has ``ret = None``:
+it may take effect at any instant after its invoke, or never (Jepsen's
+indeterminate outcome).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "KEYS_COLUMNS",
+    "KEYS_SCHEMA_DDL",
+    "OUTCOMES",
+    "PAIRED_COLUMNS",
+    "PAIRED_SCHEMA_DDL",
+    "CheckOp",
+]
+
+PAIRED_SCHEMA_DDL: Final = (
+    "run string, key string, process string, f string, type string, index long, "
+    "complete_index long, call long, ret long, value string, result string, error string, "
+    "node long, offset long, epoch long"
+)
+"""The PAIRED table: one row per client operation, invoke and completion merged."""
+
+PAIRED_COLUMNS: Final = tuple(part.split()[0] for part in PAIRED_SCHEMA_DDL.split(", "))
+
+KEYS_SCHEMA_DDL: Final = (
+    "run string, key string, ops long, valid string, elapsed_ms double, states long, "
+    "kind string, message string, witness string"
+)
+"""The KEYS table: one row per (run, key) with its linearizability verdict."""
+
+KEYS_COLUMNS: Final = tuple(part.split()[0] for part in KEYS_SCHEMA_DDL.split(", "))
+
+OUTCOMES: Final = ("ok", "fail", "info")
+"""A completion's type: happened, did not happen, unknown."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckOp:
+    """A client operation: its invoke's arguments and its completion's outcome.
+
+    ``arg`` is the invoke's value and ``result`` the completion's, both parsed
+    JSON.  ``call``/``ret`` are the invoke's and the completion's times in
+    nanoseconds; ``ret`` is ``None`` for an ``info`` op (open-ended).
+    ``offset``/``epoch`` are the completion's version data.
+    """
+
+    run: str | None
+    key: str | None
+    process: str
+    f: str
+    type: str
+    index: int
+    complete_index: int | None
+    call: int
+    ret: int | None
+    arg: Any = None
+    result: Any = None
+    error: str | None = None
+    node: int | None = None
+    offset: int | None = None
+    epoch: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.type not in OUTCOMES:
+            raise ValueError(
+                f"op {self.index}: type must be one of {', '.join(OUTCOMES)}, not {self.type!r}"
+            )
+        if self.type != "info" and self.ret is None:
+            raise ValueError(f"op {self.index}: an {self.type} op needs its completion time (ret)")
+        if self.ret is not None and self.ret < self.call:
+            raise ValueError(
+                f"op {self.index}: completes at {self.ret}, before its invoke at {self.call}"
+            )
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> CheckOp:
+        """A :class:`CheckOp` from a PAIRED row (``value``/``result`` are JSON texts or None).
+
+        Raises ``ValueError`` naming the op's index and the field for a missing
+        field or a JSON text that does not parse.
+        """
+        index = row.get("index")
+        where = f"op {index}" if index is not None else "a paired op"
+        for name in ("process", "f", "type", "index", "call"):
+            if row.get(name) is None:
+                raise ValueError(f"{where}: field {name!r} is missing or null")
+        values: dict[str, Any] = {}
+        for name in ("value", "result"):
+            text = row.get(name)
+            if text is None:
+                values[name] = None
+                continue
+            if not isinstance(text, str):
+                raise ValueError(f"{where}: field {name!r} must be JSON text, got {text!r}")
+            try:
+                values[name] = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: field {name!r} is not JSON ({e.msg}): {text!r}") from e
+        return cls(
+            run=row.get("run"),
+            key=row.get("key"),
+            process=str(row["process"]),
+            f=row["f"],
+            type=row["type"],
+            index=int(row["index"]),
+            complete_index=_opt_int(row.get("complete_index")),
+            call=int(row["call"]),
+            ret=_opt_int(row.get("ret")),
+            arg=values["value"],
+            result=values["result"],
+            error=row.get("error"),
+            node=_opt_int(row.get("node")),
+            offset=_opt_int(row.get("offset")),
+            epoch=_opt_int(row.get("epoch")),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The witness object: invoke and completion merged, None fields left out but ``value``.
+
+        ``process`` is written as in the history: a number when it is one.
+        """
+        fields: tuple[tuple[str, Any], ...] = (
+            ("index", self.index),
+            ("complete_index", self.complete_index),
+            ("process", int(self.process) if self.process.isdigit() else self.process),
+            ("f", self.f),
+            ("key", self.key),
+            ("type", self.type),
+            ("value", self.arg),
+            ("result", self.result),
+            ("error", self.error),
+            ("time", self.call),
+            ("complete_time", self.ret),
+            ("node", self.node),
+            ("offset", self.offset),
+            ("epoch", self.epoch),
+        )
+        return {k: v for k, v in fields if v is not None or k == "value"}
+
+
+def _opt_int(v: Any) -> int | None:
+    return None if v is None else int(v)

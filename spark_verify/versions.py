@@ -263,9 +263,7 @@ def _value_conflict(group: list[CheckOp]) -> tuple[CheckOp, CheckOp] | None:
     return None
 
 
-def _fork(
-    kind: str, message: str, run: str | None, key: str | None, ops: list[CheckOp]
-) -> Anomaly:
+def _fork(kind: str, message: str, run: str | None, key: str | None, ops: list[CheckOp]) -> Anomaly:
     return Anomaly(
         check=VERSION_FORKS,
         kind=kind,

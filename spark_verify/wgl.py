@@ -270,8 +270,9 @@ def _prune(items: list[_Item]) -> list[_Item]:
     read doubles the configurations to explore.
 
     "Observes": a read returns, or a cas expects, v itself; with appends, any
-    string that has v in it.  A delete is kept when the key has appends (an
-    append after it shows it: the value starts afresh).  A w invoked before a
+    string that has v in it; a delete (v is None), with appends, also a
+    string that starts with an append's suffix (appends after the delete
+    start the value afresh).  A w invoked before a
     refused cas returns is kept: any value but the cas's ``expected`` lets it
     pass, v too.  Only optional ops are pruned: a required w, unobserved,
     still matters by the time it must take effect by (it may be the write
@@ -289,13 +290,26 @@ def _prune(items: list[_Item]) -> list[_Item]:
         # One text holding every observed string, for substring tests in C;
         # a value holding the separator is at worst kept for nothing.
         text = "\x00".join(v for v in seen if v is not None) if appends else ""
+        # After a delete and appends the value is a concatenation of appends
+        # from scratch: a delete is observed by a value starting with one.
+        fresh = (
+            appends
+            and any(it.kind == "delete" and not it.required for it in items)
+            and any(
+                v.startswith(it.op.arg)
+                for v in seen
+                if v is not None
+                for it in items
+                if it.kind == "append"
+            )
+        )
         kept = [
             it
             for it in items
             if it.effect_free
             or it.required
             or it.op.call <= last_refusal
-            or _is_observed(_written(it), seen, text, appends)
+            or _is_observed(_written(it), seen, text, appends, fresh)
         ]
         if len(kept) == len(items):
             return items
@@ -356,9 +370,9 @@ def _shown(it: _Item) -> tuple[State, ...]:
     return (_written(it),)
 
 
-def _is_observed(value: State, seen: set[State], text: str, appends: bool) -> bool:
+def _is_observed(value: State, seen: set[State], text: str, appends: bool, fresh: bool) -> bool:
     if value is None:
-        return appends or None in seen
+        return fresh or None in seen
     return value in text if appends else value in seen
 
 
@@ -455,8 +469,7 @@ def _search(items: Sequence[_Item], deadline: float, clock: Callable[[], float])
     # 2n+1 the tail of a doubly linked list that linearized ops are lifted out
     # of (Porcupine's lift/unlift), kept in arrays for speed.
     events = sorted(
-        [(it.op.call, 0, i) for i, it in enumerate(items)]
-        + [(rets[i], 1, i) for i in range(n)]
+        [(it.op.call, 0, i) for i, it in enumerate(items)] + [(rets[i], 1, i) for i in range(n)]
     )
     size = 2 * n + 2
     is_call = [False] * size
@@ -556,7 +569,7 @@ def _shrink(
     the required ops, first those without effect, then the others; see the
     module's docstring for the moves and why the result is a witness.
     """
-    current = items
+    current = _prune(items)
     for effect_free in (True, False):
         chunk = 0
         while chunk != 1:
@@ -682,12 +695,8 @@ def find_aborted_reads(ops: Iterable[CheckOp]) -> list[Anomaly]:
                 continue
             writers = sorted(failed.get(op.result, ()), key=lambda w: w.index)
             if writers:
-                names = ", ".join(
-                    f"{w.f} {w.index} (error {w.error or 'none'})" for w in writers
-                )
-                message = (
-                    f"{_describe(op)} returned a value that only failed ops wrote: {names}"
-                )
+                names = ", ".join(f"{w.f} {w.index} (error {w.error or 'none'})" for w in writers)
+                message = f"{_describe(op)} returned a value that only failed ops wrote: {names}"
                 kind_name = "aborted-read"
             else:
                 message = f"{_describe(op)} returned a value that no op wrote"

@@ -62,9 +62,7 @@ def test_a_read_concurrent_with_a_write_may_see_either_value(seen: str) -> None:
 
 
 @pytest.mark.parametrize(("call", "valid"), [(10, True), (11, False)])
-def test_a_return_and_a_call_at_the_same_nanosecond_are_concurrent(
-    call: int, valid: bool
-) -> None:
+def test_a_return_and_a_call_at_the_same_nanosecond_are_concurrent(call: int, valid: bool) -> None:
     h = History()
     h.write(0, "a", 0, 10)
     h.read(1, None, call, 20)  # at 10 the read may still come first

@@ -1,0 +1,650 @@
+"""Reading run folders into Spark: histories, their per-line problems, node exports.
+
+``docs/history-format.md`` is the contract.  A history line becomes one row
+with the columns of its "Parquet" section (``index``, ``time``, ``type``,
+``process``, ``f``, ``key``, ``value``, ``error``, ``node``, ``offset``,
+``epoch``) plus ``run`` (the run's name), ``line`` (the raw JSON text, to
+quote in problems) and ``file_line`` (the 1-based line number in the file).
+
+Lines are parsed in the JVM with Spark 4's VARIANT functions
+(``try_parse_json``, ``variant_get``, ``schema_of_variant``, ``to_json``), never
+by a Python UDF: a run of ten million lines must not cross into Python.
+Spark's JSON reader with a string schema would drop the quotes of a string
+``value`` (``"v0-1"`` read as ``v0-1``, the same text as the JSON number
+``v0-1`` would be if it were one); a variant keeps the value's JSON text, so
+``"v0-1"`` and ``["v0-1","v2-1"]`` come out as JSON, and a JSON ``null`` as
+SQL NULL.  The text is the variant's rendering: compact, and an object's keys
+in sorted order (a variant stores them sorted), so equal values have equal
+text.
+
+Types are checked strictly (``schema_of_variant``): ``variant_get`` alone
+would cast the string ``"5"`` or the decimal ``5.0`` to the integer 5, where
+the reference reader (``chaos.history.read_history``) refuses both.  A field
+of the wrong type loads as NULL and :func:`history_problems` reports it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from pathlib import Path
+from typing import Any, Final
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+__all__ = [
+    "CHANGES_COLUMNS",
+    "HISTORY_COLUMNS",
+    "KNOWN_MODELS",
+    "LOG_COLUMNS",
+    "PROBLEM_COLUMNS",
+    "RunInput",
+    "RunInputError",
+    "find_runs",
+    "history_problems",
+    "load_history",
+    "load_node_exports",
+    "op_line",
+    "spark_path",
+]
+
+KNOWN_MODELS: Final = ("register", "kv", "log", "topics")
+"""The history models of ``docs/history-format.md`` (``config.json``'s ``model``)."""
+
+HISTORY_COLUMNS: Final = (
+    ("index", "bigint"),
+    ("time", "bigint"),
+    ("type", "string"),
+    ("process", "string"),
+    ("f", "string"),
+    ("key", "string"),
+    ("value", "string"),
+    ("error", "string"),
+    ("node", "bigint"),
+    ("offset", "bigint"),
+    ("epoch", "bigint"),
+)
+"""The history's Parquet columns and Spark types, in order."""
+
+LOG_COLUMNS: Final = (
+    ("node", "bigint"),
+    ("offset", "bigint"),
+    ("epoch", "bigint"),
+    ("kind", "string"),
+    ("hash", "string"),
+)
+CHANGES_COLUMNS: Final = (
+    ("node", "bigint"),
+    ("time", "bigint"),
+    ("epoch", "bigint"),
+    ("leader", "bigint"),
+    ("role", "string"),
+)
+PROBLEM_COLUMNS: Final = ("run", "index", "kind", "message", "line")
+
+_OP_TYPES: Final = ("invoke", "ok", "fail", "info")
+_REQUIRED: Final = ("index", "time", "type", "process", "f")
+_COUNTS: Final = ("index", "time", "node", "offset", "epoch")
+_STRINGS: Final = ("type", "f", "key", "error")
+_PER_NODE_FAULTS: Final = ("kill", "start", "pause", "resume")
+_NEMESIS: Final = "nemesis"
+_HISTORY_FILES: Final = ("history.parquet", "history.jsonl")
+# Hadoop expands these in a path given to a reader; a backslash escapes them.
+_GLOB = re.compile(r"([\\{}\[\]*?])")
+
+
+class RunInputError(ValueError):
+    """A path that is not a readable run, runs folder or history file."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunInput:
+    """One history to verify, and what came with it.
+
+    ``name`` is the run folder's name (a bare file's stem): the ``run``
+    column.  ``config`` is ``config.json`` (None for a bare file or a folder
+    without one); ``nodes`` maps each node id to its ``nodes/<id>/`` folder.
+    """
+
+    name: str
+    path: Path
+    history: Path
+    fmt: str
+    config: dict[str, Any] | None
+    model: str
+    nodes: Mapping[int, Path]
+
+
+def find_runs(
+    paths: Sequence[str | Path],
+    *,
+    model: str | None = None,
+    known_models: Sequence[str] = KNOWN_MODELS,
+) -> list[RunInput]:
+    """The runs under ``paths``: run folders, folders of run folders, or bare
+    history files (``.jsonl``, or ``.parquet`` as a file or a Spark output
+    folder).  ``model`` supplies or overrides every run's model.
+
+    Raises :class:`RunInputError` naming the path for anything that cannot be
+    read as a run, and for two runs with the same name (the ``run`` column
+    would mix them).
+    """
+    if model is not None and model not in known_models:
+        raise RunInputError(_unknown_model(model, "--model", known_models))
+    if not paths:
+        raise RunInputError("no run given: pass run folders, runs folders or history files")
+    runs: list[RunInput] = []
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            raise RunInputError(f"{path}: no such file or folder")
+        if _is_bare_history(path):
+            runs.append(_bare_run(path, model, known_models))
+        elif path.is_dir() and _looks_like_run(path):
+            runs.append(_folder_run(path, model, known_models))
+        elif path.is_dir():
+            found = sorted(p for p in path.iterdir() if p.is_dir() and _looks_like_run(p))
+            if not found:
+                raise RunInputError(
+                    f"{path}: neither a run folder (config.json and history.jsonl or "
+                    "history.parquet) nor a folder of run folders"
+                )
+            runs.extend(_folder_run(p, model, known_models) for p in found)
+        else:
+            raise RunInputError(f"{path}: not a history file (.jsonl or .parquet) nor a run folder")
+    seen: dict[str, Path] = {}
+    for run in runs:
+        if run.name in seen:
+            raise RunInputError(
+                f"two runs named {run.name!r}: {seen[run.name]} and {run.path}; "
+                "rename one (the run column tells runs apart by name)"
+            )
+        seen[run.name] = run.path
+    return runs
+
+
+def _is_bare_history(path: Path) -> bool:
+    if path.suffix == ".parquet":
+        return True
+    return path.is_file() and path.suffix == ".jsonl"
+
+
+def _looks_like_run(path: Path) -> bool:
+    return any((path / name).exists() for name in (*_HISTORY_FILES, "config.json"))
+
+
+def _unknown_model(model: object, where: str, known: Sequence[str]) -> str:
+    return f"{where}: unknown model {model!r}; known models: {', '.join(known)}"
+
+
+def _bare_run(path: Path, model: str | None, known: Sequence[str]) -> RunInput:
+    if model is None:
+        raise RunInputError(
+            f"{path}: a bare history file has no config.json naming its model; pass --model "
+            f"({', '.join(known)})"
+        )
+    fmt = "parquet" if path.suffix == ".parquet" else "jsonl"
+    return RunInput(path.stem, path, path, fmt, None, model, {})
+
+
+def _folder_run(path: Path, model: str | None, known: Sequence[str]) -> RunInput:
+    history = next((path / n for n in _HISTORY_FILES if (path / n).exists()), None)
+    if history is None:
+        raise RunInputError(f"{path}: no history.jsonl or history.parquet")
+    config = _read_config(path / "config.json")
+    chosen = model
+    if chosen is None and config is not None:
+        chosen = config.get("model")
+        if chosen is not None and (not isinstance(chosen, str) or chosen not in known):
+            raise RunInputError(_unknown_model(chosen, str(path / "config.json"), known))
+    if chosen is None:
+        raise RunInputError(
+            f"{path}: no model in config.json (or no config.json); pass --model "
+            f"({', '.join(known)})"
+        )
+    nodes: dict[int, Path] = {}
+    if (path / "nodes").is_dir():
+        for sub in sorted((path / "nodes").iterdir()):
+            if sub.is_dir() and sub.name.isdigit():
+                nodes[int(sub.name)] = sub
+    fmt = "parquet" if history.suffix == ".parquet" else "jsonl"
+    return RunInput(path.name, path, history, fmt, config, chosen, dict(sorted(nodes.items())))
+
+
+def _read_config(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RunInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise RunInputError(f"{path}: not JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise RunInputError(f"{path}: expected a JSON object, got {type(config).__name__}")
+    return config
+
+
+def spark_path(path: Path) -> str:
+    """``path`` as a reader takes it: Hadoop would expand ``*``, ``?``,
+    ``[...]`` and ``{...}`` in it as a glob."""
+    return _GLOB.sub(r"\\\1", str(path.resolve()))
+
+
+# -- histories -------------------------------------------------------------------
+
+
+def _ddl(columns: Sequence[tuple[str, str]], value: str = "variant") -> str:
+    return ", ".join(f"`{n}` {value if n == 'value' else t}" for n, t in columns)
+
+
+def _parse_lines(
+    df: DataFrame, keep: Sequence[str], columns: Sequence[tuple[str, str]] = HISTORY_COLUMNS
+) -> DataFrame:
+    """``keep`` and the typed columns parsed from ``df.line`` (NULL where
+    absent).
+
+    ``from_json`` (Jackson, in the JVM) is about three times faster here
+    than extracting each field from a variant.  Its integers are strict (a
+    string "5", a decimal 5.0, a boolean or an overflowing number is NULL);
+    its strings are lenient (the number 3 reads as "3"), so
+    :func:`history_problems` checks every type again on the variant.
+    ``value`` is read as a VARIANT and rendered back with ``to_json``.
+
+    The parsed struct is its own projection: used inline, the optimizer
+    would give each field its own ``from_json``, parsing the line once per
+    field.
+    """
+    parsed = df.select(*keep, F.from_json(F.col("line"), _ddl(columns)).alias("_j"))
+    out: list[Column] = []
+    for name, _ in columns:
+        col = F.col("_j").getField(name)
+        if name == "value":
+            col = F.when(~F.is_variant_null(col), F.to_json(col))
+        elif name == "process":
+            # The decimal text of a process number, or "nemesis"; anything
+            # else (a negative or fractional number, an object) is NULL.
+            col = F.when(col.rlike("^(0|[1-9][0-9]*)$") | (col == _NEMESIS), col)
+        out.append(col.alias(name))
+    return parsed.select(*keep, *out)
+
+
+def _read_jsonl(spark: SparkSession, run: RunInput) -> DataFrame:
+    return spark.read.text(spark_path(run.history)).select(
+        F.lit(run.name).alias("run"), F.col("value").alias("line")
+    )
+
+
+def _with_file_lines(raw: DataFrame, keys: Sequence[str] = ("run",)) -> DataFrame:
+    """Number each line within its file (1-based), without a sort of the data.
+
+    Assumption: each run is one text scan of one file, whose partitions are
+    the file's byte ranges in ascending order (Spark splits a file into equal
+    ranges and a shorter last one, and orders them by length, a stable sort,
+    so the order holds), and ``union`` concatenates the scans' partitions.
+    Then ``monotonically_increasing_id`` (partition << 33 | position in the
+    partition) ascends along each file, and a line's number is the count of
+    the run's lines in earlier partitions plus its position.  The counts per
+    partition are a small table (one row per partition), joined back by
+    broadcast.
+    """
+    ided = raw.withColumn("_id", F.monotonically_increasing_id()).select(
+        "*",
+        F.shiftright("_id", 33).alias("_part"),
+        (F.col("_id").bitwiseAND(F.lit((1 << 33) - 1))).alias("_pos"),
+    )
+    counts = ided.groupBy(*keys, "_part").agg(F.count(F.lit(1)).alias("_n"))
+    before = Window.partitionBy(*keys).orderBy("_part").rowsBetween(Window.unboundedPreceding, -1)
+    starts = counts.select(
+        *keys, "_part", F.coalesce(F.sum("_n").over(before), F.lit(0)).alias("_start")
+    )
+    return (
+        ided.join(F.broadcast(starts), [*keys, "_part"])
+        .withColumn("file_line", F.col("_start") + F.col("_pos") + 1)
+        .drop("_id", "_part", "_pos", "_start")
+    )
+
+
+def _read_parquet_history(spark: SparkSession, run: RunInput) -> DataFrame:
+    df = spark.read.parquet(spark_path(run.history))
+    present = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+    missing = [name for name, _ in HISTORY_COLUMNS if name not in present]
+    if missing:
+        raise RunInputError(f"{run.history}: no column(s) {', '.join(missing)}")
+    unknown = sorted(set(present) - {name for name, _ in HISTORY_COLUMNS} - {"run"})
+    if unknown:
+        raise RunInputError(f"{run.history}: unknown column(s) {', '.join(unknown)}")
+    wrong = [
+        f"{name} is {present[name]}"
+        for name, kind in HISTORY_COLUMNS
+        if present[name] != kind and not (kind == "bigint" and present[name] in ("int", "smallint"))
+    ]
+    if wrong:
+        raise RunInputError(
+            f"{run.history}: wrong column type(s): {', '.join(wrong)} "
+            "(docs/history-format.md, Parquet: integers int64, the rest strings)"
+        )
+    return df.select(
+        F.lit(run.name).alias("run"),
+        *[F.col(name).cast(kind).alias(name) for name, kind in HISTORY_COLUMNS],
+        F.lit(None).cast("string").alias("line"),
+        F.lit(None).cast("bigint").alias("file_line"),
+    )
+
+
+def load_history(spark: SparkSession, runs: Sequence[RunInput]) -> DataFrame:
+    """Every line of every run's history, one row each:
+    ``run``, the Parquet columns, ``line`` (the raw text; NULL for Parquet
+    input) and ``file_line`` (1-based line number in the file; NULL for
+    Parquet input).  Lazy: nothing is read until an action runs."""
+    if not runs:
+        raise RunInputError("no runs to load")
+    parts: list[DataFrame] = []
+    jsonl = [r for r in runs if r.fmt == "jsonl"]
+    if jsonl:
+        raw = reduce(DataFrame.union, [_read_jsonl(spark, r) for r in jsonl])
+        numbered = _with_file_lines(raw)
+        parts.append(
+            _parse_lines(numbered, ["run", "line", "file_line"]).select(
+                "run", *[n for n, _ in HISTORY_COLUMNS], "line", "file_line"
+            )
+        )
+    parts.extend(_read_parquet_history(spark, r) for r in runs if r.fmt == "parquet")
+    return reduce(DataFrame.unionByName, parts)
+
+
+def op_line(df: DataFrame) -> Column:
+    """The op's line as JSON text: the raw ``line`` when there is one, else
+    rebuilt from the columns (Parquet input), fields in the order a writer
+    puts them."""
+    value = F.try_parse_json(F.coalesce(F.col("value"), F.lit("null")))
+    rebuilt = F.to_json(
+        F.struct(
+            *[F.col(n).alias(n) for n, _ in HISTORY_COLUMNS[:6]],
+            value.alias("value"),
+            *[F.col(n).alias(n) for n, _ in HISTORY_COLUMNS[7:]],
+        )
+    )
+    return F.coalesce(df["line"], rebuilt) if "line" in df.columns else rebuilt
+
+
+def history_problems(df: DataFrame) -> DataFrame:
+    """Per-line problems of a :func:`load_history` frame, found in Spark:
+    ``run``, ``index`` (NULL when the line has none), ``kind``, ``message``,
+    ``line``.
+
+    Kinds (``docs/history-format.md``, well-formedness): ``not-json`` (a
+    blank line, not JSON, or not a JSON object); ``invalid-op`` (unknown or
+    missing fields, wrong types, a bad ``type``, ``error`` missing on
+    fail/info or present on invoke/ok, a version on an invoke, a nemesis op
+    with a key or version or a non-object value, or without ``value.nodes``
+    where it needs them; every message of a line in one row, joined by
+    "; "); ``index`` (a JSONL line whose ``index`` is not its line number
+    minus one).  Parquet input has no raw text: its column types are
+    already checked, and ``line`` quotes the row rebuilt as JSON.
+    """
+    has_text = F.col("line").isNotNull()
+    v = F.try_parse_json(F.col("line"))
+    where = F.concat(F.lit("line "), F.coalesce(F.col("file_line").cast("string"), F.lit("?")))
+    not_json = (
+        F.when(has_text & (F.trim(F.col("line")) == ""), F.concat(where, F.lit(": blank line")))
+        .when(has_text & v.isNull(), F.concat(where, F.lit(": not JSON")))
+        .when(
+            has_text & ~F.startswith(F.schema_of_variant(v), F.lit("OBJECT")),
+            F.concat(where, F.lit(": not a JSON object")),
+        )
+    )
+    known = F.array(*[F.lit(n) for n, _ in HISTORY_COLUMNS])
+    keys = F.map_keys(F.try_variant_get(v, "$", "map<string,variant>"))
+    unknown = F.array_except(keys, known)
+    messages: list[Column] = [
+        F.when(
+            has_text & (F.size(unknown) > 0),
+            F.concat(F.lit("unknown field(s) "), F.array_join(F.array_sort(unknown), ", ")),
+        )
+    ]
+    missing = F.array_compact(
+        F.array(*[F.when(~F.array_contains(keys, n), F.lit(n)) for n in _REQUIRED])
+    )
+    messages.append(
+        F.when(
+            has_text & (F.size(missing) > 0),
+            F.concat(F.lit("missing field(s) "), F.array_join(missing, ", ")),
+        )
+    )
+    for name, _ in HISTORY_COLUMNS:
+        messages.append(
+            F.when(has_text, _type_message(name, F.variant_get(v, f"$.{name}", "variant")))
+        )
+    messages.extend(_column_messages(has_text))
+    all_messages = F.array_compact(F.array(*messages))
+    invalid = F.when(
+        not_json.isNull() & (F.size(all_messages) > 0), F.array_join(all_messages, "; ")
+    )
+    index_due = F.when(
+        not_json.isNull()
+        & F.col("file_line").isNotNull()
+        & F.col("index").isNotNull()
+        & (F.col("index") != F.col("file_line") - 1),
+        F.concat(
+            where,
+            F.lit(" has index "),
+            F.col("index").cast("string"),
+            F.lit(" where "),
+            (F.col("file_line") - 1).cast("string"),
+            F.lit(" was due (line i holds index i - 1, counting lines from 1)"),
+        ),
+    )
+    found = F.array_compact(
+        F.array(
+            F.when(
+                not_json.isNotNull(), F.struct(F.lit("not-json").alias("k"), not_json.alias("m"))
+            ),
+            F.when(
+                invalid.isNotNull(), F.struct(F.lit("invalid-op").alias("k"), invalid.alias("m"))
+            ),
+            F.when(
+                index_due.isNotNull(), F.struct(F.lit("index").alias("k"), index_due.alias("m"))
+            ),
+        )
+    )
+    return df.select("run", "index", op_line(df).alias("line"), F.explode(found).alias("p")).select(
+        "run",
+        F.when(F.col("p.k") != "not-json", F.col("index")).alias("index"),
+        F.col("p.k").alias("kind"),
+        F.col("p.m").alias("message"),
+        "line",
+    )
+
+
+def _type_message(name: str, x: Column) -> Column:
+    """What is wrong with field ``name`` of a line, ``x`` its variant (SQL
+    NULL when absent): the reference reader's rules (``chaos.ops.op_problems``),
+    strict about JSON types.  A JSON null is allowed where the field is
+    optional and is a wrong type where it is required."""
+    kind = F.schema_of_variant(x)
+    shown = F.to_json(x)
+    present = x.isNotNull() if name in _REQUIRED else x.isNotNull() & ~F.is_variant_null(x)
+    if name in _COUNTS:
+        bad = (kind != "BIGINT") | (F.try_variant_get(x, "$", "bigint") < 0)
+        text = f"{name} must be an integer >= 0, got "
+    elif name in ("f", "error"):
+        bad = (kind != "STRING") | (F.try_variant_get(x, "$", "string") == "")
+        text = f"{name} must be a non-empty string, got "
+    elif name == "key":
+        bad = kind != "STRING"
+        text = "key must be a string, got "
+    elif name == "type":
+        bad = (kind != "STRING") | ~F.try_variant_get(x, "$", "string").isin(*_OP_TYPES)
+        text = f"type must be one of {', '.join(_OP_TYPES)}, got "
+    elif name == "process":
+        bad = ~(
+            ((kind == "BIGINT") & (F.try_variant_get(x, "$", "bigint") >= 0))
+            | ((kind == "STRING") & (F.try_variant_get(x, "$", "string") == _NEMESIS))
+        )
+        text = "process must be an integer >= 0 or 'nemesis', got "
+    else:  # value: any JSON
+        return F.lit(None).cast("string")
+    return F.when(present & bad, F.concat(F.lit(text), shown))
+
+
+def _column_messages(has_text: Column) -> list[Column]:
+    """Rules on the typed columns, for JSONL and Parquet input alike."""
+    c = F.col
+    nemesis = c("process") == _NEMESIS
+    out = [
+        # Parquet input has no text to say a field is missing.
+        F.when(
+            ~has_text,
+            F.when(
+                F.size(
+                    F.array_compact(F.array(*[F.when(c(n).isNull(), F.lit(n)) for n in _REQUIRED]))
+                )
+                > 0,
+                F.concat(
+                    F.lit("missing field(s) "),
+                    F.array_join(
+                        F.array_compact(
+                            F.array(*[F.when(c(n).isNull(), F.lit(n)) for n in _REQUIRED])
+                        ),
+                        ", ",
+                    ),
+                ),
+            ),
+        ),
+        F.when(
+            ~has_text & (c("type").isNotNull() & ~c("type").isin(*_OP_TYPES)),
+            F.concat(F.lit(f"type must be one of {', '.join(_OP_TYPES)}, got "), c("type")),
+        ),
+        F.when(
+            ~has_text & c("process").isNotNull() & ~(c("process").rlike("^[0-9]+$") | nemesis),
+            F.concat(F.lit("process must be an integer >= 0 or 'nemesis', got "), c("process")),
+        ),
+        *[
+            F.when(
+                ~has_text & (c(n) < 0),
+                F.concat(F.lit(f"{n} must be an integer >= 0, got "), c(n).cast("string")),
+            )
+            for n in _COUNTS
+        ],
+        F.when(
+            c("type").isin("invoke", "ok") & c("error").isNotNull(),
+            F.concat(F.lit("an "), c("type"), F.lit(" carries no error, got "), c("error")),
+        ),
+        F.when(
+            c("type").isin("fail", "info") & c("error").isNull(),
+            F.concat(F.lit("a "), c("type"), F.lit(" needs an error saying why")),
+        ),
+        F.when(
+            (c("type") == "invoke") & (c("offset").isNotNull() | c("epoch").isNotNull()),
+            F.lit("an invoke carries no offset or epoch (versions come with completions)"),
+        ),
+        F.when(
+            nemesis & (c("key").isNotNull() | c("offset").isNotNull() | c("epoch").isNotNull()),
+            F.lit("a nemesis op carries no key, offset or epoch"),
+        ),
+    ]
+    value = F.try_parse_json(c("value"))
+    is_object = F.startswith(F.schema_of_variant(value), F.lit("OBJECT"))
+    nodes = F.variant_get(value, "$.nodes", "variant")
+    nodes_type = F.schema_of_variant(nodes)
+    node_list = F.when(
+        nodes_type == "ARRAY<BIGINT>",
+        F.forall(F.variant_get(nodes, "$", "array<bigint>"), lambda n: n >= 0),
+    ).otherwise(nodes_type == "ARRAY<VOID>")  # [] is a list of node ids too
+    out.append(
+        F.when(
+            nemesis,
+            F.when(
+                c("value").isNull() | ~is_object,
+                F.concat(
+                    F.lit("a nemesis op's value must be an object, got "),
+                    F.coalesce(c("value"), F.lit("null")),
+                ),
+            ).when(
+                c("f").isin(*_PER_NODE_FAULTS) & ~F.coalesce(node_list, F.lit(False)),
+                F.concat(
+                    F.lit("a nemesis "), c("f"), F.lit(" needs value.nodes, a list of node ids")
+                ),
+            ),
+        )
+    )
+    return out
+
+
+# -- node exports ----------------------------------------------------------------
+
+
+def _export_parquet(
+    run: RunInput, node: int, path: Path, df: DataFrame, columns: Sequence[tuple[str, str]]
+) -> DataFrame:
+    present = {f.name for f in df.schema.fields}
+    missing = [n for n, _ in columns if n not in present]
+    if "seq" not in present:
+        missing.append("seq")
+    if missing:
+        raise RunInputError(f"{path}: no column(s) {', '.join(missing)}")
+    return df.select(
+        F.lit(run.name).alias("run"),
+        F.col("node").cast("bigint").alias("node"),
+        F.col("seq").cast("bigint").alias("seq"),
+        *[F.col(n).cast(t).alias(n) for n, t in columns if n != "node"],
+    )
+
+
+def _load_exports(
+    spark: SparkSession, runs: Sequence[RunInput], stem: str, columns: Sequence[tuple[str, str]]
+) -> DataFrame:
+    parts: list[DataFrame] = []
+    texts: list[DataFrame] = []
+    for run in runs:
+        for node, folder in run.nodes.items():
+            parquet, jsonl = folder / f"{stem}.parquet", folder / f"{stem}.jsonl"
+            if parquet.exists():
+                df = spark.read.parquet(spark_path(parquet))
+                parts.append(_export_parquet(run, node, parquet, df, columns))
+            elif jsonl.exists():
+                texts.append(
+                    spark.read.text(spark_path(jsonl)).select(
+                        F.lit(run.name).alias("run"),
+                        F.lit(node).alias("_file"),
+                        F.col("value").alias("line"),
+                    )
+                )
+    if texts:
+        numbered = _with_file_lines(reduce(DataFrame.union, texts), ("run", "_file"))
+        parsed = _parse_lines(
+            numbered.withColumn("seq", F.col("file_line") - 1), ["run", "seq"], columns
+        )
+        parts.append(parsed.select("run", "node", "seq", *[n for n, _ in columns if n != "node"]))
+    return _union_or_empty(spark, parts, columns)
+
+
+def load_node_exports(spark: SparkSession, runs: Sequence[RunInput]) -> tuple[DataFrame, DataFrame]:
+    """Every node's ``log`` and ``changes`` exports as two frames, with the
+    LOG and CHANGES columns: ``run``, ``node``, ``seq`` (the 0-based line of
+    the node's file: the order the node committed or observed), then the
+    file's fields (``node`` is the line's own field).  ``log.parquet`` and
+    ``changes.parquet`` (with a ``seq`` column, as :mod:`spark_verify.convert`
+    writes them) are read in place of the JSON Lines files when present.  A
+    field absent or of the wrong type is NULL (``chaos.check`` reports
+    malformed export lines).  Runs without exports give no rows."""
+    return (
+        _load_exports(spark, runs, "log", LOG_COLUMNS),
+        _load_exports(spark, runs, "changes", CHANGES_COLUMNS),
+    )
+
+
+def _union_or_empty(
+    spark: SparkSession, parts: list[DataFrame], columns: Sequence[tuple[str, str]]
+) -> DataFrame:
+    names = ["run", "node", "seq", *[n for n, _ in columns if n != "node"]]
+    if parts:
+        return reduce(DataFrame.unionByName, parts).select(*names)
+    types = dict(columns)
+    ddl = ", ".join(f"`{n}` {types.get(n, 'string' if n == 'run' else 'bigint')}" for n in names)
+    return spark.createDataFrame([], ddl)

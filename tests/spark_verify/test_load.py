@@ -209,6 +209,10 @@ BAD_LINES = [
     '{"index":12,"type":"invoke","f":"read","value":null}',
     # 11: a kill without nodes
     '{"index":10,"time":6,"type":"invoke","process":"nemesis","f":"kill","value":{"n":[1]}}',
+    # 12: written as a writer writes (the fast path), but out of range
+    '{"index":11,"time":-3,"type":"bogus","process":4,"f":"read","value":null}',
+    # 13: fine, though not as a kq writer writes it (another tool's order)
+    '{"process": 4, "type": "invoke", "f": "read", "value": null, "index": 12, "time": 7}',
 ]
 
 
@@ -267,6 +271,7 @@ def test_history_problems_name_each_bad_line(spark: SparkSession, tmp_path: Path
         (10, "invalid-op", 12),
         (10, "index", 12),
         (11, "invalid-op", 10),
+        (12, "invalid-op", 11),
     ]
     messages = [m for _, _, _, m in by_line]
     assert messages[0] == "unknown field(s) proces"
@@ -294,6 +299,10 @@ def test_history_problems_name_each_bad_line(spark: SparkSession, tmp_path: Path
         "counting lines from 1)"
     )
     assert messages[10] == "a nemesis kill needs value.nodes, a list of node ids"
+    assert messages[11] == (
+        "type must be one of invoke, ok, fail, info, got bogus; time must be an integer >= 0, "
+        "got -3"
+    )
     # The lines the reference reader refuses are the ones reported invalid
     # or not JSON (line 9's version on an invoke too).
     for i, line in enumerate(BAD_LINES):

@@ -338,3 +338,24 @@ def test_node_exports_load_with_their_line_order(spark: SparkSession, tmp_path: 
     empty_log, empty_changes = load_node_exports(spark, runs[1:])
     assert (empty_log.count(), empty_changes.count()) == (0, 0)
     assert empty_log.columns == log_df.columns
+
+
+@pytest.mark.spark
+def test_line_numbers_hold_across_the_splits_of_a_file(spark: SparkSession, tmp_path: Path) -> None:
+    lines = [
+        f'{{"index":{i},"time":{i},"type":"invoke","process":{i},"f":"read","key":"k",'
+        '"value":null}'
+        for i in range(300)
+    ]
+    write_run(tmp_path, "a", "\n".join(lines) + "\n")
+    write_run(tmp_path, "b", doc_history("register"))
+    key = "spark.sql.files.maxPartitionBytes"
+    before = spark.conf.get(key)
+    spark.conf.set(key, "2048")  # a 25 kB file in a dozen splits
+    try:
+        df = load_history(spark, find_runs([tmp_path]))
+        assert df.rdd.getNumPartitions() > 10
+        assert df.where("file_line != index + 1").count() == 0
+        assert df.count() == 300 + len(doc_history("register").splitlines())
+    finally:
+        spark.conf.set(key, before)

@@ -350,7 +350,7 @@ def test_line_numbers_hold_across_the_splits_of_a_file(spark: SparkSession, tmp_
     write_run(tmp_path, "a", "\n".join(lines) + "\n")
     write_run(tmp_path, "b", doc_history("register"))
     key = "spark.sql.files.maxPartitionBytes"
-    before = spark.conf.get(key)
+    before = spark.conf.get(key) or "128MB"
     spark.conf.set(key, "2048")  # a 25 kB file in a dozen splits
     try:
         df = load_history(spark, find_runs([tmp_path]))

@@ -6,21 +6,22 @@ with the columns of its "Parquet" section (``index``, ``time``, ``type``,
 ``epoch``) plus ``run`` (the run's name), ``line`` (the raw JSON text, to
 quote in problems) and ``file_line`` (the 1-based line number in the file).
 
-Lines are parsed in the JVM with Spark 4's VARIANT functions
-(``try_parse_json``, ``variant_get``, ``schema_of_variant``, ``to_json``), never
-by a Python UDF: a run of ten million lines must not cross into Python.
-Spark's JSON reader with a string schema would drop the quotes of a string
-``value`` (``"v0-1"`` read as ``v0-1``, the same text as the JSON number
-``v0-1`` would be if it were one); a variant keeps the value's JSON text, so
-``"v0-1"`` and ``["v0-1","v2-1"]`` come out as JSON, and a JSON ``null`` as
-SQL NULL.  The text is the variant's rendering: compact, and an object's keys
-in sorted order (a variant stores them sorted), so equal values have equal
-text.
+Lines are parsed in the JVM, never by a Python UDF (a run of ten million
+lines must not cross into Python): ``from_json`` with the history's schema,
+in which ``value`` is a Spark 4 VARIANT rendered back with ``to_json``.
+Spark's JSON reader with a string type for ``value`` would drop the quotes
+of a string value (``"v0-1"`` read as ``v0-1``); the variant keeps the
+value's JSON text, so ``"v0-1"`` and ``["v0-1","v2-1"]`` come out as JSON,
+and a JSON ``null`` as SQL NULL.  The text is the variant's rendering:
+compact, and an object's keys in sorted order (a variant stores them
+sorted), so equal values have equal text.
 
-Types are checked strictly (``schema_of_variant``): ``variant_get`` alone
-would cast the string ``"5"`` or the decimal ``5.0`` to the integer 5, where
-the reference reader (``chaos.history.read_history``) refuses both.  A field
-of the wrong type loads as NULL and :func:`history_problems` reports it.
+Loading is lenient where checking is not: an integer field of the wrong
+type loads as NULL, a string field holding another JSON type loads as its
+text, and :func:`history_problems` reports both, strictly
+(``schema_of_variant``: ``variant_get`` alone would cast the string ``"5"``
+or the decimal ``5.0`` to 5, where the reference reader,
+``chaos.history.read_history``, refuses both).
 """
 
 from __future__ import annotations
@@ -330,8 +331,10 @@ def _read_parquet_history(spark: SparkSession, run: RunInput) -> DataFrame:
             f"{run.history}: wrong column type(s): {', '.join(wrong)} "
             "(docs/history-format.md, Parquet: integers int64, the rest strings)"
         )
+    # A table of many runs has its own run column (docs: Parquet).
+    run_col = F.col("run").cast("string") if "run" in present else F.lit(run.name)
     return df.select(
-        F.lit(run.name).alias("run"),
+        run_col.alias("run"),
         *[F.col(name).cast(kind).alias(name) for name, kind in HISTORY_COLUMNS],
         F.lit(None).cast("string").alias("line"),
         F.lit(None).cast("bigint").alias("file_line"),

@@ -132,6 +132,11 @@ def test_parquet_input_is_checked(spark: SparkSession, tmp_path: Path) -> None:
     assert "type must be one of invoke, ok, fail, info, got bogus" in got[1][1]
     assert "process must be an integer >= 0 or 'nemesis', got -2" in got[1][1]
 
+    many = tmp_path / "many.parquet"
+    pq.write_table(pa.table({"run": ["r1", "r2"], **rows}), many)
+    loaded = load_history(spark, find_runs([many], model="kv"))
+    assert sorted((r["run"], r["index"]) for r in loaded.collect()) == [("r1", 0), ("r2", 1)]
+
     wrong = tmp_path / "wrong.parquet"
     pq.write_table(pa.table({**rows, "index": ["0", "1"]}), wrong)
     with pytest.raises(RunInputError, match=r"wrong\.parquet: wrong column type\(s\): index is"):

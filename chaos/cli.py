@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from datetime import UTC, datetime
@@ -178,6 +179,12 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="no progress; print the summary and the run folder as JSON",
     )
+    run.add_argument(
+        "--verify",
+        action="store_true",
+        help="then verify the run folder with Spark (kq verify RUN_DIR): the verdict, and "
+        "the report in RUN_DIR/verify/; exit 1 unless the verdict is valid",
+    )
     run.set_defaults(func=_run)
 
     listing = sub.add_parser("list", help="list past runs", description="List past runs.")
@@ -248,8 +255,14 @@ def _run(args: argparse.Namespace) -> int:
         check = result.final_check or {}
         found = check.get("error") or f"{len(check.get('problems', []))} problem(s)"
         reasons.append(f"the final check failed: {found}")
+    verdict: dict[str, Any] | None = None
+    if args.verify and result.completed:
+        verdict = _verify(result.path, args.json, reasons)
     if args.json:
-        print_json({"path": str(result.path), "ok": result.ok, **result.summary})
+        out = {"path": str(result.path), "ok": result.ok and not reasons, **result.summary}
+        if args.verify:
+            out["verdict"] = verdict
+        print_json(out)
     else:
         s = result.summary
         ops = s.get("ops", {})
@@ -269,6 +282,40 @@ def _run(args: argparse.Namespace) -> int:
     for reason in reasons:
         print(f"kq chaos run: {reason}", file=sys.stderr)
     return EXIT_FAILURE if reasons else EXIT_OK
+
+
+def _verify(path: Path, quiet: bool, reasons: list[str]) -> dict[str, Any] | None:
+    """``kq verify`` of the run folder just written (``--verify``): prints the
+    summary (unless ``quiet``), adds to ``reasons`` unless it is valid, and
+    returns the verdict (None if Spark could not run)."""
+    missing = [m for m in ("pyspark", "pyarrow", "pandas") if importlib.util.find_spec(m) is None]
+    if missing:
+        reasons.append(f"--verify needs {', '.join(missing)} (pip install 'kq[verify]')")
+        return None
+    from spark_verify.cli import summary_text
+    from spark_verify.job import verify
+    from spark_verify.session import JavaMissingError, spark_session
+
+    def say(message: str) -> None:
+        if not quiet:
+            print(f"verify: {message}", flush=True)
+
+    say(f"verifying {path} with Spark")
+    try:
+        spark = spark_session()
+    except JavaMissingError as exc:
+        reasons.append(f"--verify: {exc}")
+        return None
+    try:
+        done = verify(spark, [path], progress=say)
+    finally:
+        spark.stop()
+    if not quiet:
+        print(summary_text(done.verdict, done.verdict_path, done.report_path))
+    if done.valid is not True:
+        word = "INVALID" if done.valid is False else "unknown"
+        reasons.append(f"the verification's verdict is {word} (see {done.verdict_path})")
+    return dict(done.verdict)
 
 
 # -- kq chaos list -----------------------------------------------------------------

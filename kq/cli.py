@@ -48,6 +48,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("reassign", "metadata.cli_reassign:register"),
     ("features", "metadata.cli_features:register"),
     ("chaos", "chaos.cli:register"),
+    ("verify", "spark_verify.cli:register"),
 ]
 """Every subcommand: ``(name, "module:function")``, imported only when needed."""
 

@@ -110,6 +110,11 @@ def spark_session(
         "spark.sql.execution.arrow.pyspark.enabled": "true",
     }
     if chosen.startswith("local"):
+        # A local job serves nothing to other hosts: keep the driver's
+        # ports (block manager, RPC) on loopback, not on the first interface.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        settings["spark.driver.bindAddress"] = "127.0.0.1"
+        settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.sql.shuffle.partitions"] = str(max(2, 4 * (os.cpu_count() or 1)))
         settings["spark.driver.memory"] = os.environ.get("KQ_SPARK_DRIVER_MEMORY", "4g")
     settings.update(conf or {})

@@ -1,0 +1,544 @@
+"""The verification job: run folders in, a verdict (JSON and HTML) out.
+
+:func:`verify` reads one or many runs (``docs/history-format.md``), pairs
+invocations with completions (window functions, :mod:`spark_verify.pairing`),
+and runs every check of ``docs/verification.md``:
+
+- ``well-formed``: the history's lines and pairing (:mod:`spark_verify.load`,
+  :mod:`spark_verify.pairing`);
+- per key, in the executors (``groupBy(run, key).applyInArrow``): ``linearizable``
+  (:func:`spark_verify.wgl.check_key`), ``aborted-reads``, ``stale-reads`` and the
+  per-key ``version-forks`` (:mod:`spark_verify.versions`), for ``register`` and
+  ``kv`` runs;
+- over the node exports (:mod:`spark_verify.logs`): ``single-leader``,
+  ``epoch-order``, ``log-agreement``, ``high-watermark``, ``lost-writes``,
+  ``phantom-writes`` and the cross-key ``version-forks``;
+- ``final-metadata``: for ``topics`` runs, the harness's final check of the
+  metadata against the history (``summary.json``'s ``final_check``).
+
+Only counts, the first anomalies (with their witnesses) and the per-key rows
+of invalid and unknown keys come back to the driver, so the job scales with the
+cluster, not the driver.  The same code runs on ``local[*]`` and under
+``spark-submit`` (:mod:`spark_verify.submit`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import pyarrow as pa
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from spark_verify.load import (
+    RunInput,
+    find_runs,
+    history_problems,
+    load_history,
+    load_node_exports,
+)
+from spark_verify.logs import check_exports
+from spark_verify.ops import KEYS_SCHEMA_DDL, CheckOp
+from spark_verify.pairing import pair_ops
+from spark_verify.report import write_report
+from spark_verify.timeline import timeline
+from spark_verify.verdict import (
+    MAX_ANOMALIES,
+    Anomaly,
+    CheckResult,
+    Validity,
+    combine,
+    result_of,
+)
+from spark_verify.versions import stale_reads, version_forks
+from spark_verify.wgl import check_key, find_aborted_reads, keys_row_to_anomaly
+
+__all__ = [
+    "CHECK_ORDER",
+    "DEFAULT_KEY_BUDGET_S",
+    "KEY_MODELS",
+    "Verification",
+    "VerifyOptions",
+    "verify",
+    "verify_runs",
+]
+
+KEY_MODELS: Final = ("register", "kv")
+"""Models whose histories are checked key by key (linearizability, versions)."""
+
+DEFAULT_KEY_BUDGET_S: Final = 10.0
+
+CHECK_ORDER: Final = (
+    "well-formed",
+    "linearizable",
+    "aborted-reads",
+    "stale-reads",
+    "version-forks",
+    "single-leader",
+    "epoch-order",
+    "log-agreement",
+    "high-watermark",
+    "lost-writes",
+    "phantom-writes",
+    "final-metadata",
+)
+"""Every check of the verdict, in the order the verdict and report list them."""
+
+# The per-key job's rows: the KEYS table plus the other per-key checks'
+# anomaly counts and their first anomalies (JSON lists of Anomaly objects).
+_KEY_ROWS_DDL: Final = (
+    KEYS_SCHEMA_DDL
+    + ", aborted long, stale long, forks long, aborted_json string, stale_json string,"
+    " forks_json string"
+)
+_PER_KEY: Final = (
+    ("aborted-reads", "aborted"),
+    ("stale-reads", "stale"),
+    ("version-forks", "forks"),
+)
+# Per key, at most this many anomalies of each kind travel back (the count is exact).
+_PER_KEY_KEPT: Final = 10
+# The report lists at most this many keys (invalid and unknown ones first).
+_REPORT_KEYS: Final = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyOptions:
+    """How to verify.  ``model`` names the model of histories whose run
+    folder does not (a history from another tool); ``key_budget_s`` is each
+    key's time budget (past it the key is ``unknown``); ``out`` is where
+    ``verdict.json`` and ``report.html`` go (default: ``<run>/verify`` for
+    one run folder, else ``verify-<UTC time>`` here); ``report=False`` skips
+    the HTML page and its timeline job."""
+
+    model: str | None = None
+    key_budget_s: float = DEFAULT_KEY_BUDGET_S
+    out: Path | None = None
+    report: bool = True
+    buckets: int = 200
+
+    def check(self) -> None:
+        if not self.key_budget_s > 0:
+            raise ValueError(f"the key budget must be positive, got {self.key_budget_s}")
+        if self.buckets < 1:
+            raise ValueError(f"buckets must be at least 1, got {self.buckets}")
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """A finished verification: the verdict JSON object, where it was
+    written, and the report's path (None without a report)."""
+
+    verdict: Mapping[str, Any]
+    verdict_path: Path
+    report_path: Path | None
+    checks: tuple[CheckResult, ...] = field(default=())
+
+    @property
+    def valid(self) -> Validity:
+        v: Validity = self.verdict["valid"]
+        return v
+
+
+def verify(
+    spark: SparkSession,
+    paths: Sequence[str | Path],
+    options: VerifyOptions | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> Verification:
+    """Find the runs under ``paths`` and verify them together (see the module
+    docstring).  Raises :class:`spark_verify.load.RunInputError` for paths
+    that hold no run."""
+    opts = options or VerifyOptions()
+    opts.check()
+    runs = find_runs(paths, model=opts.model)
+    return verify_runs(spark, runs, opts, progress=progress)
+
+
+def _out_dir(runs: Sequence[RunInput], opts: VerifyOptions) -> Path:
+    if opts.out is not None:
+        return opts.out
+    if len(runs) == 1 and runs[0].path.is_dir():
+        return runs[0].path / "verify"
+    return Path(time.strftime("verify-%Y%m%dT%H%M%SZ", time.gmtime()))
+
+
+def verify_runs(
+    spark: SparkSession,
+    runs: Sequence[RunInput],
+    options: VerifyOptions | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> Verification:
+    """:func:`verify` of runs already found."""
+    opts = options or VerifyOptions()
+    opts.check()
+    t0 = time.monotonic()
+
+    def say(message: str) -> None:
+        if progress is not None:
+            progress(f"{time.monotonic() - t0:6.1f}s  {message}")
+
+    models = {r.name: r.model for r in runs}
+
+    say(f"reading {len(runs)} run(s)")
+    history = load_history(spark, runs).persist(StorageLevel.MEMORY_AND_DISK)
+    paired = pair_ops(history)
+    ops = paired.ops.persist(StorageLevel.MEMORY_AND_DISK)
+    problems = history_problems(history).unionByName(paired.problems)
+
+    say("checking well-formedness")
+    checks: dict[str, CheckResult] = {"well-formed": _well_formed(problems)}
+    counts = _op_counts(ops)
+
+    say("checking each key (linearizability, aborted and stale reads, version forks)")
+    key_results, key_rows = _per_key(ops, models, opts.key_budget_s)
+    for name, result in key_results.items():
+        checks[name] = _merge(checks.get(name), result)
+
+    say("checking the node exports")
+    log, changes = load_node_exports(spark, runs)
+    for result in check_exports(ops, log, changes, models):
+        checks[result.name] = _merge(checks.get(result.name), result)
+    checks["final-metadata"] = _final_metadata(runs)
+
+    ordered = tuple(checks[name] for name in CHECK_ORDER if name in checks)
+    verdict: dict[str, Any] = {
+        "format": 1,
+        "valid": combine(c.valid for c in ordered),
+        "runs": [
+            {
+                "name": r.name,
+                "path": str(r.path),
+                "model": r.model,
+                "ops": counts.get(r.name, {}).get("ops", 0),
+                "keys": counts.get(r.name, {}).get("keys", 0),
+            }
+            for r in runs
+        ],
+        "checks": {c.name: c.to_json() for c in ordered},
+        "master": spark.sparkContext.master,
+    }
+    out = _out_dir(runs, opts)
+    out.mkdir(parents=True, exist_ok=True)
+    report_path: Path | None = None
+    if opts.report:
+        say("drawing the report")
+        tl = timeline(ops, paired.nemesis, buckets=opts.buckets)
+        verdict["elapsed_s"] = round(time.monotonic() - t0, 3)
+        report_path = out / "report.html"
+        per_run = tl.per_run()
+        write_report(
+            report_path,
+            verdict,
+            {r.name: per_run[r.name] for r in runs if r.name in per_run},
+            key_rows,
+            title="kq verification: " + ", ".join(r.name for r in runs[:3])
+            + (f" and {len(runs) - 3} more" if len(runs) > 3 else ""),
+        )
+        verdict["report"] = str(report_path)
+    verdict["elapsed_s"] = round(time.monotonic() - t0, 3)
+    verdict_path = out / "verdict.json"
+    tmp = verdict_path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(verdict, indent=2, default=str) + "\n")
+    tmp.replace(verdict_path)
+    ops.unpersist()
+    history.unpersist()
+    return Verification(verdict, verdict_path, report_path, ordered)
+
+
+# -- well-formedness --------------------------------------------------------------
+
+
+def _well_formed(problems: DataFrame) -> CheckResult:
+    # One job when the history is well formed (the usual case): the counts.
+    by_kind = {r["kind"]: r["count"] for r in problems.groupBy("kind").count().collect()}
+    total = sum(by_kind.values())
+    found = problems.orderBy("run", "index", "kind").limit(MAX_ANOMALIES).collect() if total else []
+    anomalies = [
+        Anomaly(
+            check="well-formed",
+            kind=r["kind"],
+            message=r["message"],
+            run=r["run"],
+            witness=({"index": r["index"], "line": r["line"]},),
+        )
+        for r in found
+    ]
+    return result_of("well-formed", anomalies, count=total, detail={"problems": by_kind})
+
+
+def _op_counts(ops: DataFrame) -> dict[str, dict[str, int]]:
+    rows = (
+        ops.groupBy("run")
+        .agg(F.count(F.lit(1)).alias("ops"), F.countDistinct("key").alias("keys"))
+        .collect()
+    )
+    return {r["run"]: {"ops": r["ops"], "keys": r["keys"]} for r in rows}
+
+
+# -- per key ------------------------------------------------------------------------
+
+
+def _key_checker(
+    models: Mapping[str, str], budget_s: float
+) -> Callable[[pa.Table], pa.Table]:
+    """The function each executor runs on one (run, key)'s ops."""
+    schema = _arrow_schema()
+
+    def check(table: pa.Table) -> pa.Table:
+        rows = table.to_pylist()
+        if not rows:
+            return schema.empty_table()
+        run, key = rows[0]["run"], rows[0]["key"]
+        try:
+            ops = [CheckOp.from_row(r) for r in rows]
+            result = check_key(ops, models[run], budget_s=budget_s)
+        except ValueError as exc:
+            # An op the model cannot take (an unknown f, a value of the wrong
+            # shape): the history is not well formed, and the key undecided.
+            return pa.Table.from_pylist([_malformed_row(run, key, len(rows), exc)], schema=schema)
+        out = result.to_row(run, key)
+        for (_, column), found in zip(
+            _PER_KEY,
+            (find_aborted_reads(ops), stale_reads(ops), version_forks(ops)),
+            strict=True,
+        ):
+            out[column] = len(found)
+            out[column + "_json"] = json.dumps(
+                [a.to_json() for a in found[:_PER_KEY_KEPT]], separators=(",", ":")
+            )
+        return pa.Table.from_pylist([out], schema=schema)
+
+    return check
+
+
+MALFORMED: Final = "malformed-op"
+"""The ``kind`` of a KEYS row whose ops the model refused."""
+
+
+def _malformed_row(run: str, key: str, ops: int, exc: Exception) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "run": run,
+        "key": key,
+        "ops": ops,
+        "valid": "unknown",
+        "elapsed_ms": 0.0,
+        "states": 0,
+        "kind": MALFORMED,
+        "message": str(exc),
+        "witness": "[]",
+    }
+    for _, column in _PER_KEY:
+        out[column] = 0
+        out[column + "_json"] = "[]"
+    return out
+
+
+def _arrow_schema() -> pa.Schema:
+    types = {"string": pa.string(), "long": pa.int64(), "double": pa.float64()}
+    fields = []
+    for part in _KEY_ROWS_DDL.split(","):
+        name, kind = part.split()
+        fields.append(pa.field(name, types[kind]))
+    return pa.schema(fields)
+
+
+def _per_key(
+    ops: DataFrame, models: Mapping[str, str], budget_s: float
+) -> tuple[dict[str, CheckResult], list[dict[str, Any]]]:
+    keyed_runs = sorted(r for r, m in models.items() if m in KEY_MODELS)
+    if not keyed_runs:
+        na = {"applicable": False}
+        return {
+            name: result_of(name, [], detail=na)
+            for name in ("linearizable", "aborted-reads", "stale-reads", "version-forks")
+        }, []
+    subset = ops.where(F.col("run").isin(keyed_runs))
+    rows = (
+        subset.groupBy("run", "key")
+        .applyInArrow(_key_checker(dict(models), budget_s), _KEY_ROWS_DDL)
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    totals = rows.agg(
+        F.count(F.lit(1)).alias("keys"),
+        F.sum(F.when(F.col("valid") == "false", 1).otherwise(0)).alias("invalid"),
+        F.sum(F.when(F.col("valid") == "unknown", 1).otherwise(0)).alias("unknown"),
+        F.sum("states").alias("states"),
+        F.max("elapsed_ms").alias("slowest_ms"),
+        *(F.sum(column).alias(column) for _, column in _PER_KEY),
+    ).first()
+    assert totals is not None
+    bad = (
+        rows.where(F.col("valid") != "true")
+        .orderBy(F.col("valid").desc(), "run", "key")
+        .limit(_REPORT_KEYS)
+        .collect()
+    )
+    good = (
+        rows.where(F.col("valid") == "true")
+        .drop("witness")
+        .orderBy("run", "key")
+        .limit(max(0, _REPORT_KEYS - len(bad)))
+        .collect()
+    )
+    key_rows = [r.asDict() for r in bad] + [{**r.asDict(), "witness": "[]"} for r in good]
+
+    lin_anomalies = [
+        a for a in (keys_row_to_anomaly(r.asDict()) for r in bad[:MAX_ANOMALIES]) if a
+    ]
+    unknown_keys = [
+        {"run": r["run"], "key": r["key"], "message": r["message"]}
+        for r in bad
+        if r["valid"] == "unknown"
+    ][:MAX_ANOMALIES]
+    malformed = rows.where(F.col("kind") == MALFORMED)
+    malformed_count = malformed.count()
+    malformed_anomalies = [
+        Anomaly(
+            check="well-formed",
+            kind="model",
+            message=f"key {r['key']!r}: {r['message']}",
+            run=r["run"],
+            key=r["key"],
+        )
+        for r in malformed.orderBy("run", "key").limit(MAX_ANOMALIES).collect()
+    ]
+    results = {
+        "linearizable": result_of(
+            "linearizable",
+            lin_anomalies,
+            count=int(totals["invalid"] or 0),
+            unknown=bool(totals["unknown"]),
+            detail={
+                "keys": int(totals["keys"]),
+                "invalid": int(totals["invalid"] or 0),
+                "unknown": int(totals["unknown"] or 0),
+                "unknown_keys": unknown_keys,
+                "states": int(totals["states"] or 0),
+                "slowest_key_ms": float(totals["slowest_ms"] or 0.0),
+                "key_budget_s": budget_s,
+            },
+        )
+    }
+    for name, column in _PER_KEY:
+        total = int(totals[column] or 0)
+        kept: list[Anomaly] = []
+        if total:
+            for r in (
+                rows.where(F.col(column) > 0)
+                .select("run", "key", column + "_json")
+                .orderBy("run", "key")
+                .limit(MAX_ANOMALIES)
+                .collect()
+            ):
+                kept.extend(_anomaly_from_json(a) for a in json.loads(r[column + "_json"]))
+                if len(kept) >= MAX_ANOMALIES:
+                    break
+        results[name] = result_of(name, kept, count=total, detail={"keys": int(totals["keys"])})
+    results["well-formed"] = result_of(
+        "well-formed",
+        malformed_anomalies,
+        count=malformed_count,
+        detail={"problems": {"model": malformed_count}} if malformed_count else {},
+    )
+    rows.unpersist()
+    return results, key_rows
+
+
+def _anomaly_from_json(obj: Mapping[str, Any]) -> Anomaly:
+    return Anomaly(
+        check=obj["check"],
+        kind=obj["kind"],
+        message=obj["message"],
+        run=obj.get("run"),
+        key=obj.get("key"),
+        node=obj.get("node"),
+        witness=tuple(obj.get("witness", ())),
+    )
+
+
+def _merge(first: CheckResult | None, second: CheckResult) -> CheckResult:
+    """Two results of one check: the per-key and the cross-key version forks,
+    the history's and the model's well-formedness."""
+    if first is None:
+        return second
+    anomalies = (first.anomalies + second.anomalies)[:MAX_ANOMALIES]
+    detail: dict[str, Any] = dict(first.detail)
+    for k, v in second.detail.items():
+        mine = detail.get(k)
+        if isinstance(mine, Mapping) and isinstance(v, Mapping):
+            # Counters by kind: add them up.
+            detail[k] = {n: mine.get(n, 0) + v.get(n, 0) for n in {*mine, *v}}
+        elif k == "applicable" and k in detail:
+            detail[k] = bool(mine) or bool(v)
+        else:
+            detail[k] = v
+    return CheckResult(
+        first.name,
+        combine((first.valid, second.valid)),
+        first.count + second.count,
+        anomalies,
+        detail,
+    )
+
+
+# -- the metadata's final check --------------------------------------------------------
+
+
+def _final_metadata(runs: Iterable[RunInput]) -> CheckResult:
+    """The ``topics`` workload's final check, as the harness recorded it in
+    ``summary.json`` (it compares a linearizable read of the final metadata
+    with the history: ``chaos.workloads.topics.check_final_metadata``)."""
+    anomalies: list[Anomaly] = []
+    checked = 0
+    missing: list[str] = []
+    for run in runs:
+        if run.model != "topics":
+            continue
+        summary = _summary(run)
+        final = summary.get("final_check") if summary else None
+        if not isinstance(final, Mapping):
+            missing.append(run.name)
+            continue
+        if final.get("error") and not final.get("problems"):
+            # The final read itself failed: nothing was compared.
+            missing.append(run.name)
+            continue
+        checked += 1
+        for p in final.get("problems") or ():
+            p = p if isinstance(p, Mapping) else {"kind": "problem", "message": str(p)}
+            anomalies.append(
+                Anomaly(
+                    check="final-metadata",
+                    kind=str(p.get("kind", "problem")),
+                    message=str(p.get("message", "")),
+                    run=run.name,
+                    key=str(p["target"]) if p.get("target") is not None else None,
+                    witness=({"target": p.get("target"), "kind": p.get("kind")},),
+                )
+            )
+    return result_of(
+        "final-metadata",
+        anomalies,
+        unknown=bool(missing),
+        detail={"applicable": checked > 0 or bool(missing), "runs": checked, "missing": missing},
+    )
+
+
+def _summary(run: RunInput) -> dict[str, Any] | None:
+    path = run.path / "summary.json" if run.path.is_dir() else None
+    if path is None or not path.is_file():
+        return None
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, dict) else None

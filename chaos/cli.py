@@ -301,6 +301,9 @@ def _verify(path: Path, quiet: bool, reasons: list[str]) -> dict[str, Any] | Non
             print(f"verify: {message}", flush=True)
 
     say(f"verifying {path} with Spark")
+    from pyspark.sql import SparkSession
+
+    ours = SparkSession.getActiveSession() is None
     try:
         spark = spark_session()
     except JavaMissingError as exc:
@@ -309,7 +312,8 @@ def _verify(path: Path, quiet: bool, reasons: list[str]) -> dict[str, Any] | Non
     try:
         done = verify(spark, [path], progress=say)
     finally:
-        spark.stop()
+        if ours:  # a session someone else started stays theirs
+            spark.stop()
     if not quiet:
         print(summary_text(done.verdict, done.verdict_path, done.report_path))
     if done.valid is not True:

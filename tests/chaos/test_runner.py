@@ -13,6 +13,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from chaos import runner
 from chaos.backend import ClusterBackend
@@ -27,6 +28,7 @@ from chaos.runner import BACKENDS, BackendSpec, RunConfig, RunResult, expand_nem
 from chaos.runs import RunDir, check_run
 from chaos.workloads.register import CONFIG_REGISTER_KEYS
 from kq.cli import main
+from spark_verify.job import VerifyOptions, verify
 
 
 def _processes_under(path: Path) -> list[str]:
@@ -283,6 +285,14 @@ def test_kill_names_expand_and_kill_majority_needs_three_nodes() -> None:
 # -- a real run --------------------------------------------------------------------------
 
 
+def _verified(spark: SparkSession, run: Path) -> None:
+    """The Spark verification of the run finds it valid under every check."""
+    done = verify(spark, [run], VerifyOptions(report=False))
+    bad = {n: c for n, c in done.verdict["checks"].items() if c["valid"] is not True}
+    assert done.valid is True, json.dumps(bad, indent=1)[:4000]
+    assert done.verdict["checks"]["linearizable"]["detail"]["keys"] >= 1
+
+
 def _check_run_folder(
     result: RunResult, faults: tuple[str, ...], seed: int, store: str = "configs"
 ) -> None:
@@ -328,8 +338,9 @@ def _check_run_folder(
 
 
 @pytest.mark.slow
+@pytest.mark.spark
 def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark: SparkSession
 ) -> None:
     try:
         require_iptables()
@@ -348,7 +359,7 @@ def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
         return cluster
 
     monkeypatch.setitem(BACKENDS, "local", BackendSpec(make, "test"))
-    faults = tuple(expand_nemesis(["kill", "pause", "partition"], 3))
+    faults = tuple(expand_nemesis(["kill", "pause", "partition", "packet"], 3))
     config = RunConfig(
         name="ci",
         faults=faults,
@@ -365,6 +376,7 @@ def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
         asyncio.wait_for(run_chaos(config, lambda p: seen.append(p.event or "tick")), 90)
     )
     _check_run_folder(result, faults, seed=7)
+    _verified(spark, result.path)
     assert "tick" in seen and any(e.startswith("nemesis ") for e in seen)
 
     # Nothing is left running, no firewall rule and no scratch data.
@@ -433,12 +445,14 @@ def _pid_gone(pid: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.spark
 def test_a_short_docker_run_from_the_command_line_leaves_a_well_formed_run_folder(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     docker: Docker,
     image: str,
+    spark: SparkSession,
 ) -> None:
     scratch = tmp_path / "scratch"
     scratch.mkdir()
@@ -463,6 +477,7 @@ def test_a_short_docker_run_from_the_command_line_leaves_a_well_formed_run_folde
         result, tuple(expand_nemesis(["kill", "pause", "partition"], 3)), seed=11, store="kv"
     )
     assert json.loads(RunDir(result.path).config.read_text())["backend"] == "docker"
+    _verified(spark, result.path)
 
     # No container, network, firewall rule or scratch data is left.
     [cluster] = made

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from spark_verify.ops import KNOWN_MODELS
+
 __all__ = ["EXIT_INVALID", "EXIT_SPARK", "EXIT_UNKNOWN", "build_parser", "main", "register"]
 
 EXIT_VALID: Final = 0
@@ -29,7 +31,6 @@ EXIT_USAGE: Final = 2
 EXIT_UNKNOWN: Final = 3
 EXIT_SPARK: Final = 4
 
-MODELS: Final = ("register", "kv", "log", "topics")
 
 
 def _positive_float(text: str) -> float:
@@ -57,7 +58,7 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model",
-        choices=MODELS,
+        choices=KNOWN_MODELS,
         help="the model of histories whose run folder does not name one "
         "(a history from another tool)",
     )

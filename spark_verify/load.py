@@ -37,6 +37,8 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from spark_verify.ops import KNOWN_MODELS
+
 __all__ = [
     "CHANGES_COLUMNS",
     "HISTORY_COLUMNS",
@@ -53,8 +55,6 @@ __all__ = [
     "spark_path",
 ]
 
-KNOWN_MODELS: Final = ("register", "kv", "log", "topics")
-"""The history models of ``docs/history-format.md`` (``config.json``'s ``model``)."""
 
 HISTORY_COLUMNS: Final = (
     ("index", "bigint"),

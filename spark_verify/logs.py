@@ -103,6 +103,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Row, Window
 from pyspark.sql import functions as F
 
+from spark_verify.ops import KNOWN_MODELS, PAIRED_COLUMNS
 from spark_verify.verdict import MAX_ANOMALIES, Anomaly, CheckResult, result_of
 
 __all__ = [
@@ -127,24 +128,7 @@ __all__ = [
 
 LOG_COLUMNS: Final = ("run", "node", "seq", "offset", "epoch", "kind", "hash")
 CHANGES_COLUMNS: Final = ("run", "node", "seq", "time", "epoch", "leader", "role")
-PAIRED_COLUMNS: Final = (
-    "run",
-    "key",
-    "process",
-    "f",
-    "type",
-    "index",
-    "complete_index",
-    "call",
-    "ret",
-    "value",
-    "result",
-    "error",
-    "node",
-    "offset",
-    "epoch",
-)
-MODELS: Final = ("register", "kv", "log", "topics")
+MODELS: Final = KNOWN_MODELS
 WRITE_FS: Final = ("write", "cas", "delete", "put", "append")
 """The ``f`` of operations that commit a record of their own."""
 

@@ -20,6 +20,7 @@ from typing import Any, Final
 __all__ = [
     "KEYS_COLUMNS",
     "KEYS_SCHEMA_DDL",
+    "KNOWN_MODELS",
     "OUTCOMES",
     "PAIRED_COLUMNS",
     "PAIRED_SCHEMA_DDL",
@@ -42,6 +43,9 @@ KEYS_SCHEMA_DDL: Final = (
 """The KEYS table: one row per (run, key) with its linearizability verdict."""
 
 KEYS_COLUMNS: Final = tuple(part.split()[0] for part in KEYS_SCHEMA_DDL.split(", "))
+
+KNOWN_MODELS: Final = ("register", "kv", "log", "topics")
+"""The history models of ``docs/history-format.md`` (``config.json``'s ``model``)."""
 
 OUTCOMES: Final = ("ok", "fail", "info")
 """A completion's type: happened, did not happen, unknown."""

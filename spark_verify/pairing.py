@@ -38,33 +38,16 @@ from typing import Final
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from spark_verify.load import op_line
+from spark_verify.load import HISTORY_COLUMNS, op_line
+from spark_verify.ops import PAIRED_COLUMNS
 
 __all__ = [
     "NEMESIS_COLUMNS",
     "NEMESIS_ENDS",
-    "PAIRED_COLUMNS",
     "Paired",
     "pair_ops",
 ]
 
-PAIRED_COLUMNS: Final = (
-    "run",
-    "key",
-    "process",
-    "f",
-    "type",
-    "index",
-    "complete_index",
-    "call",
-    "ret",
-    "value",
-    "result",
-    "error",
-    "node",
-    "offset",
-    "epoch",
-)
 NEMESIS_COLUMNS: Final = ("run", "f", "kind", "nodes", "start", "end", "value", "index", "type")
 """The NEMESIS schema, then ``index`` (the fault's invoke) and ``type`` (its
 completion's: ``ok``, or ``info`` when it may have happened)."""
@@ -114,17 +97,7 @@ def pair_ops(history: DataFrame) -> Paired:
         & c("type").isin(*_OP_TYPES)
     ).select(
         "run",
-        "index",
-        "time",
-        "type",
-        "process",
-        "f",
-        "key",
-        "value",
-        "error",
-        "node",
-        "offset",
-        "epoch",
+        *(name for name, _ in HISTORY_COLUMNS),
         op_line(history).alias("text"),
     )
     w = Window.partitionBy("run", "process").orderBy("index")

@@ -13,7 +13,8 @@ from pyspark.sql import SparkSession
 
 from chaos.history import NEMESIS, NEMESIS_ENDS, Op, check_well_formed, read_history, write_history
 from spark_verify.load import find_runs, load_history
-from spark_verify.pairing import NEMESIS_COLUMNS, PAIRED_COLUMNS, pair_ops
+from spark_verify.ops import PAIRED_COLUMNS
+from spark_verify.pairing import NEMESIS_COLUMNS, pair_ops
 from tests.spark_verify.test_load import HISTORY_MODELS, doc_history, write_run
 
 pytestmark = pytest.mark.spark

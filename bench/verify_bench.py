@@ -1,0 +1,173 @@
+"""Spark verification benchmarks: operations verified per second, and how the
+time grows with the history's size and with concurrency per key.
+
+Histories are linearizable register histories from a real sequential
+execution (``bench/verify_histories.py``), 100 operations per key, three
+nodes' committed logs.  Every figure is measured on one Spark session of the
+given master (``local[2]`` by default), after a warm-up job, and has a peer in
+the same run, on the same session: **Spark reading the same history with its
+own JSON reader** (``spark.read.json(...).count()``), the floor cost of
+touching the data.  ``ratio`` is *our time / the peer's time*.
+
+* ``size``: the whole verification (``spark_verify.job.verify``, no report)
+  of histories of 100,000, 1,000,000 (and with ``--big``, 10,000,000)
+  operations over 1,000, 10,000 (100,000) keys;
+* ``concurrency``: 100,000 operations over 1,000 keys with 2, 5, 10 and 20
+  client processes per key (the linearizability search's hard part);
+* ``logs``: the node-export checks alone (``spark_verify.logs.check_exports``)
+  on the 1,000,000-operation run's three logs, against reading those logs.
+
+    .venv/bin/python bench/verify_bench.py [SECTION ...] [--master local[2]] [--big] [--json]
+    .venv/bin/python bench/verify_bench.py size --cache /tmp/kq-verify-bench
+
+Generated histories are kept in ``--cache`` (default: a folder under the
+system's temporary directory) and reused by later runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.verify_histories import Sizes, write_register_run
+from spark_verify.job import VerifyOptions, verify
+from spark_verify.load import find_runs, load_history, load_node_exports
+from spark_verify.logs import check_exports
+from spark_verify.pairing import pair_ops
+from spark_verify.session import spark_session
+
+SECTIONS = ("size", "concurrency", "logs")
+
+
+def run_of(cache: Path, ops: int, keys: int, per_key: int) -> Path:
+    name = f"register-{ops}-{keys}-{per_key}"
+    run = cache / name
+    if not (run / "config.json").is_file():
+        t0 = time.monotonic()
+        write_register_run(cache, Sizes(ops=ops, keys=keys, per_key=per_key, seed=1), name=name)
+        print(f"  generated {name} in {time.monotonic() - t0:.1f} s", file=sys.stderr)
+    return run
+
+
+def timed(f: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    f()
+    return time.perf_counter() - t0
+
+
+def measure(spark: Any, run: Path, out: Path) -> dict[str, Any]:
+    """Verify ``run``; and the peer: Spark's JSON reader over the same file."""
+    history = str(run / "history.jsonl")
+    peer = timed(lambda: spark.read.json(history).count())
+    result: dict[str, Any] = {}
+
+    def go() -> None:
+        result["v"] = verify(spark, [run], VerifyOptions(out=out, report=False))
+
+    ours = timed(go)
+    verdict = result["v"].verdict
+    if verdict["valid"] is not True:
+        raise AssertionError(f"{run.name}: a linearizable history verified {verdict['valid']}")
+    ops = verdict["runs"][0]["ops"]
+    lin = verdict["checks"]["linearizable"]["detail"]
+    return {
+        "ops": ops,
+        "keys": verdict["runs"][0]["keys"],
+        "seconds": round(ours, 2),
+        "ops_per_s": round(ops / ours),
+        "peer_read_s": round(peer, 2),
+        "ratio": round(ours / peer, 2),
+        "states": lin["states"],
+        "slowest_key_ms": round(lin["slowest_key_ms"], 1),
+    }
+
+
+def section_size(spark: Any, cache: Path, big: bool) -> list[dict[str, Any]]:
+    sizes = [(100_000, 1_000), (1_000_000, 10_000)] + ([(10_000_000, 100_000)] if big else [])
+    rows = []
+    for ops, keys in sizes:
+        row = measure(spark, run_of(cache, ops, keys, 3), cache / "out")
+        rows.append({"section": "size", "per_key": 3, **row})
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    return rows
+
+
+def section_concurrency(spark: Any, cache: Path) -> list[dict[str, Any]]:
+    rows = []
+    for per_key in (2, 5, 10, 20):
+        row = measure(spark, run_of(cache, 100_000, 1_000, per_key), cache / "out")
+        rows.append({"section": "concurrency", "per_key": per_key, **row})
+        print(json.dumps(rows[-1]), file=sys.stderr)
+    return rows
+
+
+def section_logs(spark: Any, cache: Path) -> list[dict[str, Any]]:
+    run = run_of(cache, 1_000_000, 10_000, 3)
+    runs = find_runs([run])
+    logs = [str(p / "log.jsonl") for p in runs[0].nodes.values()]
+    peer = timed(lambda: spark.read.json(logs).count())
+    ops = pair_ops(load_history(spark, runs)).ops.cache()
+    ops.count()
+    log, changes = load_node_exports(spark, runs)
+    lines = log.count()
+    results: list[Any] = []
+    models = {runs[0].name: "register"}
+    ours = timed(lambda: results.extend(check_exports(ops, log, changes, models)))
+    failed = [r.name for r in results if r.valid is not True]
+    if failed:
+        raise AssertionError(f"log checks of a clean run failed: {failed}")
+    row = {
+        "section": "logs",
+        "log_lines": lines,
+        "ops": 1_000_000,
+        "seconds": round(ours, 2),
+        "lines_per_s": round(lines / ours),
+        "peer_read_s": round(peer, 2),
+        "ratio": round(ours / peer, 2),
+    }
+    print(json.dumps(row), file=sys.stderr)
+    return [row]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("sections", nargs="*", metavar="SECTION", help=", ".join(SECTIONS))
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--big", action="store_true", help="also the 10,000,000-op history")
+    default_cache = Path(tempfile.gettempdir()) / "kq-verify-bench"
+    parser.add_argument("--cache", type=Path, default=default_cache)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    unknown = [s for s in args.sections if s not in SECTIONS]
+    if unknown:
+        parser.error(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
+    args.cache.mkdir(parents=True, exist_ok=True)
+    spark = spark_session(args.master)
+    spark.range(1000).count()  # warm up the JVM and the Python workers
+    rows: list[dict[str, Any]] = []
+    for section in args.sections or SECTIONS:
+        if section == "size":
+            rows += section_size(spark, args.cache, args.big)
+        elif section == "concurrency":
+            rows += section_concurrency(spark, args.cache)
+        else:
+            rows += section_logs(spark, args.cache)
+    spark.stop()
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        for r in rows:
+            print("  ".join(f"{k}={v}" for k, v in r.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -654,7 +654,10 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
         emit(verdict.event)
         result.completed = True
     except BaseException as exc:
-        result.error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt):
+            result.error = "interrupted (the run was cancelled, e.g. by Ctrl-C)"
+        else:
+            result.error = f"{type(exc).__name__}: {exc}"
         harness.append(traceback.format_exc())
         if not isinstance(exc, Exception):
             raise

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from chaos.history import NEMESIS, HistoryRecorder, Op
+from chaos.history import NEMESIS, HistoryRecorder, Op, check_well_formed, read_history
 from chaos.runs import check_run, write_run
 from kq.cli import main
 from quorum.driver.cli_cluster import run_kq
@@ -171,3 +175,64 @@ def test_run_then_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         ("register-local", [], True),
     ]
     assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_run_cleans_up_and_keeps_a_well_formed_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT (Ctrl-C) in the middle of a run: the nodes are stopped, the
+    network healed, the run folder written with every op in flight completed
+    as info, and the exit status is 130."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    runs = tmp_path / "runs"
+    args = ["chaos", "run", "--time-limit", "60", "--rate", "30", "--concurrency", "3"]
+    args += ["--nemesis", "kill,pause", "--seed", "3", "--runs-dir", str(runs)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kq.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:  # wait until ops are flowing
+            lines.append(line)
+            if " ok " in line and "faults:" in line and not line.strip().endswith("ok 0"):
+                break
+        else:
+            pytest.fail("the run ended before it started: " + "".join(lines))
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    output = "".join(lines) + rest
+    assert proc.returncode == 130, output
+    # Nothing left running under the run's scratch folder, nothing left in it.
+    leftovers = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if str(scratch) in cmdline:
+                leftovers.append(cmdline)
+    assert leftovers == []
+    assert list(scratch.iterdir()) == []
+    [folder] = list(runs.iterdir())
+    ops = read_history(folder / "history.jsonl")
+    # Well formed: every op in flight at the interrupt was completed.
+    assert ops and check_well_formed(ops, model="register") == []
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["completed"] is False
+    # Stopped before the nemesis acted, a run with faults lacks nemesis ops
+    # and says so; nothing else may be wrong.
+    kinds = {p.split(":")[0] for p in summary["problems"]}
+    assert kinds <= {"nemesis-missing"}, summary["problems"]
+    assert summary["error"].startswith("interrupted"), summary["error"]

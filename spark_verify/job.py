@@ -65,6 +65,7 @@ __all__ = [
     "KEY_MODELS",
     "Verification",
     "VerifyOptions",
+    "shuffle_partitions",
     "verify",
     "verify_runs",
 ]
@@ -162,6 +163,24 @@ def verify(
     return verify_runs(spark, runs, opts, progress=progress)
 
 
+_BYTES_PER_PARTITION: Final = 64 * 2**20
+
+
+def shuffle_partitions(runs: Sequence[RunInput], spark: SparkSession) -> int:
+    """Shuffle partitions for a local verification of ``runs``: one per
+    64 MiB of history and node exports, at least four per core, at most 512."""
+    size = 0
+    for run in runs:
+        paths = [run.history, *(p for n in run.nodes.values() for p in n.glob("*.jsonl"))]
+        for path in paths:
+            if path.is_file():
+                size += path.stat().st_size
+            elif path.is_dir():
+                size += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    cores = spark.sparkContext.defaultParallelism
+    return max(4 * cores, min(512, size // _BYTES_PER_PARTITION + 1))
+
+
 def _out_dir(runs: Sequence[RunInput], opts: VerifyOptions) -> Path:
     if opts.out is not None:
         return opts.out
@@ -187,6 +206,11 @@ def verify_runs(
             progress(f"{time.monotonic() - t0:6.1f}s  {message}")
 
     models = {r.name: r.model for r in runs}
+    if (spark.sparkContext.master or "").startswith("local"):
+        # On a cluster the submitter sets the width; locally the default is
+        # too narrow for big histories (window sorts run out of memory) and
+        # too wide for small ones (a task per partition per stage).
+        spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(runs, spark)))
 
     say(f"reading {len(runs)} run(s)")
     history = load_history(spark, runs).persist(StorageLevel.MEMORY_AND_DISK)

@@ -115,8 +115,14 @@ def spark_session(
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         settings["spark.driver.bindAddress"] = "127.0.0.1"
         settings["spark.driver.host"] = "127.0.0.1"
+        # The job sets the shuffle's width from its input's size
+        # (spark_verify.job.shuffle_partitions); this is the floor.
         settings["spark.sql.shuffle.partitions"] = str(max(2, 4 * (os.cpu_count() or 1)))
-        settings["spark.driver.memory"] = os.environ.get("KQ_SPARK_DRIVER_MEMORY", "4g")
+        # Local executors live in the driver's JVM: give it a third of the
+        # machine's memory (4 to 16 GiB) unless told otherwise.
+        settings["spark.driver.memory"] = os.environ.get(
+            "KQ_SPARK_DRIVER_MEMORY", f"{_local_memory_gib()}g"
+        )
     settings.update(conf or {})
     if submitted:
         # spark-submit's own --conf settings win over these defaults.
@@ -133,3 +139,11 @@ def _submitted_conf() -> set[str]:
     from pyspark import SparkConf
 
     return {k for k, _ in SparkConf().getAll()}
+
+
+def _local_memory_gib() -> int:
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 4
+    return max(4, min(16, total // (3 * 2**30)))

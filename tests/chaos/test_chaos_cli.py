@@ -161,10 +161,16 @@ def test_run_then_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert folder.parent == runs and folder.name.endswith("-people")
     assert check_run(folder) == []
 
-    machine = run_kq("chaos", "run", *common, "--nemesis", "none", "--json", timeout_s=90)
+    # The machine-readable run, verified with Spark right after (--verify).
+    machine = run_kq(
+        "chaos", "run", *common, "--nemesis", "none", "--json", "--verify", timeout_s=300
+    )
     assert machine.returncode == 0, machine.stdout + machine.stderr
     result = json.loads(machine.stdout)
     assert result["ok"] and result["well_formed"] and result["nemesis"] == 0
+    assert result["verdict"]["valid"] is True, result["verdict"]
+    assert Path(result["path"], "verify", "verdict.json").is_file()
+    assert Path(result["path"], "verify", "report.html").is_file()
     assert Path(result["path"]).name.endswith("-register-local")
     assert check_run(result["path"]) == []
 

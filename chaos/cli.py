@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from datetime import UTC, datetime
@@ -288,32 +287,18 @@ def _verify(path: Path, quiet: bool, reasons: list[str]) -> dict[str, Any] | Non
     """``kq verify`` of the run folder just written (``--verify``): prints the
     summary (unless ``quiet``), adds to ``reasons`` unless it is valid, and
     returns the verdict (None if Spark could not run)."""
-    missing = [m for m in ("pyspark", "pyarrow", "pandas") if importlib.util.find_spec(m) is None]
-    if missing:
-        reasons.append(f"--verify needs {', '.join(missing)} (pip install 'kq[verify]')")
-        return None
-    from spark_verify.cli import summary_text
-    from spark_verify.job import verify
-    from spark_verify.session import JavaMissingError, spark_session
+    from spark_verify.cli import CannotVerify, run_verification, summary_text
 
     def say(message: str) -> None:
         if not quiet:
             print(f"verify: {message}", flush=True)
 
     say(f"verifying {path} with Spark")
-    from pyspark.sql import SparkSession
-
-    ours = SparkSession.getActiveSession() is None
     try:
-        spark = spark_session()
-    except JavaMissingError as exc:
+        done = run_verification([path], progress=say)
+    except CannotVerify as exc:
         reasons.append(f"--verify: {exc}")
         return None
-    try:
-        done = verify(spark, [path], progress=say)
-    finally:
-        if ours:  # a session someone else started stays theirs
-            spark.stop()
     if not quiet:
         print(summary_text(done.verdict, done.verdict_path, done.report_path))
     if done.valid is not True:

@@ -17,13 +17,27 @@ import argparse
 import importlib.util
 import json
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from spark_verify.ops import KNOWN_MODELS
 
-__all__ = ["EXIT_INVALID", "EXIT_SPARK", "EXIT_UNKNOWN", "build_parser", "main", "register"]
+if TYPE_CHECKING:
+    from spark_verify.job import Verification
+
+__all__ = [
+    "EXIT_INVALID",
+    "EXIT_SPARK",
+    "EXIT_UNKNOWN",
+    "CannotVerify",
+    "build_parser",
+    "exit_status",
+    "main",
+    "register",
+    "run_verification",
+    "summary_text",
+]
 
 EXIT_VALID: Final = 0
 EXIT_INVALID: Final = 1
@@ -111,24 +125,65 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(args)
 
 
-def run(args: argparse.Namespace) -> int:
+class CannotVerify(Exception):
+    """The verification did not run: ``code`` is the exit status that says why."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def run_verification(
+    paths: Sequence[str | Path],
+    *,
+    master: str | None = None,
+    progress: Callable[[str], None] | None = None,
+    **options: Any,
+) -> Verification:
+    """Verify ``paths`` on a session of ``master`` (the active one if there is
+    one; a session started here is stopped at the end).  ``options`` are
+    :class:`spark_verify.job.VerifyOptions` fields.  Raises
+    :class:`CannotVerify`: Spark's packages or Java missing (``EXIT_SPARK``),
+    no run or a bad model under ``paths`` (``EXIT_USAGE``)."""
     # Spark is imported only here: `kq --help` must not start a JVM, and a kq
     # installed without the verify extra must say what is missing.
     missing = [m for m in ("pyspark", "pyarrow", "pandas") if importlib.util.find_spec(m) is None]
     if missing:
-        print(
-            f"kq verify needs {', '.join(missing)}: install kq with its verify extra "
+        raise CannotVerify(
+            EXIT_SPARK,
+            f"verification needs {', '.join(missing)}: install kq with its verify extra "
             "(pip install 'kq[verify]')",
-            file=sys.stderr,
         )
-        return EXIT_SPARK
+    from pyspark.sql import SparkSession
+
     from spark_verify.job import VerifyOptions, verify
     from spark_verify.load import RunInputError
     from spark_verify.session import JavaMissingError, spark_session
 
-    options = VerifyOptions(
-        model=args.model, key_budget_s=args.key_budget, out=args.out, report=not args.no_report
-    )
+    ours = SparkSession.getActiveSession() is None
+    try:
+        spark = spark_session(master)
+    except JavaMissingError as exc:
+        raise CannotVerify(EXIT_SPARK, str(exc)) from None
+    try:
+        return verify(spark, paths, VerifyOptions(**options), progress=progress)
+    except (RunInputError, ValueError) as exc:
+        raise CannotVerify(EXIT_USAGE, str(exc)) from None
+    finally:
+        if ours:  # a session someone else started stays theirs
+            spark.stop()
+
+
+def exit_status(valid: object) -> int:
+    """``kq verify``'s exit status for a verdict's ``valid``."""
+    if valid is True:
+        return EXIT_VALID
+    if valid is False:
+        return EXIT_INVALID
+    return EXIT_UNKNOWN
+
+
+def run(args: argparse.Namespace) -> int:
     quiet = args.json
 
     def say(message: str) -> None:
@@ -136,26 +191,24 @@ def run(args: argparse.Namespace) -> int:
             print(f"verify: {message}", file=sys.stderr, flush=True)
 
     try:
-        spark = spark_session(args.master)
-    except JavaMissingError as exc:
+        result = run_verification(
+            args.paths,
+            master=args.master,
+            progress=say,
+            model=args.model,
+            key_budget_s=args.key_budget,
+            out=args.out,
+            report=not args.no_report,
+        )
+    except CannotVerify as exc:
         print(f"kq verify: {exc}", file=sys.stderr)
-        return EXIT_SPARK
-    try:
-        result = verify(spark, args.paths, options, progress=say)
-    except (RunInputError, ValueError) as exc:
-        print(f"kq verify: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return exc.code
     verdict = result.verdict
     if args.json:
         print(json.dumps(verdict, indent=2, default=str))
     else:
         print(summary_text(verdict, result.verdict_path, result.report_path))
-    valid = verdict["valid"]
-    if valid is True:
-        return EXIT_VALID
-    if valid is False:
-        return EXIT_INVALID
-    return EXIT_UNKNOWN
+    return exit_status(verdict["valid"])
 
 
 def _word(valid: object) -> str:

@@ -54,6 +54,7 @@ __all__ = [
     "debian_mirror",
     "ensure_daemon",
     "ensure_image",
+    "missing_packages",
     "stop_daemon",
 ]
 
@@ -122,6 +123,35 @@ class Docker:
         return self.run("image", "inspect", tag, check=False).returncode == 0
 
 
+def _find_program(name: str) -> str | None:
+    """``name`` on the PATH or in the sbin folders (root's PATH has them,
+    other users' often do not)."""
+    found = shutil.which(name)
+    if found is not None:
+        return found
+    for folder in ("/usr/sbin", "/sbin", "/usr/bin"):
+        if Path(folder, name).exists():
+            return str(Path(folder, name))
+    return None
+
+
+def missing_packages() -> list[str]:
+    """The Debian packages the docker backend needs and this host lacks.
+
+    A ``docker`` client is not a daemon: hosts ship the client alone.  The
+    backend needs the client and either a daemon that answers already or a
+    ``dockerd`` to start (both come with ``docker.io``), and ``debootstrap``
+    for the default base image."""
+    missing = []
+    if shutil.which("docker") is None or (
+        _find_program("dockerd") is None and not Docker().answers()
+    ):
+        missing.append("docker.io")
+    if _find_program("debootstrap") is None:
+        missing.append("debootstrap")
+    return missing
+
+
 def ensure_daemon(timeout_s: float = 60.0) -> Docker:
     """A :class:`Docker` whose daemon answers, starting kq's own dockerd if
     none does (see the module's doc)."""
@@ -133,9 +163,7 @@ def ensure_daemon(timeout_s: float = 60.0) -> Docker:
     own = Docker(f"unix://{OWN_SOCKET}")
     if OWN_SOCKET.exists() and own.answers():
         return own
-    dockerd = shutil.which("dockerd") or (
-        "/usr/sbin/dockerd" if Path("/usr/sbin/dockerd").exists() else None
-    )
+    dockerd = _find_program("dockerd")
     if dockerd is None:
         raise DockerError(f"no Docker daemon answers and there is no dockerd: {INSTALL_HINT}")
     if os.geteuid() != 0:
@@ -248,9 +276,7 @@ def base_image(docker: Docker, mirror: str | None = None) -> str:
     tag = f"kq-base:{SUITE}-{_short_hash(mirror, ' '.join(BASE_PACKAGES))}"
     if docker.image_exists(tag):
         return tag
-    debootstrap = shutil.which("debootstrap") or (
-        "/usr/sbin/debootstrap" if Path("/usr/sbin/debootstrap").exists() else None
-    )
+    debootstrap = _find_program("debootstrap")
     if debootstrap is None:
         raise DockerError(
             f"the base image {tag} is missing and there is no debootstrap to make it: "

@@ -23,16 +23,13 @@ from chaos.docker_image import (
     copy_source,
     ensure_daemon,
     ensure_image,
+    missing_packages,
     stop_daemon,
 )
 
 
 def _install_missing_tools() -> None:
-    missing = []
-    if shutil.which("docker") is None and shutil.which("dockerd") is None:
-        missing.append("docker.io")
-    if shutil.which("debootstrap") is None and not os.path.exists("/usr/sbin/debootstrap"):
-        missing.append("debootstrap")
+    missing = missing_packages()
     if not missing:
         return
     if os.geteuid() != 0 or shutil.which("apt-get") is None:

@@ -2,7 +2,7 @@
 
 All project metadata lives in pyproject.toml.  This file only replaces the
 ``build_py`` command so that ``pip install .`` and ``pip install -e .`` both
-regenerate ``kq/*_pb2*.py(i)`` and ``kq/_proto_digest.py`` from ``proto/``
+regenerate ``kqproto/*_pb2*.py(i)`` and ``kqproto/_proto_digest.py`` from ``proto/``
 with tools/gen_proto.py; generated code is never committed, so it cannot be
 stale.  The modules are generated into the source tree (where an editable
 install imports them from) and then packaged from there like any module.

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from kq import kv_pb2
+from kqproto import quorum_pb2
 from quorum.driver.cli_cluster import free_base_port, load_state, run_kq
 from quorum.driver.client import KvClient
 
@@ -49,7 +49,7 @@ class KqTarget:
 
     async def _describe(self, node: int) -> Any:
         stub = self.client.quorum_stub(self.addresses[node])
-        return await stub.DescribeQuorum(kv_pb2.DescribeQuorumRequest(), timeout=1.0)
+        return await stub.DescribeQuorum(quorum_pb2.DescribeQuorumRequest(), timeout=1.0)
 
     async def leader_id(self) -> int:
         deadline = time.monotonic() + HEALTHY_TIMEOUT_S

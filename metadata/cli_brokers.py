@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kq import metadata_pb2
+from kqproto import metadata_pb2
 from metadata.cli_shared import add_common_flags, broker_id, call, linearizable
 from quorum.driver.cli_common import command, format_table, needs_subcommand, print_json
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kq import metadata_pb2
+from kqproto import metadata_pb2
 from metadata.cli_shared import add_common_flags, call, error_name, fail, non_negative_int
 from metadata.client import MetadataClient, TopicPartition, error_code
 from metadata.errors import Errors

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kq import metadata_pb2
+from kqproto import metadata_pb2
 from metadata.cli_shared import add_common_flags, call, linearizable
 from quorum.driver.cli_common import command, needs_subcommand, print_json
 

@@ -24,7 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from kq import metadata_pb2
+from kqproto import metadata_pb2
 from metadata.cli_shared import (
     MAX_ID,
     add_common_flags,

@@ -20,7 +20,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from kq import metadata_pb2
+from kqproto import metadata_pb2
 from metadata.cli_shared import (
     add_common_flags,
     call,

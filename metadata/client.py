@@ -1,4 +1,4 @@
-"""The Python client of kq's metadata services (``proto/kq/metadata.proto``).
+"""The Python client of kq's metadata services (``proto/kqproto/metadata.proto``).
 
 A :class:`MetadataClient` starts from any bootstrap addresses of the
 controllers and finds the active controller: it asks one bootstrap address
@@ -41,7 +41,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 
-from kq import kv_pb2, metadata_pb2, metadata_pb2_grpc
+from kqproto import metadata_pb2, metadata_pb2_grpc, quorum_pb2
 from metadata.errors import Errors
 from quorum.driver.client import LeaderFollowingClient
 
@@ -284,7 +284,7 @@ class _Response(Protocol):
     def message(self) -> str: ...
 
     @property
-    def leader(self) -> kv_pb2.LeaderHint: ...
+    def leader(self) -> quorum_pb2.LeaderHint: ...
 
 
 R = TypeVar("R", bound=_Response)

@@ -1,6 +1,6 @@
 """Error codes of the metadata layer, and the exception that carries one.
 
-The numbers are part of the wire contract: ``proto/kq/metadata.proto``'s
+The numbers are part of the wire contract: ``proto/kqproto/metadata.proto``'s
 ``MetadataError`` enum mirrors them one for one (a test checks).  Names
 follow Kafka's error codes where Kafka has one for the same condition.
 """

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import grpc
 
-from kq import metadata_pb2, metadata_pb2_grpc
+from kqproto import metadata_pb2, metadata_pb2_grpc
 from metadata.active import ControllerSettings, QuorumController
 from metadata.metrics import ControllerMetrics
 from metadata.state_machine import ControllerStateMachine

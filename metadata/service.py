@@ -1,4 +1,4 @@
-"""The gRPC servicers of the metadata controller (``proto/kq/metadata.proto``).
+"""The gRPC servicers of the metadata controller (``proto/kqproto/metadata.proto``).
 
 :class:`AdminServicer` and :class:`BrokerLifecycleServicer` translate between
 the wire and :class:`metadata.active.QuorumController`: they check each
@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
-from kq import kv_pb2, metadata_pb2, metadata_pb2_grpc
+from kqproto import metadata_pb2, metadata_pb2_grpc, quorum_pb2
 from metadata import configs
 from metadata.active import QuorumController
 from metadata.configs import ResourceType
@@ -120,7 +120,7 @@ class _Response(Protocol):
     message: str
 
     @property
-    def leader(self) -> kv_pb2.LeaderHint: ...
+    def leader(self) -> quorum_pb2.LeaderHint: ...
 
 
 R = TypeVar("R", bound=_Response)

@@ -1,7 +1,7 @@
 """The messages of the KRaft protocol as the core sees them.
 
 Every message names its sender (``src``) and receiver (``dst``); the transport
-never interprets them.  The gRPC contracts in ``proto/kq/raft.proto`` carry the
+never interprets them.  The gRPC contracts in ``proto/kqproto/raft.proto`` carry the
 same fields; the driver converts between the two.  The transport may lose,
 delay, duplicate or reorder any message (Kafka's ``NetworkChannel`` contract),
 so every handler tolerates stale and repeated messages.

@@ -18,9 +18,9 @@ PROTO_ROOT = Path(__file__).resolve().parent.parent / "proto"
 
 def _generated(name: str) -> ModuleType:
     try:
-        return importlib.import_module(f"kq.{name}")
+        return importlib.import_module(f"kqproto.{name}")
     except ImportError as exc:
-        pytest.fail(f"{STALE} (cannot import kq.{name}: {exc})")
+        pytest.fail(f"{STALE} (cannot import kqproto.{name}: {exc})")
 
 
 def test_generated_code_is_current() -> None:

@@ -6,11 +6,11 @@ This is the one place that knows how the generated code is made.  It is used by
 ``scripts/bootstrap``.  It is equivalent to running, from the repository root::
 
     python -m grpc_tools.protoc -I proto --python_out=. --grpc_python_out=. \\
-        --pyi_out=. --mypy_grpc_out=. proto/kq/raft.proto
+        --pyi_out=. --mypy_grpc_out=. proto/kqproto/raft.proto
 
 (``--mypy_grpc_out`` is mypy-protobuf's plugin; it writes typed stubs for the
-gRPC module, ``*_pb2_grpc.pyi``), and then writing ``kq/_proto_digest.py``,
-which holds the sha256 of all the ``.proto`` files the code was generated
+gRPC module, ``*_pb2_grpc.pyi``), and then writing ``kqproto/_proto_digest.py``,
+(the package ``kqproto``), which holds the sha256 of all the ``.proto`` files the code was generated
 from, so a test can tell when the generated code is stale.
 
 Usage::
@@ -36,7 +36,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_ROOT = ROOT / "proto"
-DIGEST_MODULE = Path("kq") / "_proto_digest.py"
+DIGEST_MODULE = Path("kqproto") / "_proto_digest.py"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2_grpc.py", "_pb2.pyi", "_pb2_grpc.pyi")
 
 _DIGEST_RE = re.compile(r'^PROTO_DIGEST\s*=\s*"([0-9a-f]{64})"\s*$', re.MULTILINE)

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from kq import kv_pb2, kv_pb2_grpc
+from kqproto import quorum_pb2, quorum_pb2_grpc
 
 __all__ = [
     "EXIT_FAILURE",
@@ -202,13 +202,13 @@ def bootstrap_addresses(args: argparse.Namespace) -> list[str]:
 # -- RPCs -----------------------------------------------------------------------
 
 
-async def describe(address: str, timeout_s: float) -> kv_pb2.DescribeQuorumResponse | None:
+async def describe(address: str, timeout_s: float) -> quorum_pb2.DescribeQuorumResponse | None:
     """DescribeQuorum of the node at ``address``; None if it does not answer."""
     try:
         async with grpc.aio.insecure_channel(address) as channel:
-            stub = kv_pb2_grpc.QuorumServiceStub(channel)
-            response: kv_pb2.DescribeQuorumResponse = await stub.DescribeQuorum(
-                kv_pb2.DescribeQuorumRequest(), timeout=timeout_s
+            stub = quorum_pb2_grpc.QuorumServiceStub(channel)
+            response: quorum_pb2.DescribeQuorumResponse = await stub.DescribeQuorum(
+                quorum_pb2.DescribeQuorumRequest(), timeout=timeout_s
             )
             return response
     except grpc.aio.AioRpcError:

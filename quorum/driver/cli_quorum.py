@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from kq import kv_pb2, kv_pb2_grpc
+from kqproto import quorum_pb2, quorum_pb2_grpc
 from quorum.driver.cli_common import (
     EXIT_USAGE,
     CommandError,
@@ -91,7 +91,7 @@ def register(subparsers: Any) -> None:
 
 async def find_leader(
     bootstrap: list[str], timeout_s: float
-) -> tuple[str, kv_pb2.DescribeQuorumResponse]:
+) -> tuple[str, quorum_pb2.DescribeQuorumResponse]:
     """The leader's address and its DescribeQuorum answer.
 
     Raises CommandError if no leader is found before the deadline.
@@ -123,7 +123,7 @@ async def find_leader(
         await asyncio.sleep(0.1)
 
 
-def status_fields(r: kv_pb2.DescribeQuorumResponse) -> dict[str, Any]:
+def status_fields(r: quorum_pb2.DescribeQuorumResponse) -> dict[str, Any]:
     """The --status fields of a leader's answer (snake_case keys)."""
     followers = [x for x in r.replicas if x.voter and x.node_id != r.node_id]
     leader_row = next((x for x in r.replicas if x.node_id == r.node_id), None)
@@ -157,7 +157,7 @@ def status_fields(r: kv_pb2.DescribeQuorumResponse) -> dict[str, Any]:
     }
 
 
-def replication_rows(r: kv_pb2.DescribeQuorumResponse) -> list[dict[str, Any]]:
+def replication_rows(r: quorum_pb2.DescribeQuorumResponse) -> list[dict[str, Any]]:
     """One dict per replica: the leader first, then voters, then observers."""
     order = sorted(r.replicas, key=lambda x: (x.node_id != r.node_id, not x.voter, x.node_id))
     return [
@@ -273,9 +273,9 @@ async def _do_resign(bootstrap: list[str], successor: int | None, timeout_s: flo
             )
         try:
             async with grpc.aio.insecure_channel(address) as channel:
-                stub = kv_pb2_grpc.QuorumServiceStub(channel)
-                answer: kv_pb2.ResignResponse = await stub.Resign(
-                    kv_pb2.ResignRequest(
+                stub = quorum_pb2_grpc.QuorumServiceStub(channel)
+                answer: quorum_pb2.ResignResponse = await stub.Resign(
+                    quorum_pb2.ResignRequest(
                         preferred_successors=[] if successor is None else [successor]
                     ),
                     timeout=max(0.1, deadline - time.monotonic()),
@@ -285,11 +285,11 @@ async def _do_resign(bootstrap: list[str], successor: int | None, timeout_s: flo
                 f"resign request to {address} failed ({exc.code().name}); the leader "
                 "may or may not have resigned: check with `kq quorum describe --status`"
             ) from None
-        if answer.error == kv_pb2.NOT_LEADER:
+        if answer.error == quorum_pb2.NOT_LEADER:
             if time.monotonic() >= deadline:
                 raise CommandError(f"node {leader.node_id} is no longer the leader")
             continue  # leadership moved meanwhile: find the new leader
-        if answer.error != kv_pb2.OK:
+        if answer.error != quorum_pb2.OK:
             raise CommandError(f"node {leader.node_id} refused to resign: {answer.message}")
         break
     # Wait (briefly) for the next leader, for the report.

@@ -24,7 +24,7 @@ from typing import Any, Self
 
 import grpc
 
-from kq import kv_pb2, kv_pb2_grpc
+from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2, quorum_pb2_grpc
 
 __all__ = [
     "ServerBusyError",
@@ -188,7 +188,7 @@ class LeaderFollowingClient:
         if self._leader == address:
             self._leader = None
 
-    def _follow(self, hint: kv_pb2.LeaderHint, refused_by: str) -> None:
+    def _follow(self, hint: quorum_pb2.LeaderHint, refused_by: str) -> None:
         """Go where a refusal's leader hint points (not back to the refuser)."""
         if hint.leader_address and hint.leader_address != refused_by:
             self._leader = hint.leader_address
@@ -200,8 +200,8 @@ class KvClient(LeaderFollowingClient):
     def _kv(self, address: str) -> kv_pb2_grpc.KvServiceAsyncStub:
         return kv_pb2_grpc.KvServiceStub(self._channel(address))
 
-    def quorum_stub(self, address: str) -> kv_pb2_grpc.QuorumServiceAsyncStub:
-        return kv_pb2_grpc.QuorumServiceStub(self._channel(address))
+    def quorum_stub(self, address: str) -> quorum_pb2_grpc.QuorumServiceAsyncStub:
+        return quorum_pb2_grpc.QuorumServiceStub(self._channel(address))
 
     # -- writes ------------------------------------------------------------
 

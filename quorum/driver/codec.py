@@ -22,7 +22,7 @@ Record batch (one RocksDB value per batch)::
         bytes      length bytes
 
 The body is exactly the byte string over which ``RecordBatch.crc32c`` of
-``proto/kq/raft.proto`` is computed, so :func:`batch_crc` is also the CRC a
+``proto/kqproto/raft.proto`` is computed, so :func:`batch_crc` is also the CRC a
 batch carries on the wire.  The version byte is outside the CRC; it is checked
 exactly (only version 0 exists), so a damaged version byte is reported too.
 

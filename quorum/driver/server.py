@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
-from kq import kv_pb2, kv_pb2_grpc, raft_pb2
+from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2, quorum_pb2_grpc, raft_pb2
 from quorum.core import NotLeaderError
 from quorum.driver.metrics import NodeMetrics
 from quorum.driver.node import (
@@ -147,18 +147,18 @@ class NodeServer:
         self.plugins = [make(self) for make in plugins]
 
     async def start(self) -> None:
-        from kq import raft_pb2_grpc
+        from kqproto import raft_pb2_grpc
 
         raft_pb2_grpc.add_RaftServiceServicer_to_server(self.transport, self.server)
         kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self), self.server)
-        kv_pb2_grpc.add_QuorumServiceServicer_to_server(QuorumServicer(self), self.server)
+        quorum_pb2_grpc.add_QuorumServiceServicer_to_server(QuorumServicer(self), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         for plugin in self.plugins:
             plugin.add_to_server(self.server)
         names = [
             raft_pb2.DESCRIPTOR.services_by_name["RaftService"].full_name,
             kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
-            kv_pb2.DESCRIPTOR.services_by_name["QuorumService"].full_name,
+            quorum_pb2.DESCRIPTOR.services_by_name["QuorumService"].full_name,
             *[name for plugin in self.plugins for name in plugin.service_names],
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
@@ -200,11 +200,11 @@ class NodeServer:
 
     # -- helpers for the services -------------------------------------------
 
-    def leader_hint(self) -> kv_pb2.LeaderHint:
+    def leader_hint(self) -> quorum_pb2.LeaderHint:
         core = self.node.core
         live = core.role in (Role.LEADER, Role.FOLLOWER)
         leader = core.leader_id if live else None
-        return kv_pb2.LeaderHint(
+        return quorum_pb2.LeaderHint(
             leader_id=-1 if leader is None else leader,
             leader_address=self.config.voters.get(leader, "") if leader is not None else "",
             epoch=core.epoch,
@@ -246,7 +246,7 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
         except NodeStoppedError as exc:
             await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
             raise  # unreachable: abort raises
-        position = kv_pb2.LogPosition(offset=outcome.offset, epoch=outcome.epoch)
+        position = quorum_pb2.LogPosition(offset=outcome.offset, epoch=outcome.epoch)
         for result in outcome.results:
             if isinstance(result, CasResult) and not result.ok:
                 return kv_pb2.WriteResponse(
@@ -325,17 +325,17 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
         return response
 
 
-class QuorumServicer(kv_pb2_grpc.QuorumServiceServicer):
+class QuorumServicer(quorum_pb2_grpc.QuorumServiceServicer):
     def __init__(self, server: NodeServer) -> None:
         self.s = server
 
     async def DescribeQuorum(
-        self, request: kv_pb2.DescribeQuorumRequest, context: Any
-    ) -> kv_pb2.DescribeQuorumResponse:
+        self, request: quorum_pb2.DescribeQuorumRequest, context: Any
+    ) -> quorum_pb2.DescribeQuorumResponse:
         node = self.s.node
         status = node.status()
-        out = kv_pb2.DescribeQuorumResponse(
-            error=kv_pb2.OK,
+        out = quorum_pb2.DescribeQuorumResponse(
+            error=quorum_pb2.OK,
             leader=self.s.leader_hint(),
             cluster_id=self.s.config.cluster_id,
             node_id=status.node_id,
@@ -351,7 +351,7 @@ class QuorumServicer(kv_pb2_grpc.QuorumServiceServicer):
         leader_end = status.log_end_offset
         for r in status.replicas:
             out.replicas.append(
-                kv_pb2.ReplicaState(
+                quorum_pb2.ReplicaState(
                     node_id=r.node_id,
                     voter=r.is_voter,
                     log_end_offset=r.log_end_offset,
@@ -366,12 +366,14 @@ class QuorumServicer(kv_pb2_grpc.QuorumServiceServicer):
             )
         return out
 
-    async def Resign(self, request: kv_pb2.ResignRequest, context: Any) -> kv_pb2.ResignResponse:
+    async def Resign(
+        self, request: quorum_pb2.ResignRequest, context: Any
+    ) -> quorum_pb2.ResignResponse:
         if not self.s.node.resign(tuple(request.preferred_successors)):
-            return kv_pb2.ResignResponse(
-                error=kv_pb2.NOT_LEADER,
+            return quorum_pb2.ResignResponse(
+                error=quorum_pb2.NOT_LEADER,
                 message=f"node {self.s.config.node_id} is not the leader",
                 leader=self.s.leader_hint(),
             )
         await asyncio.sleep(0)
-        return kv_pb2.ResignResponse(error=kv_pb2.OK, leader=self.s.leader_hint())
+        return quorum_pb2.ResignResponse(error=quorum_pb2.OK, leader=self.s.leader_hint())

@@ -23,8 +23,8 @@ from typing import Any
 
 import grpc
 
-from kq import raft_pb2 as pb
-from kq import raft_pb2_grpc as pb_grpc
+from kqproto import raft_pb2 as pb
+from kqproto import raft_pb2_grpc as pb_grpc
 from quorum.driver.wire import WireError, from_pb, to_pb
 from quorum.messages import (
     BeginQuorumEpochRequest,

@@ -1,6 +1,6 @@
 """Conversion between the core's messages and the gRPC contract.
 
-``proto/kq/raft.proto`` mirrors :mod:`quorum.messages` field for field; node
+``proto/kqproto/raft.proto`` mirrors :mod:`quorum.messages` field for field; node
 ids that may be absent travel as -1.  Every record batch carries a CRC-32C
 that is checked on receipt, and every field is range-checked, so a malformed
 or corrupted message is refused with :class:`WireError` naming the problem
@@ -9,7 +9,7 @@ before it reaches the core.
 
 from __future__ import annotations
 
-from kq import raft_pb2 as pb
+from kqproto import raft_pb2 as pb
 from quorum.driver.codec import batch_crc
 from quorum.messages import (
     BeginQuorumEpochRequest,

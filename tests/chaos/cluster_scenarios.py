@@ -13,14 +13,14 @@ import pytest
 from chaos.backend import ClusterBackend, isolate
 from chaos.export_files import read_changes, read_log
 from chaos.exports import check_changes, check_log
-from kq import kv_pb2
+from kqproto import quorum_pb2
 from quorum.driver.cli_common import describe
 from quorum.driver.client import ClientError, IndeterminateWriteError, KvClient
 
 __all__ = ["check_exports", "isolate_the_leader", "leader", "put_ms", "roles", "wait_converged"]
 
 
-async def roles(cluster: ClusterBackend) -> dict[int, kv_pb2.DescribeQuorumResponse | None]:
+async def roles(cluster: ClusterBackend) -> dict[int, quorum_pb2.DescribeQuorumResponse | None]:
     """Each node's DescribeQuorum answer (None: no answer)."""
     addresses = cluster.addresses()
     answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
@@ -78,7 +78,7 @@ async def isolate_the_leader(cluster: ClusterBackend) -> tuple[int, int]:
 
 async def wait_converged(
     cluster: ClusterBackend, old: int, timeout_s: float = 30
-) -> kv_pb2.DescribeQuorumResponse:
+) -> quorum_pb2.DescribeQuorumResponse:
     """Wait until every node answers and agrees on one leader, epoch and
     high watermark; then the isolated old leader ``old`` has the majority's
     write and not its own.  Returns the leader's answer."""

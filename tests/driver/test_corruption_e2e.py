@@ -38,7 +38,7 @@ import msgpack
 import pytest
 from rocksdict import Options, Rdict
 
-from kq import kv_pb2
+from kqproto import quorum_pb2
 from quorum.driver.cli_cluster import (
     ClusterState,
     free_base_port,
@@ -159,7 +159,7 @@ async def _converged(addresses: list[str], timeout_s: float = 20.0) -> None:
             for address in addresses:
                 try:
                     d = await client.quorum_stub(address).DescribeQuorum(
-                        kv_pb2.DescribeQuorumRequest(), timeout=2
+                        quorum_pb2.DescribeQuorumRequest(), timeout=2
                     )
                     views[address] = (d.applied_offset, d.state_digest)
                 except Exception as exc:

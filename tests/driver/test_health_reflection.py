@@ -19,10 +19,10 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from kq import kv_pb2
+from kqproto import kv_pb2
 from tests.driver.cluster_util import run, running
 
-SERVICES = ("kq.raft.RaftService", "kq.kv.KvService", "kq.kv.QuorumService")
+SERVICES = ("kq.raft.RaftService", "kq.kv.KvService", "kq.quorum.QuorumService")
 HEALTH = "grpc.health.v1.Health"
 REFLECTION = "grpc.reflection.v1alpha.ServerReflection"
 
@@ -113,7 +113,10 @@ def test_reflection_lists_services_and_describes_the_kv_api(tmp_path: Path) -> N
                 "Delete": (".kq.kv.DeleteRequest", ".kq.kv.WriteResponse"),
                 "Get": (".kq.kv.GetRequest", ".kq.kv.GetResponse"),
             }
-            assert "QuorumService" in {s.name for s in kv_file.service}
+            # Its dependency, the quorum's shared messages, comes with it.
+            quorum_file = next(f for f in files if f.package == "kq.quorum")
+            assert "QuorumService" in {s.name for s in quorum_file.service}
+            assert "kqproto/quorum.proto" in kv_file.dependency
             # The reflected file is the one kq was built from.
             compiled = descriptor_pb2.FileDescriptorProto()
             kv_pb2.DESCRIPTOR.CopyToProto(compiled)
@@ -144,8 +147,15 @@ def test_reflection_lists_services_and_describes_the_kv_api(tmp_path: Path) -> N
 
 async def _generic_put_get(address: str, files: list[descriptor_pb2.FileDescriptorProto]) -> None:
     pool = descriptor_pool.DescriptorPool()
-    for f in files:
-        pool.Add(f)
+    # A file goes into the pool after the files it imports.
+    pending, added = list(files), set[str]()
+    while pending:
+        ready = [f for f in pending if set(f.dependency) <= added]
+        assert ready, [f.name for f in pending]
+        for f in ready:
+            pool.Add(f)
+            added.add(f.name)
+            pending.remove(f)
     service = pool.FindServiceByName("kq.kv.KvService")
 
     def message(method: str, side: str) -> Any:

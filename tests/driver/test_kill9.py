@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kq import kv_pb2
+from kqproto import quorum_pb2
 from quorum.driver.cli_cluster import free_base_port, load_state, process_alive, run_kq
 from quorum.driver.client import ClientError, IndeterminateWriteError, KvClient, NoLeaderError
 
@@ -117,7 +117,7 @@ async def _scenario(directory: Path, rng: random.Random) -> None:
             for node, address in addresses.items():
                 try:
                     d = await client.quorum_stub(address).DescribeQuorum(
-                        kv_pb2.DescribeQuorumRequest(), timeout=2
+                        quorum_pb2.DescribeQuorumRequest(), timeout=2
                     )
                     views[node] = (d.applied_offset, d.state_digest)
                 except Exception as exc:

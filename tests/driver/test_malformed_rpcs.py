@@ -43,7 +43,7 @@ from typing import Any
 import grpc
 import pytest
 
-from kq import kv_pb2, kv_pb2_grpc, raft_pb2, raft_pb2_grpc
+from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2, quorum_pb2_grpc, raft_pb2, raft_pb2_grpc
 from quorum.config import QuorumConfig
 from quorum.driver.client import KvClient
 from quorum.driver.node import NodeOptions
@@ -649,8 +649,8 @@ def test_a_fetch_from_the_leaders_own_id_leaves_it_leading(tmp_path: Path) -> No
                     )
                 except grpc.aio.AioRpcError as exc:
                     assert exc.code() == grpc.StatusCode.INVALID_ARGUMENT, exc
-                with_self = await kv_pb2_grpc.QuorumServiceStub(channel).DescribeQuorum(
-                    kv_pb2.DescribeQuorumRequest(), timeout=RPC_TIMEOUT_S
+                with_self = await quorum_pb2_grpc.QuorumServiceStub(channel).DescribeQuorum(
+                    quorum_pb2.DescribeQuorumRequest(), timeout=RPC_TIMEOUT_S
                 )
             ids = [r.node_id for r in with_self.replicas]
             assert sorted(ids) == sorted(set(ids)), f"replicas listed twice: {ids}"

@@ -7,7 +7,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kq import kv_pb2, kv_pb2_grpc, raft_pb2, raft_pb2_grpc
+from kqproto import kv_pb2, kv_pb2_grpc, raft_pb2, raft_pb2_grpc
 from quorum.driver.client import ClientError, KvClient
 from tests.driver.cluster_util import CLUSTER_ID, run, running
 

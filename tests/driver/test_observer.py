@@ -18,7 +18,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from kq import kv_pb2, kv_pb2_grpc
+from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2, quorum_pb2_grpc
 from quorum.config import QuorumConfig
 from quorum.driver.client import IndeterminateWriteError, KvClient
 from quorum.driver.node import NodeOptions
@@ -70,10 +70,10 @@ async def voters_and_observer(root: Path) -> AsyncIterator[tuple[Cluster, NodeSe
             await cluster.stop(n, resign=False)
 
 
-async def _describe(address: str) -> kv_pb2.DescribeQuorumResponse:
+async def _describe(address: str) -> quorum_pb2.DescribeQuorumResponse:
     async with grpc.aio.insecure_channel(address) as channel:
-        stub = kv_pb2_grpc.QuorumServiceStub(channel)
-        return await stub.DescribeQuorum(kv_pb2.DescribeQuorumRequest(), timeout=2)
+        stub = quorum_pb2_grpc.QuorumServiceStub(channel)
+        return await stub.DescribeQuorum(quorum_pb2.DescribeQuorumRequest(), timeout=2)
 
 
 async def _get(address: str, key: str, linearizable: bool) -> kv_pb2.GetResponse:

@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from kq import kv_pb2, metadata_pb2, metadata_pb2_grpc
+from kqproto import metadata_pb2, metadata_pb2_grpc, quorum_pb2
 
 Handler = Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]
 
@@ -47,10 +47,10 @@ class FakeController:
     def calls(self, rpc: str) -> int:
         return sum(1 for name, _ in self.requests if name == rpc)
 
-    def hint(self, target: tuple[int, str] | None = None) -> kv_pb2.LeaderHint:
+    def hint(self, target: tuple[int, str] | None = None) -> quorum_pb2.LeaderHint:
         if target is None:
             target = self.points_to or (self.node_id, self.address)
-        return kv_pb2.LeaderHint(leader_id=target[0], leader_address=target[1], epoch=5)
+        return quorum_pb2.LeaderHint(leader_id=target[0], leader_address=target[1], epoch=5)
 
     async def handle(self, rpc: str, request: Any, context: Any, out: Any) -> Any:
         self.requests.append((rpc, request))
@@ -70,7 +70,7 @@ class FakeController:
             )
         return self.answer(rpc, request, out, self.hint())
 
-    def answer(self, rpc: str, request: Any, out: Any, hint: kv_pb2.LeaderHint) -> Any:
+    def answer(self, rpc: str, request: Any, out: Any, hint: quorum_pb2.LeaderHint) -> Any:
         response = out(error=metadata_pb2.NONE, leader=hint)
         if rpc == "CreateTopics":
             for t in request.topics:

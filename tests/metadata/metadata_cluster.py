@@ -24,7 +24,7 @@ from typing import Protocol, TypeVar
 
 import grpc
 
-from kq import kv_pb2, metadata_pb2, metadata_pb2_grpc
+from kqproto import metadata_pb2, metadata_pb2_grpc, quorum_pb2
 from metadata.active import ControllerSettings, QuorumController
 from metadata.server import controller_server, plugin_of
 from quorum.driver.client import ChannelPool
@@ -68,7 +68,7 @@ class _Response(Protocol):
     def error(self) -> int: ...
 
     @property
-    def leader(self) -> kv_pb2.LeaderHint: ...
+    def leader(self) -> quorum_pb2.LeaderHint: ...
 
 
 R = TypeVar("R", bound=_Response)

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kq import metadata_pb2
+from kqproto import metadata_pb2
 from metadata.client import Endpoint, MetadataClient, SupportedFeature
 from quorum.driver.cli_cluster import free_base_port, run_kq
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from kq import metadata_pb2
 from kq.cli import main
+from kqproto import metadata_pb2
 from metadata.client import (
     ConfigOp,
     ConfigResource,

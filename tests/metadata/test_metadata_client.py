@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from kq import metadata_pb2
+from kqproto import metadata_pb2
 from metadata.client import (
     ConfigOp,
     ConfigResource,

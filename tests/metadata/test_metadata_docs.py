@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from kq import metadata_pb2
+from kqproto import metadata_pb2
 from metadata.configs import markdown_table
 from metadata.records import RecordType
 

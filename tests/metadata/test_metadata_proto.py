@@ -1,4 +1,4 @@
-"""proto/kq/metadata.proto: the error enum mirrors metadata.errors, and every
+"""proto/kqproto/metadata.proto: the error enum mirrors metadata.errors, and every
 response has the shape the client relies on."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 from google.protobuf.descriptor import FieldDescriptor
 
-from kq import kv_pb2, metadata_pb2, metadata_pb2_grpc
+from kqproto import metadata_pb2, metadata_pb2_grpc, quorum_pb2
 from metadata.errors import Errors
 
 ADMIN_RPCS = {
@@ -88,7 +88,10 @@ def test_every_response_starts_with_error_message_leader() -> None:
                 "kq.metadata.MetadataError",
             ), method.name
             assert (message.name, message.type) == ("message", FieldDescriptor.TYPE_STRING)
-            assert (leader.name, leader.message_type.full_name) == ("leader", "kq.kv.LeaderHint")
+            assert (leader.name, leader.message_type.full_name) == (
+                "leader",
+                "kq.quorum.LeaderHint",
+            )
 
 
 def test_reads_are_marked() -> None:
@@ -118,6 +121,6 @@ def test_round_trip_with_optional_rack_and_maps() -> None:
     assert again.num_partitions == -1 and dict(again.configs) == {"retention.ms": "1000"}
     response = metadata_pb2.CreateTopicsResponse(
         error=metadata_pb2.NOT_CONTROLLER,
-        leader=kv_pb2.LeaderHint(leader_id=2, leader_address="h:1", epoch=3),
+        leader=quorum_pb2.LeaderHint(leader_id=2, leader_address="h:1", epoch=3),
     )
     assert metadata_pb2.CreateTopicsResponse.FromString(response.SerializeToString()) == response

@@ -2,7 +2,7 @@
 process, test brokers that register and heartbeat over gRPC, and every
 request sent over gRPC as a client or broker would send it.
 
-What is checked is the contract of ``proto/kq/metadata.proto``: the answers
+What is checked is the contract of ``proto/kqproto/metadata.proto``: the answers
 (errors per item and at the top, in request order, with the leader hint),
 what the active controller decides (placement, ISR changes, fencing,
 controlled shutdown, elections, reassignments), NOT_CONTROLLER from
@@ -21,7 +21,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from kq import metadata_pb2 as pb
+from kqproto import metadata_pb2 as pb
 from metadata.service import is_uuid
 from tests.metadata.metadata_cluster import (
     CLUSTER_ID,

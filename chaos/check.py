@@ -12,17 +12,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from chaos.runs import check_run
+from history.runs import check_run, find_runs
 
 __all__ = ["main"]
-
-
-def _runs(path: Path) -> list[Path]:
-    if (path / "config.json").exists() or (path / "history.jsonl").exists():
-        return [path]
-    if path.is_dir():
-        return sorted(p.parent for p in path.glob("*/history.jsonl"))
-    return []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,7 +25,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     bad = 0
     for path in args.paths:
-        runs = _runs(path)
+        runs = find_runs(path)
         if not runs:
             print(f"{path}: no run folder here", file=sys.stderr)
             return 2

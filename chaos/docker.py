@@ -65,7 +65,7 @@ from chaos.docker_image import Docker, DockerError, ensure_daemon, ensure_image
 from chaos.netfilter import IptablesChains, NetfilterError, nfqueue_target, random_match
 from chaos.nfqueue import Delayer, queue_number
 from chaos.node_exports import export_node
-from chaos.runs import RunDir
+from history.runs import RunDir
 from quorum.driver.cli_cluster import ClusterState, new_cluster_state, write_configs
 from quorum.driver.cli_common import describe
 from quorum.driver.storage_format import META_FILE

@@ -45,7 +45,7 @@ from chaos.backend import check_packet, partition_pairs
 from chaos.netfilter import Netfilter
 from chaos.nfqueue import Delayer, queue_number
 from chaos.node_exports import export_node
-from chaos.runs import RunDir
+from history.runs import RunDir
 from quorum.driver.cli_cluster import (
     ClusterState,
     NodeState,

@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from chaos.backend import Groups, isolate, majority_available, partition_groups
-from chaos.ops import NEMESIS, Op
+from history.ops import NEMESIS, Op
 
 __all__ = [
     "FAULT_KINDS",

@@ -18,9 +18,9 @@ import re
 from datetime import datetime
 from pathlib import Path
 
-from chaos.export_files import write_changes, write_log
-from chaos.exports import Change, LogEntry, record_hash
-from chaos.runs import RunDir
+from history.export_files import write_changes, write_log
+from history.exports import Change, LogEntry, record_hash
+from history.runs import RunDir
 from quorum.driver.storage_format import open_node_storage
 from quorum.types import BatchKind
 

@@ -1,12 +1,12 @@
 """One chaos run from start to finish: :func:`run_chaos`.
 
-A run makes its run folder (:mod:`chaos.runs`), starts a cluster backend,
+A run makes its run folder (:mod:`history.runs`), starts a cluster backend,
 runs a workload against it while a nemesis carries out a fault schedule
 (:func:`chaos.nemesis.schedule`), then heals everything, waits for the
 cluster to recover, makes the workload's final reads (and its final check,
 if it has one), collects what the nodes left and stops the cluster.  Every
 operation goes to ``history.jsonl`` as it happens
-(:class:`chaos.history.HistoryWriter`); ``config.json`` is written before the
+(:class:`history.files.HistoryWriter`); ``config.json`` is written before the
 cluster starts and ``summary.json`` last.  Whatever fails, the backend is
 stopped and cleaned up and what was recorded stays.
 
@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from chaos.backend import TOPOLOGIES, ClusterBackend
-from chaos.history import NEMESIS, HistoryWriter, Op, Problem, check_well_formed, read_history
 from chaos.nemesis import (
     FAULT_KINDS,
     KILL_KINDS,
@@ -44,7 +43,6 @@ from chaos.nemesis import (
     resolve,
     schedule,
 )
-from chaos.runs import FORMAT_VERSION, RunDir, create_run_dir, summarize, write_json
 from chaos.workloads import Workload
 from chaos.workloads.register import (
     CONFIG_REGISTER_KEYS,
@@ -56,6 +54,8 @@ from chaos.workloads.register import (
     default_value,
 )
 from chaos.workloads.topics import TopicsWorkload
+from history.files import NEMESIS, HistoryWriter, Op, Problem, check_well_formed, read_history
+from history.runs import FORMAT_VERSION, RunDir, create_run_dir, summarize, write_json
 from metadata.client import MetadataClient
 from quorum.driver.cli_common import describe
 

@@ -21,7 +21,7 @@ type loads as NULL, a string field holding another JSON type loads as its
 text, and :func:`history_problems` reports both, strictly
 (``schema_of_variant``: ``variant_get`` alone would cast the string ``"5"``
 or the decimal ``5.0`` to 5, where the reference reader,
-``chaos.history.read_history``, refuses both).
+``history.files.read_history``, refuses both).
 """
 
 from __future__ import annotations
@@ -393,7 +393,7 @@ def history_problems(df: DataFrame) -> DataFrame:
     already checked, and ``line`` quotes the row rebuilt as JSON.
     """
     # Fast path: a line that is exactly what a writer makes of its parsed
-    # fields (chaos.history's field order, compact, no escapes) is well typed
+    # fields (history.files's field order, compact, no escapes) is well typed
     # and has no unknown or missing field: parsing its fields back gave
     # those very strings and integers.  Only the other lines (none, in a
     # well-formed kq history) are parsed again as a variant and checked
@@ -487,7 +487,7 @@ def history_problems(df: DataFrame) -> DataFrame:
 
 def _type_message(name: str, x: Column) -> Column:
     """What is wrong with field ``name`` of a line, ``x`` its variant (SQL
-    NULL when absent): the reference reader's rules (``chaos.ops.op_problems``),
+    NULL when absent): the reference reader's rules (``history.ops.op_problems``),
     strict about JSON types.  A JSON null is allowed where the field is
     optional and is a wrong type where it is required."""
     kind = F.schema_of_variant(x)

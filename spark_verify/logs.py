@@ -30,7 +30,7 @@ operation whose ``f`` is ``write``, ``cas``, ``delete``, ``put`` or
   ``seq`` order, each line's epoch is at least the previous line's (epochs are
   durable, so this holds across restarts).  Each line whose epoch is below its
   predecessor's is one anomaly; witness, the two lines.  The same rule as
-  ``chaos.exports.check_changes``' ``epoch-order``.
+  ``history.exports.check_changes``' ``epoch-order``.
 - ``log-agreement`` (kind ``committed-divergence``): all LOG lines at one
   (run, offset), of any node, have the same ``epoch`` and ``hash`` (Raft's
   State Machine Safety, thesis §3.6.3: a committed entry is never replaced).
@@ -46,7 +46,7 @@ operation whose ``f`` is ``write``, ``cas``, ``delete``, ``put`` or
   as a snapshot).  When the offset does go up, the epoch must not go down
   (kind ``epoch-order``; a line breaking both rules is ``offset-order``).
   Each such line is one anomaly; witness, it and the line before it.  The
-  same rules as ``chaos.exports.check_log``' ``offset-order`` and
+  same rules as ``history.exports.check_log``' ``offset-order`` and
   ``epoch-order``.
 - ``lost-writes`` (kind ``lost-write``): every write of a ``register`` or
   ``kv`` run is in the final committed log: some node has a ``data`` line at
@@ -441,7 +441,7 @@ def _log_agreement(log: DataFrame, summary: DataFrame) -> CheckResult:
 
 def check_high_watermark(log: DataFrame) -> CheckResult:
     """Along each node's log, offsets strictly increase and epochs never
-    decrease (the rules of ``chaos.exports.check_log``)."""
+    decrease (the rules of ``history.exports.check_log``)."""
     _require(log, "LOG", LOG_COLUMNS)
 
     def bad() -> Column:

@@ -3,7 +3,7 @@
 A history is a sequence of events per process: each process is single
 threaded (Jepsen's model, ``docs/history-format.md``), so its invoke is
 answered by the next event of the same process.  The pairing of the
-reference checker (``chaos.ops.check_well_formed``) is a state machine per
+reference checker (``history.ops.check_well_formed``) is a state machine per
 process whose state after an event depends on that event alone: after an
 invoke the process has that op in flight, after a completion it has
 nothing.  So the state *before* an event is given by the previous event of
@@ -53,7 +53,7 @@ NEMESIS_COLUMNS: Final = ("run", "f", "kind", "nodes", "start", "end", "value", 
 completion's: ``ok``, or ``info`` when it may have happened)."""
 
 NEMESIS_ENDS: Final = {"kill": "start", "pause": "resume", "partition": "heal", "packet": "heal"}
-"""A fault that lasts and the op that ends it (as ``chaos.ops.NEMESIS_ENDS``)."""
+"""A fault that lasts and the op that ends it (as ``history.ops.NEMESIS_ENDS``)."""
 
 _PER_NODE: Final = ("kill", "pause")
 _OP_TYPES: Final = ("invoke", "ok", "fail", "info")

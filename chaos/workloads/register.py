@@ -3,7 +3,7 @@
 ``concurrency`` workers each run one operation at a time (a linearizable
 read, a write or a compare-and-set, chosen from an injected
 :class:`random.Random`) against a few keys, at a target overall rate, and
-record every operation with a :class:`~chaos.ops.HistoryRecorder` exactly as
+record every operation with a :class:`~history.ops.HistoryRecorder` exactly as
 ``docs/history-format.md`` says for the ``register`` model:
 
 - the invoke is recorded before the request is sent, the completion after
@@ -13,7 +13,7 @@ record every operation with a :class:`~chaos.ops.HistoryRecorder` exactly as
   an ``ok`` read those of the write whose value it returned;
 - a write or cas whose outcome is unknown (timed out, or the server said
   indeterminate) completes as ``info`` and retires its process: the worker
-  goes on as :func:`~chaos.ops.next_process`, with a new client;
+  goes on as :func:`~history.ops.next_process`, with a new client;
 - a read that times out or fails is ``fail`` (a read has no effect);
 - a cas that found another value is ``fail`` with error ``precondition``;
 - definite refusals are ``fail`` with the documented error words;
@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Literal, Protocol
 
-from chaos.ops import HistoryRecorder, Op, next_process
 from chaos.workloads import FinalVerdict, Pacer, WorkloadStats
 from chaos.workloads.topics import error_word
+from history.ops import HistoryRecorder, Op, next_process
 from metadata.client import (
     ConfigOp,
     ConfigResource,

@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Literal
 
-from chaos.ops import NEMESIS, HistoryRecorder, Op, next_process
 from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, sleep_unless_stopped
+from history.ops import NEMESIS, HistoryRecorder, Op, next_process
 from metadata.client import (
     Endpoint,
     IndeterminateError,

@@ -135,7 +135,7 @@ def _write_run(
 ) -> tuple[str, list[str]]:
     """Write the run folder; returns its path and the problems found when
     reading it back (none for a run that finished)."""
-    from chaos.runs import check_run, write_run
+    from history.runs import check_run, write_run
 
     voters = list(range(1, config.voters + 1))
     observers = [config.voters + i for i in range(1, config.observers + 1)]

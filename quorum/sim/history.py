@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from chaos.exports import Change, LogEntry, record_hash
-from chaos.ops import NEMESIS, HistoryRecorder, Op
+from history.exports import Change, LogEntry, record_hash
+from history.ops import NEMESIS, HistoryRecorder, Op
 from quorum.types import Batch, BatchKind, NodeId
 
 __all__ = ["LOG_KEY", "SimHistory"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from chaos.backend import ClusterBackend, isolate
-from chaos.export_files import read_changes, read_log
-from chaos.exports import check_changes, check_log
+from history.export_files import read_changes, read_log
+from history.exports import check_changes, check_log
 from kqproto import quorum_pb2
 from quorum.driver.cli_common import describe
 from quorum.driver.client import ClientError, IndeterminateWriteError, KvClient

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.history import NEMESIS, HistoryRecorder, Op, check_well_formed, read_history
-from chaos.runs import check_run, write_run
+from history.files import NEMESIS, HistoryRecorder, Op, check_well_formed, read_history
+from history.runs import check_run, write_run
 from kq.cli import main
 from quorum.driver.cli_cluster import run_kq
 

@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from chaos.export_files import (
+from history.export_files import (
     read_changes,
     read_log,
     write_changes,
     write_log,
 )
-from chaos.exports import (
+from history.exports import (
     Change,
     LogEntry,
     check_changes,
     check_log,
     record_hash,
 )
-from chaos.history import HistoryFormatError
+from history.files import HistoryFormatError
 
 H = record_hash(b"r")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.history import (
+from history.files import (
     FIELDS,
     NEMESIS,
     HistoryError,

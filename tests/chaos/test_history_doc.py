@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.exports import Change, LogEntry, check_changes, check_log
-from chaos.history import FIELDS, NEMESIS_ENDS, PROBLEM_KINDS, Op, check_well_formed
+from history.exports import Change, LogEntry, check_changes, check_log
+from history.files import FIELDS, NEMESIS_ENDS, PROBLEM_KINDS, Op, check_well_formed
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "history-format.md").read_text()
 

@@ -20,7 +20,7 @@ from chaos.nemesis import (
     resolve,
     schedule,
 )
-from chaos.ops import check_well_formed, op_problems
+from history.ops import check_well_formed, op_problems
 
 
 def replay(

@@ -19,14 +19,14 @@ from chaos import runner
 from chaos.backend import ClusterBackend
 from chaos.docker import DockerCluster
 from chaos.docker_image import Docker
-from chaos.export_files import read_changes, read_log
-from chaos.history import NEMESIS, HistoryWriter, check_well_formed, read_history
 from chaos.local import LocalCluster
 from chaos.nemesis import Action
 from chaos.netfilter import NetfilterError, require_iptables
 from chaos.runner import BACKENDS, BackendSpec, RunConfig, RunResult, expand_nemesis, run_chaos
-from chaos.runs import RunDir, check_run
 from chaos.workloads.register import CONFIG_REGISTER_KEYS
+from history.export_files import read_changes, read_log
+from history.files import NEMESIS, HistoryWriter, check_well_formed, read_history
+from history.runs import RunDir, check_run
 from kq.cli import main
 from spark_verify.job import VerifyOptions, verify
 

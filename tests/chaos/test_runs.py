@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from chaos.check import main as check_main
-from chaos.exports import Change, LogEntry, record_hash
-from chaos.history import NEMESIS, HistoryRecorder, Op
-from chaos.runs import FORMAT_VERSION, RunDir, check_run, create_run_dir, run_name, write_run
+from history.exports import Change, LogEntry, record_hash
+from history.files import NEMESIS, HistoryRecorder, Op
+from history.runs import FORMAT_VERSION, RunDir, check_run, create_run_dir, run_name, write_run
 
 WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 

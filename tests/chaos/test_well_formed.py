@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chaos.history import (
+from history.files import (
     NEMESIS,
     PROBLEM_KINDS,
     HistoryRecorder,

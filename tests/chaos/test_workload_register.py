@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from chaos.history import HistoryRecorder, HistoryWriter, Op, check_well_formed, read_history
 from chaos.workloads.register import (
     CONFIG_REGISTER_KEYS,
     Completion,
@@ -19,6 +18,7 @@ from chaos.workloads.register import (
     RegisterWorkload,
     config_value,
 )
+from history.files import HistoryRecorder, HistoryWriter, Op, check_well_formed, read_history
 from tests.driver.cluster_util import run, running
 from tests.metadata.metadata_cluster import running_metadata
 

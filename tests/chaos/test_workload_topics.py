@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from chaos.history import read_history
 from chaos.netfilter import NetfilterError, require_iptables
-from chaos.ops import NEMESIS, Op, check_well_formed
-from chaos.runs import RunDir, check_run
 from chaos.workloads.topics import check_final_metadata
+from history.files import read_history
+from history.ops import NEMESIS, Op, check_well_formed
+from history.runs import RunDir, check_run
 from kq.cli import main
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from chaos.exports import check_changes, check_log, record_hash
-from chaos.history import NEMESIS, Op, check_well_formed
-from chaos.runs import check_run
+from history.exports import check_changes, check_log, record_hash
+from history.files import NEMESIS, Op, check_well_formed
+from history.runs import check_run
 from kq.cli import main as kq_main
 from quorum.sim import FaultPlan, SimConfig, run_schedule
 from quorum.sim.history import LOG_KEY, SimHistory

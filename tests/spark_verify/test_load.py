@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from chaos.history import read_history
+from history.files import read_history
 from spark_verify.load import (
     HISTORY_COLUMNS,
     KNOWN_MODELS,

@@ -3,7 +3,7 @@
 Two small multi-run datasets (one with every anomaly kind, each in its own
 run; one clean, with a snapshot gap) are checked once each by
 ``check_exports``; the tests read those results.  Randomised logs and
-changes are compared with the pure-Python rules of ``chaos.exports``.
+changes are compared with the pure-Python rules of ``history.exports``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from chaos.exports import Change, LogEntry, check_changes, check_log, record_hash
+from history.exports import Change, LogEntry, check_changes, check_log, record_hash
 from spark_verify.logs import (
     check_epochs,
     check_exports,
@@ -491,7 +491,7 @@ def test_counts_beyond_the_kept_anomalies(spark: SparkSession) -> None:
     assert check_single_leader(ch).count == 1
 
 
-# -- agreement with chaos.exports ------------------------------------------------
+# -- agreement with history.exports ------------------------------------------------
 
 
 def random_logs(rng: random.Random, runs: int) -> Iterator[tuple[str, int, list[LogEntry]]]:

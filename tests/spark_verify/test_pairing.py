@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from chaos.history import NEMESIS, NEMESIS_ENDS, Op, check_well_formed, read_history, write_history
+from history.files import NEMESIS, NEMESIS_ENDS, Op, check_well_formed, read_history, write_history
 from spark_verify.load import find_runs, load_history
 from spark_verify.ops import PAIRED_COLUMNS
 from spark_verify.pairing import NEMESIS_COLUMNS, pair_ops

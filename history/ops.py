@@ -12,7 +12,7 @@ nemesis (process ``"nemesis"``) records each fault the same way.
 - :func:`check_well_formed` lists every way a history breaks the rules.
 
 Pure (no clock, files or threads: time comes from an injected clock), so the
-deterministic simulator records with it; :mod:`chaos.history` adds files.
+deterministic simulator records with it; :mod:`history.files` adds files.
 """
 
 from __future__ import annotations

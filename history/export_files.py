@@ -1,5 +1,5 @@
 """Node export files: ``log.jsonl`` and ``changes.jsonl`` of a run folder
-(their lines are :mod:`chaos.exports`)."""
+(their lines are :mod:`history.exports`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from typing import Any, TypeVar
 
-from chaos.exports import Change, LogEntry
-from chaos.ops import HistoryFormatError
+from history.exports import Change, LogEntry
+from history.ops import HistoryFormatError
 
 __all__ = ["read_changes", "read_log", "write_changes", "write_log"]
 

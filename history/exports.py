@@ -12,7 +12,7 @@ Two JSON Lines files per node, under ``nodes/<id>/`` of a run folder
   since the run started).
 
 :func:`check_log` and :func:`check_changes` list what breaks these rules.
-Pure (the simulator builds exports with it); :mod:`chaos.export_files`
+Pure (the simulator builds exports with it); :mod:`history.export_files`
 reads and writes the files.
 """
 
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from chaos.ops import Problem
+from history.ops import Problem
 
 __all__ = [
     "LOG_KINDS",

@@ -1,7 +1,7 @@
 """Operation histories as files: JSON Lines, written as a run goes.
 
 ``docs/history-format.md`` is the contract.  The records and their rules
-are :mod:`chaos.ops` (pure, shared with the simulator); this module adds:
+are :mod:`history.ops` (pure, shared with the simulator); this module adds:
 
 - :class:`HistoryWriter`: a recorder that appends each op to a file and
   flushes it;
@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from chaos.ops import (
+from history.ops import (
     COMPLETIONS,
     FIELDS,
     MODELS,

@@ -4,9 +4,9 @@
 
     runs/<time>-<name>/
         config.json            what was run (format, backend, model, nodes, faults, ...)
-        history.jsonl          the operations (chaos.history)
+        history.jsonl          the operations (history.files)
         summary.json           counts, well-formedness, the backend's verdict
-        nodes/<id>/log.jsonl       the node's committed log (chaos.exports)
+        nodes/<id>/log.jsonl       the node's committed log (history.exports)
         nodes/<id>/changes.jsonl   its role, epoch and leader changes
         logs/                  free-form text logs (node output, the harness, a trace)
 
@@ -26,19 +26,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-from chaos.export_files import (
+from history.export_files import (
     read_changes,
     read_log,
     write_changes,
     write_log,
 )
-from chaos.exports import (
+from history.exports import (
     Change,
     LogEntry,
     check_changes,
     check_log,
 )
-from chaos.history import (
+from history.files import (
     NEMESIS,
     OP_TYPES,
     HistoryFormatError,
@@ -54,6 +54,7 @@ __all__ = [
     "RunDir",
     "check_run",
     "create_run_dir",
+    "find_runs",
     "run_name",
     "summarize",
     "write_json",
@@ -179,6 +180,16 @@ def write_run(
         (run.logs / filename).write_text(text, encoding="utf-8")
     write_json(run.summary, {**summarize(ops, problems), **(summary or {})})
     return run
+
+
+def find_runs(path: Path) -> list[Path]:
+    """The run folders at ``path``: itself if it is one, else the run
+    folders directly under it (such as ``runs/``), in name order."""
+    if (path / "config.json").exists() or (path / "history.jsonl").exists():
+        return [path]
+    if path.is_dir():
+        return sorted(p.parent for p in path.glob("*/history.jsonl"))
+    return []
 
 
 def check_run(path: str | os.PathLike[str]) -> list[Problem]:

@@ -13,7 +13,7 @@ work: 1.0 would be as cheap as the peer, 5.0 five times as costly.
   image).  Peer: msgpack packing and unpacking the same records' field
   lists, the floor cost of the bytes alone.
 * ``quorum``: the same through a real 3-node quorum on loopback, all three
-  nodes in this process (``metadata.server.controller_server``), 10 brokers
+  nodes in this process (``server.controller.controller_server``), 10 brokers
   registered and heartbeating, N concurrent CreateTopics callers on one
   ``MetadataClient``.  Peer: kq's own KV Put rate with the same N callers on
   one ``KvClient``, same cluster, right after.  Then one 9,999-partition
@@ -600,8 +600,8 @@ class QuorumBench:
 
     async def start(self) -> None:
         from metadata.client import MetadataClient
-        from metadata.server import controller_server
         from quorum.driver.server import NodeConfig
+        from server.controller import controller_server
 
         for n in self.voters:
             config = NodeConfig(
@@ -624,7 +624,7 @@ class QuorumBench:
             await server.stop(resign=False)
 
     def plugin(self, n: int) -> Any:
-        from metadata.server import plugin_of
+        from server.controller import plugin_of
 
         return plugin_of(self.servers[n])
 

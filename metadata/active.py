@@ -1,5 +1,6 @@
 """The controller at run time: asyncio glue between the quorum node, the
 state machine and the decisions of :class:`metadata.controller.Controller`.
+It sees the quorum only through :class:`quorum.driver.raft_client.RaftClient`.
 
 Every controller node runs one.  It is *active* while its node leads the
 quorum and has applied its own epoch's first batch (so it has replayed
@@ -8,7 +9,7 @@ new leader only then); otherwise it is a standby that only replays.
 
 A write runs on the event loop without awaiting between deciding and
 queueing: the controller decides on its speculative image, the node queues
-the records (:meth:`QuorumNode.submit`, which also tells the offset they
+the records (:meth:`RaftClient.submit`, which also tells the offset they
 will get), the speculative image replays them, and only then does the
 caller wait for the commit.  The answer is sent once the records have
 committed (and been applied), never before; an answer that writes nothing
@@ -33,16 +34,16 @@ from metadata.errors import ApiError, Errors
 from metadata.image import MetadataImage
 from metadata.records import Record, encode_record
 from metadata.state_machine import ControllerStateMachine
-from quorum.core import NotLeaderError
-from quorum.driver.node import (
+from quorum.driver.raft_client import (
     BusyError,
     IndeterminateError,
     NodeStoppedError,
+    NotLeaderError,
     ProposalOutcome,
-    QuorumNode,
+    RaftClient,
     ReadTimeoutError,
 )
-from quorum.types import Batch, Role
+from quorum.types import Batch
 
 __all__ = ["ControllerSettings", "QuorumController", "batch_bounds"]
 
@@ -99,7 +100,7 @@ def batch_bounds(
 class QuorumController:
     def __init__(
         self,
-        node: QuorumNode,
+        node: RaftClient,
         state_machine: ControllerStateMachine,
         cluster_id: str,
         settings: ControllerSettings | None = None,
@@ -154,16 +155,19 @@ class QuorumController:
             self.controller.reset(self.sm.image)
         self._wakeup.set()
 
+    def _leads(self) -> int | None:
+        """The epoch this node leads, None if it leads none."""
+        known = self.node.leader_and_epoch()
+        return known.epoch if known.leader_id == self.node.node_id else None
+
     def _should_be_active(self) -> bool:
-        core = self.node.core
+        epoch = self._leads()
         return (
-            core.role is Role.LEADER
-            and self.sm.last_leader_change_epoch == core.epoch
-            and not self._stopping
+            epoch is not None and self.sm.last_leader_change_epoch == epoch and not self._stopping
         )
 
     def _become_active(self) -> None:
-        epoch = self.node.core.epoch
+        epoch = self.node.leader_and_epoch().epoch
         now = self.node.now_ms()
         self.active_epoch = epoch
         self._last_rebalance_ms = now
@@ -195,9 +199,7 @@ class QuorumController:
         self.controller.reset(self.sm.image)
 
     def _check_role(self) -> None:
-        if self.is_active and (
-            self.node.core.role is not Role.LEADER or self.node.core.epoch != self.active_epoch
-        ):
+        if self.is_active and self._leads() != self.active_epoch:
             self._become_standby()
         if not self.is_active and self._should_be_active():
             self._become_active()
@@ -214,19 +216,20 @@ class QuorumController:
         """Queue ``records`` and replay them into the speculative image, in
         batches of at most the node's limits; ``atomic`` ones must fit one."""
         encoded = [encode_record(r) for r in records]
-        chunks = batch_bounds(
-            encoded, self.node.options.max_batch_records, self.node.options.max_batch_bytes
-        )
+        chunks = batch_bounds(encoded, self.node.max_batch_records, self.node.max_batch_bytes)
         if atomic and len(chunks) > 1:
             raise ApiError(
                 Errors.INVALID_REQUEST,
                 f"the change needs {len(records)} records, more than one batch holds",
             )
         future: asyncio.Future[ProposalOutcome] | None = None
-        epoch = self.node.core.epoch
+        # Only the epoch this controller decided in: were the node to lead a
+        # later one meanwhile, the speculative image would be stale.
+        epoch = self.active_epoch
+        assert epoch is not None
         for lo, hi in chunks:
             try:
-                base, future = self.node.submit(encoded[lo:hi])
+                base, future = self.node.submit(encoded[lo:hi], epoch)
             except NotLeaderError:
                 self._become_standby()
                 raise self._not_controller() from None

@@ -46,13 +46,13 @@ from metadata.errors import ApiError, Errors
 from metadata.image import MetadataImage, PartitionRegistration
 from metadata.partition_change import Election
 from metadata.records import Endpoint, FeatureRange, LeaderRecoveryState
-from quorum.driver.node import ProposalOutcome
-from quorum.driver.server import (
+from quorum.driver.plugin import (
     DEFAULT_READ_TIMEOUT_S,
     DEFAULT_WRITE_TIMEOUT_S,
-    NodeServer,
+    PluginHost,
     call_timeout,
 )
+from quorum.driver.raft_client import ProposalOutcome
 
 __all__ = ["AdminServicer", "BrokerLifecycleServicer", "is_uuid"]
 
@@ -129,7 +129,7 @@ R = TypeVar("R", bound=_Response)
 class _Servicer:
     """What both servicers share: answers, writes and reads."""
 
-    def __init__(self, controller: QuorumController, server: NodeServer) -> None:
+    def __init__(self, controller: QuorumController, server: PluginHost) -> None:
         self.controller = controller
         self.server = server
 
@@ -143,7 +143,7 @@ class _Servicer:
             response.error = _wire(exc.code)
             response.message = exc.message
         except Exception as exc:
-            log.exception("node %d: %s failed", self.server.config.node_id, rpc)
+            log.exception("node %d: %s failed", self.server.node_id, rpc)
             response = make()
             response.error = _wire(Errors.UNKNOWN_SERVER_ERROR)
             response.message = f"{rpc} failed in the controller: {type(exc).__name__}: {exc}"
@@ -166,7 +166,7 @@ class _Servicer:
         )
 
     def now_ms(self) -> int:
-        return self.server.node.now_ms()
+        return self.server.raft.now_ms()
 
 
 # -- request checks ---------------------------------------------------------------
@@ -412,7 +412,7 @@ def _conditions_failed(
 class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     """kq.metadata.AdminService on one controller node."""
 
-    def __init__(self, controller: QuorumController, server: NodeServer) -> None:
+    def __init__(self, controller: QuorumController, server: PluginHost) -> None:
         self._s = _Servicer(controller, server)
 
     # -- topics -------------------------------------------------------------------
@@ -997,7 +997,7 @@ def _alter_configs_resource(
 class BrokerLifecycleServicer(metadata_pb2_grpc.BrokerLifecycleServiceServicer):
     """kq.metadata.BrokerLifecycleService on one controller node."""
 
-    def __init__(self, controller: QuorumController, server: NodeServer) -> None:
+    def __init__(self, controller: QuorumController, server: PluginHost) -> None:
         self._s = _Servicer(controller, server)
 
     async def RegisterBroker(

@@ -23,7 +23,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from metadata.server import controller_server
 from quorum.driver.cli_common import (
     EXIT_FAILURE,
     EXIT_USAGE,
@@ -42,6 +41,7 @@ from quorum.driver.rocks import StorageOpenError
 from quorum.driver.storage_format import StorageFormatError, read_meta
 from quorum.storage import StorageCorruptError
 from quorum.types import Role
+from server.controller import controller_server
 
 __all__ = ["register", "run_controller"]
 

@@ -25,6 +25,13 @@ from dataclasses import dataclass, field
 from quorum.config import QuorumConfig
 from quorum.core import NotLeaderError, RaftCore, ReadBarrier, SafetyError, Status
 from quorum.driver.metrics import NodeMetrics
+from quorum.driver.raft_client import (
+    BusyError,
+    IndeterminateError,
+    NodeStoppedError,
+    ProposalOutcome,
+    ReadTimeoutError,
+)
 from quorum.listener import StateMachine
 from quorum.messages import Message
 from quorum.ready import Ready
@@ -45,23 +52,6 @@ log = logging.getLogger("kq.node")
 
 # Persist on the event loop while writes take less than this on average.
 INLINE_PERSIST_S = 0.0005
-
-
-class IndeterminateError(Exception):
-    """A write's outcome is unknown: it may or may not have committed."""
-
-
-class NodeStoppedError(Exception):
-    """The node stopped (or failed) before the request completed."""
-
-
-class ReadTimeoutError(Exception):
-    """A linearizable read could not be confirmed in time; it had no effect."""
-
-
-class BusyError(Exception):
-    """Too many writes are waiting to commit; this one was refused (it had no
-    effect) and may be retried later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,13 +86,6 @@ class NodeOptions:
             raise ValueError(f"dscp must be in 0..63, got {self.dscp}")
 
 
-@dataclass(frozen=True, slots=True)
-class ProposalOutcome:
-    offset: int
-    epoch: int
-    results: tuple[object, ...]
-
-
 @dataclass(slots=True)
 class _Proposal:
     records: tuple[bytes, ...]
@@ -127,7 +110,9 @@ Send = Callable[[Message], None]
 
 
 class QuorumNode:
-    """A running quorum member (voter or observer)."""
+    """A running quorum member (voter or observer); implements
+    :class:`quorum.driver.raft_client.RaftClient` for the state machine
+    above it."""
 
     def __init__(
         self,
@@ -256,9 +241,26 @@ class QuorumNode:
         stays leader of its epoch (see :meth:`submit`)."""
         return self.core.log_end_offset + sum(len(p.records) for p in self._proposals)
 
-    def submit(self, records: Sequence[bytes]) -> tuple[int, asyncio.Future[ProposalOutcome]]:
+    # -- RaftClient --------------------------------------------------------------
+
+    @property
+    def max_batch_records(self) -> int:
+        return self.options.max_batch_records
+
+    @property
+    def max_batch_bytes(self) -> int:
+        return self.options.max_batch_bytes
+
+    def leader_and_epoch(self) -> LeaderAndEpoch:
+        live = self.core.role in (Role.FOLLOWER, Role.LEADER)
+        return LeaderAndEpoch(self.core.leader_id if live else None, self.core.epoch)
+
+    def submit(
+        self, records: Sequence[bytes], epoch: int | None = None
+    ) -> tuple[int, asyncio.Future[ProposalOutcome]]:
         """Queue ``records`` for the log, or refuse them at once (raising
-        NotLeaderError, BusyError, ValueError or NodeStoppedError; nothing was
+        NotLeaderError, also when ``epoch`` is given and this node does not
+        lead it; BusyError, ValueError or NodeStoppedError; nothing was
         queued).  Returns the offset the first record will get, and a future
         of the outcome.
 
@@ -275,7 +277,7 @@ class QuorumNode:
                 f"(at most {self.options.max_batch_records} records and "
                 f"{self.options.max_batch_bytes} bytes)"
             )
-        if self.core.role is not Role.LEADER:
+        if self.core.role is not Role.LEADER or (epoch is not None and epoch != self.core.epoch):
             raise self._not_leader()
         queued = sum(len(p.records) for p in self._proposals)
         pending = queued + sum(i.end_offset - i.base_offset for i in self._inflight.values())
@@ -317,8 +319,8 @@ class QuorumNode:
         return self.core.status()
 
     def _not_leader(self) -> NotLeaderError:
-        live = self.core.role in (Role.FOLLOWER, Role.LEADER)
-        return NotLeaderError(self.core.leader_id if live else None, self.core.epoch)
+        known = self.leader_and_epoch()
+        return NotLeaderError(known.leader_id, known.epoch)
 
     def _check_running(self) -> None:
         if self._task is None or self._stopping:

@@ -19,6 +19,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
+from prometheus_client import CollectorRegistry
 
 from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2, quorum_pb2_grpc, raft_pb2
 from quorum.core import NotLeaderError
@@ -30,6 +31,13 @@ from quorum.driver.node import (
     NodeStoppedError,
     QuorumNode,
     ReadTimeoutError,
+)
+from quorum.driver.plugin import (
+    DEFAULT_READ_TIMEOUT_S,
+    DEFAULT_WRITE_TIMEOUT_S,
+    PluginHost,
+    ServerPlugin,
+    call_timeout,
 )
 from quorum.driver.storage_format import open_node_storage
 from quorum.driver.transport import RaftTransport
@@ -46,12 +54,9 @@ from quorum.listener import StateMachine
 from quorum.storage import NodeStorage
 from quorum.types import NodeId, Role, VoterSet
 
-__all__ = ["KvStateReader", "NodeConfig", "NodeServer", "ServerPlugin"]
+__all__ = ["KvStateReader", "NodeConfig", "NodeServer"]
 
 log = logging.getLogger("kq.server")
-
-DEFAULT_WRITE_TIMEOUT_S = 5.0
-DEFAULT_READ_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,30 +89,16 @@ class KvStateReader(StateMachine, Protocol):
     def digest(self) -> bytes: ...
 
 
-class ServerPlugin(Protocol):
-    """More services on a node's gRPC server (the metadata controller's):
-    made once the node exists, started after the server and the node,
-    stopped before them."""
-
-    # Full names of the gRPC services it adds (for health and reflection).
-    service_names: Sequence[str]
-
-    def add_to_server(self, server: grpc.aio.Server) -> None: ...
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-
 class NodeServer:
-    """Owns a node's storage, core driver, transport and gRPC server."""
+    """Owns a node's storage, core driver, transport and gRPC server;
+    implements :class:`quorum.driver.plugin.PluginHost` for its plug-ins."""
 
     def __init__(
         self,
         config: NodeConfig,
         storage: NodeStorage | None = None,
         state_machine: KvStateReader | None = None,
-        plugins: Sequence[Callable[[NodeServer], ServerPlugin]] = (),
+        plugins: Sequence[Callable[[PluginHost], ServerPlugin]] = (),
     ) -> None:
         self.config = config
         self.storage = storage or open_node_storage(
@@ -198,7 +189,23 @@ class NodeServer:
     async def wait_stopped(self) -> None:
         await self.server.wait_for_termination()
 
-    # -- helpers for the services -------------------------------------------
+    # -- PluginHost ------------------------------------------------------------
+
+    @property
+    def node_id(self) -> NodeId:
+        return self.config.node_id
+
+    @property
+    def cluster_id(self) -> str:
+        return self.config.cluster_id
+
+    @property
+    def raft(self) -> QuorumNode:
+        return self.node
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        return self.metrics.registry
 
     def leader_hint(self) -> quorum_pb2.LeaderHint:
         core = self.node.core
@@ -209,15 +216,6 @@ class NodeServer:
             leader_address=self.config.voters.get(leader, "") if leader is not None else "",
             epoch=core.epoch,
         )
-
-
-def call_timeout(context: Any, default: float) -> float:
-    """The time left for a call: its gRPC deadline less a margin to answer,
-    or ``default`` when it has none."""
-    remaining: float | None = context.time_remaining()
-    if remaining is None:
-        return default
-    return max(0.001, min(default, remaining - 0.01))
 
 
 class KvServicer(kv_pb2_grpc.KvServiceServicer):

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from quorum.driver.node import BusyError, NodeOptions, QuorumNode
+from quorum.driver.raft_client import NotLeaderError, RaftClient
 from quorum.kv import KvStateMachine, encode_put
 from quorum.memory import MemoryStores
 from quorum.ready import Ready
@@ -103,3 +104,28 @@ def test_resignation_is_logged_in_words(caplog: pytest.LogCaptureFixture) -> Non
 
     asyncio.run(go())
     assert "node 1 resigned leadership of epoch 1" in caplog.text
+
+
+def test_the_node_is_a_raft_client_and_refuses_a_submit_for_another_epoch() -> None:
+    async def go() -> None:
+        node = await _single_leader(0.0)
+        try:
+            seam: RaftClient = node
+            known = seam.leader_and_epoch()
+            assert known.leader_id == seam.node_id == 1
+            assert (seam.max_batch_records, seam.max_batch_bytes) == (
+                node.options.max_batch_records,
+                node.options.max_batch_bytes,
+            )
+            with pytest.raises(NotLeaderError):
+                seam.submit([encode_put("k", b"stale")], known.epoch - 1)
+            with pytest.raises(NotLeaderError):
+                seam.submit([encode_put("k", b"future")], known.epoch + 1)
+            offset, future = seam.submit([encode_put("k", b"now")], known.epoch)
+            outcome = await asyncio.wait_for(future, 5)
+            assert (outcome.offset, outcome.epoch) == (offset, known.epoch)
+            assert seam.next_offset() == offset + 1
+        finally:
+            await node.stop(resign=False)
+
+    asyncio.run(go())

@@ -26,10 +26,10 @@ import grpc
 
 from kqproto import metadata_pb2, metadata_pb2_grpc, quorum_pb2
 from metadata.active import ControllerSettings, QuorumController
-from metadata.server import controller_server, plugin_of
 from quorum.driver.client import ChannelPool
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
+from server.controller import controller_server, plugin_of
 from tests.driver.cluster_util import CLUSTER_ID, FAST, Cluster
 
 __all__ = [

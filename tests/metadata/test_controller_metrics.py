@@ -8,7 +8,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from metadata.controller import NewTopic
-from metadata.server import plugin_of
+from server.controller import plugin_of
 from tests.metadata.metadata_cluster import TestBroker, running_metadata
 
 

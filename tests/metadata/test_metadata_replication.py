@@ -29,12 +29,12 @@ from metadata.controller import (
 from metadata.delta import LocalReplicaChanges, MetadataDelta
 from metadata.image import MetadataImage
 from metadata.records import Endpoint, FeatureRange
-from metadata.server import controller_server, plugin_of
 from metadata.state_machine import ControllerStateMachine
 from quorum.config import QuorumConfig
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import format_storage
+from server.controller import controller_server, plugin_of
 from tests.driver.cluster_util import CLUSTER_ID, Cluster, free_ports
 
 OPTIONS = NodeOptions(

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from kqproto import quorum_pb2
-from quorum.driver.cli_cluster import free_base_port, load_state, run_kq
 from quorum.driver.client import KvClient
+from server.local_cluster import free_base_port, load_state, run_kq
 
 REQUEST_TIMEOUT_S = 5.0
 HEALTHY_TIMEOUT_S = 30.0

@@ -101,9 +101,9 @@ from metadata.records import (
     encode_record,
 )
 from metadata.state_machine import ControllerStateMachine, decode_snapshot, encode_snapshot
-from quorum.driver.cli_cluster import free_base_port
 from quorum.driver.node import NodeOptions
 from quorum.types import Batch, SnapshotId
+from server.local_cluster import free_base_port
 
 T = TypeVar("T")
 

@@ -66,9 +66,9 @@ from chaos.netfilter import IptablesChains, NetfilterError, nfqueue_target, rand
 from chaos.nfqueue import Delayer, queue_number
 from chaos.node_exports import export_node
 from history.runs import RunDir
-from quorum.driver.cli_cluster import ClusterState, new_cluster_state, write_configs
-from quorum.driver.cli_common import describe
+from quorum.driver.client import describe
 from quorum.driver.storage_format import META_FILE
+from server.local_cluster import ClusterState, new_cluster_state, write_configs
 
 __all__ = ["DockerCluster", "DockerNetfilter", "netem_available"]
 

@@ -46,7 +46,8 @@ from chaos.netfilter import Netfilter
 from chaos.nfqueue import Delayer, queue_number
 from chaos.node_exports import export_node
 from history.runs import RunDir
-from quorum.driver.cli_cluster import (
+from quorum.driver.client import describe
+from server.local_cluster import (
     ClusterState,
     NodeState,
     check_configs,
@@ -60,7 +61,6 @@ from quorum.driver.cli_cluster import (
     wait_for_leader,
     write_configs,
 )
-from quorum.driver.cli_common import describe
 
 __all__ = ["LocalCluster"]
 

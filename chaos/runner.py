@@ -57,7 +57,7 @@ from chaos.workloads.topics import TopicsWorkload
 from history.files import NEMESIS, HistoryWriter, Op, Problem, check_well_formed, read_history
 from history.runs import FORMAT_VERSION, RunDir, create_run_dir, summarize, write_json
 from metadata.client import MetadataClient
-from quorum.driver.cli_common import describe
+from quorum.driver.client import describe
 
 __all__ = [
     "BACKENDS",

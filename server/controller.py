@@ -4,18 +4,32 @@
 :class:`~quorum.driver.server.NodeServer` (storage, consensus driver,
 transport, the key-value store and the quorum's admin service) with the
 metadata state machine on its log and the :class:`MetadataPlugin` on its
-gRPC server.
+gRPC server.  :func:`run_controller` runs one in the foreground until
+SIGTERM or SIGINT, on which a leader first resigns (so that the others
+elect a successor at once instead of waiting for a fetch timeout).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import signal
+
 from metadata.active import ControllerSettings
 from metadata.server import MetadataPlugin
 from metadata.state_machine import ControllerStateMachine
+from quorum.driver.rocks import StorageOpenError
 from quorum.driver.server import NodeConfig, NodeServer
-from quorum.storage import NodeStorage
+from quorum.driver.storage_format import StorageFormatError, read_meta
+from quorum.storage import NodeStorage, StorageCorruptError
+from quorum.types import Role
+from server.config import ControllerConfig
+from server.errors import EXIT_FAILURE
 
-__all__ = ["controller_server", "plugin_of"]
+__all__ = ["controller_server", "plugin_of", "run_controller"]
+
+log = logging.getLogger("kq.controller")
 
 
 def controller_server(
@@ -41,3 +55,92 @@ def plugin_of(server: NodeServer) -> MetadataPlugin:
         if isinstance(plugin, MetadataPlugin):
             return plugin
     raise LookupError(f"node {server.config.node_id} runs no metadata controller")
+
+
+def run_controller(config: ControllerConfig) -> int:
+    """Open the node's storage, serve until a signal, stop; the exit status."""
+    where = config.settings.config_file
+    log.info(
+        "starting node %d of cluster %s: data dir %s, address %s, voters %s%s",
+        config.node_id,
+        config.cluster_id,
+        config.data_dir,
+        config.address,
+        ",".join(f"{n}@{a}" for n, a in sorted(config.voters.items())),
+        f"; config file {where}" if where else "",
+    )
+    try:
+        meta = read_meta(config.data_dir)
+    except StorageFormatError as exc:
+        log.error("cannot start node %d: %s", config.node_id, exc)
+        return EXIT_FAILURE
+    if meta.cluster_id == config.cluster_id and set(meta.voters.voters) != set(config.voters):
+        log.error(
+            "cannot start node %d: data directory %s was formatted for voters %s but the "
+            "configuration names voters %s; refusing to start (the voter set cannot change "
+            "by editing the configuration)",
+            config.node_id,
+            config.data_dir,
+            ",".join(map(str, meta.voters.sorted())),
+            ",".join(map(str, sorted(config.voters))),
+        )
+        return EXIT_FAILURE
+    return asyncio.run(_serve(config))
+
+
+async def _serve(config: ControllerConfig) -> int:
+    node_id = config.node_id
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if received:
+            log.warning("received %s again; already stopping", sig.name)
+            return
+        received.append(sig.name)
+        log.info("received %s: resigning leadership if leader, then stopping", sig.name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        try:
+            # The gRPC server of a NodeServer belongs to the loop it is made in.
+            server = controller_server(config.node_config(), config.controller)
+        except (
+            StorageFormatError,
+            StorageCorruptError,
+            StorageOpenError,
+            OSError,
+            ValueError,
+        ) as exc:
+            log.error("cannot start node %d: %s", node_id, exc)
+            return EXIT_FAILURE
+        try:
+            await server.start()
+        except (OSError, RuntimeError) as exc:
+            log.error("cannot start node %d on %s: %s", node_id, config.address, exc)
+            await server.server.stop(grace=None)
+            close = getattr(server.storage, "close", None)
+            if close is not None:
+                close()
+            return EXIT_FAILURE
+        status = 0
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+            if server.node.failure is not None:
+                log.error("node %d failed: %s; stopping", node_id, server.node.failure)
+                status = EXIT_FAILURE
+                break
+        core = server.node.core
+        if status == 0 and core.role is Role.LEADER:
+            log.info("node %d leads epoch %d: resigning before it stops", node_id, core.epoch)
+        await server.stop(resign=status == 0)
+        if status == 0:
+            log.info("node %d stopped cleanly", node_id)
+        return status
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

@@ -691,7 +691,7 @@ def load_node_exports(spark: SparkSession, runs: Sequence[RunInput]) -> tuple[Da
     file's fields (``node`` is the line's own field).  ``log.parquet`` and
     ``changes.parquet`` (with a ``seq`` column, as :mod:`spark_verify.convert`
     writes them) are read in place of the JSON Lines files when present.  A
-    field absent or of the wrong type is NULL (``chaos.check`` reports
+    field absent or of the wrong type is NULL (``kq chaos check`` reports
     malformed export lines).  Runs without exports give no rows."""
     return (
         _load_exports(spark, runs, "log", LOG_COLUMNS),

@@ -37,6 +37,7 @@ __all__ = [
     "NoLeaderError",
     "ReadDeadlineError",
     "ReadResult",
+    "describe",
 ]
 
 
@@ -313,3 +314,16 @@ class KvClient(LeaderFollowingClient):
                 r.present, r.value if r.present else None, version, r.applied_offset, address
             )
         raise ReadDeadlineError(f"read of {key!r} did not complete before the deadline ({last})")
+
+
+async def describe(address: str, timeout_s: float) -> quorum_pb2.DescribeQuorumResponse | None:
+    """DescribeQuorum of the node at ``address``; None if it does not answer."""
+    try:
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = quorum_pb2_grpc.QuorumServiceStub(channel)
+            response: quorum_pb2.DescribeQuorumResponse = await stub.DescribeQuorum(
+                quorum_pb2.DescribeQuorumRequest(), timeout=timeout_s
+            )
+            return response
+    except grpc.aio.AioRpcError:
+        return None

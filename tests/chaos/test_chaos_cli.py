@@ -15,7 +15,7 @@ import pytest
 from history.files import NEMESIS, HistoryRecorder, Op, check_well_formed, read_history
 from history.runs import check_run, write_run
 from kq.cli import main
-from quorum.driver.cli_cluster import run_kq
+from server.local_cluster import run_kq
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,7 @@ import pytest
 from chaos.backend import isolate
 from chaos.docker import DockerCluster, netem_available
 from chaos.docker_image import Docker, DockerError, ensure_image
-from quorum.driver.cli_common import describe
-from quorum.driver.client import KvClient
+from quorum.driver.client import KvClient, describe
 from tests.chaos.cluster_scenarios import (
     check_exports,
     isolate_the_leader,

@@ -16,9 +16,8 @@ from chaos.backend import isolate, partition_pairs
 from chaos.local import LocalCluster, node_dscp, node_host
 from chaos.netfilter import NetfilterError, require_iptables
 from chaos.node_exports import node_changes
-from quorum.driver.cli_common import describe
-from quorum.driver.cli_config import ConfigError, controller_config, load_settings
-from quorum.driver.client import KvClient
+from quorum.driver.client import KvClient, describe
+from server.config import ConfigError, controller_config, load_settings
 from tests.chaos.cluster_scenarios import (
     check_exports,
     isolate_the_leader,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.check import main as check_main
 from history.exports import Change, LogEntry, record_hash
 from history.files import NEMESIS, HistoryRecorder, Op
 from history.runs import FORMAT_VERSION, RunDir, check_run, create_run_dir, run_name, write_run
+from kq.cli import main as kq_main
 
 WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 
@@ -137,6 +137,10 @@ def test_check_run_without_a_config(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text('{"format": 1, "nodes": "all"}')
     kinds = [p.kind for p in check_run(tmp_path)]
     assert kinds == ["run-config", "run-history"]
+
+
+def check_main(paths: list[str]) -> int:
+    return kq_main(["chaos", "check", *paths])
 
 
 def test_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from quorum.driver.cli_cluster import free_base_port, load_state, process_alive, run_kq
+from server.local_cluster import free_base_port, load_state, process_alive, run_kq
 
 
 def kq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:

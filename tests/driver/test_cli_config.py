@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kq.cli import main
-from quorum.driver.cli_config import (
+from server.config import (
     SETTINGS,
     ConfigError,
     controller_config,

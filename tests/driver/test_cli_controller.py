@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kq.cli import main
-from quorum.driver.cli_common import describe
+from quorum.driver.client import describe
 from quorum.driver.storage_format import format_storage
 from tests.driver.cluster_util import free_ports
 

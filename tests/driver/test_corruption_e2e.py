@@ -39,17 +39,17 @@ import pytest
 from rocksdict import Options, Rdict
 
 from kqproto import quorum_pb2
-from quorum.driver.cli_cluster import (
+from quorum.driver.client import KvClient
+from quorum.driver.codec import decode_batch
+from quorum.driver.rocks import LOG_PREFIX, STATE_KEY
+from quorum.types import BatchKind
+from server.local_cluster import (
     ClusterState,
     free_base_port,
     load_state,
     process_alive,
     run_kq,
 )
-from quorum.driver.client import KvClient
-from quorum.driver.codec import decode_batch
-from quorum.driver.rocks import LOG_PREFIX, STATE_KEY
-from quorum.types import BatchKind
 
 # Every node process this test started: pid -> the config path its command
 # line names (the marker process_alive checks, so a reused pid is never hit).

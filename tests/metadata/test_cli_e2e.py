@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from quorum.driver.cli_cluster import run_kq
+from server.local_cluster import run_kq
 from tests.metadata.metadata_cluster import MetadataCluster, TestBroker, running_metadata
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from kqproto import metadata_pb2
 from metadata.client import Endpoint, MetadataClient, SupportedFeature
-from quorum.driver.cli_cluster import free_base_port, run_kq
+from server.local_cluster import free_base_port, run_kq
 
 
 def kq(*args: str) -> tuple[int, str, str]:

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_layers import PACKAGES
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "quorum"
 
@@ -106,19 +108,7 @@ def test_checker_allows_injected_random() -> None:
 
 # -- what the core imports from the rest of kq must be pure too ---------------
 
-FIRST_PARTY = (
-    "broker",
-    "chaos",
-    "history",
-    "kq",
-    "kqproto",
-    "kvstore",
-    "metadata",
-    "partition_log",
-    "quorum",
-    "server",
-    "spark_verify",
-)
+FIRST_PARTY = PACKAGES
 
 
 def _first_party_imports(path: Path) -> set[str]:

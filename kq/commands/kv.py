@@ -22,7 +22,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
-from quorum.driver.cli_common import (
+from kq.commands.common import (
     EXIT_FAILURE,
     EXIT_INDETERMINATE,
     EXIT_USAGE,

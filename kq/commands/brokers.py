@@ -5,7 +5,7 @@ kq brokers list            id, rack, state (fenced, unfenced,
 kq brokers unregister ID   remove a broker's registration
 
 With ``--bootstrap``, ``--timeout`` and ``--json`` (and ``--stale`` for
-list); exit statuses: see :mod:`metadata.cli_shared`.
+list); exit statuses: see :mod:`kq.commands.admin`.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kq.commands.admin import add_common_flags, broker_id, call, linearizable
+from kq.commands.common import command, format_table, needs_subcommand, print_json
 from kqproto import metadata_pb2
-from metadata.cli_shared import add_common_flags, broker_id, call, linearizable
-from quorum.driver.cli_common import command, format_table, needs_subcommand, print_json
 
 __all__ = ["broker_json", "broker_rows", "broker_state", "register"]
 

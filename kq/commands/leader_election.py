@@ -7,7 +7,7 @@ PREFERRED moves leadership back to each partition's preferred (first)
 replica where it is in sync; UNCLEAN elects a leader for partitions that have
 none, from outside the ISR if need be (committed data may be lost).  With
 ``--bootstrap``, ``--timeout`` and ``--json``; exit statuses: see
-:mod:`metadata.cli_shared` (1 also if any election failed).
+:mod:`kq.commands.admin` (1 also if any election failed).
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kq.commands.admin import add_common_flags, call, error_name, fail, non_negative_int
+from kq.commands.common import EXIT_FAILURE, EXIT_USAGE, CommandError, command, print_json
 from kqproto import metadata_pb2
-from metadata.cli_shared import add_common_flags, call, error_name, fail, non_negative_int
 from metadata.client import MetadataClient, TopicPartition, error_code
 from metadata.errors import Errors
-from quorum.driver.cli_common import EXIT_FAILURE, EXIT_USAGE, CommandError, command, print_json
 
 __all__ = ["outcome_lines", "register"]
 

@@ -9,7 +9,7 @@ kq configs alter --entity-type topics|brokers|cluster [--entity-name X]
 current value on the entity is V (``--if-absent K``: only if K has none),
 checked and written atomically by the active controller; otherwise nothing
 is changed and the current value is printed.  With ``--bootstrap``,
-``--timeout`` and ``--json``; exit statuses: see :mod:`metadata.cli_shared`.
+``--timeout`` and ``--json``; exit statuses: see :mod:`kq.commands.admin`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kqproto import metadata_pb2
-from metadata.cli_shared import (
+from kq.commands.admin import (
     add_common_flags,
     broker_id,
     call,
@@ -29,15 +28,16 @@ from metadata.cli_shared import (
     linearizable,
     usage,
 )
-from metadata.client import ConfigOp, ConfigResource, MetadataClient, error_code
-from metadata.errors import Errors
-from quorum.driver.cli_common import (
+from kq.commands.common import (
     EXIT_FAILURE,
     CommandError,
     command,
     needs_subcommand,
     print_json,
 )
+from kqproto import metadata_pb2
+from metadata.client import ConfigOp, ConfigResource, MetadataClient, error_code
+from metadata.errors import Errors
 
 __all__ = ["build_ops", "describe_text", "register", "resource_label"]
 

@@ -27,7 +27,8 @@ from chaos.runner import (
     run_chaos,
     summary_of,
 )
-from quorum.driver.cli_common import (
+from history.runs import check_run, find_runs
+from kq.commands.common import (
     EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
@@ -196,6 +197,40 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--json", action="store_true", help="print the runs as JSON")
     listing.set_defaults(func=_list)
 
+    check = sub.add_parser(
+        "check",
+        help="check that run folders are well formed (history and node exports)",
+        description="Check run folders against docs/history-format.md: each PATH is a run "
+        "folder or a folder of run folders (such as runs/). Prints one line per run, then "
+        "every problem.",
+        epilog="Exit status: 0 every run is well formed; 1 a run has a problem; 2 a PATH "
+        "holds no run.",
+    )
+    check.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+    check.set_defaults(func=_check)
+
+
+# -- kq chaos check ----------------------------------------------------------------
+
+
+def _check(args: argparse.Namespace) -> int:
+    bad = 0
+    for path in args.paths:
+        runs = find_runs(path)
+        if not runs:
+            print(f"kq chaos check: {path}: no run folder here", file=sys.stderr)
+            return EXIT_USAGE
+        for run in runs:
+            problems = check_run(run)
+            if problems:
+                bad += 1
+                print(f"{run}: {len(problems)} problem(s)")
+                for p in problems:
+                    print(f"  {p}")
+            else:
+                print(f"{run}: well formed")
+    return EXIT_FAILURE if bad else EXIT_OK
+
 
 # -- kq chaos run ------------------------------------------------------------------
 
@@ -287,7 +322,7 @@ def _verify(path: Path, quiet: bool, reasons: list[str]) -> dict[str, Any] | Non
     """``kq verify`` of the run folder just written (``--verify``): prints the
     summary (unless ``quiet``), adds to ``reasons`` unless it is valid, and
     returns the verdict (None if Spark could not run)."""
-    from spark_verify.cli import CannotVerify, run_verification, summary_text
+    from spark_verify.run import CannotVerify, run_verification, summary_text
 
     def say(message: str) -> None:
         if not quiet:

@@ -1,27 +1,21 @@
-"""``kq verify``: check run folders with Spark and say whether they were valid.
+"""Run the verification job on run folders and say what it found: the
+library behind ``kq verify`` (:mod:`kq.commands.verify`), ``kq chaos run
+--verify`` and ``spark-submit`` (:mod:`spark_verify.submit`).
 
-    kq verify RUN_DIR... [--master local[*]|spark://HOST:PORT] [--model NAME]
-              [--key-budget SECONDS] [--out DIR] [--no-report] [--json]
-
-Exit status: 0 every check passed (``valid`` true); 1 a check found an anomaly
-(``valid`` false); 3 no anomaly, but some check could not decide (``valid``
-``unknown``: a key's search ran out of its budget, say); 2 bad usage or input
-(no run under a path, an unknown model, a history with no model); 4 Spark could
-not run (no Java 17+, say).  The same :func:`main` runs under ``spark-submit``
-(:mod:`spark_verify.submit`).
+Exit statuses (:func:`exit_status`, :class:`CannotVerify`): 0 every check
+passed (``valid`` true); 1 a check found an anomaly (``valid`` false); 3 no
+anomaly, but some check could not decide (``valid`` ``unknown``: a key's
+search ran out of its budget, say); 2 bad usage or input (no run under a
+path, an unknown model, a history with no model); 4 Spark could not run (no
+Java 17+, say).
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
-import json
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
-
-from spark_verify.ops import KNOWN_MODELS
 
 if TYPE_CHECKING:
     from spark_verify.job import Verification
@@ -31,10 +25,7 @@ __all__ = [
     "EXIT_SPARK",
     "EXIT_UNKNOWN",
     "CannotVerify",
-    "build_parser",
     "exit_status",
-    "main",
-    "register",
     "run_verification",
     "summary_text",
 ]
@@ -44,85 +35,6 @@ EXIT_INVALID: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_UNKNOWN: Final = 3
 EXIT_SPARK: Final = 4
-
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
-
-
-def _add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "paths",
-        nargs="+",
-        metavar="RUN_DIR",
-        help="run folders, folders of run folders (a runs dir), or history files "
-        "(.jsonl or .parquet) from other tools",
-    )
-    parser.add_argument(
-        "--master",
-        help="the Spark master: local[*] (default), local[N], spark://HOST:PORT, ... "
-        "(under spark-submit, the session's own)",
-    )
-    parser.add_argument(
-        "--model",
-        choices=KNOWN_MODELS,
-        help="the model of histories whose run folder does not name one "
-        "(a history from another tool)",
-    )
-    parser.add_argument(
-        "--key-budget",
-        type=_positive_float,
-        default=10.0,
-        metavar="SECONDS",
-        help="time each key's linearizability search may take before the key is "
-        "'unknown' (default: %(default)s)",
-    )
-    parser.add_argument(
-        "--out",
-        type=Path,
-        metavar="DIR",
-        help="where verdict.json and report.html go (default: RUN_DIR/verify for one "
-        "run folder, else verify-<time> here)",
-    )
-    parser.add_argument("--no-report", action="store_true", help="skip the HTML report")
-    parser.add_argument(
-        "--json", action="store_true", help="print the verdict as JSON instead of a summary"
-    )
-
-
-def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "verify",
-        help="check run folders with Spark: linearizability, lost commits, elections",
-        description="Verify exported histories and node exports with PySpark: linearizability "
-        "per key, aborted and stale reads, version forks, one leader per epoch, agreeing "
-        "committed logs, no lost or phantom writes (docs/verification.md).",
-        epilog="Exit status: 0 valid; 1 an anomaly was found; 3 unknown (a check could not "
-        "decide); 2 bad usage or input; 4 Spark could not run.",
-    )
-    _add_arguments(parser)
-    parser.set_defaults(func=run)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The parser of ``spark-submit .../submit.py`` (the same arguments)."""
-    parser = argparse.ArgumentParser(
-        prog="spark_verify", description="Verify kq run folders with Spark."
-    )
-    _add_arguments(parser)
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run(args)
 
 
 class CannotVerify(Exception):
@@ -181,34 +93,6 @@ def exit_status(valid: object) -> int:
     if valid is False:
         return EXIT_INVALID
     return EXIT_UNKNOWN
-
-
-def run(args: argparse.Namespace) -> int:
-    quiet = args.json
-
-    def say(message: str) -> None:
-        if not quiet:
-            print(f"verify: {message}", file=sys.stderr, flush=True)
-
-    try:
-        result = run_verification(
-            args.paths,
-            master=args.master,
-            progress=say,
-            model=args.model,
-            key_budget_s=args.key_budget,
-            out=args.out,
-            report=not args.no_report,
-        )
-    except CannotVerify as exc:
-        print(f"kq verify: {exc}", file=sys.stderr)
-        return exc.code
-    verdict = result.verdict
-    if args.json:
-        print(json.dumps(verdict, indent=2, default=str))
-    else:
-        print(summary_text(verdict, result.verdict_path, result.report_path))
-    return exit_status(verdict["valid"])
 
 
 def _word(valid: object) -> str:

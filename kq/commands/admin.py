@@ -1,4 +1,5 @@
-"""Helpers shared by the metadata admin commands (``metadata/cli_*.py``).
+"""Helpers shared by the metadata admin commands (``kq topics``, ``kq configs``, ``kq brokers``,
+``kq leader-election``, ``kq reassign``, ``kq features``).
 
 Every such command takes ``--bootstrap H:P[,H:P...]`` (also spelled
 ``--bootstrap-server``; default: the controllers of the local cluster that
@@ -19,14 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
-from metadata.client import (
-    IndeterminateError,
-    MetadataClient,
-    MetadataClientError,
-    NoControllerError,
-)
-from metadata.errors import Errors
-from quorum.driver.cli_common import (
+from kq.commands.common import (
     EXIT_FAILURE,
     EXIT_INDETERMINATE,
     EXIT_USAGE,
@@ -36,6 +30,13 @@ from quorum.driver.cli_common import (
     print_json,
     run_async,
 )
+from metadata.client import (
+    IndeterminateError,
+    MetadataClient,
+    MetadataClientError,
+    NoControllerError,
+)
+from metadata.errors import Errors
 
 __all__ = [
     "add_common_flags",

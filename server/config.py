@@ -19,7 +19,6 @@ the environment or a flag, to the working directory.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
@@ -32,7 +31,6 @@ from typing import Any, NoReturn
 
 from metadata.active import ControllerSettings
 from quorum.config import QuorumConfig
-from quorum.driver.cli_common import parse_address, parse_node_id, parse_voters
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig
 
@@ -44,17 +42,69 @@ __all__ = [
     "ControllerConfig",
     "Setting",
     "Settings",
-    "add_config_flags",
     "controller_config",
     "env_name",
     "load_settings",
+    "parse_address",
+    "parse_node_id",
+    "parse_voters",
     "render_toml",
-    "settings_from_args",
 ]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # KQ_* variables that are not configuration: kq's own debugging switches.
 IGNORED_ENV = frozenset({"KQ_DEBUG", "KQ_REWRITE"})
+
+
+def parse_address(text: str, what: str = "address") -> str:
+    """Check ``host:port`` (an IPv6 host in brackets) and return it stripped."""
+    text = text.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port:
+        raise ValueError(f"{what} {text!r} is not host:port")
+    if host.startswith("[") != host.endswith("]"):
+        raise ValueError(f"{what} {text!r} has an unbalanced IPv6 bracket")
+    if any(c.isspace() for c in host) or ("," in host) or ("@" in host):
+        raise ValueError(f"{what} {text!r} has a bad host")
+    try:
+        number = int(port)
+    except ValueError:
+        raise ValueError(f"{what} {text!r} has a non-numeric port") from None
+    if not 1 <= number <= 65535:
+        raise ValueError(f"{what} {text!r} has a port outside 1..65535")
+    return f"{host}:{number}"
+
+
+def parse_voters(text: str, *, bare_ids: bool = False) -> dict[int, str]:
+    """Parse ``1@host:port,2@host:port`` into ``{1: "host:port", ...}``.
+
+    With ``bare_ids``, entries may also be plain ids (``1,2,3``); their
+    address is then ``""``.
+    """
+    voters: dict[int, str] = {}
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise ValueError("at least one voter is needed")
+    for part in parts:
+        ident, at, address = part.partition("@")
+        if not at and not bare_ids:
+            raise ValueError(f"voter {part!r} is not id@host:port")
+        node_id = parse_node_id(ident)
+        if node_id in voters:
+            raise ValueError(f"voter {node_id} is listed twice")
+        voters[node_id] = parse_address(address, f"the address of voter {node_id}") if at else ""
+    return voters
+
+
+def parse_node_id(text: str) -> int:
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise ValueError(f"{text.strip()!r} is not a node id") from None
+    if value < 0 or value > 2**31 - 1:
+        raise ValueError(f"node id {value} is outside 0..2147483647")
+    return value
+
 
 
 class ConfigError(Exception):
@@ -327,66 +377,6 @@ def load_settings(
             raise ConfigError(f"unknown key {key!r} in {origin}{_suggest(key)}")
         settings.set(key, _convert(setting, text, origin, typed=False), origin)
     return settings
-
-
-# -- flags ------------------------------------------------------------------------
-
-_FLAG_KEYS = (
-    ("node_id", "--node-id"),
-    ("cluster_id", "--cluster-id"),
-    ("data_dir", "--data-dir"),
-    ("listen", "--listen"),
-    ("voters", "--voters"),
-)
-
-
-def add_config_flags(
-    parser: argparse.ArgumentParser,
-    *,
-    data_dir_flag: str = "--data-dir",
-    keys: Sequence[str] = ("node_id", "cluster_id", "data_dir", "listen", "voters"),
-    with_set: bool = True,
-) -> None:
-    """Add ``--config`` and the override flags of ``keys`` to ``parser``."""
-    parser.add_argument("--config", metavar="FILE", help="TOML config file")
-    helps = {
-        "node_id": "this node's id",
-        "cluster_id": "the cluster id (see `kq storage random-cluster-id`)",
-        "data_dir": "the node's data directory",
-        "listen": "host:port to listen on (default: the node's voter address)",
-        "voters": "the voters: 1@host:port,2@host:port,...",
-    }
-    for key, flag in _FLAG_KEYS:
-        if key in keys:
-            name = data_dir_flag if key == "data_dir" else flag
-            parser.add_argument(name, dest=f"cfg_{key}", metavar=key.upper(), help=helps[key])
-    if with_set:
-        parser.add_argument(
-            "--set",
-            dest="cfg_set",
-            action="append",
-            default=[],
-            metavar="KEY=VALUE",
-            help="set any config key, e.g. --set quorum.fetch_timeout_ms=3000 (repeatable)",
-        )
-
-
-def settings_from_args(
-    args: argparse.Namespace, env: Mapping[str, str] | None = None, data_dir_flag: str = ""
-) -> Settings:
-    """The settings named by ``args`` (see :func:`add_config_flags`)."""
-    flags: list[tuple[str, str, str]] = []
-    for key, flag in _FLAG_KEYS:
-        text = getattr(args, f"cfg_{key}", None)
-        if text is not None:
-            name = (data_dir_flag or flag) if key == "data_dir" else flag
-            flags.append((key, text, f"flag {name}"))
-    for item in getattr(args, "cfg_set", None) or []:
-        key, eq, text = item.partition("=")
-        if not eq or not key.strip():
-            raise ConfigError(f"flag --set {item!r} is not KEY=VALUE")
-        flags.append((key.strip(), text, f"flag --set {item}"))
-    return load_settings(args.config, os.environ if env is None else env, flags)
 
 
 # -- the controller's configuration --------------------------------------------------

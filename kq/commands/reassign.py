@@ -14,7 +14,7 @@ for a rollback, then starts the reassignments (KIP-455: the new replicas
 catch up, then the old ones leave).  ``cancel`` reverts the reassignments
 in progress of the partitions in FILE (their replicas are not needed).  With
 ``--bootstrap``, ``--timeout`` and ``--json``; exit statuses: see
-:mod:`metadata.cli_shared` (1 also if any partition failed).
+:mod:`kq.commands.admin` (1 also if any partition failed).
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
-from kqproto import metadata_pb2
-from metadata.cli_shared import (
+from kq.commands.admin import (
     MAX_ID,
     add_common_flags,
     call,
@@ -35,9 +34,7 @@ from metadata.cli_shared import (
     linearizable,
     load_json_file,
 )
-from metadata.client import MetadataClient, Reassignment, error_code
-from metadata.errors import Errors
-from quorum.driver.cli_common import (
+from kq.commands.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     CommandError,
@@ -45,6 +42,9 @@ from quorum.driver.cli_common import (
     needs_subcommand,
     print_json,
 )
+from kqproto import metadata_pb2
+from metadata.client import MetadataClient, Reassignment, error_code
+from metadata.errors import Errors
 
 __all__ = ["PlannedMove", "current_assignment", "parse_reassignment", "register"]
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the ``kq`` commands of a real quorum (``quorum/driver/cli_*.py``).
+"""Helpers shared by the ``kq`` commands (``kq/commands/``): exit statuses, errors, flags, output.
 
 Exit statuses of every such command: 0 success, 1 a definite failure (the
 request had no effect, or what was asked for does not exist), 2 bad usage or
@@ -16,9 +16,8 @@ import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
-import grpc
-
-from kqproto import quorum_pb2, quorum_pb2_grpc
+from server.config import parse_address, parse_node_id, parse_voters
+from server.errors import EXIT_FAILURE, EXIT_INDETERMINATE, EXIT_OK, EXIT_USAGE, UserError
 
 __all__ = [
     "EXIT_FAILURE",
@@ -30,7 +29,6 @@ __all__ = [
     "add_bootstrap_flag",
     "bootstrap_addresses",
     "command",
-    "describe",
     "format_fields",
     "format_table",
     "needs_subcommand",
@@ -41,21 +39,12 @@ __all__ = [
     "run_async",
 ]
 
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_INDETERMINATE = 3
-
 Handler = Callable[[argparse.Namespace], int]
 T = TypeVar("T")
 
-
-class CommandError(Exception):
-    """Ends a command with ``message`` on stderr and exit status ``status``."""
-
-    def __init__(self, message: str, status: int = EXIT_FAILURE) -> None:
-        super().__init__(message)
-        self.status = status
+CommandError = UserError
+"""Ends a command with its message on stderr and its exit status; the
+libraries under the commands raise the same :class:`server.errors.UserError`."""
 
 
 def command(name: str) -> Callable[[Handler], Handler]:
@@ -100,56 +89,6 @@ def run_async(coro: Coroutine[Any, Any, T]) -> T:
 # -- addresses ----------------------------------------------------------------
 
 
-def parse_address(text: str, what: str = "address") -> str:
-    """Check ``host:port`` (an IPv6 host in brackets) and return it stripped."""
-    text = text.strip()
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port:
-        raise ValueError(f"{what} {text!r} is not host:port")
-    if host.startswith("[") != host.endswith("]"):
-        raise ValueError(f"{what} {text!r} has an unbalanced IPv6 bracket")
-    if any(c.isspace() for c in host) or ("," in host) or ("@" in host):
-        raise ValueError(f"{what} {text!r} has a bad host")
-    try:
-        number = int(port)
-    except ValueError:
-        raise ValueError(f"{what} {text!r} has a non-numeric port") from None
-    if not 1 <= number <= 65535:
-        raise ValueError(f"{what} {text!r} has a port outside 1..65535")
-    return f"{host}:{number}"
-
-
-def parse_voters(text: str, *, bare_ids: bool = False) -> dict[int, str]:
-    """Parse ``1@host:port,2@host:port`` into ``{1: "host:port", ...}``.
-
-    With ``bare_ids``, entries may also be plain ids (``1,2,3``); their
-    address is then ``""``.
-    """
-    voters: dict[int, str] = {}
-    parts = [p.strip() for p in text.split(",") if p.strip()]
-    if not parts:
-        raise ValueError("at least one voter is needed")
-    for part in parts:
-        ident, at, address = part.partition("@")
-        if not at and not bare_ids:
-            raise ValueError(f"voter {part!r} is not id@host:port")
-        node_id = parse_node_id(ident)
-        if node_id in voters:
-            raise ValueError(f"voter {node_id} is listed twice")
-        voters[node_id] = parse_address(address, f"the address of voter {node_id}") if at else ""
-    return voters
-
-
-def parse_node_id(text: str) -> int:
-    try:
-        value = int(text.strip())
-    except ValueError:
-        raise ValueError(f"{text.strip()!r} is not a node id") from None
-    if value < 0 or value > 2**31 - 1:
-        raise ValueError(f"node id {value} is outside 0..2147483647")
-    return value
-
-
 def add_bootstrap_flag(
     parser: argparse.ArgumentParser,
     *,
@@ -178,7 +117,7 @@ def bootstrap_addresses(args: argparse.Namespace) -> list[str]:
     """The ``--bootstrap-server`` addresses, or the local cluster's."""
     text: str | None = args.bootstrap_server
     if text is None:
-        from quorum.driver.cli_cluster import local_addresses
+        from server.local_cluster import local_addresses
 
         addresses = local_addresses(args.cluster_dir)
         if not addresses:
@@ -200,19 +139,6 @@ def bootstrap_addresses(args: argparse.Namespace) -> list[str]:
 
 
 # -- RPCs -----------------------------------------------------------------------
-
-
-async def describe(address: str, timeout_s: float) -> quorum_pb2.DescribeQuorumResponse | None:
-    """DescribeQuorum of the node at ``address``; None if it does not answer."""
-    try:
-        async with grpc.aio.insecure_channel(address) as channel:
-            stub = quorum_pb2_grpc.QuorumServiceStub(channel)
-            response: quorum_pb2.DescribeQuorumResponse = await stub.DescribeQuorum(
-                quorum_pb2.DescribeQuorumRequest(), timeout=timeout_s
-            )
-            return response
-    except grpc.aio.AioRpcError:
-        return None
 
 
 # -- output ---------------------------------------------------------------------

@@ -18,20 +18,20 @@ from typing import Any
 
 import grpc
 
-from kqproto import quorum_pb2, quorum_pb2_grpc
-from quorum.driver.cli_common import (
+from kq.commands.common import (
     EXIT_USAGE,
     CommandError,
     add_bootstrap_flag,
     bootstrap_addresses,
     command,
-    describe,
     format_fields,
     format_table,
     needs_subcommand,
     print_json,
     run_async,
 )
+from kqproto import quorum_pb2, quorum_pb2_grpc
+from quorum.driver.client import describe
 
 __all__ = ["find_leader", "register", "replication_rows", "status_fields"]
 

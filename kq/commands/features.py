@@ -4,7 +4,7 @@ kq features describe   each feature's supported range (what every controller
                        and registered broker supports) and finalized level
 
 With ``--bootstrap``, ``--timeout``, ``--json`` and ``--stale``; exit
-statuses: see :mod:`metadata.cli_shared`.
+statuses: see :mod:`kq.commands.admin`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from kq.commands.admin import add_common_flags, call, linearizable
+from kq.commands.common import command, needs_subcommand, print_json
 from kqproto import metadata_pb2
-from metadata.cli_shared import add_common_flags, call, linearizable
-from quorum.driver.cli_common import command, needs_subcommand, print_json
 
 __all__ = ["feature_lines", "register"]
 

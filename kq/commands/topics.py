@@ -11,7 +11,7 @@ kq topics add-partitions NAME --partitions N [--replica-assignment 4:5,5:6]
 
 with ``--bootstrap H:P[,H:P...]``, ``--timeout SECONDS`` and ``--json`` (and
 ``--stale`` for list and describe).  Exit statuses: see
-:mod:`metadata.cli_shared`.
+:mod:`kq.commands.admin`.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import argparse
 from collections.abc import Sequence
 from typing import Any
 
-from kqproto import metadata_pb2
-from metadata.cli_shared import (
+from kq.commands.admin import (
     add_common_flags,
     call,
     config_pair,
@@ -33,15 +32,16 @@ from metadata.cli_shared import (
     replica_assignment,
     usage,
 )
-from metadata.client import MetadataClient, NewPartitions, NewTopic, error_code
-from metadata.errors import Errors
-from quorum.driver.cli_common import (
+from kq.commands.common import (
     EXIT_FAILURE,
     CommandError,
     command,
     needs_subcommand,
     print_json,
 )
+from kqproto import metadata_pb2
+from metadata.client import MetadataClient, NewPartitions, NewTopic, error_code
+from metadata.errors import Errors
 
 __all__ = [
     "describe_lines",

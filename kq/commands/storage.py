@@ -18,7 +18,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from quorum.driver.cli_common import (
+from kq.commands.common import (
     EXIT_USAGE,
     CommandError,
     command,
@@ -26,7 +26,7 @@ from quorum.driver.cli_common import (
     needs_subcommand,
     print_json,
 )
-from quorum.driver.cli_config import ConfigError, add_config_flags, settings_from_args
+from kq.commands.config_flags import add_config_flags, settings_from_args
 from quorum.driver.storage_format import (
     META_FILE,
     StorageFormatError,
@@ -34,6 +34,7 @@ from quorum.driver.storage_format import (
     random_cluster_id,
     read_meta,
 )
+from server.config import ConfigError
 
 __all__ = ["register"]
 

@@ -1,0 +1,110 @@
+"""``kq controller start``: run one quorum node in the foreground.
+
+The node's settings come from ``--config FILE``, ``KQ_*`` variables and flags
+(see :mod:`server.config`).  It logs to stderr (and ``--log-file``)
+and runs until SIGTERM or SIGINT, on which a leader first resigns (so that
+the others elect a successor at once instead of waiting for a fetch timeout),
+then the node stops and the command exits 0.
+
+Exit statuses: 0 a clean stop; 1 the node could not start (data directory
+unformatted, of another cluster or node, corrupt, in use; address in use) or
+failed while running; 2 a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from kq.commands.common import (
+    EXIT_USAGE,
+    CommandError,
+    command,
+    needs_subcommand,
+)
+from kq.commands.config_flags import add_config_flags, settings_from_args
+from server.config import ConfigError, controller_config
+from server.controller import run_controller
+
+__all__ = ["register", "run_controller"]
+
+log = logging.getLogger("kq.controller")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "controller",
+        help="run a quorum node (controller)",
+        description="Run a kq quorum node.",
+    )
+    commands = parser.add_subparsers(dest="controller_command", metavar="SUBCOMMAND", required=True)
+    needs_subcommand(parser)
+    start = commands.add_parser(
+        "start",
+        help="run one node in the foreground until SIGTERM/SIGINT",
+        description=(
+            "Run one quorum node in the foreground. Settings: --config FILE (TOML), "
+            "then KQ_* environment variables, then flags (docs/operations.md lists "
+            "every key). The data directory must have been formatted with `kq "
+            "storage format` for this cluster and node. On SIGTERM or SIGINT a "
+            "leader resigns first, then the node stops and the command exits 0."
+        ),
+    )
+    add_config_flags(start)
+    start.add_argument("--log-file", metavar="FILE", help="also append the log to FILE")
+    start.add_argument("--pid-file", metavar="FILE", help="write the process id to FILE")
+    start.set_defaults(func=_start)
+
+
+@command("controller start")
+def _start(args: argparse.Namespace) -> int:
+    try:
+        config = controller_config(settings_from_args(args))
+    except ConfigError as exc:
+        raise CommandError(f"config error: {exc}", EXIT_USAGE) from None
+    root_level = logging.getLogger().level
+    handlers = _setup_logging(config.log_level, args.log_file)
+    pid_file = Path(args.pid_file) if args.pid_file else None
+    try:
+        if pid_file is not None:
+            try:
+                pid_file.write_text(f"{os.getpid()}\n")
+            except OSError as exc:
+                pid_file = None
+                raise CommandError(f"cannot write --pid-file {args.pid_file}: {exc}") from None
+        return run_controller(config)
+    finally:
+        if pid_file is not None:
+            try:
+                if pid_file.read_text().strip() == str(os.getpid()):
+                    pid_file.unlink()
+            except OSError:
+                pass
+        for handler in handlers:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+        logging.getLogger().setLevel(root_level)
+
+
+def _setup_logging(level: str, log_file: str | None) -> list[logging.Handler]:
+    root = logging.getLogger()
+    root.setLevel(level)
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if log_file:
+        try:
+            handlers.append(logging.FileHandler(log_file))
+        except OSError as exc:
+            raise CommandError(f"cannot open --log-file {log_file}: {exc}") from None
+    formatter = logging.Formatter(LOG_FORMAT)
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    # gRPC's own loggers are noisy at INFO about normal reconnects.
+    logging.getLogger("grpc").setLevel(max(logging.WARNING, root.level))
+    return handlers

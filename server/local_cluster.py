@@ -1,0 +1,458 @@
+"""The local cluster of ``kq cluster``: controller processes on one machine.
+
+Also what the chaos harness's local backend and the benchmarks start their
+clusters with.  Node N listens on ``127.0.0.1:<base port + N - 1>``.
+Everything lives under one folder (default ``./kq-cluster``)::
+
+    cluster.json           the state: cluster id, and per node its id,
+                           address, pid, data dir, config and log file
+    node-N/config.toml     the node's generated config (data_dir = "data")
+    node-N/data/           its formatted data directory
+    node-N/controller.log  its stdout and stderr (the node's log)
+
+Paths in ``cluster.json`` are relative to the folder.  Starting formats new
+data directories, starts one ``kq controller start`` process per node in
+its own session (so that it outlives the shell that started it) and waits
+until a leader is elected.  A pid is only taken for a node's if the
+process's command line names that node's config file (on Linux; elsewhere,
+if the pid exists).  Errors for the user are :class:`server.errors.UserError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from quorum.driver.client import describe
+from quorum.driver.storage_format import (
+    META_FILE,
+    StorageFormatError,
+    format_storage,
+    random_cluster_id,
+    read_meta,
+)
+from server.config import (
+    ConfigError,
+    controller_config,
+    env_name,
+    load_settings,
+    render_toml,
+)
+from server.errors import EXIT_USAGE, UserError
+
+__all__ = [
+    "DEFAULT_BASE_PORT",
+    "DEFAULT_DIR",
+    "DEFAULT_NODES",
+    "HOST",
+    "STATE_FILE",
+    "ClusterState",
+    "NodeState",
+    "check_configs",
+    "check_ports",
+    "format_new_nodes",
+    "free_base_port",
+    "load_state",
+    "local_addresses",
+    "log_tail",
+    "new_cluster_state",
+    "node_alive",
+    "process_alive",
+    "run_kq",
+    "spawn_node",
+    "status_rows",
+    "wait_for_leader",
+    "wait_gone",
+    "write_configs",
+]
+
+STATE_FILE = "cluster.json"
+STATE_VERSION = 1
+DEFAULT_DIR = "kq-cluster"
+DEFAULT_NODES = 3
+DEFAULT_BASE_PORT = 9091
+HOST = "127.0.0.1"
+# Settings each node's generated config fixes; the environment must not
+# override them for a node of a local cluster.
+_IDENTITY_KEYS = ("node_id", "cluster_id", "data_dir", "listen", "voters", "metrics_listen")
+
+
+@dataclass(slots=True)
+class NodeState:
+    node_id: int
+    address: str
+    pid: int | None
+    data_dir: str
+    config: str
+    log_file: str
+
+
+@dataclass(slots=True)
+class ClusterState:
+    dir: Path
+    cluster_id: str
+    base_port: int
+    nodes: list[NodeState]
+
+    def path(self, relative: str) -> Path:
+        return self.dir / relative
+
+    def node(self, node_id: int) -> NodeState:
+        for n in self.nodes:
+            if n.node_id == node_id:
+                return n
+        ids = ",".join(str(n.node_id) for n in self.nodes)
+        raise UserError(f"the cluster in {self.dir} has no node {node_id} (nodes {ids})")
+
+    def save(self) -> None:
+        obj = {
+            "version": STATE_VERSION,
+            "cluster_id": self.cluster_id,
+            "base_port": self.base_port,
+            "nodes": [asdict(n) for n in self.nodes],
+        }
+        tmp = self.dir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(obj, indent=2) + "\n")
+        os.replace(tmp, self.dir / STATE_FILE)
+
+
+def load_state(directory: str | os.PathLike[str]) -> ClusterState | None:
+    """The state of the local cluster in ``directory``; None if it has none."""
+    path = Path(directory).resolve()
+    file = path / STATE_FILE
+    if not file.exists():
+        return None
+    try:
+        obj = json.loads(file.read_text())
+        if obj.get("version") != STATE_VERSION:
+            raise ValueError(f"unknown version {obj.get('version')!r}")
+        nodes = [
+            NodeState(
+                node_id=int(n["node_id"]),
+                address=str(n["address"]),
+                pid=None if n.get("pid") is None else int(n["pid"]),
+                data_dir=str(n["data_dir"]),
+                config=str(n["config"]),
+                log_file=str(n["log_file"]),
+            )
+            for n in obj["nodes"]
+        ]
+        return ClusterState(path, str(obj["cluster_id"]), int(obj["base_port"]), nodes)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise UserError(f"{file} is unreadable or malformed: {exc}") from None
+
+
+def local_addresses(directory: str | os.PathLike[str]) -> list[str]:
+    """The node addresses of the local cluster in ``directory`` (none if no state)."""
+    try:
+        state = load_state(directory)
+    except UserError:
+        return []
+    return [] if state is None else [n.address for n in state.nodes]
+
+
+# -- processes ------------------------------------------------------------------
+
+
+def process_alive(pid: int, marker: str) -> bool:
+    """Whether ``pid`` runs (not a zombie) with ``marker`` in its command line.
+
+    Without /proc, only whether the pid exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # someone else's process: not ours
+    proc = Path(f"/proc/{pid}")
+    try:
+        stat = (proc / "stat").read_text()
+        cmdline = (proc / "cmdline").read_bytes()
+    except FileNotFoundError:
+        # With a /proc of processes, the pid exited meanwhile; else no /proc.
+        return not Path("/proc/self").exists()
+    except OSError:
+        return True
+    if stat.rpartition(")")[2].split()[:1] in (["Z"], ["X"]):
+        return False
+    args = [a.decode(errors="replace") for a in cmdline.split(b"\0")]
+    return marker in args
+
+
+def _config_marker(state: ClusterState, node: NodeState) -> str:
+    return str(state.path(node.config))
+
+
+def node_alive(state: ClusterState, node: NodeState) -> bool:
+    return node.pid is not None and process_alive(node.pid, _config_marker(state, node))
+
+
+def _child_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in {env_name(x) for x in _IDENTITY_KEYS}}
+    # Let `python -m kq.cli` find kq even when it is run from a source tree
+    # without an install.
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_kq(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+    """Run ``kq ARGS...`` in a child process (as the cluster's nodes run):
+    for tests and benchmarks that drive the command line."""
+    return subprocess.run(
+        [sys.executable, "-m", "kq.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=_child_env(),
+        check=False,
+    )
+
+
+def free_base_port(count: int, host: str = "127.0.0.1") -> int:
+    """A port P such that P .. P+count-1 are all free on ``host`` now."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(20_000, 60_000)
+        socks = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                socks.append(s)
+                s.bind((host, port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise UserError(f"no range of {count} free ports on {host}")
+
+
+def spawn_node(state: ClusterState, node: NodeState) -> subprocess.Popen[bytes]:
+    log_path = state.path(node.log_file)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "kq.cli",
+        "controller",
+        "start",
+        "--config",
+        _config_marker(state, node),
+    ]
+    with log_path.open("ab") as log:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        log.write(f"--- {stamp} kq cluster: starting node {node.node_id}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=state.dir,
+            env=_child_env(),
+            start_new_session=True,
+        )
+    node.pid = proc.pid
+    state.save()
+    return proc
+
+
+def port_free(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, int(port)))
+        except OSError:
+            return False
+    return True
+
+
+def log_tail(state: ClusterState, node: NodeState, lines: int = 15) -> str:
+    try:
+        text = state.path(node.log_file).read_text(errors="replace")
+    except OSError:
+        return "(no log)"
+    tail = text.splitlines()[-lines:]
+    return "\n".join("    " + line for line in tail)
+
+
+def wait_gone(state: ClusterState, nodes: Sequence[NodeState], timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while any(node_alive(state, n) for n in nodes):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+# -- status -----------------------------------------------------------------------
+
+
+async def status_rows(state: ClusterState, timeout_s: float = 1.0) -> list[dict[str, Any]]:
+    alive = [node_alive(state, n) for n in state.nodes]
+    answers = await asyncio.gather(
+        *(
+            describe(n.address, timeout_s) if up else _none()
+            for n, up in zip(state.nodes, alive, strict=True)
+        )
+    )
+    rows = []
+    for n, up, r in zip(state.nodes, alive, answers, strict=True):
+        rows.append(
+            {
+                "node_id": n.node_id,
+                "address": n.address,
+                "pid": n.pid if up else None,
+                "alive": up,
+                "role": "down" if r is None else r.role,
+                "epoch": None if r is None else r.epoch,
+                "high_watermark": None if r is None else r.high_watermark,
+                "log_end_offset": None if r is None else r.log_end_offset,
+                "leader_id": None if r is None or r.leader.leader_id < 0 else r.leader.leader_id,
+                "data_dir": n.data_dir,
+                "log_file": n.log_file,
+            }
+        )
+    return rows
+
+
+async def _none() -> None:
+    return None
+
+
+def new_cluster_state(directory: Path, port: int, addresses: Mapping[int, str]) -> ClusterState:
+    """The state of a new cluster of the nodes in ``addresses`` (node id to
+    address), with a fresh cluster id and each node's files under
+    ``node-<id>/`` of ``directory``."""
+    return ClusterState(
+        directory,
+        random_cluster_id(),
+        port,
+        [
+            NodeState(
+                node_id=i,
+                address=address,
+                pid=None,
+                data_dir=f"node-{i}/data",
+                config=f"node-{i}/config.toml",
+                log_file=f"node-{i}/controller.log",
+            )
+            for i, address in addresses.items()
+        ],
+    )
+
+
+def write_configs(
+    state: ClusterState,
+    extra: Mapping[str, object],
+    header: str = "",
+    per_node: Callable[[int], Mapping[str, object]] | None = None,
+) -> None:
+    """Each node's config file: its identity, the voters, ``extra`` for
+    every node and ``per_node(id)`` for that one; ``header`` names what
+    wrote it."""
+    voters = {n.node_id: n.address for n in state.nodes}
+    for n in state.nodes:
+        path = state.path(n.config)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        values: dict[str, object] = {
+            "node_id": n.node_id,
+            "cluster_id": state.cluster_id,
+            "data_dir": os.path.relpath(state.path(n.data_dir), path.parent),
+            "log_level": "INFO",
+            "voters": voters,
+        }
+        values.update(extra)
+        if per_node is not None:
+            values.update(per_node(n.node_id))
+        top = header or (
+            f"kq controller config of node {n.node_id} of the local cluster in this\n"
+            "# directory, written by `kq cluster up`"
+        )
+        path.write_text(f"# {top}; docs/operations.md lists every key.\n" + render_toml(values))
+
+
+def check_configs(state: ClusterState) -> None:
+    """Load every node's config as its process will (file and environment)."""
+    env = _child_env()
+    for n in state.nodes:
+        try:
+            controller_config(load_settings(state.path(n.config), env))
+        except ConfigError as exc:
+            raise UserError(f"node {n.node_id}: config error: {exc}", EXIT_USAGE) from None
+
+
+def format_new_nodes(state: ClusterState) -> list[int]:
+    formatted = []
+    for n in state.nodes:
+        data_dir = state.path(n.data_dir)
+        if (data_dir / META_FILE).exists():
+            try:
+                meta = read_meta(data_dir)
+            except StorageFormatError as exc:
+                raise UserError(str(exc)) from None
+            if meta.cluster_id != state.cluster_id or meta.node_id != n.node_id:
+                raise UserError(
+                    f"data directory {data_dir} belongs to cluster {meta.cluster_id} node "
+                    f"{meta.node_id}, not cluster {state.cluster_id} node {n.node_id}"
+                )
+            continue
+        try:
+            format_storage(data_dir, state.cluster_id, n.node_id, [m.node_id for m in state.nodes])
+        except (StorageFormatError, ValueError, OSError) as exc:
+            raise UserError(str(exc)) from None
+        formatted.append(n.node_id)
+    return formatted
+
+
+def check_ports(state: ClusterState, nodes: Sequence[NodeState]) -> None:
+    busy = [n for n in nodes if not port_free(n.address)]
+    if busy:
+        shown = ", ".join(f"{n.address} (node {n.node_id})" for n in busy)
+        raise UserError(
+            f"address(es) already in use: {shown}; stop what uses them, or start a new "
+            "cluster with another --base-port (or --dir)"
+        )
+
+
+async def wait_for_leader(
+    state: ClusterState, procs: dict[int, subprocess.Popen[bytes]], timeout_s: float
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        for node_id, proc in procs.items():
+            code = proc.poll()
+            if code is not None:
+                node = state.node(node_id)
+                node.pid = None
+                state.save()
+                raise UserError(
+                    f"node {node_id} exited with status {code} while starting; the end of "
+                    f"{state.path(node.log_file)}:\n{log_tail(state, node)}\n"
+                    f"(stop the other nodes with `kq cluster down --dir {state.dir}`)"
+                )
+        answers = await asyncio.gather(*(describe(n.address, 0.5) for n in state.nodes))
+        if any(a is not None and a.role == "leader" for a in answers):
+            return
+        if time.monotonic() >= deadline:
+            raise UserError(
+                f"no leader was elected within {timeout_s:g} s; the nodes are still "
+                f"running: see `kq cluster status --dir {state.dir}` and the logs in "
+                f"{state.dir}/node-N/controller.log"
+            )
+        await asyncio.sleep(0.2)
+
+

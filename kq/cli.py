@@ -23,12 +23,12 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from kq import __version__
 
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-"""What a command's register function receives."""
+if TYPE_CHECKING:
+    from kq.commands.common import Subparsers
 
 Handler: TypeAlias = Callable[[argparse.Namespace], "int | None"]
 """What a subcommand's ``func`` default must be."""

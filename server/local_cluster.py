@@ -55,6 +55,7 @@ __all__ = [
     "DEFAULT_DIR",
     "DEFAULT_NODES",
     "HOST",
+    "METRICS_PORT_OFFSET",
     "STATE_FILE",
     "ClusterState",
     "NodeState",
@@ -82,6 +83,8 @@ DEFAULT_DIR = "kq-cluster"
 DEFAULT_NODES = 3
 DEFAULT_BASE_PORT = 9091
 HOST = "127.0.0.1"
+# Node N's Prometheus exporter listens on its gRPC port plus this.
+METRICS_PORT_OFFSET = 1000
 # Settings each node's generated config fixes; the environment must not
 # override them for a node of a local cluster.
 _IDENTITY_KEYS = ("node_id", "cluster_id", "data_dir", "listen", "voters", "metrics_listen")
@@ -95,6 +98,9 @@ class NodeState:
     data_dir: str
     config: str
     log_file: str
+    # host:port of its Prometheus exporter; "" for none (clusters made
+    # before nodes had one, and the chaos harness's).
+    metrics_address: str = ""
 
 
 @dataclass(slots=True)
@@ -144,6 +150,7 @@ def load_state(directory: str | os.PathLike[str]) -> ClusterState | None:
                 data_dir=str(n["data_dir"]),
                 config=str(n["config"]),
                 log_file=str(n["log_file"]),
+                metrics_address=str(n.get("metrics_address", "")),
             )
             for n in obj["nodes"]
         ]
@@ -220,13 +227,16 @@ def run_kq(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[s
 
 
 def free_base_port(count: int, host: str = "127.0.0.1") -> int:
-    """A port P such that P .. P+count-1 are all free on ``host`` now."""
+    """A port P such that P .. P+count-1 are all free on ``host`` now, and
+    so are the metrics ports of a local cluster of ``count`` nodes at P."""
     rng = random.Random()
     for _ in range(200):
         base = rng.randrange(20_000, 60_000)
         socks = []
+        ports = [*range(base, base + count)]
+        ports += [p + METRICS_PORT_OFFSET for p in ports]
         try:
-            for port in range(base, base + count):
+            for port in ports:
                 s = socket.socket()
                 socks.append(s)
                 s.bind((host, port))
@@ -315,6 +325,7 @@ async def status_rows(state: ClusterState, timeout_s: float = 1.0) -> list[dict[
             {
                 "node_id": n.node_id,
                 "address": n.address,
+                "metrics_address": n.metrics_address or None,
                 "pid": n.pid if up else None,
                 "alive": up,
                 "role": "down" if r is None else r.role,
@@ -333,9 +344,15 @@ async def _none() -> None:
     return None
 
 
-def new_cluster_state(directory: Path, port: int, addresses: Mapping[int, str]) -> ClusterState:
+def new_cluster_state(
+    directory: Path,
+    port: int,
+    addresses: Mapping[int, str],
+    metrics: Mapping[int, str] | None = None,
+) -> ClusterState:
     """The state of a new cluster of the nodes in ``addresses`` (node id to
-    address), with a fresh cluster id and each node's files under
+    address; ``metrics``: to the address of its Prometheus exporter, if it
+    has one), with a fresh cluster id and each node's files under
     ``node-<id>/`` of ``directory``."""
     return ClusterState(
         directory,
@@ -349,6 +366,7 @@ def new_cluster_state(directory: Path, port: int, addresses: Mapping[int, str]) 
                 data_dir=f"node-{i}/data",
                 config=f"node-{i}/config.toml",
                 log_file=f"node-{i}/controller.log",
+                metrics_address=(metrics or {}).get(i, ""),
             )
             for i, address in addresses.items()
         ],
@@ -375,6 +393,8 @@ def write_configs(
             "log_level": "INFO",
             "voters": voters,
         }
+        if n.metrics_address:
+            values["metrics_listen"] = n.metrics_address
         values.update(extra)
         if per_node is not None:
             values.update(per_node(n.node_id))
@@ -419,12 +439,16 @@ def format_new_nodes(state: ClusterState) -> list[int]:
 
 
 def check_ports(state: ClusterState, nodes: Sequence[NodeState]) -> None:
-    busy = [n for n in nodes if not port_free(n.address)]
+    wanted = [(n.address, f"node {n.node_id}") for n in nodes]
+    wanted += [
+        (n.metrics_address, f"node {n.node_id}'s metrics") for n in nodes if n.metrics_address
+    ]
+    busy = [(address, what) for address, what in wanted if not port_free(address)]
     if busy:
-        shown = ", ".join(f"{n.address} (node {n.node_id})" for n in busy)
+        shown = ", ".join(f"{address} ({what})" for address, what in busy)
         raise UserError(
             f"address(es) already in use: {shown}; stop what uses them, or start a new "
-            "cluster with another --base-port (or --dir)"
+            "cluster with another --base-port (or --cluster-dir)"
         )
 
 
@@ -442,7 +466,7 @@ async def wait_for_leader(
                 raise UserError(
                     f"node {node_id} exited with status {code} while starting; the end of "
                     f"{state.path(node.log_file)}:\n{log_tail(state, node)}\n"
-                    f"(stop the other nodes with `kq cluster down --dir {state.dir}`)"
+                    f"(stop the other nodes with `kq cluster down --cluster-dir {state.dir}`)"
                 )
         answers = await asyncio.gather(*(describe(n.address, 0.5) for n in state.nodes))
         if any(a is not None and a.role == "leader" for a in answers):
@@ -450,9 +474,7 @@ async def wait_for_leader(
         if time.monotonic() >= deadline:
             raise UserError(
                 f"no leader was elected within {timeout_s:g} s; the nodes are still "
-                f"running: see `kq cluster status --dir {state.dir}` and the logs in "
+                f"running: see `kq cluster status --cluster-dir {state.dir}` and the logs in "
                 f"{state.dir}/node-N/controller.log"
             )
         await asyncio.sleep(0.2)
-
-

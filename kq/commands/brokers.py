@@ -14,20 +14,25 @@ import argparse
 from typing import Any
 
 from kq.commands.admin import add_common_flags, broker_id, call, linearizable
-from kq.commands.common import command, format_table, needs_subcommand, print_json
+from kq.commands.common import (
+    Subparsers,
+    add_command_group,
+    command,
+    format_table,
+    print_json,
+)
 from kqproto import metadata_pb2
 
 __all__ = ["broker_json", "broker_rows", "broker_state", "register"]
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: Subparsers) -> None:
+    commands = add_command_group(
+        subparsers,
         "brokers",
         help="list the registered brokers, or unregister one",
         description="The brokers registered with the cluster's controllers.",
     )
-    commands = parser.add_subparsers(dest="brokers_command", metavar="SUBCOMMAND", required=True)
-    needs_subcommand(parser)
 
     listing = commands.add_parser(
         "list",

@@ -33,9 +33,10 @@ from kq.commands.common import (
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
+    Subparsers,
+    add_command_group,
     command,
     format_table,
-    needs_subcommand,
     print_json,
     run_async,
 )
@@ -87,16 +88,16 @@ def _nemesis(text: str) -> list[str]:
     return names
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     """Register ``kq chaos``."""
-    parser = subparsers.add_parser(
+    sub = add_command_group(
+        subparsers,
         "chaos",
         help="run chaos tests against a real cluster; list past runs",
         description="Run a workload against a real cluster while a nemesis injects faults, "
         "and record everything in a run folder (docs/chaos.md).",
+        title="subcommands",
     )
-    needs_subcommand(parser)
-    sub = parser.add_subparsers(title="subcommands", dest="chaos_command", metavar="SUBCOMMAND")
 
     run = sub.add_parser(
         "run",

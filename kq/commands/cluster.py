@@ -1,13 +1,14 @@
 """``kq cluster``: a local cluster of controller processes on one machine.
 
-kq cluster up [--dir DIR] [--nodes 3] [--base-port 9091] [--set KEY=VALUE] [--json]
-kq cluster status [--dir DIR] [--json]
-kq cluster down [--dir DIR]
-kq cluster kill NODE [--dir DIR]      (SIGKILL, to test recovery)
-kq cluster start NODE [--dir DIR]     (restart one stopped node)
+kq cluster up [--cluster-dir DIR] [--nodes 3] [--base-port 9091] [--set KEY=VALUE] [--json]
+kq cluster status [--cluster-dir DIR] [--json]
+kq cluster down [--cluster-dir DIR]
+kq cluster kill NODE [--cluster-dir DIR]      (SIGKILL, to test recovery)
+kq cluster start NODE [--cluster-dir DIR]     (restart one stopped node)
 
-``--cluster-dir`` is another name of ``--dir`` (the other commands' name for
-the same folder).  The cluster itself is :mod:`server.local_cluster`.
+``--cluster-dir`` is the folder's name in every command that finds the
+local cluster (``kq quorum``, ``kq kv``, the admin commands); ``--dir`` is
+its older name here.  The cluster itself is :mod:`server.local_cluster`.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from kq.commands.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     CommandError,
+    Subparsers,
+    add_command_group,
     command,
     format_table,
-    needs_subcommand,
     print_json,
     run_async,
 )
@@ -38,6 +40,7 @@ from server.local_cluster import (
     DEFAULT_DIR,
     DEFAULT_NODES,
     HOST,
+    METRICS_PORT_OFFSET,
     STATE_FILE,
     ClusterState,
     check_configs,
@@ -81,11 +84,22 @@ def _print_status(state: ClusterState, rows: list[dict[str, Any]]) -> None:
     print()
     print(
         format_table(
-            ["NodeId", "Address", "Pid", "Alive", "Role", "Epoch", "HighWatermark", "LeaderId"],
+            [
+                "NodeId",
+                "Address",
+                "Metrics",
+                "Pid",
+                "Alive",
+                "Role",
+                "Epoch",
+                "HighWatermark",
+                "LeaderId",
+            ],
             [
                 [
                     r["node_id"],
                     r["address"],
+                    r["metrics_address"] or "-",
                     "-" if r["pid"] is None else r["pid"],
                     "yes" if r["alive"] else "no",
                     r["role"],
@@ -99,23 +113,22 @@ def _print_status(state: ClusterState, rows: list[dict[str, Any]]) -> None:
     )
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: Subparsers) -> None:
+    commands = add_command_group(
+        subparsers,
         "cluster",
         help="run a local cluster of controller processes (up, status, down)",
         description=(
             "A local kq cluster: N `kq controller start` processes on 127.0.0.1, "
-            "node N on port BASE+N-1, with data, configs and logs under --dir."
+            "node N on port BASE+N-1, with data, configs and logs under --cluster-dir."
         ),
     )
-    commands = parser.add_subparsers(dest="cluster_command", metavar="SUBCOMMAND", required=True)
-    needs_subcommand(parser)
 
     up = commands.add_parser(
         "up",
         help="format (if new) and start the local cluster; wait for a leader",
         description=(
-            "Start the local cluster in --dir: on first use pick a cluster id, write "
+            "Start the local cluster in --cluster-dir: on first use pick a cluster id, write "
             "each node's config and format its data directory; then start every node "
             "in the background, wait until a leader is elected and print the status. "
             "Refuses while any node of the cluster is running."
@@ -184,8 +197,15 @@ def register(subparsers: Any) -> None:
 
 
 def _dir_flag(parser: argparse.ArgumentParser) -> None:
+    # --cluster-dir, as every command that finds the local cluster calls
+    # it; --dir is its older name here.
     parser.add_argument(
-        "--dir", default=DEFAULT_DIR, help="the cluster's directory (default: ./%(default)s)"
+        "--cluster-dir",
+        "--dir",
+        dest="dir",
+        default=DEFAULT_DIR,
+        metavar="DIR",
+        help="the local cluster's folder (default: ./%(default)s; --dir is another name)",
     )
 
 
@@ -203,13 +223,16 @@ def _new_state(args: argparse.Namespace) -> ClusterState:
     base = DEFAULT_BASE_PORT if args.base_port is None else args.base_port
     if not 1 <= nodes <= 99:
         raise CommandError(f"--nodes must be in 1..99, got {nodes}", EXIT_USAGE)
-    if not 1024 <= base <= 65535 - nodes + 1:
+    # The metrics ports (METRICS_PORT_OFFSET above) must fit too.
+    top = 65535 - nodes + 1 - METRICS_PORT_OFFSET
+    if not 1024 <= base <= top:
         raise CommandError(
-            f"--base-port must be in 1024..{65535 - nodes + 1} for {nodes} nodes, got {base}",
+            f"--base-port must be in 1024..{top} for {nodes} nodes, got {base}",
             EXIT_USAGE,
         )
     addresses = {i: f"{HOST}:{base + i - 1}" for i in range(1, nodes + 1)}
-    return new_cluster_state(Path(args.dir).resolve(), base, addresses)
+    metrics = {i: f"{HOST}:{base + METRICS_PORT_OFFSET + i - 1}" for i in addresses}
+    return new_cluster_state(Path(args.dir).resolve(), base, addresses, metrics)
 
 
 def _extra_settings(items: Sequence[str]) -> dict[str, object]:
@@ -252,8 +275,8 @@ def _up(args: argparse.Namespace) -> int:
             pids = ", ".join(f"node {n.node_id} pid {n.pid}" for n in running)
             raise CommandError(
                 f"the cluster in {state.dir} is already running ({pids}); see `kq cluster "
-                f"status --dir {args.dir}`, restart a stopped node with `kq cluster start "
-                f"NODE`, or stop it with `kq cluster down --dir {args.dir}`"
+                f"status --cluster-dir {args.dir}`, restart a stopped node with `kq cluster start "
+                f"NODE`, or stop it with `kq cluster down --cluster-dir {args.dir}`"
             )
         if args.nodes is not None and args.nodes != len(state.nodes):
             raise CommandError(
@@ -292,7 +315,7 @@ def _up(args: argparse.Namespace) -> int:
         _print_status(state, rows)
         print()
         print(f"Logs: {state.dir}/node-N/controller.log")
-        print(f"Stop: kq cluster down --dir {args.dir}")
+        print(f"Stop: kq cluster down --cluster-dir {args.dir}")
     return 0
 
 

@@ -14,12 +14,14 @@ import json
 import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
-from server.config import parse_address, parse_node_id, parse_voters
+from server.addresses import parse_address, parse_node_id, parse_voters
 from server.errors import EXIT_FAILURE, EXIT_INDETERMINATE, EXIT_OK, EXIT_USAGE, UserError
 
 __all__ = [
+    "Subparsers",
+    "add_command_group",
     "EXIT_FAILURE",
     "EXIT_INDETERMINATE",
     "EXIT_OK",
@@ -38,6 +40,10 @@ __all__ = [
     "print_json",
     "run_async",
 ]
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""What a command's ``register`` function receives, and what a command
+group's subcommands are added to."""
 
 Handler = Callable[[argparse.Namespace], int]
 T = TypeVar("T")
@@ -69,6 +75,22 @@ def command(name: str) -> Callable[[Handler], Handler]:
         return run
 
     return wrap
+
+
+def add_command_group(
+    subparsers: Subparsers, name: str, *, help: str, description: str, title: str | None = None
+) -> Subparsers:
+    """Add ``kq NAME SUBCOMMAND ...``: a command made of subcommands, which
+    are added to what this returns.  Without a subcommand it prints its
+    usage and exits 2."""
+    parser = subparsers.add_parser(name, help=help, description=description)
+    dest = f"{name.replace('-', '_')}_command"
+    if title is None:
+        commands = parser.add_subparsers(dest=dest, metavar="SUBCOMMAND", required=True)
+    else:
+        commands = parser.add_subparsers(title=title, dest=dest, metavar="SUBCOMMAND")
+    needs_subcommand(parser)
+    return commands
 
 
 def needs_subcommand(parser: argparse.ArgumentParser) -> None:

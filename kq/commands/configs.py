@@ -15,7 +15,6 @@ is changed and the current value is printed.  With ``--bootstrap``,
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from kq.commands.admin import (
     add_common_flags,
@@ -31,8 +30,9 @@ from kq.commands.admin import (
 from kq.commands.common import (
     EXIT_FAILURE,
     CommandError,
+    Subparsers,
+    add_command_group,
     command,
-    needs_subcommand,
     print_json,
 )
 from kqproto import metadata_pb2
@@ -48,8 +48,9 @@ ENTITY_TYPES = {
 }
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: Subparsers) -> None:
+    commands = add_command_group(
+        subparsers,
         "configs",
         help="describe and alter topic, broker and cluster configs",
         description=(
@@ -58,8 +59,6 @@ def register(subparsers: Any) -> None:
             "synonym (log.retention.ms for retention.ms), then the default."
         ),
     )
-    commands = parser.add_subparsers(dest="configs_command", metavar="SUBCOMMAND", required=True)
-    needs_subcommand(parser)
 
     describe = commands.add_parser(
         "describe",

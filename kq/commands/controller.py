@@ -18,13 +18,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from kq.commands.common import (
     EXIT_USAGE,
     CommandError,
+    Subparsers,
+    add_command_group,
     command,
-    needs_subcommand,
 )
 from kq.commands.config_flags import add_config_flags, settings_from_args
 from server.config import ConfigError, controller_config
@@ -37,14 +37,13 @@ log = logging.getLogger("kq.controller")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: Subparsers) -> None:
+    commands = add_command_group(
+        subparsers,
         "controller",
         help="run a quorum node (controller)",
         description="Run a kq quorum node.",
     )
-    commands = parser.add_subparsers(dest="controller_command", metavar="SUBCOMMAND", required=True)
-    needs_subcommand(parser)
     start = commands.add_parser(
         "start",
         help="run one node in the foreground until SIGTERM/SIGINT",

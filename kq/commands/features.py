@@ -10,23 +10,21 @@ statuses: see :mod:`kq.commands.admin`.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from kq.commands.admin import add_common_flags, call, linearizable
-from kq.commands.common import command, needs_subcommand, print_json
+from kq.commands.common import Subparsers, add_command_group, command, print_json
 from kqproto import metadata_pb2
 
 __all__ = ["feature_lines", "register"]
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: Subparsers) -> None:
+    commands = add_command_group(
+        subparsers,
         "features",
         help="describe the cluster's feature levels",
         description="The cluster's features (metadata.version, ...), as kafka-features.sh.",
     )
-    commands = parser.add_subparsers(dest="features_command", metavar="SUBCOMMAND", required=True)
-    needs_subcommand(parser)
 
     describe = commands.add_parser(
         "describe",

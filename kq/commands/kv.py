@@ -27,10 +27,11 @@ from kq.commands.common import (
     EXIT_INDETERMINATE,
     EXIT_USAGE,
     CommandError,
+    Subparsers,
     add_bootstrap_flag,
+    add_command_group,
     bootstrap_addresses,
     command,
-    needs_subcommand,
     print_json,
     run_async,
 )
@@ -46,8 +47,9 @@ __all__ = ["register"]
 T = TypeVar("T")
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: Subparsers) -> None:
+    commands = add_command_group(
+        subparsers,
         "kv",
         help="put, get, compare-and-set and delete keys of a quorum",
         description=(
@@ -57,8 +59,6 @@ def register(subparsers: Any) -> None:
             "(it may or may not have committed)."
         ),
     )
-    commands = parser.add_subparsers(dest="kv_command", metavar="SUBCOMMAND", required=True)
-    needs_subcommand(parser)
 
     put = commands.add_parser("put", help="set KEY to VALUE")
     put.add_argument("key")

@@ -13,10 +13,16 @@ none, from outside the ISR if need be (committed data may be lost).  With
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from kq.commands.admin import add_common_flags, call, error_name, fail, non_negative_int
-from kq.commands.common import EXIT_FAILURE, EXIT_USAGE, CommandError, command, print_json
+from kq.commands.common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    CommandError,
+    Subparsers,
+    command,
+    print_json,
+)
 from kqproto import metadata_pb2
 from metadata.client import MetadataClient, TopicPartition, error_code
 from metadata.errors import Errors
@@ -26,7 +32,7 @@ __all__ = ["outcome_lines", "register"]
 TYPES = {"preferred": metadata_pb2.PREFERRED, "unclean": metadata_pb2.UNCLEAN}
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "leader-election",
         help="elect preferred or unclean partition leaders",

@@ -21,12 +21,13 @@ import grpc
 from kq.commands.common import (
     EXIT_USAGE,
     CommandError,
+    Subparsers,
     add_bootstrap_flag,
+    add_command_group,
     bootstrap_addresses,
     command,
     format_fields,
     format_table,
-    needs_subcommand,
     print_json,
     run_async,
 )
@@ -36,14 +37,13 @@ from quorum.driver.client import describe
 __all__ = ["find_leader", "register", "replication_rows", "status_fields"]
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: Subparsers) -> None:
+    commands = add_command_group(
+        subparsers,
         "quorum",
         help="describe the quorum, or make its leader resign",
         description="Inspect and administer a running kq quorum.",
     )
-    commands = parser.add_subparsers(dest="quorum_command", metavar="SUBCOMMAND", required=True)
-    needs_subcommand(parser)
 
     desc = commands.add_parser(
         "describe",

@@ -38,8 +38,9 @@ from kq.commands.common import (
     EXIT_FAILURE,
     EXIT_USAGE,
     CommandError,
+    Subparsers,
+    add_command_group,
     command,
-    needs_subcommand,
     print_json,
 )
 from kqproto import metadata_pb2
@@ -49,8 +50,9 @@ from metadata.errors import Errors
 __all__ = ["PlannedMove", "current_assignment", "parse_reassignment", "register"]
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: Subparsers) -> None:
+    commands = add_command_group(
+        subparsers,
         "reassign",
         help="start, list and cancel partition reassignments",
         description=(
@@ -59,8 +61,6 @@ def register(subparsers: Any) -> None:
             '"replicas":[5,6]}]}.'
         ),
     )
-    commands = parser.add_subparsers(dest="reassign_command", metavar="SUBCOMMAND", required=True)
-    needs_subcommand(parser)
 
     start = commands.add_parser(
         "start",

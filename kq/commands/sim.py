@@ -13,6 +13,7 @@ import sys
 from dataclasses import asdict, replace
 from typing import Any
 
+from kq.commands.common import Subparsers
 from quorum.sim.cluster import SimConfig, SimResult
 from quorum.sim.history import SimHistory
 from quorum.sim.schedule import ALL_FAULTS, Fault, FaultPlan, run_schedule
@@ -20,7 +21,7 @@ from quorum.sim.schedule import ALL_FAULTS, Fault, FaultPlan, run_schedule
 __all__ = ["register"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "sim",
         help="run a deterministic simulation of a quorum under faults",

@@ -16,14 +16,14 @@ import contextlib
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 from kq.commands.common import (
     EXIT_USAGE,
     CommandError,
+    Subparsers,
+    add_command_group,
     command,
     format_fields,
-    needs_subcommand,
     print_json,
 )
 from kq.commands.config_flags import add_config_flags, settings_from_args
@@ -42,8 +42,9 @@ __all__ = ["register"]
 _SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: Subparsers) -> None:
+    commands = add_command_group(
+        subparsers,
         "storage",
         help="format and inspect a node's data directory",
         description=(
@@ -52,8 +53,6 @@ def register(subparsers: Any) -> None:
             "is not formatted, or that was formatted for another cluster or node."
         ),
     )
-    commands = parser.add_subparsers(dest="storage_command", metavar="SUBCOMMAND", required=True)
-    needs_subcommand(parser)
 
     rand = commands.add_parser(
         "random-cluster-id",

@@ -35,8 +35,9 @@ from kq.commands.admin import (
 from kq.commands.common import (
     EXIT_FAILURE,
     CommandError,
+    Subparsers,
+    add_command_group,
     command,
-    needs_subcommand,
     print_json,
 )
 from kqproto import metadata_pb2
@@ -54,8 +55,9 @@ __all__ = [
 ]
 
 
-def register(subparsers: Any) -> None:
-    parser: argparse.ArgumentParser = subparsers.add_parser(
+def register(subparsers: Subparsers) -> None:
+    commands = add_command_group(
+        subparsers,
         "topics",
         help="create, list, describe, delete and add partitions to topics",
         description=(
@@ -65,8 +67,6 @@ def register(subparsers: Any) -> None:
             "3 indeterminate (the change may or may not have been applied)."
         ),
     )
-    commands = parser.add_subparsers(dest="topics_command", metavar="SUBCOMMAND", required=True)
-    needs_subcommand(parser)
 
     create = commands.add_parser(
         "create",

@@ -11,14 +11,13 @@ The arguments are those of the ``spark-submit`` entry point
 
 from __future__ import annotations
 
-from typing import Any
-
+from kq.commands.common import Subparsers
 from spark_verify.submit import add_arguments, run
 
 __all__ = ["register"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "verify",
         help="check run folders with Spark: linearizability, lost commits, elections",

@@ -9,12 +9,19 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from server.local_cluster import free_base_port, load_state, process_alive, run_kq
+from server.local_cluster import (
+    METRICS_PORT_OFFSET,
+    free_base_port,
+    load_state,
+    process_alive,
+    run_kq,
+)
 
 
 def kq(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -62,6 +69,19 @@ def test_cluster_up_status_kv_failover_down(tmp_path: Path) -> None:
         assert [n["address"] for n in status["nodes"]] == [
             f"127.0.0.1:{base + i}" for i in range(3)
         ]
+        # Each node serves its metrics beside its gRPC address, and says where.
+        metrics = [n["metrics_address"] for n in status["nodes"]]
+        assert metrics == [f"127.0.0.1:{base + METRICS_PORT_OFFSET + i}" for i in range(3)]
+        for address in metrics:
+            with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as page:
+                assert b"kq_" in page.read()
+        table = kq("cluster", "status", "--cluster-dir", d)
+        assert table.returncode == 0, table.stderr
+        lines = table.stdout.splitlines()
+        header = next(line for line in lines if line.startswith("NodeId"))
+        assert header.split()[:3] == ["NodeId", "Address", "Metrics"]
+        row = next(line for line in lines if line.startswith("1 "))
+        assert row.split()[1:3] == [f"127.0.0.1:{base}", metrics[0]]
         assert len(leaders(status)) == 1
         leader = leaders(status)[0]
 
@@ -152,3 +172,28 @@ def test_up_refuses_a_busy_port_and_bad_settings(
     assert "node 1 is not running" in capsys.readouterr().err
     assert main(["cluster", "kill", "9", "--dir", d]) == 1
     assert "has no node 9" in capsys.readouterr().err
+
+
+def test_cluster_dir_is_the_folders_name_and_dir_its_alias(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kq.cli import main
+
+    d = str(tmp_path / "c")
+    # The same flag as kq quorum's and kq kv's; --dir still works.
+    for flag in ("--cluster-dir", "--dir"):
+        assert main(["cluster", "status", flag, d]) == 1
+        assert f"no local cluster in {d}" in capsys.readouterr().err
+    base = free_base_port(1)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", base))
+        busy.listen()
+        assert (
+            main(["cluster", "up", "--cluster-dir", d, "--nodes", "1", "--base-port", str(base)])
+            == 1
+        )
+    state = load_state(d)
+    assert state is not None and [n.address for n in state.nodes] == [f"127.0.0.1:{base}"]
+    # kq quorum finds the same cluster in the same folder (its node is down).
+    assert main(["quorum", "describe", "--status", "--cluster-dir", d, "--timeout", "0.5"]) == 1
+    assert f"127.0.0.1:{base}" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kqproto import quorum_pb2
-from quorum.driver.client import KvClient
+from kvstore.client import KvClient
 from server.local_cluster import free_base_port, load_state, run_kq
 
 REQUEST_TIMEOUT_S = 5.0

@@ -229,9 +229,7 @@ def build_image(records: Sequence[Record]) -> MetadataImage:
 
 
 def snapshot_of(image: MetadataImage) -> tuple[SnapshotId, bytes]:
-    return SnapshotId(image.offset, image.epoch), encode_snapshot(
-        image, [], image.offset, bytes(32)
-    )
+    return SnapshotId(image.offset, image.epoch), encode_snapshot(image, image.offset, bytes(32))
 
 
 def chunks(encoded: Sequence[bytes]) -> list[tuple[int, int]]:
@@ -531,9 +529,9 @@ def bench_snapshot(sizes: Sizes, repeat: int, profile: bool = False) -> dict[str
     write_s, load_s, pack_s, unpack_s = [], [], [], []
     data = b""
     for _ in range(repeat):
-        seconds, data = paused_gc(encode_snapshot, image, [], image.offset, bytes(32))
+        seconds, data = paused_gc(encode_snapshot, image, image.offset, bytes(32))
         write_s.append(seconds)
-        seconds, (loaded, _, _) = paused_gc(decode_snapshot, sid, data)
+        seconds, (loaded, _) = paused_gc(decode_snapshot, sid, data)
         load_s.append(seconds)
         assert loaded.partition_count == sizes.fence_partitions
         del loaded
@@ -752,8 +750,8 @@ def profile_shares(
 
 
 async def quorum_topics(sizes: Sizes, profile: bool = False) -> dict[str, Any]:
+    from kvstore.client import KvClient
     from metadata.client import NewTopic as NewTopicProto
-    from quorum.driver.client import KvClient
 
     root = Path(tempfile.mkdtemp(prefix="kq-bench-metadata-"))
     bench = QuorumBench(root)

@@ -1,45 +1,44 @@
 """The state machine a controller (or broker) runs on the quorum's log.
 
-It implements :class:`quorum.listener.StateMachine`: committed batches are
-replayed in log order into the :class:`MetadataImage` (metadata records)
-and into the key-value store that shares the log (its records are told
-apart by :func:`metadata.records.is_metadata_record`).  This is the only
-place the committed metadata changes: decide, then replay.
+It implements :class:`quorum.shared_log.LogPart`: committed batches are
+replayed in log order into the :class:`MetadataImage`.  It owns the
+metadata records (:func:`metadata.records.is_metadata_record`); records of
+other state machines sharing the log (the key-value store's) are skipped.
+This is the only place the committed metadata changes: decide, then replay.
 
 Snapshots hold the image as the records that rebuild it (Kafka's snapshots
-are records too) plus the key-value rows, so a node restarted from a
-snapshot and the log after it holds exactly the image of a node that
-replayed the whole log.
+are records too), so a node restarted from a snapshot and the log after it
+holds exactly the image of a node that replayed the whole log.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import msgpack
 
 from metadata.delta import MetadataDelta
 from metadata.image import EMPTY_IMAGE, MetadataImage
 from metadata.records import decode_record, encode_record, is_metadata_record
-from quorum.kv import KvStateMachine, Versioned
+from quorum.shared_log import chain_digest
 from quorum.types import Batch, BatchKind, LeaderAndEpoch, SnapshotId
 
 __all__ = ["CommitListener", "ControllerStateMachine", "decode_snapshot", "encode_snapshot"]
 
-SNAPSHOT_VERSION = 1
+# 2: the image alone; 1 (still read): the image and the key-value rows of
+# the store that was embedded here before it became a plug-in of its own.
+SNAPSHOT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 # Called after each batch with metadata records: (the delta, the new image).
 CommitListener = Callable[[MetadataDelta, MetadataImage], None]
 
 
 class ControllerStateMachine:
-    """Implements :class:`quorum.listener.StateMachine`."""
+    """Implements :class:`quorum.shared_log.LogPart`."""
 
     def __init__(self) -> None:
         self.image: MetadataImage = EMPTY_IMAGE
-        self.kv = KvStateMachine()
         self.leader = LeaderAndEpoch(None, 0)
         # The epoch of the last LeaderChange batch applied: once it equals
         # the leader's own epoch, everything before the leader's epoch start
@@ -66,15 +65,14 @@ class ControllerStateMachine:
         """``listener(image)`` after a snapshot replaced the whole state."""
         self._load_listeners.append(listener)
 
-    def get(self, key: str) -> Versioned | None:
-        """A key of the key-value store sharing the log."""
-        return self.kv.get(key)
-
     # -- StateMachine ---------------------------------------------------------------
 
     @property
     def applied_offset(self) -> int:
         return self._applied
+
+    def owns(self, record: bytes) -> bool:
+        return is_metadata_record(record)
 
     def digest(self) -> bytes:
         """sha256 chained over every applied batch: equal on two replicas
@@ -86,12 +84,7 @@ class ControllerStateMachine:
             raise ValueError(
                 f"batch at offset {batch.base_offset} applied after offset {self._applied}"
             )
-        h = hashlib.sha256(self._chain)
-        h.update(b"%d:%d:%d" % (batch.base_offset, batch.epoch, int(batch.kind)))
-        for record in batch.records:
-            h.update(len(record).to_bytes(4, "big"))
-            h.update(record)
-        self._chain = h.digest()
+        self._chain = chain_digest(self._chain, batch)
         results: list[object] = []
         delta: MetadataDelta | None = None
         if batch.kind is BatchKind.LEADER_CHANGE:
@@ -106,7 +99,7 @@ class ControllerStateMachine:
                     delta.replay(decode_record(record), offset, batch.epoch)
                     results.append(None)
                 else:
-                    results.append(self.kv.apply_record(record, offset, batch.epoch))
+                    results.append(None)  # another state machine's
         self._applied = batch.end_offset
         if delta is not None:
             self.image = delta.apply().with_provenance(batch.end_offset, batch.epoch)
@@ -119,8 +112,7 @@ class ControllerStateMachine:
         return results
 
     def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
-        image, rows, chain = decode_snapshot(snapshot_id, data)
-        self.kv.import_items(rows, snapshot_id.end_offset)
+        image, chain = decode_snapshot(snapshot_id, data)
         self.image = image
         self._applied = snapshot_id.end_offset
         self._chain = chain
@@ -134,15 +126,12 @@ class ControllerStateMachine:
         return self.capture_snapshot()()
 
     def capture_snapshot(self) -> Callable[[], bytes]:
-        # The image is immutable: holding it is the capture.  The key-value
-        # rows are copied now (they are mutable).
-        image, rows, applied, chain = self.image, self.kv.export_items(), self._applied, self._chain
-        return lambda: encode_snapshot(image, rows, applied, chain)
+        # The image is immutable: holding it is the capture.
+        image, applied, chain = self.image, self._applied, self._chain
+        return lambda: encode_snapshot(image, applied, chain)
 
 
-def encode_snapshot(
-    image: MetadataImage, kv_rows: list[list[Any]], applied: int, chain: bytes
-) -> bytes:
+def encode_snapshot(image: MetadataImage, applied: int, chain: bytes) -> bytes:
     records = [encode_record(r) for r in image.to_records()]
     return bytes(
         msgpack.packb(
@@ -152,25 +141,22 @@ def encode_snapshot(
                 "epoch": image.epoch,
                 "chain": chain,
                 "metadata": records,
-                "kv": kv_rows,
             }
         )
     )
 
 
-def decode_snapshot(
-    snapshot_id: SnapshotId, data: bytes
-) -> tuple[MetadataImage, list[list[Any]], bytes]:
-    """(image, key-value rows, log digest) of a snapshot; ValueError naming
-    what is wrong with a malformed one."""
+def decode_snapshot(snapshot_id: SnapshotId, data: bytes) -> tuple[MetadataImage, bytes]:
+    """(image, log digest) of a snapshot; ValueError naming what is wrong
+    with a malformed one."""
     try:
         obj = msgpack.unpackb(data)
         if not isinstance(obj, dict):
             raise ValueError("not a map")
-        if obj.get("version") != SNAPSHOT_VERSION:
+        if obj.get("version") not in READABLE_VERSIONS:
             raise ValueError(
                 f"snapshot format version {obj.get('version')!r}; this build reads "
-                f"{SNAPSHOT_VERSION}"
+                f"{', '.join(map(str, READABLE_VERSIONS))}"
             )
         if obj["end_offset"] != snapshot_id.end_offset:
             raise ValueError(f"it holds the state at offset {obj['end_offset']}")
@@ -181,7 +167,6 @@ def decode_snapshot(
         for raw in obj["metadata"]:
             delta.replay(decode_record(bytes(raw)), 0, 0)
         image = delta.apply().with_provenance(snapshot_id.end_offset, snapshot_id.epoch)
-        rows = list(obj["kv"])
     except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
         raise ValueError(f"malformed controller snapshot {snapshot_id}: {exc}") from exc
-    return image, rows, chain
+    return image, chain

@@ -4,7 +4,7 @@ Kafka's ``RaftClient.Listener`` (handleCommit, handleLoadSnapshot,
 handleLeaderChange), plus what a node needs to take snapshots.  The node
 calls it in log order on one task, after the batches are committed; the
 state machine changes only here (decide, then replay).  ``metadata/`` will
-implement it; :class:`quorum.kv.KvStateMachine` does today.
+implement it; :class:`kvstore.state_machine.KvStateMachine` does today.
 """
 
 from __future__ import annotations

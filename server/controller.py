@@ -16,18 +16,21 @@ import contextlib
 import logging
 import signal
 
+from kvstore.service import KvPlugin
+from kvstore.state_machine import KvStateMachine
 from metadata.active import ControllerSettings
 from metadata.server import MetadataPlugin
 from metadata.state_machine import ControllerStateMachine
 from quorum.driver.rocks import StorageOpenError
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import StorageFormatError, read_meta
+from quorum.shared_log import SharedLog
 from quorum.storage import NodeStorage, StorageCorruptError
 from quorum.types import Role
 from server.config import ControllerConfig
 from server.errors import EXIT_FAILURE
 
-__all__ = ["controller_server", "plugin_of", "run_controller"]
+__all__ = ["controller_server", "kv_of", "kv_server", "plugin_of", "run_controller"]
 
 log = logging.getLogger("kq.controller")
 
@@ -38,14 +41,30 @@ def controller_server(
     storage: NodeStorage | None = None,
 ) -> NodeServer:
     """A controller node: the quorum, the key-value store and the metadata
-    services on one gRPC server."""
+    services on one gRPC server, the two sharing the node's log."""
     settings = settings or ControllerSettings()
-    state_machine = ControllerStateMachine()
+    metadata = ControllerStateMachine()
+    kv = KvStateMachine()
     return NodeServer(
         config,
         storage,
-        state_machine=state_machine,
-        plugins=[lambda host: MetadataPlugin(host, state_machine, settings)],
+        state_machine=SharedLog([("metadata", metadata), ("kv", kv)]),
+        plugins=[
+            lambda host: KvPlugin(host, kv),
+            lambda host: MetadataPlugin(host, metadata, settings),
+        ],
+    )
+
+
+def kv_server(config: NodeConfig, storage: NodeStorage | None = None) -> NodeServer:
+    """A quorum node with the key-value store alone (the quorum's own
+    tests and benchmarks: no metadata controller)."""
+    kv = KvStateMachine()
+    return NodeServer(
+        config,
+        storage,
+        state_machine=SharedLog([("kv", kv)]),
+        plugins=[lambda host: KvPlugin(host, kv)],
     )
 
 
@@ -55,6 +74,14 @@ def plugin_of(server: NodeServer) -> MetadataPlugin:
         if isinstance(plugin, MetadataPlugin):
             return plugin
     raise LookupError(f"node {server.config.node_id} runs no metadata controller")
+
+
+def kv_of(server: NodeServer) -> KvStateMachine:
+    """The key-value store of a server made here."""
+    for plugin in server.plugins:
+        if isinstance(plugin, KvPlugin):
+            return plugin.state_machine
+    raise LookupError(f"node {server.config.node_id} runs no key-value store")
 
 
 def run_controller(config: ControllerConfig) -> int:

@@ -21,6 +21,7 @@ PACKAGES = (
     "history",
     "partition_log",
     "quorum",
+    "kvstore",
     "metadata",
     "broker",
     "server",
@@ -41,7 +42,7 @@ UNITS = (*PACKAGES, "quorum.sim", "quorum.driver", "kq.commands")
 QUORUM_SEAMS = (
     "quorum.types",
     "quorum.listener",
-    "quorum.kv",
+    "quorum.shared_log",
     "quorum.driver.raft_client",
     "quorum.driver.plugin",
     "quorum.driver.client",
@@ -60,7 +61,8 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
     "quorum.sim": ("quorum", "history"),
     # The quorum node: the pure core under asyncio, gRPC and RocksDB.
     "quorum.driver": ("quorum", "kqproto"),
-    # Metadata: only through the quorum's seams.
+    # The node's plug-ins: only through the quorum's seams.
+    "kvstore": ("kqproto", *QUORUM_SEAMS),
     "metadata": ("kqproto", *QUORUM_SEAMS),
     # Brokers read the metadata image and delta, never the controller.
     "broker": (
@@ -75,15 +77,16 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
         "metadata.client",
     ),
     # Process assembly: builds processes out of everything below it.
-    "server": ("kqproto", "quorum", "metadata", "broker", "partition_log"),
+    "server": ("kqproto", "quorum", "kvstore", "metadata", "broker", "partition_log"),
     # The tools on top; spark_verify stands apart from all of kq.
-    "chaos": ("kqproto", "history", "quorum", "metadata", "broker", "server"),
+    "chaos": ("kqproto", "history", "quorum", "kvstore", "metadata", "broker", "server"),
     "spark_verify": BOTTOM,
     "bench": (
         "kqproto",
         "history",
         "partition_log",
         "quorum",
+        "kvstore",
         "metadata",
         "broker",
         "server",
@@ -99,6 +102,7 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
         "history",
         "partition_log",
         "quorum",
+        "kvstore",
         "metadata",
         "broker",
         "server",

@@ -38,6 +38,7 @@ from typing import Any, Final, Literal, Protocol
 from chaos.workloads import FinalVerdict, Pacer, WorkloadStats
 from chaos.workloads.topics import error_word
 from history.ops import HistoryRecorder, Op, next_process
+from kvstore.client import KvClient
 from metadata.client import (
     ConfigOp,
     ConfigResource,
@@ -51,7 +52,6 @@ from metadata.errors import Errors
 from quorum.driver.client import (
     ClientError,
     IndeterminateWriteError,
-    KvClient,
     NoLeaderError,
     ReadDeadlineError,
     ServerBusyError,

@@ -35,12 +35,9 @@ from kq.commands.common import (
     print_json,
     run_async,
 )
-from quorum.driver.client import (
-    ClientError,
-    IndeterminateWriteError,
-    KvClient,
-    Position,
-)
+from kvstore.client import KvClient
+from quorum.driver.client import ClientError, IndeterminateWriteError
+from quorum.types import OffsetAndEpoch
 
 __all__ = ["register"]
 
@@ -146,11 +143,11 @@ def _report_error(args: argparse.Namespace, kind: str, message: str, status: int
     raise CommandError(f"{kind}: {message}", status)
 
 
-def _position(position: Position) -> dict[str, int]:
+def _position(position: OffsetAndEpoch) -> dict[str, int]:
     return {"offset": position.offset, "epoch": position.epoch}
 
 
-def _written(args: argparse.Namespace, position: Position) -> int:
+def _written(args: argparse.Namespace, position: OffsetAndEpoch) -> int:
     if args.json:
         print_json({"ok": True, "key": args.key, **_position(position)})
     else:

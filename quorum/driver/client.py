@@ -1,4 +1,8 @@
-"""The Python client of a kq quorum: finds the leader, follows redirects.
+"""Clients of a kq quorum: find the leader, follow redirects.
+
+:class:`LeaderFollowingClient` is what the clients of the node's plug-ins
+(the key-value store's :class:`kvstore.client.KvClient`, the metadata
+services' :class:`metadata.client.MetadataClient`) are made of.
 
 A client starts from any bootstrap addresses.  A node that is not the leader
 answers NOT_LEADER with the leader's address, which the client follows; an
@@ -19,24 +23,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Self
+from typing import Self
 
 import grpc
 
-from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2, quorum_pb2_grpc
+from kqproto import quorum_pb2, quorum_pb2_grpc
 
 __all__ = [
-    "ServerBusyError",
-    "CasOutcome",
     "ChannelPool",
-    "LeaderFollowingClient",
     "ClientError",
     "IndeterminateWriteError",
-    "KvClient",
+    "LeaderFollowingClient",
     "NoLeaderError",
     "ReadDeadlineError",
-    "ReadResult",
+    "ServerBusyError",
     "describe",
 ]
 
@@ -67,29 +67,6 @@ class IndeterminateWriteError(Exception):
     def __init__(self, message: str, *, timed_out: bool = False) -> None:
         super().__init__(message)
         self.timed_out = timed_out
-
-
-@dataclass(frozen=True, slots=True)
-class Position:
-    offset: int
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class CasOutcome:
-    ok: bool
-    position: Position
-    # For a failed compare-and-set: the value found (None if absent).
-    current: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ReadResult:
-    present: bool
-    value: bytes | None
-    version: Position | None
-    applied_offset: int
-    node_address: str
 
 
 class ChannelPool:
@@ -145,6 +122,9 @@ class LeaderFollowingClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    def quorum_stub(self, address: str) -> quorum_pb2_grpc.QuorumServiceAsyncStub:
+        return quorum_pb2_grpc.QuorumServiceStub(self._channel(address))
+
     def _channel(self, address: str) -> grpc.aio.Channel:
         return self._channels.get(address)
 
@@ -195,125 +175,6 @@ class LeaderFollowingClient:
             self._leader = hint.leader_address
         else:
             self._leader = None
-
-
-class KvClient(LeaderFollowingClient):
-    def _kv(self, address: str) -> kv_pb2_grpc.KvServiceAsyncStub:
-        return kv_pb2_grpc.KvServiceStub(self._channel(address))
-
-    def quorum_stub(self, address: str) -> quorum_pb2_grpc.QuorumServiceAsyncStub:
-        return quorum_pb2_grpc.QuorumServiceStub(self._channel(address))
-
-    # -- writes ------------------------------------------------------------
-
-    async def _write(
-        self, call: str, request: Any, timeout_s: float | None
-    ) -> kv_pb2.WriteResponse:
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
-        while True:
-            if time.monotonic() >= deadline:
-                raise NoLeaderError("no leader accepted the write before the deadline")
-            address = self._candidate()
-            if not await self._ready(address, deadline):
-                # Not connected: nothing was sent, another node may lead.
-                self._forget(address)
-                continue
-            try:
-                response: kv_pb2.WriteResponse = await getattr(self._kv(address), call)(
-                    request, timeout=max(0.001, deadline - time.monotonic())
-                )
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:  # refused before appending
-                    raise ServerBusyError(exc.details() or exc.code().name) from None
-                if exc.code() in (
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    grpc.StatusCode.FAILED_PRECONDITION,
-                ):
-                    raise ClientError(exc.details() or exc.code().name) from None
-                self._leader = None
-                raise IndeterminateWriteError(
-                    f"{call} to {address} failed after it was sent ({exc.code().name}); "
-                    "it may or may not have committed",
-                    timed_out=exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED,
-                ) from None
-            if response.error == kv_pb2.NOT_LEADER:
-                self._follow(response.leader, address)
-                if self._leader is None:
-                    await asyncio.sleep(0.02)  # an election is under way
-                continue
-            if response.error == kv_pb2.INDETERMINATE:
-                self._leader = None
-                raise IndeterminateWriteError(response.message)
-            if response.error == kv_pb2.INVALID_REQUEST:
-                raise ClientError(response.message)
-            self._leader = address
-            return response
-
-    async def put(self, key: str, value: bytes, timeout_s: float | None = None) -> Position:
-        r = await self._write("Put", kv_pb2.PutRequest(key=key, value=value), timeout_s)
-        return Position(r.position.offset, r.position.epoch)
-
-    async def put_many(
-        self, items: Sequence[tuple[str, bytes]], timeout_s: float | None = None
-    ) -> Position:
-        request = kv_pb2.PutManyRequest(puts=[kv_pb2.PutRequest(key=k, value=v) for k, v in items])
-        r = await self._write("PutMany", request, timeout_s)
-        return Position(r.position.offset, r.position.epoch)
-
-    async def cas(
-        self, key: str, expected: bytes | None, value: bytes, timeout_s: float | None = None
-    ) -> CasOutcome:
-        request = kv_pb2.CasRequest(
-            key=key, expected=expected or b"", expect_absent=expected is None, value=value
-        )
-        r = await self._write("Cas", request, timeout_s)
-        position = Position(r.position.offset, r.position.epoch)
-        if r.error == kv_pb2.PRECONDITION_FAILED:
-            return CasOutcome(False, position, r.current if r.current_present else None)
-        return CasOutcome(True, position)
-
-    async def delete(self, key: str, timeout_s: float | None = None) -> Position:
-        r = await self._write("Delete", kv_pb2.DeleteRequest(key=key), timeout_s)
-        return Position(r.position.offset, r.position.epoch)
-
-    # -- reads -------------------------------------------------------------
-
-    async def get(
-        self, key: str, linearizable: bool = True, timeout_s: float | None = None
-    ) -> ReadResult:
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
-        last = "no node answered"
-        while time.monotonic() < deadline:
-            address = self._candidate()
-            try:
-                r: kv_pb2.GetResponse = await self._kv(address).Get(
-                    kv_pb2.GetRequest(key=key, linearizable=linearizable),
-                    timeout=max(0.001, min(1.0, deadline - time.monotonic())),
-                )
-            except grpc.aio.AioRpcError as exc:
-                if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                    raise ClientError(exc.details() or "invalid request") from None
-                last = f"{address}: {exc.code().name}"
-                self._leader = None
-                continue
-            if r.error == kv_pb2.NOT_LEADER and linearizable:
-                self._follow(r.leader, address)
-                last = f"{address} is not the leader"
-                if self._leader is None:
-                    await asyncio.sleep(0.02)
-                continue
-            if r.error != kv_pb2.OK:
-                last = f"{address}: {r.message}"
-                self._leader = None
-                await asyncio.sleep(0.02)
-                continue
-            if linearizable:
-                self._leader = address
-            version = Position(r.version.offset, r.version.epoch) if r.present else None
-            return ReadResult(
-                r.present, r.value if r.present else None, version, r.applied_offset, address
-            )
-        raise ReadDeadlineError(f"read of {key!r} did not complete before the deadline ({last})")
 
 
 async def describe(address: str, timeout_s: float) -> quorum_pb2.DescribeQuorumResponse | None:

@@ -31,6 +31,7 @@ from quorum.driver.raft_client import (
     NodeStoppedError,
     ProposalOutcome,
     ReadTimeoutError,
+    propose,
 )
 from quorum.listener import StateMachine
 from quorum.messages import Message
@@ -222,19 +223,9 @@ class QuorumNode:
         self._wakeup.set()
 
     async def propose(self, records: Sequence[bytes], timeout_s: float) -> ProposalOutcome:
-        """Replicate ``records`` (as part of one batch) and apply them.
-
-        Raises NotLeaderError at once off the leader (nothing was written);
-        IndeterminateError if leadership was lost, or time ran out, before
-        this node learned whether they committed; NodeStoppedError.
-        """
-        _, future = self.submit(records)
-        try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
-        except TimeoutError:
-            raise IndeterminateError(
-                f"no outcome within {timeout_s:.3f}s: the write may or may not have committed"
-            ) from None
+        """Replicate ``records`` (as part of one batch) and apply them
+        (:func:`quorum.driver.raft_client.propose`)."""
+        return await propose(self, records, timeout_s)
 
     def next_offset(self) -> int:
         """The offset the next record submitted now will get, if this node

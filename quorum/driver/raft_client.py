@@ -41,6 +41,7 @@ __all__ = [
     "ProposalOutcome",
     "RaftClient",
     "ReadTimeoutError",
+    "propose",
 ]
 
 
@@ -125,3 +126,23 @@ class RaftClient(Protocol):
         returns the read index.  NotLeaderError off the leader,
         ReadTimeoutError, NodeStoppedError."""
         ...
+
+
+async def propose(
+    client: RaftClient, records: Sequence[bytes], timeout_s: float
+) -> ProposalOutcome:
+    """Submit ``records`` for the epoch this node leads and wait for the
+    outcome.  NotLeaderError at once off the leader (nothing was written);
+    IndeterminateError if leadership was lost, or time ran out, before this
+    node learned whether they committed; BusyError, ValueError,
+    NodeStoppedError as :meth:`RaftClient.submit`."""
+    known = client.leader_and_epoch()
+    if known.leader_id != client.node_id:
+        raise NotLeaderError(known.leader_id, known.epoch)
+    _, future = client.submit(records, known.epoch)
+    try:
+        return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+    except TimeoutError:
+        raise IndeterminateError(
+            f"no outcome within {timeout_s:.3f}s: the write may or may not have committed"
+        ) from None

@@ -1,8 +1,12 @@
 """One kq quorum node as a gRPC server.
 
 A single grpc.aio server on the node's address serves: RaftService (between
-quorum nodes), KvService (the replicated key-value store), QuorumService
-(describe, resign), gRPC health checking and server reflection.
+quorum nodes), QuorumService (describe, resign), the services of the node's
+plug-ins (:mod:`quorum.driver.plugin`: the key-value store's, the metadata
+controller's), gRPC health checking and server reflection.  The node's
+state machine is a :class:`quorum.shared_log.SharedLog` of its plug-ins'
+state machines (its snapshots hold each part under its name, so every node
+of a cluster reads every other's): the node knows none of them.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -21,40 +25,23 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import CollectorRegistry
 
-from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2, quorum_pb2_grpc, raft_pb2
-from quorum.core import NotLeaderError
+from kqproto import quorum_pb2, quorum_pb2_grpc, raft_pb2
 from quorum.driver.metrics import NodeMetrics
 from quorum.driver.node import (
-    BusyError,
-    IndeterminateError,
     NodeOptions,
-    NodeStoppedError,
     QuorumNode,
-    ReadTimeoutError,
 )
 from quorum.driver.plugin import (
-    DEFAULT_READ_TIMEOUT_S,
-    DEFAULT_WRITE_TIMEOUT_S,
     PluginHost,
     ServerPlugin,
-    call_timeout,
 )
 from quorum.driver.storage_format import open_node_storage
 from quorum.driver.transport import RaftTransport
-from quorum.kv import (
-    CasResult,
-    KvStateMachine,
-    Versioned,
-    encode_cas,
-    encode_delete,
-    encode_put,
-    encode_put_many,
-)
-from quorum.listener import StateMachine
+from quorum.shared_log import SharedLog
 from quorum.storage import NodeStorage
 from quorum.types import NodeId, Role, VoterSet
 
-__all__ = ["KvStateReader", "NodeConfig", "NodeServer"]
+__all__ = ["NodeConfig", "NodeServer"]
 
 log = logging.getLogger("kq.server")
 
@@ -81,14 +68,6 @@ class NodeConfig:
         raise ValueError(f"node {self.node_id} is not a voter and has no listen address")
 
 
-class KvStateReader(StateMachine, Protocol):
-    """A state machine that also serves the key-value store's reads."""
-
-    def get(self, key: str) -> Versioned | None: ...
-
-    def digest(self) -> bytes: ...
-
-
 class NodeServer:
     """Owns a node's storage, core driver, transport and gRPC server;
     implements :class:`quorum.driver.plugin.PluginHost` for its plug-ins."""
@@ -97,14 +76,15 @@ class NodeServer:
         self,
         config: NodeConfig,
         storage: NodeStorage | None = None,
-        state_machine: KvStateReader | None = None,
+        *,
+        state_machine: SharedLog,
         plugins: Sequence[Callable[[PluginHost], ServerPlugin]] = (),
     ) -> None:
         self.config = config
         self.storage = storage or open_node_storage(
             config.data_dir, config.cluster_id, config.node_id
         )
-        self.state_machine: KvStateReader = state_machine or KvStateMachine()
+        self.state_machine = state_machine
         self.metrics = NodeMetrics(config.node_id)
         self.node = QuorumNode(
             config.node_id,
@@ -141,14 +121,12 @@ class NodeServer:
         from kqproto import raft_pb2_grpc
 
         raft_pb2_grpc.add_RaftServiceServicer_to_server(self.transport, self.server)
-        kv_pb2_grpc.add_KvServiceServicer_to_server(KvServicer(self), self.server)
         quorum_pb2_grpc.add_QuorumServiceServicer_to_server(QuorumServicer(self), self.server)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         for plugin in self.plugins:
             plugin.add_to_server(self.server)
         names = [
             raft_pb2.DESCRIPTOR.services_by_name["RaftService"].full_name,
-            kv_pb2.DESCRIPTOR.services_by_name["KvService"].full_name,
             quorum_pb2.DESCRIPTOR.services_by_name["QuorumService"].full_name,
             *[name for plugin in self.plugins for name in plugin.service_names],
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
@@ -216,111 +194,6 @@ class NodeServer:
             leader_address=self.config.voters.get(leader, "") if leader is not None else "",
             epoch=core.epoch,
         )
-
-
-class KvServicer(kv_pb2_grpc.KvServiceServicer):
-    def __init__(self, server: NodeServer) -> None:
-        self.s = server
-
-    async def _write(self, records: list[bytes], context: Any) -> kv_pb2.WriteResponse:
-        try:
-            outcome = await self.s.node.propose(
-                records, call_timeout(context, DEFAULT_WRITE_TIMEOUT_S)
-            )
-        except NotLeaderError as exc:
-            return kv_pb2.WriteResponse(
-                error=kv_pb2.NOT_LEADER, message=str(exc), leader=self.s.leader_hint()
-            )
-        except IndeterminateError as exc:
-            return kv_pb2.WriteResponse(
-                error=kv_pb2.INDETERMINATE, message=str(exc), leader=self.s.leader_hint()
-            )
-        except BusyError as exc:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
-            raise  # unreachable: abort raises
-        except ValueError as exc:  # larger than one batch may be
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            raise  # unreachable: abort raises
-        except NodeStoppedError as exc:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
-            raise  # unreachable: abort raises
-        position = quorum_pb2.LogPosition(offset=outcome.offset, epoch=outcome.epoch)
-        for result in outcome.results:
-            if isinstance(result, CasResult) and not result.ok:
-                return kv_pb2.WriteResponse(
-                    error=kv_pb2.PRECONDITION_FAILED,
-                    message="the current value differs from the expected one",
-                    position=position,
-                    current=result.current or b"",
-                    current_present=result.current is not None,
-                )
-        return kv_pb2.WriteResponse(error=kv_pb2.OK, position=position)
-
-    async def _encode(self, context: Any, make: Any, *args: Any) -> bytes:
-        """The record ``make(*args)`` encodes; INVALID_ARGUMENT naming the
-        problem if the arguments are not valid."""
-        try:
-            return bytes(make(*args))
-        except ValueError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-            raise  # unreachable: abort raises
-
-    async def Put(self, request: kv_pb2.PutRequest, context: Any) -> kv_pb2.WriteResponse:
-        record = await self._encode(context, encode_put, request.key, request.value)
-        return await self._write([record], context)
-
-    async def PutMany(self, request: kv_pb2.PutManyRequest, context: Any) -> kv_pb2.WriteResponse:
-        if not request.puts:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "PutMany needs at least one put")
-        limit = self.s.config.options.max_batch_records
-        if len(request.puts) > limit:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"PutMany holds {len(request.puts)} puts; at most {limit} fit in one batch",
-            )
-        items = [(put.key, put.value) for put in request.puts]
-        record = await self._encode(context, encode_put_many, items)
-        return await self._write([record], context)
-
-    async def Cas(self, request: kv_pb2.CasRequest, context: Any) -> kv_pb2.WriteResponse:
-        expected = None if request.expect_absent else request.expected
-        record = await self._encode(context, encode_cas, request.key, expected, request.value)
-        if request.expect_absent and request.expected:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "a compare-and-set expects either a value or expect_absent, not both",
-            )
-        return await self._write([record], context)
-
-    async def Delete(self, request: kv_pb2.DeleteRequest, context: Any) -> kv_pb2.WriteResponse:
-        record = await self._encode(context, encode_delete, request.key)
-        return await self._write([record], context)
-
-    async def Get(self, request: kv_pb2.GetRequest, context: Any) -> kv_pb2.GetResponse:
-        if not request.key:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a key must be non-empty")
-        if request.linearizable:
-            try:
-                await self.s.node.read_barrier(call_timeout(context, DEFAULT_READ_TIMEOUT_S))
-            except NotLeaderError as exc:
-                return kv_pb2.GetResponse(
-                    error=kv_pb2.NOT_LEADER, message=str(exc), leader=self.s.leader_hint()
-                )
-            except (ReadTimeoutError, NodeStoppedError) as exc:
-                return kv_pb2.GetResponse(
-                    error=kv_pb2.TIMEOUT, message=str(exc), leader=self.s.leader_hint()
-                )
-        sm = self.s.state_machine
-        found = sm.get(request.key)
-        response = kv_pb2.GetResponse(
-            error=kv_pb2.OK, leader=self.s.leader_hint(), applied_offset=sm.applied_offset
-        )
-        if found is not None:
-            response.present = True
-            response.value = found.value
-            response.version.offset = found.offset
-            response.version.epoch = found.epoch
-        return response
 
 
 class QuorumServicer(quorum_pb2_grpc.QuorumServiceServicer):

@@ -14,7 +14,8 @@ from chaos.backend import ClusterBackend, isolate
 from history.export_files import read_changes, read_log
 from history.exports import check_changes, check_log
 from kqproto import quorum_pb2
-from quorum.driver.client import ClientError, IndeterminateWriteError, KvClient, describe
+from kvstore.client import KvClient
+from quorum.driver.client import ClientError, IndeterminateWriteError, describe
 
 __all__ = ["check_exports", "isolate_the_leader", "leader", "put_ms", "roles", "wait_converged"]
 

@@ -16,7 +16,8 @@ import pytest
 from chaos.backend import isolate
 from chaos.docker import DockerCluster, netem_available
 from chaos.docker_image import Docker, DockerError, ensure_image
-from quorum.driver.client import KvClient, describe
+from kvstore.client import KvClient
+from quorum.driver.client import describe
 from tests.chaos.cluster_scenarios import (
     check_exports,
     isolate_the_leader,

@@ -16,7 +16,8 @@ from chaos.backend import isolate, partition_pairs
 from chaos.local import LocalCluster, node_dscp, node_host
 from chaos.netfilter import NetfilterError, require_iptables
 from chaos.node_exports import node_changes
-from quorum.driver.client import KvClient, describe
+from kvstore.client import KvClient
+from quorum.driver.client import describe
 from server.config import ConfigError, controller_config, load_settings
 from tests.chaos.cluster_scenarios import (
     check_exports,

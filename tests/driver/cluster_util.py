@@ -14,6 +14,7 @@ from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import format_storage
 from quorum.types import Role
+from server.controller import kv_server
 
 CLUSTER_ID = "kq-test-cluster-000000"
 FAST = NodeOptions(
@@ -47,7 +48,7 @@ class Cluster:
             format_storage(root / f"node-{n}", CLUSTER_ID, n, self.voters.keys())
 
     async def start(self, node: int) -> NodeServer:
-        server = NodeServer(
+        server = kv_server(
             NodeConfig(
                 node, CLUSTER_ID, self.voters, self.root / f"node-{node}", options=self.options
             )

@@ -9,14 +9,9 @@ from typing import Any
 import pytest
 
 from kq.cli import main
-from quorum.driver.client import (
-    CasOutcome,
-    ClientError,
-    IndeterminateWriteError,
-    KvClient,
-    Position,
-    ReadResult,
-)
+from kvstore.client import CasOutcome, KvClient, ReadResult
+from quorum.driver.client import ClientError, IndeterminateWriteError
+from quorum.types import OffsetAndEpoch
 from tests.driver.cluster_util import free_ports
 
 B = ["--bootstrap-server", "127.0.0.1:1"]
@@ -36,7 +31,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, name: str, result: Any) -> list[tuple[
 
 
 def test_put_ok(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    calls = fake(monkeypatch, "put", Position(7, 2))
+    calls = fake(monkeypatch, "put", OffsetAndEpoch(offset=7, epoch=2))
     assert main(["kv", "put", "k", "v", *B]) == 0
     assert calls == [("k", b"v")]
     assert "offset 7, epoch 2" in capsys.readouterr().out
@@ -66,7 +61,9 @@ def test_a_definite_failure_exits_1(
 
 
 def test_get(monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]) -> None:
-    calls = fake(monkeypatch, "get", ReadResult(True, b"val", Position(3, 1), 5, "n"))
+    calls = fake(
+        monkeypatch, "get", ReadResult(True, b"val", OffsetAndEpoch(offset=3, epoch=1), 5, "n")
+    )
     assert main(["kv", "get", "k", *B]) == 0
     assert capsysbinary.readouterr().out == b"val\n"
     fake(monkeypatch, "get", ReadResult(False, None, None, 5, "n"))
@@ -78,11 +75,11 @@ def test_get(monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixtur
 
 
 def test_cas(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    calls = fake(monkeypatch, "cas", CasOutcome(True, Position(4, 1)))
+    calls = fake(monkeypatch, "cas", CasOutcome(True, OffsetAndEpoch(offset=4, epoch=1)))
     assert main(["kv", "cas", "k", "old", "new", *B]) == 0
     assert main(["kv", "cas", "k", "new", "--expect-absent", *B]) == 0
     assert calls == [("k", b"old", b"new"), ("k", None, b"new")]
-    fake(monkeypatch, "cas", CasOutcome(False, Position(4, 1), b"other"))
+    fake(monkeypatch, "cas", CasOutcome(False, OffsetAndEpoch(offset=4, epoch=1), b"other"))
     assert main(["kv", "cas", "k", "old", "new", *B]) == 1
     assert "precondition failed: it holds 'other'" in capsys.readouterr().err
     assert main(["kv", "cas", "k", "old", "new", *B, "--json"]) == 1

@@ -39,7 +39,7 @@ import pytest
 from rocksdict import Options, Rdict
 
 from kqproto import quorum_pb2
-from quorum.driver.client import KvClient
+from kvstore.client import KvClient
 from quorum.driver.codec import decode_batch
 from quorum.driver.rocks import LOG_PREFIX, STATE_KEY
 from quorum.types import BatchKind

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from kqproto import quorum_pb2
-from quorum.driver.client import ClientError, IndeterminateWriteError, KvClient, NoLeaderError
+from kvstore.client import KvClient
+from quorum.driver.client import ClientError, IndeterminateWriteError, NoLeaderError
 from server.local_cluster import free_base_port, load_state, process_alive, run_kq
 
 ROUNDS = 6

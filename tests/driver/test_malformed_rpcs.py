@@ -44,11 +44,12 @@ import grpc
 import pytest
 
 from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2, quorum_pb2_grpc, raft_pb2, raft_pb2_grpc
+from kvstore.client import KvClient
+from kvstore.state_machine import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from quorum.config import QuorumConfig
-from quorum.driver.client import KvClient
 from quorum.driver.node import NodeOptions
-from quorum.kv import MAX_KEY_BYTES, MAX_VALUE_BYTES
 from quorum.types import Role
+from server.controller import kv_of
 from tests.driver.cluster_util import CLUSTER_ID, Cluster, run
 
 I32_MAX = 2**31 - 1
@@ -472,7 +473,7 @@ async def _still_serves(cluster: Cluster, acked: dict[str, bytes]) -> None:
     nodes = list(cluster.servers.values())
     await cluster.wait_for(
         lambda: (
-            all(s.state_machine.get("after-the-fuzz") is not None for s in nodes)
+            all(kv_of(s).get("after-the-fuzz") is not None for s in nodes)
             and len({(s.state_machine.applied_offset, s.state_machine.digest()) for s in nodes})
             == 1
         ),

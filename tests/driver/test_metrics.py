@@ -7,7 +7,7 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from quorum.driver.client import KvClient
+from kvstore.client import KvClient
 from quorum.driver.metrics import NodeMetrics
 from tests.driver.cluster_util import free_ports, run, running
 

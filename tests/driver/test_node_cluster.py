@@ -8,7 +8,9 @@ import grpc
 import pytest
 
 from kqproto import kv_pb2, kv_pb2_grpc, raft_pb2, raft_pb2_grpc
-from quorum.driver.client import ClientError, KvClient
+from kvstore.client import KvClient
+from quorum.driver.client import ClientError
+from server.controller import kv_of
 from tests.driver.cluster_util import CLUSTER_ID, run, running
 
 
@@ -29,7 +31,7 @@ def test_write_then_linearizable_read_from_any_bootstrap(tmp_path: Path) -> None
                 assert not missing.present and missing.value is None
             # Every node applies the write.
             await cluster.wait_for(
-                lambda: all(s.state_machine.get("a") is not None for s in cluster.servers.values())
+                lambda: all(kv_of(s).get("a") is not None for s in cluster.servers.values())
             )
 
     run(go())
@@ -71,9 +73,10 @@ def test_leader_failover_keeps_acknowledged_writes(tmp_path: Path) -> None:
                 # The old leader comes back, catches up and agrees.
                 await cluster.start(old)
                 await cluster.wait_for(
-                    lambda: cluster.servers[old].state_machine.get("after") is not None
+                    lambda: kv_of(cluster.servers[old]).get("after") is not None
                 )
-                assert cluster.servers[old].state_machine.get("k7").value == b"7"  # type: ignore[union-attr]
+                found = kv_of(cluster.servers[old]).get("k7")
+                assert found is not None and found.value == b"7"
 
     run(go())
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from kvstore.state_machine import KvStateMachine, encode_put
 from quorum.driver.node import BusyError, NodeOptions, QuorumNode
 from quorum.driver.raft_client import NotLeaderError, RaftClient
-from quorum.kv import KvStateMachine, encode_put
 from quorum.memory import MemoryStores
 from quorum.ready import Ready
 from quorum.types import VoterSet

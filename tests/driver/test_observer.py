@@ -19,12 +19,14 @@ import grpc
 import pytest
 
 from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2, quorum_pb2_grpc
+from kvstore.client import KvClient
 from quorum.config import QuorumConfig
-from quorum.driver.client import IndeterminateWriteError, KvClient
+from quorum.driver.client import IndeterminateWriteError
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import format_storage
 from quorum.types import Role
+from server.controller import kv_of, kv_server
 from tests.driver.cluster_util import CLUSTER_ID, Cluster, free_ports, run
 
 OBSERVER = 4
@@ -51,7 +53,7 @@ async def voters_and_observer(root: Path) -> AsyncIterator[tuple[Cluster, NodeSe
         data_dir = root / f"observer-{OBSERVER}"
         format_storage(data_dir, CLUSTER_ID, OBSERVER, cluster.voters.keys())
         (port,) = free_ports(1)
-        observer = NodeServer(
+        observer = kv_server(
             NodeConfig(
                 OBSERVER,
                 CLUSTER_ID,
@@ -93,9 +95,9 @@ def test_observer_replicates_serves_stale_reads_and_redirects(tmp_path: Path) ->
                     positions[f"k{i}"] = await client.put(f"k{i}", b"v%d" % i)
 
             # The observer's state machine applies the committed writes.
-            await cluster.wait_for(lambda: observer.state_machine.get("k9") is not None)
+            await cluster.wait_for(lambda: kv_of(observer).get("k9") is not None)
             for key, pos in positions.items():
-                found = observer.state_machine.get(key)
+                found = kv_of(observer).get(key)
                 assert found is not None
                 assert (found.value, found.offset, found.epoch) == (
                     b"v" + key[1:].encode(),
@@ -169,7 +171,7 @@ def test_observer_never_counts_toward_the_high_watermark(tmp_path: Path) -> None
             leader = await cluster.wait_leader()
             async with KvClient([leader.config.address]) as client:
                 committed = await client.put("before", b"1")
-            await cluster.wait_for(lambda: observer.state_machine.get("before") is not None)
+            await cluster.wait_for(lambda: kv_of(observer).get("before") is not None)
 
             # Two of the three voters go: the leader alone is no majority, and
             # the observer must not stand in for one.
@@ -194,8 +196,8 @@ def test_observer_never_counts_toward_the_high_watermark(tmp_path: Path) -> None
             assert leader.node.core.status().log_end_offset > hw_before
             assert leader.node.core.role is Role.LEADER  # still inside check-quorum
             assert leader.node.core.status().high_watermark == hw_before
-            assert leader.state_machine.get("during") is None
-            assert observer.state_machine.get("during") is None
+            assert kv_of(leader).get("during") is None
+            assert kv_of(observer).get("during") is None
             assert observer.node.core.status().high_watermark <= hw_before
             # The leader sees the observer fully caught up (its next fetch
             # reports the new end), and still does not commit.
@@ -218,7 +220,7 @@ def test_observer_never_counts_toward_the_high_watermark(tmp_path: Path) -> None
             nodes = [*cluster.servers.values(), observer]
             await cluster.wait_for(
                 lambda: (
-                    observer.state_machine.get("after") is not None
+                    kv_of(observer).get("after") is not None
                     and len(
                         {(s.state_machine.applied_offset, s.state_machine.digest()) for s in nodes}
                     )

@@ -11,6 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from kvstore.state_machine import encode_put
 from metadata.configs import ResourceType
 from metadata.controller import (
     AlterConfigOp,
@@ -22,7 +23,6 @@ from metadata.controller import (
 from metadata.errors import ApiError, Errors
 from metadata.image import MetadataImage
 from metadata.partition_change import Election
-from quorum.kv import encode_put
 from tests.metadata.controller_model import SimulatedCluster, register_request
 
 BROKERS = range(6)

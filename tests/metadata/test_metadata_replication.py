@@ -34,6 +34,7 @@ from quorum.config import QuorumConfig
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import format_storage
+from quorum.shared_log import SharedLog
 from server.controller import controller_server, plugin_of
 from tests.driver.cluster_util import CLUSTER_ID, Cluster, free_ports
 
@@ -88,7 +89,9 @@ async def start_observer(cluster: Cluster, node_id: int) -> NodeServer:
             listen=f"127.0.0.1:{port}",
             options=OPTIONS,
         ),
-        state_machine=ControllerStateMachine(),
+        # A node's snapshots hold every part of its log: an observer that
+        # replays the metadata alone takes the metadata's part.
+        state_machine=SharedLog([("metadata", ControllerStateMachine())]),
     )
     await observer.start()
     return observer
@@ -110,10 +113,14 @@ def create(topics: list[NewTopic]) -> Callable[[Controller], ControllerResult[li
     return lambda c: c.create_topics(topics)
 
 
+def metadata_of(server: NodeServer) -> ControllerStateMachine:
+    part = server.state_machine.part("metadata")
+    assert isinstance(part, ControllerStateMachine)
+    return part
+
+
 def image_of(server: NodeServer) -> MetadataImage:
-    sm = server.state_machine
-    assert isinstance(sm, ControllerStateMachine)
-    return sm.image
+    return metadata_of(server).image
 
 
 async def register_and_unfence(active: QuorumController, broker_id: int) -> int:
@@ -142,8 +149,7 @@ def test_standbys_observers_and_restarts_hold_the_active_image(tmp_path: Path) -
             def on_commit(delta: MetadataDelta, image: MetadataImage) -> None:
                 changes.append(delta.local_changes(1))
 
-            sm = observer.state_machine
-            assert isinstance(sm, ControllerStateMachine)
+            sm = metadata_of(observer)
             sm.add_listener(on_commit)
             try:
                 epochs = {b: await register_and_unfence(active, b) for b in (1, 2, 3)}

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvstore.state_machine import encode_cas, encode_delete, encode_put, encode_put_many
 from metadata.records import (
     NO_LEADER,
     NO_LEADER_CHANGE,
@@ -37,7 +38,6 @@ from metadata.records import (
     encode_record,
     is_metadata_record,
 )
-from quorum.kv import encode_cas, encode_delete, encode_put, encode_put_many
 
 # -- strategies, one per record type ---------------------------------------------
 

@@ -1,6 +1,8 @@
-"""The controller's state machine on the quorum's log: metadata and
-key-value records in one log, leader changes, snapshots
-(metadata/state_machine.py)."""
+"""The controller's state machine on the quorum's log
+(metadata/state_machine.py), alone and sharing a controller's log with the
+key-value store (quorum/shared_log.py): metadata and key-value records in
+one log, leader changes, snapshots, and snapshots written before the store
+became a plug-in of its own."""
 
 from __future__ import annotations
 
@@ -11,6 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvstore.state_machine import (
+    CasResult,
+    KvStateMachine,
+    encode_cas,
+    encode_delete,
+    encode_put,
+    encode_put_many,
+)
 from metadata.configs import ResourceType
 from metadata.delta import MetadataDelta, ReplayError
 from metadata.image import MetadataImage
@@ -23,7 +33,7 @@ from metadata.records import (
     is_metadata_record,
 )
 from metadata.state_machine import ControllerStateMachine
-from quorum.kv import CasResult, encode_cas, encode_delete, encode_put, encode_put_many
+from quorum.shared_log import SharedLog
 from quorum.types import Batch, BatchKind, SnapshotId
 from tests.metadata.controller_model import Harness, encode_batch, replay_batches
 
@@ -61,11 +71,26 @@ def cluster_log(seed: int = 0) -> list[Batch]:
     return out
 
 
+class NodeLog:
+    """A controller's log: the metadata and the key-value store sharing it."""
+
+    def __init__(self) -> None:
+        self.metadata = ControllerStateMachine()
+        self.kv = KvStateMachine()
+        self.log = SharedLog([("metadata", self.metadata), ("kv", self.kv)])
+
+    def replay(self, batches: list[Batch]) -> NodeLog:
+        for batch in batches:
+            self.log.handle_commit(batch)
+        return self
+
+
 # -- committing batches ---------------------------------------------------------------
 
 
 def test_mixed_key_value_and_metadata_records_in_one_batch() -> None:
-    sm = ControllerStateMachine()
+    node = NodeLog()
+    sm = node.metadata
     h = Harness()
     h.add_brokers(1)
     topic = h.create_topic("t")
@@ -76,15 +101,16 @@ def test_mixed_key_value_and_metadata_records_in_one_batch() -> None:
         encode_cas("k", b"v", b"w"),
         encode_cas("k", b"nope", b"x"),
     )
-    results = sm.handle_commit(Batch(0, 1, mixed))
+    results = node.log.handle_commit(Batch(0, 1, mixed))
     n = len(records)
     assert list(results[1 : 1 + n]) == [None] * n
     assert results[0] == CasResult(True)
     assert results[-2] == CasResult(True)
     assert results[-1] == CasResult(False, b"w")
     assert sm.image.topic_by_name("t") == topic
-    kv = sm.get("k")
+    kv = node.kv.get("k")
     assert kv is not None and kv.value == b"w" and kv.offset == n + 1
+    assert node.kv.applied_offset == node.log.applied_offset == len(mixed)
     assert sm.applied_offset == len(mixed)
     # The image is at the batch's end, whatever kind its last record is.
     assert (sm.image.offset, sm.image.epoch) == (len(mixed), 1)
@@ -106,8 +132,8 @@ def test_leader_change_batches() -> None:
     assert list(results) == [None, None]
     assert sm.last_leader_change_epoch == 3
     assert (sm.applied_offset, sm.image.offset, sm.image.epoch) == (2, 2, 3)
-    # Its records are neither metadata nor key-value records.
-    assert len(sm.kv) == 0 and not sm.image.brokers
+    # Its records are no metadata records.
+    assert not sm.image.brokers
     sm.handle_commit(Batch(2, 3, (encode_record(NoOpRecord()),)))
     assert sm.last_leader_change_epoch == 3
     sm.handle_commit(Batch(3, 5, (b"x",), BatchKind.LEADER_CHANGE))
@@ -179,13 +205,12 @@ def test_snapshot_loads_as_the_same_state() -> None:
     fresh = ControllerStateMachine()
     fresh.handle_load_snapshot(snapshot_id, data)
     assert fresh.image == sm.image
-    assert fresh.kv.export_items() == sm.kv.export_items()
     assert fresh.digest() == sm.digest()
     assert fresh.applied_offset == sm.applied_offset
     # A snapshot replaces whatever was there.
     again = replay_batches(cluster_log(seed=1)[:3])
     again.handle_load_snapshot(snapshot_id, data)
-    assert again.image == sm.image and again.kv.export_items() == sm.kv.export_items()
+    assert again.image == sm.image
 
 
 def test_a_capture_is_the_state_when_captured() -> None:
@@ -193,12 +218,12 @@ def test_a_capture_is_the_state_when_captured() -> None:
     sm = replay_batches(log[:5])
     capture = sm.capture_snapshot()
     snapshot_id = SnapshotId(sm.applied_offset, sm.image.epoch)
-    image, rows = sm.image, sm.kv.export_items()
+    image = sm.image
     for batch in log[5:]:
         sm.handle_commit(batch)
     fresh = ControllerStateMachine()
     fresh.handle_load_snapshot(snapshot_id, capture())
-    assert fresh.image == image and fresh.kv.export_items() == rows
+    assert fresh.image == image
 
 
 def test_snapshot_of_an_empty_state_machine() -> None:
@@ -213,17 +238,48 @@ def test_snapshot_of_an_empty_state_machine() -> None:
 def test_snapshot_and_the_rest_equal_the_whole_log(seed: int, data: st.DataObject) -> None:
     log = cluster_log(seed)
     split = data.draw(st.integers(0, len(log)))
-    whole = replay_batches(log)
-    sm = replay_batches(log[:split])
-    snapshot_id, snapshot = snapshot_of(sm)
-    restarted = ControllerStateMachine()
-    restarted.handle_load_snapshot(snapshot_id, snapshot)
-    for batch in log[split:]:
-        restarted.handle_commit(batch)
-    assert restarted.image == whole.image
+    whole = NodeLog().replay(log)
+    node = NodeLog().replay(log[:split])
+    snapshot_id = SnapshotId(node.log.applied_offset, node.metadata.image.epoch)
+    snapshot = node.log.capture_snapshot()()
+    restarted = NodeLog()
+    restarted.log.handle_load_snapshot(snapshot_id, snapshot)
+    restarted.replay(log[split:])
+    assert restarted.metadata.image == whole.metadata.image
     assert restarted.kv.export_items() == whole.kv.export_items()
-    assert restarted.digest() == whole.digest()
-    assert restarted.last_leader_change_epoch <= whole.last_leader_change_epoch
+    assert restarted.log.digest() == whole.log.digest() == whole.metadata.digest()
+    assert restarted.metadata.last_leader_change_epoch <= whole.metadata.last_leader_change_epoch
+
+
+def legacy_snapshot(node: NodeLog) -> tuple[SnapshotId, bytes]:
+    """What a controller wrote before the key-value store was a plug-in of
+    its own: one map of version 1 with the image's records and the rows."""
+    snapshot_id = SnapshotId(node.log.applied_offset, node.metadata.image.epoch)
+    doc = {
+        "version": 1,
+        "end_offset": node.log.applied_offset,
+        "epoch": node.metadata.image.epoch,
+        "chain": node.log.digest(),
+        "metadata": [encode_record(r) for r in node.metadata.image.to_records()],
+        "kv": node.kv.export_items(),
+    }
+    return snapshot_id, pack(doc)
+
+
+def test_a_snapshot_from_before_the_store_was_a_plug_in_still_loads() -> None:
+    log = cluster_log()
+    whole = NodeLog().replay(log)
+    node = NodeLog().replay(log[:8])
+    assert node.kv.export_items()  # the split leaves key-value rows to carry
+    snapshot_id, data = legacy_snapshot(node)
+    restarted = NodeLog()
+    restarted.log.handle_load_snapshot(snapshot_id, data)
+    assert restarted.metadata.image == node.metadata.image
+    assert restarted.kv.export_items() == node.kv.export_items()
+    assert restarted.log.digest() == node.log.digest()
+    restarted.replay(log[8:])
+    assert restarted.kv.export_items() == whole.kv.export_items()
+    assert restarted.log.digest() == whole.log.digest()
 
 
 # -- malformed snapshots -----------------------------------------------------------------------
@@ -263,7 +319,7 @@ def _metadata(records: list[bytes]) -> Any:
     ("change", "fragment"),
     [
         (lambda obj: [1, 2], "not a map"),
-        (_set("version", 2), "snapshot format version 2; this build reads 1"),
+        (_set("version", 3), "snapshot format version 3; this build reads 1, 2"),
         (_drop("version"), "snapshot format version None"),
         (_set("end_offset", 3), "it holds the state at offset 3"),
         (_drop("end_offset"), "end_offset"),
@@ -277,7 +333,6 @@ def _metadata(records: list[bytes]) -> Any:
             "topic t already exists",
         ),
         (_metadata([encode_record(PartitionChangeRecord("A", 0))]), "unknown topic A"),
-        (_drop("kv"), "kv"),
     ],
 )
 def test_malformed_snapshot(change: Any, fragment: str) -> None:
@@ -300,13 +355,14 @@ def test_a_snapshot_that_is_not_msgpack(data: bytes) -> None:
 
 
 @pytest.mark.parametrize("rows", [[["k", b"v", 1]], [5], [["k", b"v", "x", 1]]])
-def test_malformed_key_value_rows(rows: list[Any]) -> None:
-    snapshot_id, obj = good_snapshot()
+def test_malformed_key_value_rows_of_an_old_snapshot(rows: list[Any]) -> None:
+    snapshot_id, data = legacy_snapshot(NodeLog().replay(cluster_log()[:8]))
+    obj = msgpack.unpackb(data)
     obj["kv"] = rows
-    sm = ControllerStateMachine()
-    with pytest.raises(ValueError, match="malformed key-value rows"):
-        sm.handle_load_snapshot(snapshot_id, pack(obj))
-    assert sm.applied_offset == 0
+    node = NodeLog()
+    with pytest.raises(ValueError, match="malformed key-value snapshot"):
+        node.log.handle_load_snapshot(snapshot_id, pack(obj))
+    assert node.kv.applied_offset == 0 and len(node.kv) == 0
 
 
 def test_snapshot_id_mismatch() -> None:

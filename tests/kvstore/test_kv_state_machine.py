@@ -1,11 +1,11 @@
-"""The replicated key-value state machine (quorum/kv.py)."""
+"""The replicated key-value state machine (kvstore/state_machine.py)."""
 
 from __future__ import annotations
 
 import msgpack
 import pytest
 
-from quorum.kv import (
+from kvstore.state_machine import (
     MAX_VALUE_BYTES,
     CasResult,
     KvStateMachine,
@@ -91,11 +91,26 @@ def test_malformed_snapshot_is_refused(data: bytes) -> None:
 
 @pytest.mark.parametrize(
     "record",
-    [msgpack.packb(["nope", "a"]), msgpack.packb(["put", "a"]), msgpack.packb({"put": 1})],
+    [msgpack.packb(["nope", "a"]), msgpack.packb(["put", "a"]), msgpack.packb(["cas", "a", 1])],
 )
 def test_malformed_records_fail_loudly(record: bytes) -> None:
     with pytest.raises(ValueError):
         apply(KvStateMachine(), 1, record)
+
+
+@pytest.mark.parametrize(
+    "record", [msgpack.packb({"put": 1}), msgpack.packb([3, 0, "topic"]), b"", b"\xc1"]
+)
+def test_records_of_other_state_machines_are_skipped(record: bytes) -> None:
+    # Not a key-value record (an array led by a string): another plug-in's
+    # on a shared log (a metadata record is an array led by its type).
+    sm = KvStateMachine()
+    assert not sm.owns(record)
+    assert list(sm.handle_commit(Batch(0, 1, (record, encode_put("k", b"v"))))) == [
+        None,
+        CasResult(True),
+    ]
+    assert len(sm) == 1 and sm.applied_offset == 2
 
 
 @pytest.mark.parametrize(

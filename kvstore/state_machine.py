@@ -1,7 +1,9 @@
-"""A small replicated key-value state machine on the quorum.
+"""The replicated key-value store's state machine (pure).
 
-It serves the CLI, the benchmarks and the chaos workloads until the metadata
-state machine arrives.  Every record is one operation, encoded with msgpack:
+A plug-in of the node beside the metadata controller: it shares the log
+with it (:class:`quorum.shared_log.SharedLog`) and serves the CLI, the
+benchmarks and the chaos workloads.  Every record is one operation, encoded
+with msgpack:
 
 - ``["put", key, value]``
 - ``["putm", [[key, value], ...]]``: many puts in one record, applied in
@@ -18,13 +20,13 @@ the (offset, epoch) of the write that set it: its version.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
+from quorum.shared_log import chain_digest
 from quorum.types import Batch, BatchKind, LeaderAndEpoch, SnapshotId
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "encode_delete",
     "encode_put",
     "encode_put_many",
+    "is_kv_record",
 ]
 
 MAX_KEY_BYTES = 1024
@@ -73,6 +76,13 @@ def _check_value(value: bytes) -> None:
         raise ValueError(f"value is longer than {MAX_VALUE_BYTES} bytes")
 
 
+def is_kv_record(data: bytes) -> bool:
+    """True for a record of this store: a msgpack array whose first element
+    is a short string (the operation's name), from the first two bytes.
+    (Metadata records are arrays whose first element is a small integer.)"""
+    return len(data) >= 2 and 0x91 <= data[0] <= 0x9F and 0xA0 <= data[1] <= 0xBF
+
+
 def encode_put(key: str, value: bytes) -> bytes:
     _check_key(key)
     _check_value(value)
@@ -102,7 +112,8 @@ def encode_delete(key: str) -> bytes:
 
 
 class KvStateMachine:
-    """Implements :class:`quorum.listener.StateMachine`."""
+    """Implements :class:`quorum.shared_log.LogPart` (and so
+    :class:`quorum.listener.StateMachine`): alone on a log, or sharing it."""
 
     def __init__(self) -> None:
         self._data: dict[str, Versioned] = {}
@@ -122,29 +133,29 @@ class KvStateMachine:
     def __len__(self) -> int:
         return len(self._data)
 
+    def owns(self, record: bytes) -> bool:
+        return is_kv_record(record)
+
     def handle_commit(self, batch: Batch) -> Sequence[object]:
+        """Apply a batch; records of other state machines sharing the log
+        are skipped (their answer None)."""
         if batch.base_offset != self._applied:
             raise ValueError(
                 f"batch at offset {batch.base_offset} applied after offset {self._applied}"
             )
         self._applied = batch.end_offset
-        h = hashlib.sha256(self._chain)
-        h.update(b"%d:%d:%d" % (batch.base_offset, batch.epoch, int(batch.kind)))
-        for record in batch.records:
-            h.update(len(record).to_bytes(4, "big"))
-            h.update(record)
-        self._chain = h.digest()
+        self._chain = chain_digest(self._chain, batch)
         if batch.kind is not BatchKind.DATA:
             return [OK] * len(batch.records)
         return [
             self.apply_record(record, batch.base_offset + i, batch.epoch)
+            if is_kv_record(record)
+            else None
             for i, record in enumerate(batch.records)
         ]
 
     def apply_record(self, record: bytes, offset: int, epoch: int) -> CasResult:
-        """Apply one key-value record at ``offset``, without the batch
-        bookkeeping (for a state machine that embeds this one and does its
-        own, as the controller's does)."""
+        """Apply one key-value record at ``offset``."""
         op = _decode(record)
         if op[0] == "put":
             self._data[op[1]] = Versioned(op[2], offset, epoch)
@@ -167,9 +178,17 @@ class KvStateMachine:
     def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         try:
             obj = msgpack.unpackb(data)
-            if obj["version"] != 0 or obj["end_offset"] != snapshot_id.end_offset:
-                raise ValueError(f"snapshot holds version {obj['version']} at {obj['end_offset']}")
-            items = {k: Versioned(v, o, e) for k, v, o, e in obj["items"]}
+            if obj["end_offset"] != snapshot_id.end_offset:
+                raise ValueError(f"snapshot holds the state at {obj['end_offset']}")
+            if obj["version"] == 0:
+                rows = obj["items"]
+            elif obj["version"] == 1 and "kv" in obj:
+                # A controller's snapshot from before the store was a
+                # plug-in of its own: its key-value rows.
+                rows = obj["kv"]
+            else:
+                raise ValueError(f"snapshot format version {obj['version']!r}")
+            items = {str(k): Versioned(bytes(v), int(o), int(e)) for k, v, o, e in rows}
             chain = bytes(obj["chain"])
             if len(chain) != 32:
                 raise ValueError("the log digest must be 32 bytes")
@@ -182,16 +201,6 @@ class KvStateMachine:
     def export_items(self) -> list[list[Any]]:
         """The map as ``[key, value, offset, epoch]`` rows, sorted by key."""
         return [[k, v.value, v.offset, v.epoch] for k, v in sorted(self._data.items())]
-
-    def import_items(self, rows: Sequence[Sequence[Any]], applied: int) -> None:
-        """Replace the map by :meth:`export_items`' rows (ValueError if they
-        are malformed)."""
-        try:
-            items = {str(k): Versioned(bytes(v), int(o), int(e)) for k, v, o, e in rows}
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"malformed key-value rows: {exc}") from exc
-        self._data = items
-        self._applied = applied
 
     def digest(self) -> bytes:
         """The chained sha256 of the applied log (constant time): replicas

@@ -8,12 +8,20 @@ The layers, bottom up:
   into the next one;
 - :mod:`metadata.state_machine`: the quorum state machine that replays
   committed records (controllers and brokers alike);
-- :mod:`metadata.controller` (with :mod:`metadata.partition_change`,
-  :mod:`metadata.placement`, :mod:`metadata.configs`,
-  :mod:`metadata.heartbeats`): the decisions, pure;
+- :mod:`metadata.controller`: the decisions, pure, behind one facade over
+  Kafka's control managers sharing :mod:`metadata.control_state`:
+  :mod:`metadata.cluster_control` (brokers), :mod:`metadata.replication_control`
+  (topics, partitions, leaders, ISRs), :mod:`metadata.config_control`,
+  :mod:`metadata.feature_control` (features, producer ids); their requests
+  and results are :mod:`metadata.requests`; with
+  :mod:`metadata.partition_change`, :mod:`metadata.placement`,
+  :mod:`metadata.configs` and :mod:`metadata.heartbeats`;
 - :mod:`metadata.active`, :mod:`metadata.server`, :mod:`metadata.service`:
-  the controller at run time on a quorum node, and its gRPC services;
-- :mod:`metadata.client` and the ``kq topics|configs|brokers|...`` commands.
+  the controller at run time, a plug-in of a quorum node that sees the
+  quorum through its seams (``RaftClient``, ``PluginHost``), and its gRPC
+  services;
+- :mod:`metadata.client`: the client of those services (the ``kq
+  topics|configs|brokers|...`` commands are :mod:`kq.commands`).
 
 See docs/metadata.md.
 """

@@ -1081,15 +1081,7 @@ class RaftCore:
 
     def _step_begin_quorum_epoch_request(self, req: BeginQuorumEpochRequest) -> None:
         if req.epoch < self.epoch:
-            self._send(
-                BeginQuorumEpochResponse(
-                    self.node_id,
-                    req.src,
-                    self.epoch,
-                    self._live_leader_id(),
-                    ErrorCode.FENCED_LEADER_EPOCH,
-                )
-            )
+            self._refuse(req, ErrorCode.FENCED_LEADER_EPOCH)
             return
         if req.epoch > self.epoch or self.leader_id is None:
             self._become_follower(req.epoch, req.leader_id)
@@ -1122,15 +1114,7 @@ class RaftCore:
 
     def _step_end_quorum_epoch_request(self, req: EndQuorumEpochRequest) -> None:
         if req.epoch < self.epoch:
-            self._send(
-                EndQuorumEpochResponse(
-                    self.node_id,
-                    req.src,
-                    self.epoch,
-                    self._live_leader_id(),
-                    ErrorCode.FENCED_LEADER_EPOCH,
-                )
-            )
+            self._refuse(req, ErrorCode.FENCED_LEADER_EPOCH)
             return
         if req.epoch > self.epoch:
             self._become_unattached(req.epoch)

@@ -3,8 +3,12 @@
 Kafka's ``RaftClient.Listener`` (handleCommit, handleLoadSnapshot,
 handleLeaderChange), plus what a node needs to take snapshots.  The node
 calls it in log order on one task, after the batches are committed; the
-state machine changes only here (decide, then replay).  ``metadata/`` will
-implement it; :class:`kvstore.state_machine.KvStateMachine` does today.
+state machine changes only here (decide, then replay).  A node's state
+machine is a :class:`quorum.shared_log.SharedLog` of its plug-ins' (the
+metadata controller's :class:`metadata.state_machine.ControllerStateMachine`,
+the key-value store's :class:`kvstore.state_machine.KvStateMachine`); the
+other half of the seam, what those plug-ins may ask of the quorum, is
+:class:`quorum.driver.raft_client.RaftClient`.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 :func:`controller_server` puts the pieces together: the node's
 :class:`~quorum.driver.server.NodeServer` (storage, consensus driver,
-transport, the key-value store and the quorum's admin service) with the
-metadata state machine on its log and the :class:`MetadataPlugin` on its
-gRPC server.  :func:`run_controller` runs one in the foreground until
+transport, the quorum's admin service) with its two plug-ins, the
+key-value store (:class:`KvPlugin`) and the metadata controller
+(:class:`MetadataPlugin`), whose state machines share the node's log
+(:class:`~quorum.shared_log.SharedLog`).  :func:`run_controller` runs one in the foreground until
 SIGTERM or SIGINT, on which a leader first resigns (so that the others
 elect a successor at once instead of waiting for a fetch timeout).
 """

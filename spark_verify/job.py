@@ -65,6 +65,7 @@ __all__ = [
     "KEY_MODELS",
     "Verification",
     "VerifyOptions",
+    "out_dir",
     "shuffle_partitions",
     "verify",
     "verify_runs",
@@ -115,7 +116,8 @@ class VerifyOptions:
     folder does not (a history from another tool); ``key_budget_s`` is each
     key's time budget (past it the key is ``unknown``); ``out`` is where
     ``verdict.json`` and ``report.html`` go (default: ``<run>/verify`` for
-    one run folder, else ``verify-<UTC time>`` here); ``report=False`` skips
+    one run folder, else ``runs/verify-<UTC time>``: :func:`out_dir`);
+    ``report=False`` skips
     the HTML page and its timeline job."""
 
     model: str | None = None
@@ -181,12 +183,16 @@ def shuffle_partitions(runs: Sequence[RunInput], spark: SparkSession) -> int:
     return max(4 * cores, min(512, size // _BYTES_PER_PARTITION + 1))
 
 
-def _out_dir(runs: Sequence[RunInput], opts: VerifyOptions) -> Path:
+def out_dir(runs: Sequence[RunInput], opts: VerifyOptions) -> Path:
+    """Where a verification writes: ``--out``; else the run folder's
+    ``verify/`` for one run folder; else (several runs, or histories that
+    are files) ``runs/verify-<UTC time>/``, beside the run folders kq
+    writes (and ignored as they are), never a stray folder here."""
     if opts.out is not None:
         return opts.out
     if len(runs) == 1 and runs[0].path.is_dir():
         return runs[0].path / "verify"
-    return Path(time.strftime("verify-%Y%m%dT%H%M%SZ", time.gmtime()))
+    return Path("runs") / time.strftime("verify-%Y%m%dT%H%M%SZ", time.gmtime())
 
 
 def verify_runs(
@@ -250,7 +256,7 @@ def verify_runs(
         "checks": {c.name: c.to_json() for c in ordered},
         "master": spark.sparkContext.master,
     }
-    out = _out_dir(runs, opts)
+    out = out_dir(runs, opts)
     out.mkdir(parents=True, exist_ok=True)
     report_path: Path | None = None
     if opts.report:

@@ -641,23 +641,39 @@ def check_lost_writes(ops: DataFrame, log: DataFrame, model: Model) -> CheckResu
 
 
 def _lost_writes(ops: DataFrame, log: DataFrame, summary: DataFrame, model: Model) -> CheckResult:
-    regkv = runs_of_models(model, ("register", "kv"))
-    logm = runs_of_models(model, ("log",))
-    parts: list[_Part] = []
     writes = _writes(ops)
-    if regkv is None or regkv:
-        records = _filter_runs(writes, regkv).select(
+
+    def versioned(runs: list[str] | None) -> _Part:
+        records = _filter_runs(writes, runs).select(
             "run", "index", "offset", "epoch", F.lit(None).cast("string").alias("want")
         )
-        parts.append(_lost_part(ops, log, summary, records, batches=False))
-    if logm is None or logm:
-        exploded = _log_records(_filter_runs(writes, logm))
+        return _lost_part(ops, log, summary, records, batches=False)
+
+    def logged(runs: list[str] | None) -> _Part:
+        exploded = _log_records(_filter_runs(writes, runs))
         _refuse_malformed(exploded)
         records = exploded.select(
             "run", "index", (F.col("offset") + F.col("i")).alias("offset"), "epoch", "want"
         )
-        parts.append(_lost_part(ops, log, summary, records, batches=True))
-    return _merge(LOST_WRITES, parts, applicable=bool(parts))
+        return _lost_part(ops, log, summary, records, batches=True)
+
+    return _by_model(LOST_WRITES, model, [(("register", "kv"), versioned), (("log",), logged)])
+
+
+def _by_model(
+    name: str,
+    model: Model,
+    parts_by_models: Sequence[tuple[tuple[str, ...], Callable[[list[str] | None], _Part]]],
+) -> CheckResult:
+    """One check made of a part per family of models: each part runs over
+    the runs of its models (all runs when ``model`` is one model of them,
+    none when it is another), and the check applies if any part ran."""
+    parts: list[_Part] = []
+    for models, part in parts_by_models:
+        runs = runs_of_models(model, models)
+        if runs is None or runs:
+            parts.append(part(runs))
+    return _merge(name, parts, applicable=bool(parts))
 
 
 def _phantom_records(
@@ -784,14 +800,14 @@ def check_phantom_writes(ops: DataFrame, log: DataFrame, model: Model) -> CheckR
 def _phantom_writes(
     ops: DataFrame, log: DataFrame, summary: DataFrame, model: Model
 ) -> CheckResult:
-    regkv = runs_of_models(model, ("register", "kv"))
-    logm = runs_of_models(model, ("log",))
-    parts: list[_Part] = []
-    if logm is None or logm:
-        parts.append(_phantom_records(ops, log, summary, logm))
-    if regkv is None or regkv:
-        parts.append(_phantom_versions(ops, log, summary, regkv))
-    return _merge(PHANTOM_WRITES, parts, applicable=bool(parts))
+    return _by_model(
+        PHANTOM_WRITES,
+        model,
+        [
+            (("log",), lambda runs: _phantom_records(ops, log, summary, runs)),
+            (("register", "kv"), lambda runs: _phantom_versions(ops, log, summary, runs)),
+        ],
+    )
 
 
 def check_version_collisions(ops: DataFrame) -> CheckResult:

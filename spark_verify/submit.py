@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="DIR",
         help="where verdict.json and report.html go (default: RUN_DIR/verify for one "
-        "run folder, else verify-<time> here)",
+        "run folder, else runs/verify-<time>)",
     )
     parser.add_argument("--no-report", action="store_true", help="skip the HTML report")
     parser.add_argument(

@@ -30,7 +30,7 @@ from kq.commands.config_flags import add_config_flags, settings_from_args
 from server.config import ConfigError, controller_config
 from server.controller import run_controller
 
-__all__ = ["register", "run_controller"]
+__all__ = ["register"]
 
 log = logging.getLogger("kq.controller")
 

@@ -8,23 +8,14 @@ snapshot is just the chain at its end offset.
 
 from __future__ import annotations
 
-import hashlib
 import json
 
+from quorum.shared_log import chain_digest
 from quorum.types import Batch, SnapshotId
 
-__all__ = ["HashChainMachine", "chain_step"]
+__all__ = ["HashChainMachine"]
 
 GENESIS = b"\x00" * 32
-
-
-def chain_step(chain: bytes, batch: Batch) -> bytes:
-    h = hashlib.sha256(chain)
-    h.update(b"%d:%d:%d:" % (batch.base_offset, batch.epoch, int(batch.kind)))
-    for record in batch.records:
-        h.update(len(record).to_bytes(4, "big"))
-        h.update(record)
-    return h.digest()
 
 
 class HashChainMachine:
@@ -39,7 +30,7 @@ class HashChainMachine:
             raise AssertionError(
                 f"batch at {batch.base_offset} applied after offset {self.applied_end}"
             )
-        self.chain = chain_step(self.chain, batch)
+        self.chain = chain_digest(self.chain, batch)  # as a node's SharedLog does
         self.applied_end = batch.end_offset
         self.last_epoch = batch.epoch
         self.batches_applied += 1

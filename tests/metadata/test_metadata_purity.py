@@ -27,6 +27,12 @@ PURE = [
     "partition_change.py",
     "heartbeats.py",
     "controller.py",
+    "requests.py",
+    "control_state.py",
+    "cluster_control.py",
+    "replication_control.py",
+    "config_control.py",
+    "feature_control.py",
 ]
 
 

@@ -229,7 +229,7 @@ def build_image(records: Sequence[Record]) -> MetadataImage:
 
 
 def snapshot_of(image: MetadataImage) -> tuple[SnapshotId, bytes]:
-    return SnapshotId(image.offset, image.epoch), encode_snapshot(image, image.offset, bytes(32))
+    return SnapshotId(image.offset, image.epoch), encode_snapshot(image, image.offset)
 
 
 def chunks(encoded: Sequence[bytes]) -> list[tuple[int, int]]:
@@ -529,9 +529,9 @@ def bench_snapshot(sizes: Sizes, repeat: int, profile: bool = False) -> dict[str
     write_s, load_s, pack_s, unpack_s = [], [], [], []
     data = b""
     for _ in range(repeat):
-        seconds, data = paused_gc(encode_snapshot, image, image.offset, bytes(32))
+        seconds, data = paused_gc(encode_snapshot, image, image.offset)
         write_s.append(seconds)
-        seconds, (loaded, _) = paused_gc(decode_snapshot, sid, data)
+        seconds, loaded = paused_gc(decode_snapshot, sid, data)
         load_s.append(seconds)
         assert loaded.partition_count == sizes.fence_partitions
         del loaded

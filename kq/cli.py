@@ -1,11 +1,12 @@
 """The ``kq`` command line.
 
 Subcommands come from :data:`COMMANDS`, a list of ``(name, "module:function")``
-entries.  To add one, append an entry; ``function(subparsers)`` must add the
-subcommand ``name`` with ``subparsers.add_parser(name, help=...)`` and set its
-``func`` default (``parser.set_defaults(func=...)``) to a callable that takes
-the parsed :class:`argparse.Namespace` and returns the exit status (``None``
-means 0).
+entries, each a module of :mod:`kq.commands`.  To add one, append an entry;
+``function(subparsers)`` must add the subcommand ``name`` with
+``subparsers.add_parser(name, help=...)`` (a command made of subcommands:
+:func:`kq.commands.common.add_command_group`) and set its ``func`` default
+(``parser.set_defaults(func=...)``) to a callable that takes the parsed
+:class:`argparse.Namespace` and returns the exit status (``None`` means 0).
 
 Modules are imported lazily: ``kq NAME ...`` imports only NAME's module, and
 only ``kq``/``kq --help`` import them all, to list them.  A command whose module

@@ -26,7 +26,6 @@ from typing import Any
 
 import msgpack
 
-from quorum.shared_log import chain_digest
 from quorum.types import Batch, BatchKind, LeaderAndEpoch, SnapshotId
 
 __all__ = [
@@ -39,6 +38,11 @@ __all__ = [
     "encode_put_many",
     "is_kv_record",
 ]
+
+# 1: the rows; 0 (still read): also the log digest, which is the node's
+# shared log's now.
+SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSIONS = (0, 1)
 
 MAX_KEY_BYTES = 1024
 MAX_VALUE_BYTES = 1024 * 1024
@@ -118,9 +122,6 @@ class KvStateMachine:
     def __init__(self) -> None:
         self._data: dict[str, Versioned] = {}
         self._applied = 0
-        # sha256 chained over every applied batch (offset, epoch, kind,
-        # records): equal on two replicas iff they applied the same log.
-        self._chain = bytes(32)
         self.leader = LeaderAndEpoch(None, 0)
 
     @property
@@ -144,7 +145,6 @@ class KvStateMachine:
                 f"batch at offset {batch.base_offset} applied after offset {self._applied}"
             )
         self._applied = batch.end_offset
-        self._chain = chain_digest(self._chain, batch)
         if batch.kind is not BatchKind.DATA:
             return [OK] * len(batch.records)
         return [
@@ -180,32 +180,26 @@ class KvStateMachine:
             obj = msgpack.unpackb(data)
             if obj["end_offset"] != snapshot_id.end_offset:
                 raise ValueError(f"snapshot holds the state at {obj['end_offset']}")
-            if obj["version"] == 0:
-                rows = obj["items"]
-            elif obj["version"] == 1 and "kv" in obj:
+            if "metadata" in obj and "kv" in obj:
                 # A controller's snapshot from before the store was a
                 # plug-in of its own: its key-value rows.
                 rows = obj["kv"]
+            elif obj["version"] in SNAPSHOT_VERSIONS:
+                rows = obj["items"]
             else:
-                raise ValueError(f"snapshot format version {obj['version']!r}")
+                raise ValueError(
+                    f"snapshot format version {obj['version']!r}; this build reads "
+                    f"{', '.join(map(str, SNAPSHOT_VERSIONS))}"
+                )
             items = {str(k): Versioned(bytes(v), int(o), int(e)) for k, v, o, e in rows}
-            chain = bytes(obj["chain"])
-            if len(chain) != 32:
-                raise ValueError("the log digest must be 32 bytes")
         except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
             raise ValueError(f"malformed key-value snapshot {snapshot_id}: {exc}") from exc
         self._data = items
         self._applied = snapshot_id.end_offset
-        self._chain = chain
 
     def export_items(self) -> list[list[Any]]:
         """The map as ``[key, value, offset, epoch]`` rows, sorted by key."""
         return [[k, v.value, v.offset, v.epoch] for k, v in sorted(self._data.items())]
-
-    def digest(self) -> bytes:
-        """The chained sha256 of the applied log (constant time): replicas
-        that applied the same committed batches hold the same digest."""
-        return self._chain
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         self.leader = leader
@@ -213,17 +207,17 @@ class KvStateMachine:
     def capture_snapshot(self) -> Callable[[], bytes]:
         # A shallow copy of the map is enough: Versioned entries are
         # immutable, and a copy costs far less than encoding.
-        data, applied, chain = dict(self._data), self._applied, self._chain
-        return lambda: _encode_snapshot(data, applied, chain)
+        data, applied = dict(self._data), self._applied
+        return lambda: _encode_snapshot(data, applied)
 
     def snapshot(self) -> bytes:
-        return _encode_snapshot(self._data, self._applied, self._chain)
+        return _encode_snapshot(self._data, self._applied)
 
 
-def _encode_snapshot(data: dict[str, Versioned], applied: int, chain: bytes) -> bytes:
+def _encode_snapshot(data: dict[str, Versioned], applied: int) -> bytes:
     items = [[k, v.value, v.offset, v.epoch] for k, v in sorted(data.items())]
     return bytes(
-        msgpack.packb({"version": 0, "end_offset": applied, "chain": chain, "items": items})
+        msgpack.packb({"version": SNAPSHOT_VERSION, "end_offset": applied, "items": items})
     )
 
 

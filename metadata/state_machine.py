@@ -20,13 +20,13 @@ import msgpack
 from metadata.delta import MetadataDelta
 from metadata.image import EMPTY_IMAGE, MetadataImage
 from metadata.records import decode_record, encode_record, is_metadata_record
-from quorum.shared_log import chain_digest
 from quorum.types import Batch, BatchKind, LeaderAndEpoch, SnapshotId
 
 __all__ = ["CommitListener", "ControllerStateMachine", "decode_snapshot", "encode_snapshot"]
 
-# 2: the image alone; 1 (still read): the image and the key-value rows of
-# the store that was embedded here before it became a plug-in of its own.
+# 2: the image alone; 1 (still read): also the log digest and the key-value
+# rows of the store that was embedded here before it became a plug-in of its
+# own (the digest is the node's shared log's now).
 SNAPSHOT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 
@@ -46,7 +46,6 @@ class ControllerStateMachine:
         # handleLeaderChange to the leader only then).
         self.last_leader_change_epoch = 0
         self._applied = 0
-        self._chain = bytes(32)
         self._listeners: list[CommitListener] = []
         self._batch_listeners: list[Callable[[Batch], None]] = []
         self._load_listeners: list[Callable[[MetadataImage], None]] = []
@@ -74,17 +73,11 @@ class ControllerStateMachine:
     def owns(self, record: bytes) -> bool:
         return is_metadata_record(record)
 
-    def digest(self) -> bytes:
-        """sha256 chained over every applied batch: equal on two replicas
-        iff they applied the same log."""
-        return self._chain
-
     def handle_commit(self, batch: Batch) -> Sequence[object]:
         if batch.base_offset != self._applied:
             raise ValueError(
                 f"batch at offset {batch.base_offset} applied after offset {self._applied}"
             )
-        self._chain = chain_digest(self._chain, batch)
         results: list[object] = []
         delta: MetadataDelta | None = None
         if batch.kind is BatchKind.LEADER_CHANGE:
@@ -112,10 +105,9 @@ class ControllerStateMachine:
         return results
 
     def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
-        image, chain = decode_snapshot(snapshot_id, data)
+        image = decode_snapshot(snapshot_id, data)
         self.image = image
         self._applied = snapshot_id.end_offset
-        self._chain = chain
         for listener in self._load_listeners:
             listener(image)
 
@@ -127,11 +119,11 @@ class ControllerStateMachine:
 
     def capture_snapshot(self) -> Callable[[], bytes]:
         # The image is immutable: holding it is the capture.
-        image, applied, chain = self.image, self._applied, self._chain
-        return lambda: encode_snapshot(image, applied, chain)
+        image, applied = self.image, self._applied
+        return lambda: encode_snapshot(image, applied)
 
 
-def encode_snapshot(image: MetadataImage, applied: int, chain: bytes) -> bytes:
+def encode_snapshot(image: MetadataImage, applied: int) -> bytes:
     records = [encode_record(r) for r in image.to_records()]
     return bytes(
         msgpack.packb(
@@ -139,16 +131,15 @@ def encode_snapshot(image: MetadataImage, applied: int, chain: bytes) -> bytes:
                 "version": SNAPSHOT_VERSION,
                 "end_offset": applied,
                 "epoch": image.epoch,
-                "chain": chain,
                 "metadata": records,
             }
         )
     )
 
 
-def decode_snapshot(snapshot_id: SnapshotId, data: bytes) -> tuple[MetadataImage, bytes]:
-    """(image, log digest) of a snapshot; ValueError naming what is wrong
-    with a malformed one."""
+def decode_snapshot(snapshot_id: SnapshotId, data: bytes) -> MetadataImage:
+    """The image of a snapshot; ValueError naming what is wrong with a
+    malformed one."""
     try:
         obj = msgpack.unpackb(data)
         if not isinstance(obj, dict):
@@ -160,13 +151,10 @@ def decode_snapshot(snapshot_id: SnapshotId, data: bytes) -> tuple[MetadataImage
             )
         if obj["end_offset"] != snapshot_id.end_offset:
             raise ValueError(f"it holds the state at offset {obj['end_offset']}")
-        chain = bytes(obj["chain"])
-        if len(chain) != 32:
-            raise ValueError("the log digest must be 32 bytes")
         delta = MetadataDelta(EMPTY_IMAGE)
         for raw in obj["metadata"]:
             delta.replay(decode_record(bytes(raw)), 0, 0)
         image = delta.apply().with_provenance(snapshot_id.end_offset, snapshot_id.epoch)
     except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
         raise ValueError(f"malformed controller snapshot {snapshot_id}: {exc}") from exc
-    return image, chain
+    return image

@@ -9,11 +9,13 @@ takes many listeners in the same way; kq's parts also answer their own
 records' proposals, so each record is owned by exactly one part.
 
 - Every part sees every committed batch in log order (it keeps its applied
-  offset and sees each epoch's LeaderChange), and answers the records it
-  owns; :meth:`SharedLog.handle_commit` returns, for each record, its
-  owner's answer.  A record that no part owns belongs to a plug-in this
-  node does not run (an observer may replay the metadata alone): it is
-  skipped, answered None.  A record two parts claim is refused loudly.
+  offset and sees each epoch's LeaderChange), applies the records it owns
+  and answers None for the others; :meth:`SharedLog.handle_commit` returns,
+  for each record, the answer a part gave (None when none did).  A record
+  that no part owns belongs to a plug-in this node does not run (an
+  observer may replay the metadata alone): every part skips it.  The parts'
+  ``owns`` must be disjoint (decided from a record's first bytes; the
+  plug-ins' tests check it): the log asks no part twice per record.
 - A snapshot holds each part's snapshot under its name, with the chained
   digest of the whole log (equal on two nodes iff they applied the same
   log).  A snapshot written before the log was shared (a single state
@@ -32,7 +34,7 @@ from typing import Protocol
 import msgpack
 
 from quorum.listener import StateMachine
-from quorum.types import Batch, BatchKind, LeaderAndEpoch, SnapshotId
+from quorum.types import Batch, LeaderAndEpoch, SnapshotId
 
 __all__ = ["LogPart", "SharedLog", "chain_digest"]
 
@@ -91,24 +93,16 @@ class SharedLog:
             raise ValueError(
                 f"batch at offset {batch.base_offset} applied after offset {self._applied}"
             )
-        owners: list[int | None] = [None] * len(batch.records)
-        if batch.kind is BatchKind.DATA:
-            for i, record in enumerate(batch.records):
-                owners[i] = self._owner(record, batch.base_offset + i)
         answers = [part.handle_commit(batch) for _, part in self.parts]
         self._applied = batch.end_offset
         self._chain = chain_digest(self._chain, batch)
-        return [None if owner is None else answers[owner][i] for i, owner in enumerate(owners)]
-
-    def _owner(self, record: bytes, offset: int) -> int | None:
-        owners = [n for n, (_, part) in enumerate(self.parts) if part.owns(record)]
-        if len(owners) > 1:
-            names = [self.parts[n][0] for n in owners]
-            raise ValueError(
-                f"the record at offset {offset} is claimed by the state machines {names} "
-                f"(first bytes {record[:8].hex()}); a record belongs to one"
-            )
-        return owners[0] if owners else None
+        if len(answers) == 1:
+            return answers[0]
+        # Each record has one owner, and the others answered None for it.
+        return [
+            next((a for a in column if a is not None), None)
+            for column in zip(*answers, strict=True)
+        ]
 
     def handle_load_snapshot(self, snapshot_id: SnapshotId, data: bytes) -> None:
         parts, chain = decode_snapshot(snapshot_id, data, [name for name, _ in self.parts])

@@ -93,7 +93,7 @@ def register(subparsers: Subparsers) -> None:
     sub = add_command_group(
         subparsers,
         "chaos",
-        help="run chaos tests against a real cluster; list past runs",
+        help="run chaos tests against a real cluster; list and check past runs",
         description="Run a workload against a real cluster while a nemesis injects faults, "
         "and record everything in a run folder (docs/chaos.md).",
         title="subcommands",

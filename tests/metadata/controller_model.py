@@ -527,14 +527,13 @@ class SimulatedCluster:
         check_epochs_grow(self.speculative_epochs, epochs, "speculative image")
         self.speculative_epochs.update(epochs)
         assert self.standby.image == self.committed.image, "the standby's image differs"
-        assert self.standby.digest() == self.committed.digest()
         assert self.standby.applied_offset == self.committed.applied_offset
         sm = self.committed
         snapshot_id = SnapshotId(sm.applied_offset, sm.image.epoch)
         loaded = ControllerStateMachine()
         loaded.handle_load_snapshot(snapshot_id, sm.capture_snapshot()())
         assert loaded.image == sm.image, "a snapshot does not load as the image it holds"
-        assert loaded.digest() == sm.digest()
+        assert loaded.applied_offset == sm.applied_offset
         # A broker's epoch is the offset of its RegisterBrokerRecord.
         for broker in sm.image.brokers.values():
             record = self.registrations.get(broker.epoch)

@@ -35,6 +35,7 @@ from quorum.driver.plugin import (
     PluginHost,
     ServerPlugin,
 )
+from quorum.driver.rpc_guard import MalformedRequestGuard
 from quorum.driver.storage_format import open_node_storage
 from quorum.driver.transport import RaftTransport
 from quorum.shared_log import SharedLog
@@ -112,7 +113,9 @@ class NodeServer:
         ]
         if config.options.dscp:
             server_options.append(("grpc.dscp", config.options.dscp))
-        self.server = grpc.aio.server(options=server_options)
+        self.server = grpc.aio.server(
+            options=server_options, interceptors=[MalformedRequestGuard(config.node_id)]
+        )
         self.port = 0
         self.health = health_aio.HealthServicer()
         self.plugins = [make(self) for make in plugins]

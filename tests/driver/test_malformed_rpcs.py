@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import time
@@ -686,5 +687,81 @@ def test_a_begin_quorum_epoch_naming_the_leader_itself_leaves_it_leading(
                 f"node {node} is now {leader.node.core.role.value} of leader "
                 f"{leader.node.core.leader_id} in epoch {leader.node.core.epoch}"
             )
+
+    run(go())
+
+
+# -- bytes that are no request at all -------------------------------------------------
+
+GARBAGE = (b"\xff\xff\xff", b"\x0a\xff\xff\xff\xff\x0f", b"\x08", b"\x12\x05ab")
+
+
+def _unparsable(message: Any) -> list[bytes]:
+    """The garbage payloads that ``message`` cannot parse."""
+    out = []
+    for data in GARBAGE:
+        try:
+            message.FromString(data)
+        except Exception:
+            out.append(data)
+    return out
+
+
+def test_bytes_that_are_no_request_get_invalid_argument_and_one_quiet_log_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every unary method of every service on a node: unparsable bytes are
+    refused INVALID_ARGUMENT naming the message, change nothing, and are
+    logged once per peer and method (WARNING), never as tracebacks."""
+    services = [
+        raft_pb2.DESCRIPTOR.services_by_name["RaftService"],
+        quorum_pb2.DESCRIPTOR.services_by_name["QuorumService"],
+        kv_pb2.DESCRIPTOR.services_by_name["KvService"],
+    ]
+    modules = {"kq.raft": raft_pb2, "kq.quorum": quorum_pb2, "kq.kv": kv_pb2}
+
+    async def go() -> None:
+        async with cluster_of_3(tmp_path) as cluster:
+            leader = await cluster.wait_leader()
+            async with KvClient(list(cluster.voters.values())) as client:
+                await client.put("before", b"1")
+            before = {n: s.state_machine.applied_offset for n, s in cluster.servers.items()}
+            sent: dict[str, int] = {}
+            caplog.clear()
+            with caplog.at_level(logging.INFO):
+                async with grpc.aio.insecure_channel(leader.config.address) as channel:
+                    for service in services:
+                        module = modules[service.file.package]
+                        for method in service.methods:
+                            request_type = getattr(module, method.input_type.name)
+                            path = f"/{service.full_name}/{method.name}"
+                            call = channel.unary_unary(
+                                path,
+                                request_serializer=lambda b: b,
+                                response_deserializer=lambda b: b,
+                            )
+                            for data in _unparsable(request_type) * 3:
+                                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                                    await call(data, timeout=RPC_TIMEOUT_S)
+                                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                                details = refused.value.details() or ""
+                                assert "malformed request" in details, details
+                                assert method.input_type.full_name in details, details
+                                sent[path] = sent.get(path, 0) + 1
+            assert len(sent) == sum(len(s.methods) for s in services), sent
+            assert all(count >= 3 for count in sent.values()), sent
+            records = [r for r in caplog.records if "malformed" in r.getMessage()]
+            assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [
+                r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR
+            ]
+            # One line per method from this one peer, however many it sent.
+            assert len(records) == len(sent), [r.getMessage() for r in records]
+            assert all(r.levelno == logging.WARNING for r in records)
+            # Nothing changed: no write, and the cluster still serves.
+            await asyncio.sleep(0.3)
+            for n, s in cluster.servers.items():
+                assert kv_of(s).get("before") is not None
+                assert s.state_machine.applied_offset >= before[n]
+            await _serves_within(cluster, 5.0)
 
     run(go())

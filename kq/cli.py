@@ -41,6 +41,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("controller", "kq.commands.controller:register"),
     ("quorum", "kq.commands.quorum:register"),
     ("cluster", "kq.commands.cluster:register"),
+    ("certs", "kq.commands.certs:register"),
     ("kv", "kq.commands.kv:register"),
     ("topics", "kq.commands.topics:register"),
     ("configs", "kq.commands.configs:register"),

@@ -73,21 +73,25 @@ class ChannelPool:
     """One gRPC channel per address, with the reconnect back-off a client
     wants (a node that restarts is found again within half a second)."""
 
-    def __init__(self) -> None:
+    def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
+        # Mutual TLS (quorum.driver.tls.TlsFiles.channel_credentials); None:
+        # plaintext.
+        self._credentials = credentials
 
     def get(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            channel = grpc.aio.insecure_channel(
-                address,
-                options=[
-                    ("grpc.initial_reconnect_backoff_ms", 50),
-                    ("grpc.max_reconnect_backoff_ms", 500),
-                    # Metadata answers (a cluster's topics) may be large.
-                    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-                ],
-            )
+            options = [
+                ("grpc.initial_reconnect_backoff_ms", 50),
+                ("grpc.max_reconnect_backoff_ms", 500),
+                # Metadata answers (a cluster's topics) may be large.
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ]
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(address, options=options)
+            else:
+                channel = grpc.aio.secure_channel(address, self._credentials, options=options)
             self._channels[address] = channel
         return channel
 
@@ -102,14 +106,19 @@ class LeaderFollowingClient:
     turn, one channel per address, and the leader's address as last learned
     from a refusal's hint."""
 
-    def __init__(self, bootstrap: Sequence[str], timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        timeout_s: float = 5.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         if not bootstrap:
             raise ValueError("a client needs at least one bootstrap address")
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
         self.bootstrap = list(dict.fromkeys(bootstrap))
         self.timeout_s = timeout_s
-        self._channels = ChannelPool()
+        self._channels = ChannelPool(credentials)
         self._leader: str | None = None
         self._next = 0
 

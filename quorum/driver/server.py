@@ -37,6 +37,7 @@ from quorum.driver.plugin import (
 )
 from quorum.driver.rpc_guard import MalformedRequestGuard
 from quorum.driver.storage_format import open_node_storage
+from quorum.driver.tls import TlsFiles
 from quorum.driver.transport import RaftTransport
 from quorum.shared_log import SharedLog
 from quorum.storage import NodeStorage
@@ -59,6 +60,9 @@ class NodeConfig:
     options: NodeOptions = field(default_factory=NodeOptions)
     # host:port of the Prometheus exporter; empty: none.
     metrics_listen: str = ""
+    # Mutual TLS on the node's listener and its channels to peers; None:
+    # plaintext.
+    tls: TlsFiles | None = None
 
     @property
     def address(self) -> str:
@@ -105,6 +109,7 @@ class NodeServer:
             rpc_timeout_s=q.request_timeout_ms / 1000,
             unreachable=self.node.report_unreachable,
             dscp=config.options.dscp,
+            tls=config.tls,
         )
         server_options: list[tuple[str, Any]] = [
             ("grpc.max_send_message_length", 64 * 1024 * 1024),
@@ -136,7 +141,12 @@ class NodeServer:
             reflection.SERVICE_NAME,
         ]
         reflection.enable_server_reflection(names, self.server)
-        self.port = self.server.add_insecure_port(self.config.address)
+        if self.config.tls is None:
+            self.port = self.server.add_insecure_port(self.config.address)
+        else:
+            self.port = self.server.add_secure_port(
+                self.config.address, self.config.tls.server_credentials()
+            )
         if self.port == 0:
             raise OSError(f"node {self.config.node_id} cannot listen on {self.config.address}")
         await self.server.start()

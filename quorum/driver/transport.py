@@ -8,6 +8,13 @@ message kind, in arrival order (Vote, BeginQuorumEpoch, EndQuorumEpoch, which
 the core answers at once).  A malformed request gets INVALID_ARGUMENT naming
 the problem; a request from another cluster gets FAILED_PRECONDITION.
 
+With TLS (:class:`~quorum.driver.tls.TlsFiles`), a request is also checked
+against the caller's identity, read from its verified certificate, never
+from the message: its ``src`` must be the certificate's node id, Vote,
+BeginQuorumEpoch and EndQuorumEpoch come only from controllers, Fetch and
+FetchSnapshot from controllers or brokers (observers); any other caller
+gets PERMISSION_DENIED naming who it is and what it claimed.
+
 Outbound: each request the core sends becomes an RPC to the peer's address;
 its answer is delivered back to the core.  Lost or failed RPCs are simply
 dropped: the core retries on its own timers (KIP-595's transport contract).
@@ -25,6 +32,8 @@ import grpc
 
 from kqproto import raft_pb2 as pb
 from kqproto import raft_pb2_grpc as pb_grpc
+from quorum.driver.identity import IdentityError, Role, peer_identity
+from quorum.driver.tls import TlsFiles
 from quorum.driver.wire import WireError, from_pb, to_pb
 from quorum.messages import (
     BeginQuorumEpochRequest,
@@ -59,6 +68,9 @@ _REQUEST_KIND: dict[type, str] = {
     FetchRequest: "fetch",
     FetchSnapshotRequest: "snapshot",
 }
+# What an observer (a broker replaying the metadata) sends; the rest only
+# voters, which are controllers.
+_OBSERVER_REQUESTS = (FetchRequest, FetchSnapshotRequest)
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
@@ -79,8 +91,11 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
         rpc_timeout_s: float,
         unreachable: Callable[[NodeId], None] | None = None,
         dscp: int = 0,
+        tls: TlsFiles | None = None,
     ) -> None:
         self.node_id = node_id
+        self._tls = tls
+        self._credentials = tls.channel_credentials() if tls is not None else None
         # With a DSCP value, every packet of the channels to peers carries it.
         self._channel_options = _CHANNEL_OPTIONS + ([("grpc.dscp", dscp)] if dscp else [])
         self.cluster_id = cluster_id
@@ -115,7 +130,13 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
     def _stub(self, node: NodeId) -> pb_grpc.RaftServiceAsyncStub:
         stub = self._stubs.get(node)
         if stub is None:
-            channel = grpc.aio.insecure_channel(self.peers[node], options=self._channel_options)
+            address = self.peers[node]
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(address, options=self._channel_options)
+            else:
+                channel = grpc.aio.secure_channel(
+                    address, self._credentials, options=self._channel_options
+                )
             self._channels[node] = channel
             stub = self._stubs[node] = pb_grpc.RaftServiceStub(channel)
         return stub
@@ -179,6 +200,11 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"request addressed to node {msg.dst} reached node {self.node_id}",
             )
+        if self._tls is not None:
+            refusal = self._refusal(msg, context)
+            if refusal is not None:
+                log.warning("node %d refused a %s: %s", self.node_id, type(msg).__name__, refusal)
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, refusal)
         kind = _REQUEST_KIND[type(msg)]
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         if isinstance(msg, FetchRequest | FetchSnapshotRequest):
@@ -195,6 +221,28 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
             self._forget(msg, kind, future)
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer from the quorum core")
         return to_pb(answer, self.cluster_id)
+
+    def _refusal(self, msg: Message, context: Any) -> str | None:
+        """Why the caller may not send ``msg`` (None: it may)."""
+        what = type(msg).__name__
+        try:
+            identity = peer_identity(context)
+        except IdentityError as exc:
+            return f"the caller's certificate names no kq identity ({exc})"
+        if identity is None:
+            return f"a {what} needs a certificate"
+        if identity.cluster_id != self.cluster_id:
+            return f"{identity} is not of cluster {self.cluster_id}"
+        allowed = (
+            (Role.CONTROLLER, Role.BROKER)
+            if isinstance(msg, _OBSERVER_REQUESTS)
+            else (Role.CONTROLLER,)
+        )
+        if identity.role not in allowed:
+            return f"{identity} may not send a {what}"
+        if identity.node_id != msg.src:
+            return f"{identity} may not send a {what} as node {msg.src}"
+        return None
 
     def _forget(self, msg: Message, kind: str, future: asyncio.Future[Message]) -> None:
         if isinstance(msg, FetchRequest | FetchSnapshotRequest):

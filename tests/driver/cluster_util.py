@@ -10,10 +10,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from quorum.config import QuorumConfig
+from quorum.driver.identity import Identity
+from quorum.driver.identity import Role as IdentityRole
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import format_storage
+from quorum.driver.tls import TlsFiles
 from quorum.types import Role
+from server.certs import create_ca, issue
 from server.controller import kv_server
 
 CLUSTER_ID = "kq-test-cluster-000000"
@@ -38,7 +42,9 @@ def free_ports(n: int) -> list[int]:
 
 
 class Cluster:
-    def __init__(self, root: Path, voters: int = 3, options: NodeOptions = FAST) -> None:
+    def __init__(
+        self, root: Path, voters: int = 3, options: NodeOptions = FAST, tls: bool = False
+    ) -> None:
         self.root = root
         self.options = options
         ports = free_ports(voters)
@@ -46,11 +52,33 @@ class Cluster:
         self.servers: dict[int, NodeServer] = {}
         for n in self.voters:
             format_storage(root / f"node-{n}", CLUSTER_ID, n, self.voters.keys())
+        # With tls: the cluster's CA and each controller's certificate in
+        # root/certs (kq certs' layout); clients make their own with issue().
+        self.certs: Path | None = None
+        if tls:
+            self.certs = root / "certs"
+            create_ca(self.certs, CLUSTER_ID)
+            for n in self.voters:
+                issue(self.certs, Identity.node(CLUSTER_ID, IdentityRole.CONTROLLER, n))
+
+    def tls_files(self, identity: Identity) -> TlsFiles:
+        """A certificate for ``identity`` from the cluster's CA."""
+        assert self.certs is not None, "not a TLS cluster"
+        paths = issue(self.certs, identity, hosts=("127.0.0.1",))
+        return TlsFiles(self.certs / "ca.crt", paths.cert, paths.key)
 
     async def start(self, node: int) -> NodeServer:
+        tls = None
+        if self.certs is not None:
+            tls = TlsFiles.in_folder(self.certs, f"controller-{node}")
         server = kv_server(
             NodeConfig(
-                node, CLUSTER_ID, self.voters, self.root / f"node-{node}", options=self.options
+                node,
+                CLUSTER_ID,
+                self.voters,
+                self.root / f"node-{node}",
+                options=self.options,
+                tls=tls,
             )
         )
         await server.start()

@@ -1,0 +1,95 @@
+"""Mutual TLS for a node's server and its channels, with gRPC's own
+credentials.
+
+A node given :class:`TlsFiles` (the cluster's CA, its certificate and key,
+as ``kq certs`` writes them) listens with TLS only and requires a client
+certificate signed by the CA; its channels to its peers present its
+certificate and verify theirs.  The server re-reads its certificate and
+key when their files change, so rotating them needs no restart (etcd does
+the same): a fetcher gRPC calls on new handshakes compares the files'
+modification times.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+__all__ = ["TlsError", "TlsFiles"]
+
+log = logging.getLogger("kq.tls")
+
+
+class TlsError(ValueError):
+    """TLS files that cannot be used (names the file and why)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def in_folder(cls, certs_dir: Path, stem: str) -> TlsFiles:
+        """``ca.crt`` and ``<stem>.crt``/``.key`` of a ``kq certs`` folder."""
+        return cls(certs_dir / "ca.crt", certs_dir / f"{stem}.crt", certs_dir / f"{stem}.key")
+
+    def read(self) -> tuple[bytes, bytes, bytes]:
+        """(CA, certificate, key) as PEM bytes; TlsError naming a missing or
+        unreadable file."""
+        out = []
+        for what, path in (
+            ("CA certificate", self.ca),
+            ("certificate", self.cert),
+            ("key", self.key),
+        ):
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise TlsError(f"cannot read the {what} {path}: {exc.strerror or exc}") from None
+            if b"-----BEGIN" not in data:
+                raise TlsError(f"the {what} {path} is not PEM")
+            out.append(data)
+        return out[0], out[1], out[2]
+
+    def _stamp(self) -> tuple[float, ...]:
+        try:
+            return tuple(os.stat(p).st_mtime for p in (self.ca, self.cert, self.key))
+        except OSError:
+            return ()
+
+    def server_credentials(self) -> grpc.ServerCredentials:
+        """Credentials that require a client certificate signed by the CA and
+        pick up new files on the next handshake after they change."""
+        ca, cert, key = self.read()
+        loaded = [self._stamp()]
+
+        # gRPC reads None as "unchanged" (its stubs do not say so).
+        def fetch() -> Any:
+            stamp = self._stamp()
+            if not stamp or stamp == loaded[0]:
+                return None
+            try:
+                ca_now, cert_now, key_now = self.read()
+            except TlsError as exc:
+                log.warning("keeping the current certificate: %s", exc)
+                return None
+            loaded[0] = stamp
+            log.info("loaded the changed certificate %s", self.cert)
+            return grpc.ssl_server_certificate_configuration([(key_now, cert_now)], ca_now)
+
+        return grpc.dynamic_ssl_server_credentials(
+            grpc.ssl_server_certificate_configuration([(key, cert)], ca),
+            fetch,
+            require_client_authentication=True,
+        )
+
+    def channel_credentials(self) -> grpc.ChannelCredentials:
+        ca, cert, key = self.read()
+        return grpc.ssl_channel_credentials(ca, key, cert)

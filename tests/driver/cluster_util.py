@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from quorum.config import QuorumConfig
 from quorum.driver.identity import Identity
@@ -108,8 +109,21 @@ class Cluster:
 
 
 @asynccontextmanager
-async def running(root: Path, voters: int = 3) -> AsyncIterator[Cluster]:
-    cluster = Cluster(root, voters)
+async def running(
+    root: Path, voters: int = 3, options: NodeOptions = FAST, tls: bool = False
+) -> AsyncIterator[Cluster]:
+    """A started cluster, stopped at the end (its subclasses' too: pass
+    ``cluster``)."""
+    async with started(Cluster(root, voters, options, tls)) as cluster:
+        yield cluster
+
+
+C = TypeVar("C", bound=Cluster)
+
+
+@asynccontextmanager
+async def started(cluster: C) -> AsyncIterator[C]:
+    """Start every voter of ``cluster``; stop whatever runs at the end."""
     try:
         for n in cluster.voters:
             await cluster.start(n)

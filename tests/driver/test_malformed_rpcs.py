@@ -35,8 +35,7 @@ import logging
 import os
 import random
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,7 +50,7 @@ from quorum.config import QuorumConfig
 from quorum.driver.node import NodeOptions
 from quorum.types import Role
 from server.controller import kv_of
-from tests.driver.cluster_util import CLUSTER_ID, Cluster, run
+from tests.driver.cluster_util import CLUSTER_ID, Cluster, run, running
 
 I32_MAX = 2**31 - 1
 I64_MAX = 2**63 - 1
@@ -67,16 +66,8 @@ OPTIONS = NodeOptions(
 RPC_TIMEOUT_S = 3.0
 
 
-@asynccontextmanager
-async def cluster_of_3(root: Path) -> AsyncIterator[Cluster]:
-    cluster = Cluster(root, voters=3, options=OPTIONS)
-    try:
-        for n in cluster.voters:
-            await cluster.start(n)
-        yield cluster
-    finally:
-        for n in list(cluster.servers):
-            await cluster.stop(n, resign=False)
+def cluster_of_3(root: Path) -> AbstractAsyncContextManager[Cluster]:
+    return running(root, voters=3, options=OPTIONS)
 
 
 # -- expectations ---------------------------------------------------------------

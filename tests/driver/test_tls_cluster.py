@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import grpc
@@ -27,21 +26,13 @@ from quorum.driver.identity import Identity, Role
 from quorum.driver.tls import TlsError, TlsFiles
 from quorum.driver.wire import MAX_EPOCH
 from server.certs import issue
-from tests.driver.cluster_util import CLUSTER_ID, Cluster, run
+from tests.driver.cluster_util import CLUSTER_ID, Cluster, run, running
 
 RPC_TIMEOUT_S = 3.0
 
 
-@asynccontextmanager
-async def tls_cluster(root: Path) -> AsyncIterator[Cluster]:
-    cluster = Cluster(root, voters=3, tls=True)
-    try:
-        for n in cluster.voters:
-            await cluster.start(n)
-        yield cluster
-    finally:
-        for n in list(cluster.servers):
-            await cluster.stop(n, resign=False)
+def tls_cluster(root: Path) -> AbstractAsyncContextManager[Cluster]:
+    return running(root, tls=True)
 
 
 def _user(cluster: Cluster, name: str = "ops") -> grpc.ChannelCredentials:

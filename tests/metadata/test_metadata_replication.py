@@ -11,8 +11,8 @@ log before it is gone.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
@@ -36,7 +36,7 @@ from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import format_storage
 from quorum.shared_log import SharedLog
 from server.controller import controller_server, plugin_of
-from tests.driver.cluster_util import CLUSTER_ID, Cluster, free_ports
+from tests.driver.cluster_util import CLUSTER_ID, Cluster, free_ports, started
 
 OPTIONS = NodeOptions(
     quorum=QuorumConfig(
@@ -97,16 +97,8 @@ async def start_observer(cluster: Cluster, node_id: int) -> NodeServer:
     return observer
 
 
-@contextlib.asynccontextmanager
-async def controllers(root: Path) -> AsyncIterator[ControllerCluster]:
-    cluster = ControllerCluster(root, voters=3, options=OPTIONS)
-    try:
-        for n in cluster.voters:
-            await cluster.start(n)
-        yield cluster
-    finally:
-        for n in list(cluster.servers):
-            await cluster.stop(n, resign=False)
+def controllers(root: Path) -> AbstractAsyncContextManager[ControllerCluster]:
+    return started(ControllerCluster(root, voters=3, options=OPTIONS))
 
 
 def create(topics: list[NewTopic]) -> Callable[[Controller], ControllerResult[list[ItemResult]]]:

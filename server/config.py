@@ -33,6 +33,7 @@ from metadata.active import ControllerSettings
 from quorum.config import QuorumConfig
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig
+from quorum.driver.tls import TlsFiles
 from server.addresses import parse_address, parse_node_id, parse_voters
 
 __all__ = [
@@ -105,9 +106,16 @@ _TOP = [
     Setting("log_level", "level", "INFO", "DEBUG, INFO, WARNING, ERROR or CRITICAL"),
 ]
 
+_TLS = [
+    Setting("tls.ca_file", "path", None, "the cluster's CA certificate (PEM)"),
+    Setting("tls.cert_file", "path", None, "this node's certificate (PEM)"),
+    Setting("tls.key_file", "path", None, "this node's private key (PEM)"),
+]
+
 SETTINGS: dict[str, Setting] = {
     s.key: s
     for s in _TOP
+    + _TLS
     + _core_settings("quorum", QuorumConfig, minimums={"check_quorum_factor": 1.0})
     + _core_settings("node", NodeOptions, skip=("quorum",), minimums={"max_batch_records": 1})
     + _core_settings(
@@ -122,7 +130,7 @@ SETTINGS: dict[str, Setting] = {
 }
 """Every setting, by key."""
 
-_SECTIONS = ("quorum", "node", "controller")
+_SECTIONS = ("quorum", "node", "controller", "tls")
 
 
 def env_name(key: str) -> str:
@@ -341,6 +349,8 @@ class ControllerConfig:
     options: NodeOptions
     settings: Settings
     controller: ControllerSettings = field(default_factory=ControllerSettings)
+    # Mutual TLS (the [tls] section); None: plaintext.
+    tls: TlsFiles | None = None
 
     @property
     def address(self) -> str:
@@ -355,6 +365,7 @@ class ControllerConfig:
             listen=self.listen,
             options=self.options,
             metrics_listen=self.metrics_listen,
+            tls=self.tls,
         )
 
 
@@ -410,7 +421,24 @@ def controller_config(settings: Settings) -> ControllerConfig:
         options=options,
         settings=settings,
         controller=controller,
+        tls=_tls_files(settings),
     )
+
+
+def _tls_files(settings: Settings) -> TlsFiles | None:
+    """The [tls] section: all three files, or none (plaintext)."""
+    keys = [s.key for s in _TLS]
+    given = {key: settings.get(key) for key in keys}
+    if all(path is None for path in given.values()):
+        return None
+    missing = [key for key, path in given.items() if path is None]
+    if missing:
+        set_ = ", ".join(f"{k} (from {settings.origin(k)})" for k in keys if k not in missing)
+        raise ConfigError(
+            f"TLS needs tls.ca_file, tls.cert_file and tls.key_file together: "
+            f"{', '.join(missing)} missing where {set_} given"
+        )
+    return TlsFiles(given["tls.ca_file"], given["tls.cert_file"], given["tls.key_file"])
 
 
 def _blame(section: str, message: str, settings: Settings) -> str:

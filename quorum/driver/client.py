@@ -186,10 +186,18 @@ class LeaderFollowingClient:
             self._leader = None
 
 
-async def describe(address: str, timeout_s: float) -> quorum_pb2.DescribeQuorumResponse | None:
-    """DescribeQuorum of the node at ``address``; None if it does not answer."""
+async def describe(
+    address: str, timeout_s: float, credentials: grpc.ChannelCredentials | None = None
+) -> quorum_pb2.DescribeQuorumResponse | None:
+    """DescribeQuorum of the node at ``address`` (over mutual TLS with
+    ``credentials``); None if it does not answer."""
+    channel = (
+        grpc.aio.insecure_channel(address)
+        if credentials is None
+        else grpc.aio.secure_channel(address, credentials)
+    )
     try:
-        async with grpc.aio.insecure_channel(address) as channel:
+        async with channel:
             stub = quorum_pb2_grpc.QuorumServiceStub(channel)
             response: quorum_pb2.DescribeQuorumResponse = await stub.DescribeQuorum(
                 quorum_pb2.DescribeQuorumRequest(), timeout=timeout_s

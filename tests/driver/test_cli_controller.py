@@ -15,6 +15,7 @@ import pytest
 from kq.cli import main
 from quorum.driver.client import describe
 from quorum.driver.storage_format import format_storage
+from quorum.driver.tls import TlsFiles
 from tests.driver.cluster_util import free_ports
 
 
@@ -108,3 +109,52 @@ def test_sigterm_resigns_and_exits_0(tmp_path: Path) -> None:
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=10)
+
+
+def test_a_controller_with_tls_in_its_config_serves_only_certified_callers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_ports(1)[0]
+    path = config_file(tmp_path, port)
+    certs = tmp_path / "certs"
+    assert main(["certs", "create-ca", "--certs-dir", str(certs), "--cluster-id", "c1"]) == 0
+    assert (
+        main(["certs", "issue", "--certs-dir", str(certs), "--node", "1", "--role", "controller"])
+        == 0
+    )
+    assert main(["certs", "issue", "--certs-dir", str(certs), "--user", "ops"]) == 0
+    # Half a [tls] section is refused, naming what is missing.
+    path.write_text(path.read_text() + '[tls]\nca_file = "certs/ca.crt"\n')
+    assert main(["controller", "start", "--config", str(path)]) == 2
+    assert "tls.cert_file, tls.key_file missing" in capsys.readouterr().err
+    path.write_text(
+        path.read_text()
+        + 'cert_file = "certs/controller-1.crt"\nkey_file = "certs/controller-1.key"\n'
+    )
+    format_storage(tmp_path / "data", "c1", 1, [1])
+    cmd = [sys.executable, "-m", "kq.cli", "controller", "start", "--config", str(path)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KQ_")}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        ops = TlsFiles.in_folder(certs, "user-ops").channel_credentials()
+        address = f"127.0.0.1:{port}"
+
+        async def check() -> None:
+            deadline = time.monotonic() + 20
+            answer = None
+            while time.monotonic() < deadline:
+                answer = await describe(address, 0.5, ops)
+                if answer is not None and answer.role == "leader":
+                    break
+                await asyncio.sleep(0.05)
+            assert answer is not None and answer.role == "leader"
+            assert await describe(address, 0.5) is None  # plaintext: no handshake
+
+        asyncio.run(check())
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+        assert proc.returncode == 0, err.decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

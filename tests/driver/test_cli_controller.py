@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kq.cli import main
+from metadata.client import MetadataClient
 from quorum.driver.client import describe
 from quorum.driver.storage_format import format_storage
 from quorum.driver.tls import TlsFiles
@@ -149,6 +150,10 @@ def test_a_controller_with_tls_in_its_config_serves_only_certified_callers(
                 await asyncio.sleep(0.05)
             assert answer is not None and answer.role == "leader"
             assert await describe(address, 0.5) is None  # plaintext: no handshake
+            # The metadata services on the same port, over the same TLS.
+            async with MetadataClient([address], timeout_s=10, credentials=ops) as admin:
+                features = await admin.describe_features(linearizable=True)
+            assert [f.name for f in features.features] == ["metadata.version"]
 
         asyncio.run(check())
         proc.send_signal(signal.SIGTERM)

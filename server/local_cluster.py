@@ -33,7 +33,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
+
 from quorum.driver.client import describe
+from quorum.driver.identity import Identity
+from quorum.driver.identity import Role as IdentityRole
 from quorum.driver.storage_format import (
     META_FILE,
     StorageFormatError,
@@ -41,6 +45,8 @@ from quorum.driver.storage_format import (
     random_cluster_id,
     read_meta,
 )
+from quorum.driver.tls import TlsFiles
+from server.certs import create_ca, issue
 from server.config import (
     ConfigError,
     controller_config,
@@ -66,6 +72,7 @@ __all__ = [
     "load_state",
     "local_addresses",
     "log_tail",
+    "make_certs",
     "new_cluster_state",
     "node_alive",
     "process_alive",
@@ -85,6 +92,9 @@ DEFAULT_BASE_PORT = 9091
 HOST = "127.0.0.1"
 # Node N's Prometheus exporter listens on its gRPC port plus this.
 METRICS_PORT_OFFSET = 1000
+# Where a TLS cluster keeps its certificates, and the commands' user.
+CERTS_DIR = "certs"
+ADMIN_USER = "admin"
 # Settings each node's generated config fixes; the environment must not
 # override them for a node of a local cluster.
 _IDENTITY_KEYS = ("node_id", "cluster_id", "data_dir", "listen", "voters", "metrics_listen")
@@ -109,6 +119,21 @@ class ClusterState:
     cluster_id: str
     base_port: int
     nodes: list[NodeState]
+    # Mutual TLS: the cluster's CA and certificates in certs/ (a
+    # controller's per node, and user-admin's for the commands).
+    tls: bool = False
+
+    @property
+    def certs_dir(self) -> Path:
+        return self.dir / CERTS_DIR
+
+    def client_tls(self) -> TlsFiles | None:
+        """The certificate the commands use against this cluster."""
+        return TlsFiles.in_folder(self.certs_dir, f"user-{ADMIN_USER}") if self.tls else None
+
+    def client_credentials(self) -> grpc.ChannelCredentials | None:
+        files = self.client_tls()
+        return files.channel_credentials() if files is not None else None
 
     def path(self, relative: str) -> Path:
         return self.dir / relative
@@ -125,6 +150,7 @@ class ClusterState:
             "version": STATE_VERSION,
             "cluster_id": self.cluster_id,
             "base_port": self.base_port,
+            "tls": self.tls,
             "nodes": [asdict(n) for n in self.nodes],
         }
         tmp = self.dir / (STATE_FILE + ".tmp")
@@ -154,7 +180,9 @@ def load_state(directory: str | os.PathLike[str]) -> ClusterState | None:
             )
             for n in obj["nodes"]
         ]
-        return ClusterState(path, str(obj["cluster_id"]), int(obj["base_port"]), nodes)
+        return ClusterState(
+            path, str(obj["cluster_id"]), int(obj["base_port"]), nodes, bool(obj.get("tls", False))
+        )
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(f"{file} is unreadable or malformed: {exc}") from None
 
@@ -313,9 +341,10 @@ def wait_gone(state: ClusterState, nodes: Sequence[NodeState], timeout_s: float)
 
 async def status_rows(state: ClusterState, timeout_s: float = 1.0) -> list[dict[str, Any]]:
     alive = [node_alive(state, n) for n in state.nodes]
+    credentials = state.client_credentials()
     answers = await asyncio.gather(
         *(
-            describe(n.address, timeout_s) if up else _none()
+            describe(n.address, timeout_s, credentials) if up else _none()
             for n, up in zip(state.nodes, alive, strict=True)
         )
     )
@@ -395,6 +424,10 @@ def write_configs(
         }
         if n.metrics_address:
             values["metrics_listen"] = n.metrics_address
+        if state.tls:
+            files = TlsFiles.in_folder(state.certs_dir, f"controller-{n.node_id}")
+            for key, file in (("ca", files.ca), ("cert", files.cert), ("key", files.key)):
+                values[f"tls.{key}_file"] = os.path.relpath(file, path.parent)
         values.update(extra)
         if per_node is not None:
             values.update(per_node(n.node_id))
@@ -403,6 +436,20 @@ def write_configs(
             "# directory, written by `kq cluster up`"
         )
         path.write_text(f"# {top}; docs/operations.md lists every key.\n" + render_toml(values))
+
+
+def make_certs(state: ClusterState) -> None:
+    """The cluster's CA, a certificate per controller (for its host) and
+    the commands' (user admin), in ``certs/``, for a new TLS cluster."""
+    create_ca(state.certs_dir, state.cluster_id)
+    for n in state.nodes:
+        host = n.address.rpartition(":")[0]
+        issue(
+            state.certs_dir,
+            Identity.node(state.cluster_id, IdentityRole.CONTROLLER, n.node_id),
+            hosts=(host,),
+        )
+    issue(state.certs_dir, Identity.user(state.cluster_id, ADMIN_USER), hosts=())
 
 
 def check_configs(state: ClusterState) -> None:
@@ -468,7 +515,10 @@ async def wait_for_leader(
                     f"{state.path(node.log_file)}:\n{log_tail(state, node)}\n"
                     f"(stop the other nodes with `kq cluster down --cluster-dir {state.dir}`)"
                 )
-        answers = await asyncio.gather(*(describe(n.address, 0.5) for n in state.nodes))
+        credentials = state.client_credentials()
+        answers = await asyncio.gather(
+            *(describe(n.address, 0.5, credentials) for n in state.nodes)
+        )
         if any(a is not None and a.role == "leader" for a in answers):
             return
         if time.monotonic() >= deadline:

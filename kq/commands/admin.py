@@ -27,6 +27,7 @@ from kq.commands.common import (
     CommandError,
     add_bootstrap_flag,
     bootstrap_addresses,
+    client_credentials,
     print_json,
     run_async,
 )
@@ -106,7 +107,10 @@ def call(args: argparse.Namespace, use: Callable[[MetadataClient], Awaitable[T]]
         raise CommandError("--timeout must be positive", EXIT_USAGE)
 
     async def go() -> T:
-        async with MetadataClient(bootstrap, timeout_s=args.timeout) as client:
+        credentials = client_credentials(args)
+        async with MetadataClient(
+            bootstrap, timeout_s=args.timeout, credentials=credentials
+        ) as client:
             return await use(client)
 
     try:

@@ -48,6 +48,7 @@ from server.local_cluster import (
     format_new_nodes,
     load_state,
     log_tail,
+    make_certs,
     new_cluster_state,
     node_alive,
     spawn_node,
@@ -68,6 +69,7 @@ def _status_json(state: ClusterState, rows: list[dict[str, Any]]) -> dict[str, A
         "dir": str(state.dir),
         "leader_id": None if leader is None else leader["node_id"],
         "epoch": None if leader is None else leader["epoch"],
+        "tls": state.tls,
         "nodes": rows,
     }
 
@@ -80,7 +82,10 @@ def _print_status(state: ClusterState, rows: list[dict[str, Any]]) -> None:
         if summary["leader_id"] is not None
         else "no leader"
     )
-    print(f"Cluster {state.cluster_id} in {state.dir}: {up}/{len(rows)} nodes running, {leader}")
+    tls = " (mutual TLS)" if state.tls else ""
+    print(
+        f"Cluster {state.cluster_id} in {state.dir}{tls}: {up}/{len(rows)} nodes running, {leader}"
+    )
     print()
     print(
         format_table(
@@ -142,6 +147,12 @@ def register(subparsers: Subparsers) -> None:
         "--base-port",
         type=int,
         help=f"port of node 1, new cluster only (default {DEFAULT_BASE_PORT})",
+    )
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="new cluster only: make a CA and certificates in DIR/certs and run every node "
+        "with mutual TLS (the commands find the certificates through --cluster-dir)",
     )
     up.add_argument(
         "--set",
@@ -232,7 +243,9 @@ def _new_state(args: argparse.Namespace) -> ClusterState:
         )
     addresses = {i: f"{HOST}:{base + i - 1}" for i in range(1, nodes + 1)}
     metrics = {i: f"{HOST}:{base + METRICS_PORT_OFFSET + i - 1}" for i in addresses}
-    return new_cluster_state(Path(args.dir).resolve(), base, addresses, metrics)
+    state = new_cluster_state(Path(args.dir).resolve(), base, addresses, metrics)
+    state.tls = args.tls
+    return state
 
 
 def _extra_settings(items: Sequence[str]) -> dict[str, object]:
@@ -267,6 +280,8 @@ def _up(args: argparse.Namespace) -> int:
         extra = _extra_settings(args.cfg_set)
         state = _new_state(args)
         state.dir.mkdir(parents=True, exist_ok=True)
+        if state.tls:
+            make_certs(state)
         write_configs(state, extra)
         state.save()
     else:
@@ -294,6 +309,11 @@ def _up(args: argparse.Namespace) -> int:
             raise CommandError(
                 "--set applies to a new cluster only; edit the node configs in "
                 f"{state.dir}/node-N/config.toml instead",
+                EXIT_USAGE,
+            )
+        if args.tls and not state.tls:
+            raise CommandError(
+                f"the cluster in {state.dir} runs without TLS; --tls applies to a new cluster",
                 EXIT_USAGE,
             )
     check_configs(state)
@@ -391,7 +411,8 @@ def _start(args: argparse.Namespace) -> int:
     check_ports(state, [node])
     proc = spawn_node(state, node)
     deadline = time.monotonic() + args.timeout
-    while run_async(describe(node.address, 0.5)) is None:
+    credentials = state.client_credentials()
+    while run_async(describe(node.address, 0.5, credentials)) is None:
         code = proc.poll()
         if code is not None:
             node.pid = None

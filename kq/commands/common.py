@@ -14,7 +14,10 @@ import json
 import os
 import sys
 from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
+
+import grpc
 
 from server.addresses import parse_address, parse_node_id, parse_voters
 from server.errors import EXIT_FAILURE, EXIT_INDETERMINATE, EXIT_OK, EXIT_USAGE, UserError
@@ -30,6 +33,7 @@ __all__ = [
     "Handler",
     "add_bootstrap_flag",
     "bootstrap_addresses",
+    "client_credentials",
     "command",
     "format_fields",
     "format_table",
@@ -133,6 +137,39 @@ def add_bootstrap_flag(
         help=f"where to look for the local cluster when {names[0]} is not "
         "given (default: %(default)s)",
     )
+    parser.add_argument(
+        "--certs-dir",
+        metavar="DIR",
+        help="speak mutual TLS with the CA and the --user's certificate of this `kq certs` "
+        "folder (default: the local cluster's, if it runs with TLS)",
+    )
+    parser.add_argument(
+        "--user",
+        default="admin",
+        help="whose certificate of --certs-dir to present (user-NAME.crt; default %(default)s)",
+    )
+
+
+def client_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | None:
+    """Mutual TLS for a command's client: the ``--certs-dir`` user's
+    certificate, else the local cluster's when it runs with TLS (and no
+    ``--bootstrap-server`` names another cluster), else plaintext."""
+    from quorum.driver.tls import TlsError, TlsFiles
+
+    files: TlsFiles | None = None
+    if args.certs_dir is not None:
+        files = TlsFiles.in_folder(Path(args.certs_dir), f"user-{args.user}")
+    elif args.bootstrap_server is None:
+        from server.local_cluster import load_state
+
+        state = load_state(args.cluster_dir)
+        files = state.client_tls() if state is not None else None
+    if files is None:
+        return None
+    try:
+        return files.channel_credentials()
+    except TlsError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
 
 
 def bootstrap_addresses(args: argparse.Namespace) -> list[str]:

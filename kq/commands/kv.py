@@ -31,6 +31,7 @@ from kq.commands.common import (
     add_bootstrap_flag,
     add_command_group,
     bootstrap_addresses,
+    client_credentials,
     command,
     print_json,
     run_async,
@@ -122,7 +123,8 @@ def _call(args: argparse.Namespace, use: Callable[[KvClient], Awaitable[T]]) -> 
         raise CommandError("--timeout must be positive", EXIT_USAGE)
 
     async def go() -> T:
-        async with KvClient(bootstrap, timeout_s=args.timeout) as client:
+        credentials = client_credentials(args)
+        async with KvClient(bootstrap, timeout_s=args.timeout, credentials=credentials) as client:
             return await use(client)
 
     try:

@@ -25,6 +25,7 @@ from kq.commands.common import (
     add_bootstrap_flag,
     add_command_group,
     bootstrap_addresses,
+    client_credentials,
     command,
     format_fields,
     format_table,
@@ -90,7 +91,9 @@ def register(subparsers: Subparsers) -> None:
 
 
 async def find_leader(
-    bootstrap: list[str], timeout_s: float
+    bootstrap: list[str],
+    timeout_s: float,
+    credentials: grpc.ChannelCredentials | None = None,
 ) -> tuple[str, quorum_pb2.DescribeQuorumResponse]:
     """The leader's address and its DescribeQuorum answer.
 
@@ -101,7 +104,7 @@ async def find_leader(
     while True:
         for address in bootstrap:
             budget = max(0.05, min(1.0, deadline - time.monotonic()))
-            response = await describe(address, budget)
+            response = await describe(address, budget, credentials)
             if response is None:
                 problems[address] = "unreachable"
                 continue
@@ -111,7 +114,7 @@ async def find_leader(
             if not hint:
                 problems[address] = f"knows no leader (epoch {response.epoch}, {response.role})"
                 continue
-            leader = await describe(hint, budget)
+            leader = await describe(hint, budget, credentials)
             if leader is not None and leader.role == "leader":
                 return hint, leader
             problems[address] = f"names leader {response.leader.leader_id} at {hint}, " + (
@@ -183,7 +186,7 @@ def _ago(timestamp_ms: int, now_ms: int) -> str:
 @command("quorum describe")
 def _describe(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_addresses(args)
-    _, response = run_async(find_leader(bootstrap, args.timeout))
+    _, response = run_async(find_leader(bootstrap, args.timeout, client_credentials(args)))
     if args.status:
         fields = status_fields(response)
         if args.json:
@@ -246,7 +249,9 @@ def _ids(ids: list[int]) -> str:
 @command("quorum resign")
 def _resign(args: argparse.Namespace) -> int:
     bootstrap = bootstrap_addresses(args)
-    result = run_async(_do_resign(bootstrap, args.successor, args.timeout))
+    result = run_async(
+        _do_resign(bootstrap, args.successor, args.timeout, client_credentials(args))
+    )
     if args.json:
         print_json(result)
         return 0
@@ -259,10 +264,17 @@ def _resign(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _do_resign(bootstrap: list[str], successor: int | None, timeout_s: float) -> Any:
+async def _do_resign(
+    bootstrap: list[str],
+    successor: int | None,
+    timeout_s: float,
+    credentials: grpc.ChannelCredentials | None,
+) -> Any:
     deadline = time.monotonic() + timeout_s
     while True:
-        address, leader = await find_leader(bootstrap, max(0.1, deadline - time.monotonic()))
+        address, leader = await find_leader(
+            bootstrap, max(0.1, deadline - time.monotonic()), credentials
+        )
         if successor is not None and (
             successor not in leader.voters or successor == leader.node_id
         ):
@@ -272,7 +284,12 @@ async def _do_resign(bootstrap: list[str], successor: int | None, timeout_s: flo
                 EXIT_USAGE,
             )
         try:
-            async with grpc.aio.insecure_channel(address) as channel:
+            channel = (
+                grpc.aio.insecure_channel(address)
+                if credentials is None
+                else grpc.aio.secure_channel(address, credentials)
+            )
+            async with channel:
                 stub = quorum_pb2_grpc.QuorumServiceStub(channel)
                 answer: quorum_pb2.ResignResponse = await stub.Resign(
                     quorum_pb2.ResignRequest(
@@ -298,7 +315,9 @@ async def _do_resign(bootstrap: list[str], successor: int | None, timeout_s: flo
     wait_until = time.monotonic() + max(1.0, deadline - time.monotonic())
     while time.monotonic() < wait_until:
         try:
-            _, now = await find_leader(bootstrap, min(1.0, wait_until - time.monotonic()))
+            _, now = await find_leader(
+                bootstrap, min(1.0, wait_until - time.monotonic()), credentials
+            )
         except CommandError:
             continue
         if now.epoch > leader.epoch:

@@ -194,6 +194,63 @@ def test_cluster_dir_is_the_folders_name_and_dir_its_alias(
         )
     state = load_state(d)
     assert state is not None and [n.address for n in state.nodes] == [f"127.0.0.1:{base}"]
+    # TLS is chosen when a cluster is made, not later.
+    assert main(["cluster", "up", "--cluster-dir", d, "--tls"]) == 2
+    assert "runs without TLS; --tls applies to a new cluster" in capsys.readouterr().err
     # kq quorum finds the same cluster in the same folder (its node is down).
     assert main(["quorum", "describe", "--status", "--cluster-dir", d, "--timeout", "0.5"]) == 1
     assert f"127.0.0.1:{base}" in capsys.readouterr().err
+
+
+def test_a_tls_cluster_and_the_commands_that_find_its_certificates(tmp_path: Path) -> None:
+    d = str(tmp_path / "tls-cluster")
+    base = free_base_port(3)
+    try:
+        up = kq("cluster", "up", "--cluster-dir", d, "--base-port", str(base), "--tls")
+        assert up.returncode == 0, up.stderr
+        assert "(mutual TLS)" in up.stdout
+        certs = tmp_path / "tls-cluster" / "certs"
+        assert {p.name for p in certs.glob("*.crt")} == {
+            "ca.crt",
+            "controller-1.crt",
+            "controller-2.crt",
+            "controller-3.crt",
+            "user-admin.crt",
+        }
+        config = (tmp_path / "tls-cluster" / "node-1" / "config.toml").read_text()
+        assert "[tls]" in config and "controller-1.crt" in config
+        status = kq_json("cluster", "status", "--cluster-dir", d, "--json")
+        assert status["tls"] is True and len(leaders(status)) == 1
+        # The commands take the local cluster's certificate from --cluster-dir.
+        put = kq("kv", "put", "k", "v", "--cluster-dir", d)
+        assert put.returncode == 0, put.stderr
+        got = kq("kv", "get", "k", "--cluster-dir", d)
+        assert (got.returncode, got.stdout) == (0, "v\n"), got.stderr
+        described = kq("quorum", "describe", "--status", "--cluster-dir", d)
+        assert described.returncode == 0, described.stderr
+        topics = kq("topics", "list", "--cluster-dir", d)
+        assert topics.returncode == 0, topics.stderr
+        # Named by address, the cluster wants a certificate: plaintext gets
+        # no connection; --certs-dir gives one.
+        bootstrap = f"127.0.0.1:{base}"
+        plain = kq("kv", "get", "k", "--bootstrap-server", bootstrap, "--timeout", "2")
+        assert plain.returncode != 0
+        certified = kq("kv", "get", "k", "--bootstrap-server", bootstrap, "--certs-dir", str(certs))
+        assert (certified.returncode, certified.stdout) == (0, "v\n"), certified.stderr
+        missing = kq(
+            "kv",
+            "get",
+            "k",
+            "--bootstrap-server",
+            bootstrap,
+            "--certs-dir",
+            str(certs),
+            "--user",
+            "nobody",
+        )
+        assert missing.returncode == 2 and "user-nobody.crt" in missing.stderr
+        # Up again while it runs is refused, as for any cluster.
+        again = kq("cluster", "up", "--cluster-dir", d)
+        assert again.returncode == 1 and "already running" in again.stderr
+    finally:
+        kq("cluster", "down", "--cluster-dir", d)

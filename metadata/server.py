@@ -40,13 +40,12 @@ class MetadataPlugin:
     ) -> None:
         from metadata.service import AdminServicer, BrokerLifecycleServicer
 
-        sm = state_machine
         self.host = host
-        self.controller = QuorumController(host.raft, sm, host.cluster_id, settings)
+        self.controller = QuorumController(host.raft, state_machine, host.cluster_id, settings)
         self.metrics = ControllerMetrics(
             host.registry,
             host.node_id,
-            lambda: sm.image,
+            lambda: state_machine.image,
             lambda: self.controller.is_active,
         )
         self._admin = AdminServicer(self.controller, host)

@@ -503,6 +503,7 @@ async def wait_for_leader(
     state: ClusterState, procs: dict[int, subprocess.Popen[bytes]], timeout_s: float
 ) -> None:
     deadline = time.monotonic() + timeout_s
+    credentials = state.client_credentials()
     while True:
         for node_id, proc in procs.items():
             code = proc.poll()
@@ -515,7 +516,6 @@ async def wait_for_leader(
                     f"{state.path(node.log_file)}:\n{log_tail(state, node)}\n"
                     f"(stop the other nodes with `kq cluster down --cluster-dir {state.dir}`)"
                 )
-        credentials = state.client_credentials()
         answers = await asyncio.gather(
             *(describe(n.address, 0.5, credentials) for n in state.nodes)
         )

@@ -50,6 +50,18 @@ QUORUM_SEAMS = (
 
 BOTTOM: tuple[str, ...] = ()
 
+# Every library under the tools: what chaos and bench build on.
+LIBRARIES = (
+    "kqproto",
+    "history",
+    "partition_log",
+    "quorum",
+    "kvstore",
+    "metadata",
+    "broker",
+    "server",
+)
+
 ALLOWED: Mapping[str, tuple[str, ...]] = {
     # The bottom: libraries that import nothing else of kq but the
     # generated protobuf modules.
@@ -79,37 +91,14 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
     # Process assembly: builds processes out of everything below it.
     "server": ("kqproto", "quorum", "kvstore", "metadata", "broker", "partition_log"),
     # The tools on top; spark_verify stands apart from all of kq.
-    "chaos": ("kqproto", "history", "quorum", "kvstore", "metadata", "broker", "server"),
+    "chaos": LIBRARIES,
     "spark_verify": BOTTOM,
-    "bench": (
-        "kqproto",
-        "history",
-        "partition_log",
-        "quorum",
-        "kvstore",
-        "metadata",
-        "broker",
-        "server",
-        "spark_verify",
-        "kq",  # its version, for the reports
-    ),
+    "bench": (*LIBRARIES, "spark_verify", "kq"),  # kq: its version, for the reports
     "tools": BOTTOM,
     # The command line adapts every library (the dispatcher imports its own
     # commands lazily, by name).
     "kq": ("kq.commands",),
-    "kq.commands": (
-        "kqproto",
-        "history",
-        "partition_log",
-        "quorum",
-        "kvstore",
-        "metadata",
-        "broker",
-        "server",
-        "chaos",
-        "spark_verify",
-        "kq",
-    ),
+    "kq.commands": (*LIBRARIES, "chaos", "spark_verify", "kq"),
 }
 
 ARGPARSE_ALLOWED = (

@@ -34,6 +34,7 @@ from kq.commands.common import (
 )
 from kqproto import quorum_pb2, quorum_pb2_grpc
 from quorum.driver.client import describe
+from quorum.driver.tls import dial
 
 __all__ = ["find_leader", "register", "replication_rows", "status_fields"]
 
@@ -284,12 +285,7 @@ async def _do_resign(
                 EXIT_USAGE,
             )
         try:
-            channel = (
-                grpc.aio.insecure_channel(address)
-                if credentials is None
-                else grpc.aio.secure_channel(address, credentials)
-            )
-            async with channel:
+            async with dial(address, credentials) as channel:
                 stub = quorum_pb2_grpc.QuorumServiceStub(channel)
                 answer: quorum_pb2.ResignResponse = await stub.Resign(
                     quorum_pb2.ResignRequest(

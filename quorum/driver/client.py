@@ -28,6 +28,7 @@ from typing import Self
 import grpc
 
 from kqproto import quorum_pb2, quorum_pb2_grpc
+from quorum.driver.tls import dial
 
 __all__ = [
     "ChannelPool",
@@ -88,10 +89,7 @@ class ChannelPool:
                 # Metadata answers (a cluster's topics) may be large.
                 ("grpc.max_receive_message_length", 64 * 1024 * 1024),
             ]
-            if self._credentials is None:
-                channel = grpc.aio.insecure_channel(address, options=options)
-            else:
-                channel = grpc.aio.secure_channel(address, self._credentials, options=options)
+            channel = dial(address, self._credentials, options)
             self._channels[address] = channel
         return channel
 
@@ -191,13 +189,8 @@ async def describe(
 ) -> quorum_pb2.DescribeQuorumResponse | None:
     """DescribeQuorum of the node at ``address`` (over mutual TLS with
     ``credentials``); None if it does not answer."""
-    channel = (
-        grpc.aio.insecure_channel(address)
-        if credentials is None
-        else grpc.aio.secure_channel(address, credentials)
-    )
     try:
-        async with channel:
+        async with dial(address, credentials) as channel:
             stub = quorum_pb2_grpc.QuorumServiceStub(channel)
             response: quorum_pb2.DescribeQuorumResponse = await stub.DescribeQuorum(
                 quorum_pb2.DescribeQuorumRequest(), timeout=timeout_s

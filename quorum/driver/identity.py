@@ -12,6 +12,7 @@ certificates is :mod:`server.certs`.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -103,8 +104,12 @@ class Identity:
         return self.uri
 
 
+@functools.lru_cache(maxsize=1024)
 def identity_from_pem(pem: bytes) -> Identity:
-    """The kq identity of a PEM certificate: its one ``kq://`` URI SAN."""
+    """The kq identity of a PEM certificate: its one ``kq://`` URI SAN.
+
+    Cached by the certificate's bytes: every Raft RPC over TLS asks for its
+    caller's identity, and a peer presents the same certificate each time."""
     from cryptography import x509
 
     try:

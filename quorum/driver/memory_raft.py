@@ -74,7 +74,7 @@ class MemoryRaftClient:
         self._leader = LeaderAndEpoch(self._node_id, epoch)
         self.state_machine.handle_leader_change(self._leader)
         record = LeaderChange(self._node_id, (self._node_id,), (self._node_id,)).encode()
-        self._apply(
+        self.state_machine.handle_commit(
             Batch(self.state_machine.applied_offset, epoch, (record,), BatchKind.LEADER_CHANGE)
         )
         return epoch
@@ -92,7 +92,7 @@ class MemoryRaftClient:
         done = 0
         while self._pending and (count is None or done < count):
             pending = self._pending.pop(0)
-            results = self._apply(pending.batch)
+            results = self.state_machine.handle_commit(pending.batch)
             if not pending.future.done():
                 pending.future.set_result(
                     ProposalOutcome(pending.batch.base_offset, pending.batch.epoch, tuple(results))
@@ -169,9 +169,6 @@ class MemoryRaftClient:
         return self.state_machine.applied_offset
 
     # -- inside ------------------------------------------------------------------------
-
-    def _apply(self, batch: Batch) -> Sequence[object]:
-        return self.state_machine.handle_commit(batch)
 
     def _drop_pending(self) -> None:
         for pending in self._pending:

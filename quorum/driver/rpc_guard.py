@@ -91,6 +91,8 @@ class MalformedRequestGuard(grpc.aio.ServerInterceptor):
     def __init__(self, node_id: int, interval_s: float = DEFAULT_LOG_INTERVAL_S) -> None:
         self._node_id = node_id
         self._log = RateLimitedLog(log, interval_s)
+        # The guarded handler of each unary method, made on its first call.
+        self._guarded: dict[str, Any] = {}
 
     async def intercept_service(
         self,
@@ -99,10 +101,13 @@ class MalformedRequestGuard(grpc.aio.ServerInterceptor):
         ],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[_Req, _Resp] | None:
+        method = handler_call_details.method
+        cached: grpc.RpcMethodHandler[_Req, _Resp] | None = self._guarded.get(method)
+        if cached is not None:
+            return cached
         handler = await continuation(handler_call_details)
         if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
             return handler
-        method = handler_call_details.method
         parse = handler.request_deserializer
         # An aio servicer's behaviour is a coroutine function (the stubs
         # type grpc's synchronous handlers).
@@ -133,4 +138,5 @@ class MalformedRequestGuard(grpc.aio.ServerInterceptor):
             request_deserializer=guarded_parse,
             response_serializer=handler.response_serializer,
         )
+        self._guarded[method] = guarded_handler
         return guarded_handler

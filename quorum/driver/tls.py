@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import grpc
 
-__all__ = ["TlsError", "TlsFiles"]
+__all__ = ["TlsError", "TlsFiles", "dial"]
 
 log = logging.getLogger("kq.tls")
 
@@ -93,3 +94,15 @@ class TlsFiles:
     def channel_credentials(self) -> grpc.ChannelCredentials:
         ca, cert, key = self.read()
         return grpc.ssl_channel_credentials(ca, key, cert)
+
+
+def dial(
+    address: str,
+    credentials: grpc.ChannelCredentials | None = None,
+    options: Sequence[tuple[str, Any]] = (),
+) -> grpc.aio.Channel:
+    """A channel to ``address``: mutual TLS with ``credentials``
+    (:meth:`TlsFiles.channel_credentials`), plaintext without."""
+    if credentials is None:
+        return grpc.aio.insecure_channel(address, options=list(options))
+    return grpc.aio.secure_channel(address, credentials, options=list(options))

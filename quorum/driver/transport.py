@@ -33,7 +33,7 @@ import grpc
 from kqproto import raft_pb2 as pb
 from kqproto import raft_pb2_grpc as pb_grpc
 from quorum.driver.identity import IdentityError, Role, peer_identity
-from quorum.driver.tls import TlsFiles
+from quorum.driver.tls import TlsFiles, dial
 from quorum.driver.wire import WireError, from_pb, to_pb
 from quorum.messages import (
     BeginQuorumEpochRequest,
@@ -130,13 +130,7 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
     def _stub(self, node: NodeId) -> pb_grpc.RaftServiceAsyncStub:
         stub = self._stubs.get(node)
         if stub is None:
-            address = self.peers[node]
-            if self._credentials is None:
-                channel = grpc.aio.insecure_channel(address, options=self._channel_options)
-            else:
-                channel = grpc.aio.secure_channel(
-                    address, self._credentials, options=self._channel_options
-                )
+            channel = dial(self.peers[node], self._credentials, self._channel_options)
             self._channels[node] = channel
             stub = self._stubs[node] = pb_grpc.RaftServiceStub(channel)
         return stub

@@ -23,7 +23,7 @@ import pytest
 from kqproto import raft_pb2, raft_pb2_grpc
 from kvstore.client import KvClient
 from quorum.driver.identity import Identity, Role
-from quorum.driver.tls import TlsError, TlsFiles
+from quorum.driver.tls import TlsError, TlsFiles, dial
 from quorum.driver.wire import MAX_EPOCH
 from server.certs import issue
 from tests.driver.cluster_util import CLUSTER_ID, Cluster, run, running
@@ -65,12 +65,7 @@ async def _forge(address: str, credentials: grpc.ChannelCredentials | None, dst:
     request = raft_pb2.BeginQuorumEpochRequest(
         cluster_id=CLUSTER_ID, src=2, dst=dst, epoch=MAX_EPOCH, leader_id=2
     )
-    channel = (
-        grpc.aio.insecure_channel(address)
-        if credentials is None
-        else grpc.aio.secure_channel(address, credentials)
-    )
-    async with channel:
+    async with dial(address, credentials) as channel:
         try:
             await raft_pb2_grpc.RaftServiceStub(channel).BeginQuorumEpoch(
                 request, timeout=RPC_TIMEOUT_S

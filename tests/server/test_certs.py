@@ -13,6 +13,7 @@ import pytest
 
 from kqproto import quorum_pb2, quorum_pb2_grpc
 from quorum.driver.identity import Identity, IdentityError, Role, identity_from_pem, peer_identity
+from quorum.driver.tls import dial
 from server.certs import CertError, create_ca, describe_certs, issue
 
 CLUSTER = "c1-Ab_9"
@@ -87,13 +88,7 @@ def test_a_server_reads_the_callers_identity_from_the_verified_certificate(
     mallory = issue(other_ca, Identity.user(CLUSTER, "alice"), hosts=())
 
     async def call(credentials: grpc.ChannelCredentials | None, port: int) -> str:
-        target = f"127.0.0.1:{port}"
-        channel = (
-            grpc.aio.insecure_channel(target)
-            if credentials is None
-            else grpc.aio.secure_channel(target, credentials)
-        )
-        async with channel:
+        async with dial(f"127.0.0.1:{port}", credentials) as channel:
             stub = quorum_pb2_grpc.QuorumServiceStub(channel)
             try:
                 answer = await stub.DescribeQuorum(quorum_pb2.DescribeQuorumRequest(), timeout=5)

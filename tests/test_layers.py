@@ -16,7 +16,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-PACKAGES = (
+# Every library under the tools: what chaos and bench build on.
+LIBRARIES = (
     "kqproto",
     "history",
     "partition_log",
@@ -25,12 +26,9 @@ PACKAGES = (
     "metadata",
     "broker",
     "server",
-    "chaos",
-    "spark_verify",
-    "kq",
-    "bench",
-    "tools",
 )
+
+PACKAGES = (*LIBRARIES, "chaos", "spark_verify", "kq", "bench", "tools")
 """Every top-level package (or folder of scripts) of kq."""
 
 UNITS = (*PACKAGES, "quorum.sim", "quorum.driver", "kq.commands")
@@ -50,17 +48,6 @@ QUORUM_SEAMS = (
 
 BOTTOM: tuple[str, ...] = ()
 
-# Every library under the tools: what chaos and bench build on.
-LIBRARIES = (
-    "kqproto",
-    "history",
-    "partition_log",
-    "quorum",
-    "kvstore",
-    "metadata",
-    "broker",
-    "server",
-)
 
 ALLOWED: Mapping[str, tuple[str, ...]] = {
     # The bottom: libraries that import nothing else of kq but the

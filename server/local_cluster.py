@@ -92,6 +92,8 @@ DEFAULT_BASE_PORT = 9091
 HOST = "127.0.0.1"
 # Node N's Prometheus exporter listens on its gRPC port plus this.
 METRICS_PORT_OFFSET = 1000
+# The source tree this module is part of (server/ is at its top).
+SOURCE_ROOT = Path(__file__).resolve().parents[1]
 # Where a TLS cluster keeps its certificates, and the commands' user.
 CERTS_DIR = "certs"
 ADMIN_USER = "admin"
@@ -235,8 +237,8 @@ def node_alive(state: ClusterState, node: NodeState) -> bool:
 def _child_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in {env_name(x) for x in _IDENTITY_KEYS}}
     # Let `python -m kq.cli` find kq even when it is run from a source tree
-    # without an install.
-    root = str(Path(__file__).resolve().parents[2])
+    # without an install: the source tree's root, which holds kq/.
+    root = str(SOURCE_ROOT)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return env
 

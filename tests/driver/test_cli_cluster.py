@@ -254,3 +254,13 @@ def test_a_tls_cluster_and_the_commands_that_find_its_certificates(tmp_path: Pat
         assert again.returncode == 1 and "already running" in again.stderr
     finally:
         kq("cluster", "down", "--cluster-dir", d)
+
+
+def test_node_processes_find_kq_in_this_source_tree() -> None:
+    # The nodes run `python -m kq.cli` with the source tree first on their
+    # path; its parent would let a folder named kq (a clone) shadow kq.
+    from server import local_cluster
+
+    first = local_cluster._child_env()["PYTHONPATH"].split(os.pathsep)[0]
+    assert (Path(first) / "kq" / "cli.py").is_file(), first
+    assert (Path(first) / "server" / "local_cluster.py").is_file(), first

@@ -14,9 +14,9 @@ speculative image is dropped and the committed one taken again.
 among control managers that share one :class:`ControlState`:
 :mod:`metadata.cluster_control` (brokers), :mod:`metadata.replication_control`
 (topics, partitions, leaders, ISRs, reassignments),
-:mod:`metadata.config_control` (configs) and :mod:`metadata.feature_control`
-(feature levels, producer ids).  The requests and results they take and
-give are :mod:`metadata.requests` (re-exported here).
+:mod:`metadata.config_control` (configs), :mod:`metadata.feature_control`
+(feature levels, producer ids) and :mod:`metadata.acl_control` (ACLs).  The
+requests and results they take and give are :mod:`metadata.requests` (re-exported here).
 
 Heartbeat sessions are soft state (:mod:`metadata.heartbeats`).  Time
 enters as ``now_ms``; randomness (topic ids, placement) from an injected
@@ -28,11 +28,14 @@ from __future__ import annotations
 import random
 from collections.abc import Mapping, Sequence
 
+from metadata.acl_control import AclControl
+from metadata.acls import AclBindingFilter, StandardAcl
 from metadata.cluster_control import ClusterControl
 from metadata.config_control import ConfigControl
 from metadata.configs import ResourceType
 from metadata.control_state import ControlState
 from metadata.delta import MetadataDelta
+from metadata.errors import ApiError
 from metadata.feature_control import FeatureControl
 from metadata.heartbeats import HeartbeatManager
 from metadata.image import MetadataImage, PartitionRegistration
@@ -84,6 +87,7 @@ class Controller:
         self.cluster = ClusterControl(self.state, self.replication)
         self.configs = ConfigControl(self.state)
         self.features = FeatureControl(self.state)
+        self.acls = AclControl(self.state)
 
     # -- the shared state --------------------------------------------------------
 
@@ -218,6 +222,16 @@ class Controller:
         self, updates: Mapping[str, int], validate_only: bool = False
     ) -> ControllerResult[list[ItemResult]]:
         return self.features.update_features(updates=updates, validate_only=validate_only)
+
+    # -- ACLs (AclControl) -------------------------------------------------------
+
+    def create_acls(self, acls: Sequence[StandardAcl]) -> ControllerResult[list[ItemResult]]:
+        return self.acls.create_acls(acls=acls)
+
+    def delete_acls(
+        self, filters: Sequence[AclBindingFilter]
+    ) -> ControllerResult[list[list[tuple[str, StandardAcl]] | ApiError]]:
+        return self.acls.delete_acls(filters=filters)
 
     def noop(self) -> ControllerResult[None]:
         return ControllerResult([NoOpRecord()], None)

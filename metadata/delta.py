@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from immutables import Map
 
+from metadata.acls import InvalidAclError, StandardAcl
 from metadata.image import (
     TOPIC_RESOURCE,
     BrokerRegistration,
@@ -27,6 +28,7 @@ from metadata.image import (
     TopicImage,
 )
 from metadata.records import (
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     FeatureLevelRecord,
@@ -37,6 +39,7 @@ from metadata.records import (
     ProducerIdsRecord,
     Record,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
@@ -104,6 +107,8 @@ class MetadataDelta:
         self._names: dict[str, str | None] = {}
         self._configs: dict[ConfigResource, dict[str, str | None]] = {}
         self._next_producer_id: int | None = None
+        # ACL id -> binding, None: removed
+        self._acls: dict[str, StandardAcl | None] = {}
         self.records = 0
 
     # -- reading through the delta ----------------------------------------------
@@ -181,10 +186,33 @@ class MetadataDelta:
             self._next_producer_id = record.next_producer_id
         elif isinstance(record, FeatureLevelRecord):
             self._features[record.name] = record.level
+        elif isinstance(record, AccessControlEntryRecord):
+            self._replay_acl(record)
+        elif isinstance(record, RemoveAccessControlEntryRecord):
+            if self.acl(record.id) is None:
+                raise ReplayError(f"removing ACL {record.id}, which does not exist")
+            self._acls[record.id] = None
         elif isinstance(record, NoOpRecord):
             pass
         else:  # pragma: no cover - the Record union is exhaustive
             raise ReplayError(f"cannot replay {record!r}")
+
+    def acl(self, acl_id: str) -> StandardAcl | None:
+        if acl_id in self._acls:
+            return self._acls[acl_id]
+        return self.image.acls.by_id.get(acl_id)
+
+    def _replay_acl(self, r: AccessControlEntryRecord) -> None:
+        # Kafka's AclControlManager.replay: an id is never reused, and a
+        # binding the controller would refuse never enters the image.
+        if self.acl(r.id) is not None:
+            raise ReplayError(f"ACL {r.id} already exists")
+        acl = r.acl
+        try:
+            acl.check()
+        except InvalidAclError as exc:
+            raise ReplayError(f"ACL {r.id} is not valid: {exc}") from None
+        self._acls[r.id] = acl
 
     def config(self, resource: ConfigResource) -> dict[str, str]:
         """The overrides of ``resource`` with this delta's changes."""
@@ -337,6 +365,14 @@ class MetadataDelta:
                     else:
                         cm.pop(resource, None)
                 configs = cm.finish()
+        acls = img.acls
+        if self._acls:
+            # Every id this delta touched leaves the old set; the ones it
+            # holds a binding for come back (an id added and removed within
+            # this delta is in neither).
+            removed = [i for i in self._acls if i in acls.by_id]
+            added = {i: acl for i, acl in self._acls.items() if acl is not None}
+            acls = acls.changed(added, removed)
         return MetadataImage(
             self._offset,
             self._epoch,
@@ -346,6 +382,7 @@ class MetadataDelta:
             topic_ids,
             configs,
             self.next_producer_id,
+            acls,
         )
 
     def local_changes(self, broker_id: int) -> LocalReplicaChanges:

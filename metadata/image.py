@@ -13,14 +13,16 @@ those records, and replaying them gives an equal image (tested).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
 from immutables import Map
 
+from metadata.acls import WILDCARD, AclResourceType, PatternType, StandardAcl
 from metadata.records import (
     NO_LEADER,
     NO_LEADER_CHANGE,
+    AccessControlEntryRecord,
     ConfigRecord,
     Endpoint,
     FeatureLevelRecord,
@@ -36,6 +38,7 @@ from metadata.records import (
 
 __all__ = [
     "EMPTY_IMAGE",
+    "AclImage",
     "TOPIC_RESOURCE",
     "BrokerRegistration",
     "ConfigResource",
@@ -187,6 +190,64 @@ class TopicImage:
         return None
 
 
+# (resource type, pattern type, resource name): where an ACL applies.
+AclKey = tuple[AclResourceType, PatternType, str]
+
+
+@dataclass(frozen=True, slots=True)
+class AclImage:
+    """The ACL bindings by id, and indexed by the pattern they apply to, so
+    that one authorization looks up a resource's literal name, the literal
+    ``*`` and each prefix of the name, not every binding (Kafka's
+    StandardAuthorizerData keeps them sorted by pattern for the same
+    reason).  Immutable: a change makes a new one sharing the rest."""
+
+    by_id: Map[str, StandardAcl] = field(default_factory=Map)
+    by_pattern: Map[AclKey, frozenset[str]] = field(default_factory=Map)
+
+    def __len__(self) -> int:
+        return len(self.by_id)
+
+    def changed(self, added: Mapping[str, StandardAcl], removed: Iterable[str]) -> AclImage:
+        """This set less ``removed`` (ids it holds) plus ``added``."""
+        by_id, by_pattern = self.by_id, self.by_pattern
+        with by_id.mutate() as ids, by_pattern.mutate() as patterns:
+            for acl_id in removed:
+                acl = ids.pop(acl_id)
+                key = _acl_key(acl)
+                left = patterns[key] - {acl_id}
+                if left:
+                    patterns[key] = left
+                else:
+                    del patterns[key]
+            for acl_id, acl in added.items():
+                ids[acl_id] = acl
+                key = _acl_key(acl)
+                patterns[key] = patterns.get(key, frozenset()) | {acl_id}
+            changed = AclImage(ids.finish(), patterns.finish())
+        return changed
+
+    def _at(self, key: AclKey) -> Iterator[StandardAcl]:
+        for acl_id in self.by_pattern.get(key, ()):
+            yield self.by_id[acl_id]
+
+    def on_resource(self, resource_type: AclResourceType, name: str) -> Iterator[StandardAcl]:
+        """Every binding whose pattern matches the resource: its literal
+        name, the literal ``*``, and every prefix of the name."""
+        yield from self._at((resource_type, PatternType.LITERAL, name))
+        if name != WILDCARD:
+            yield from self._at((resource_type, PatternType.LITERAL, WILDCARD))
+        for end in range(1, len(name) + 1):
+            yield from self._at((resource_type, PatternType.PREFIXED, name[:end]))
+
+    def sorted_items(self) -> list[tuple[str, StandardAcl]]:
+        return sorted(self.by_id.items())
+
+
+def _acl_key(acl: StandardAcl) -> AclKey:
+    return (acl.resource_type, acl.pattern_type, acl.resource_name)
+
+
 @dataclass(frozen=True, slots=True)
 class MetadataImage:
     # End offset (exclusive) and epoch of the last record the image holds.
@@ -201,6 +262,8 @@ class MetadataImage:
     configs: Map[ConfigResource, Map[str, str]] = field(default_factory=Map)
     # The next producer id to hand out (KIP-730).
     next_producer_id: int = 0
+    # ACL bindings (KIP-801).
+    acls: AclImage = field(default_factory=AclImage)
 
     def topic_by_name(self, name: str) -> TopicImage | None:
         topic_id = self.topic_ids.get(name)
@@ -229,7 +292,7 @@ class MetadataImage:
     def to_records(self) -> Iterator[Record]:
         """The records that rebuild this image from an empty one, in an
         order replay accepts (features, brokers, topics with their
-        partitions, configs, producer ids)."""
+        partitions, configs, producer ids, ACLs)."""
         for name, level in sorted(self.features.items()):
             yield FeatureLevelRecord(name, level)
         for _, broker in sorted(self.brokers.items()):
@@ -243,6 +306,8 @@ class MetadataImage:
                 yield ConfigRecord(rtype, rname, key, value)
         if self.next_producer_id:
             yield ProducerIdsRecord(-1, -1, self.next_producer_id)
+        for acl_id, acl in self.acls.sorted_items():
+            yield AccessControlEntryRecord.of(acl_id, acl)
 
 
 EMPTY_IMAGE = MetadataImage()

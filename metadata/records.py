@@ -22,13 +22,22 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import msgpack
+
+from metadata.acls import (
+    AclOperation,
+    AclPermission,
+    AclResourceType,
+    PatternType,
+    StandardAcl,
+)
 
 __all__ = [
     "NO_LEADER",
     "NO_LEADER_CHANGE",
+    "AccessControlEntryRecord",
     "BrokerRegistrationChangeRecord",
     "ConfigRecord",
     "Endpoint",
@@ -44,6 +53,7 @@ __all__ = [
     "Record",
     "RecordType",
     "RegisterBrokerRecord",
+    "RemoveAccessControlEntryRecord",
     "RemoveTopicRecord",
     "TopicRecord",
     "UnfenceBrokerRecord",
@@ -73,6 +83,8 @@ class RecordType(enum.IntEnum):
     FEATURE_LEVEL = 12
     PRODUCER_IDS = 15
     BROKER_REGISTRATION_CHANGE = 17
+    ACCESS_CONTROL_ENTRY = 18
+    REMOVE_ACCESS_CONTROL_ENTRY = 19
     NO_OP = 20
 
 
@@ -228,6 +240,53 @@ class FeatureLevelRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class AccessControlEntryRecord:
+    """An ACL binding, under an id of its own (KIP-801): DeleteAcls removes
+    it by that id.  The enums are Kafka's numbers (:mod:`metadata.acls`)."""
+
+    id: str
+    resource_type: AclResourceType
+    resource_name: str
+    pattern_type: PatternType
+    principal: str
+    host: str
+    operation: AclOperation
+    permission: AclPermission
+
+    @property
+    def acl(self) -> StandardAcl:
+        return StandardAcl(
+            self.resource_type,
+            self.resource_name,
+            self.pattern_type,
+            self.principal,
+            self.host,
+            self.operation,
+            self.permission,
+        )
+
+    @classmethod
+    def of(cls, acl_id: str, acl: StandardAcl) -> AccessControlEntryRecord:
+        return cls(
+            acl_id,
+            acl.resource_type,
+            acl.resource_name,
+            acl.pattern_type,
+            acl.principal,
+            acl.host,
+            acl.operation,
+            acl.permission,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveAccessControlEntryRecord:
+    """Removes the ACL binding of that id (KIP-801)."""
+
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
 class NoOpRecord:
     """Written when the log is idle (KIP-835) so that followers see time
     pass, and by a new active controller to open its term."""
@@ -246,6 +305,8 @@ Record = (
     | ConfigRecord
     | ProducerIdsRecord
     | FeatureLevelRecord
+    | AccessControlEntryRecord
+    | RemoveAccessControlEntryRecord
     | NoOpRecord
 )
 
@@ -323,6 +384,20 @@ _ENCODERS: dict[type[Any], tuple[RecordType, Callable[[Any], list[Any]]]] = {
         lambda r: [r.broker_id, r.broker_epoch, r.next_producer_id],
     ),
     FeatureLevelRecord: (RecordType.FEATURE_LEVEL, lambda r: [r.name, r.level]),
+    AccessControlEntryRecord: (
+        RecordType.ACCESS_CONTROL_ENTRY,
+        lambda r: [
+            r.id,
+            int(r.resource_type),
+            r.resource_name,
+            int(r.pattern_type),
+            r.principal,
+            r.host,
+            int(r.operation),
+            int(r.permission),
+        ],
+    ),
+    RemoveAccessControlEntryRecord: (RecordType.REMOVE_ACCESS_CONTROL_ENTRY, lambda r: [r.id]),
     NoOpRecord: (RecordType.NO_OP, lambda r: []),
 }
 
@@ -379,6 +454,29 @@ def _recovery(v: Any) -> LeaderRecoveryState:
         return LeaderRecoveryState(_int(v, "leader_recovery_state"))
     except ValueError as exc:
         raise MalformedRecordError(f"unknown leader recovery state {v!r}") from exc
+
+
+E = TypeVar("E", bound=enum.IntEnum)
+
+
+def _enum(kind: type[E], v: Any, what: str) -> E:
+    try:
+        return kind(_int(v, what))
+    except ValueError as exc:
+        raise MalformedRecordError(f"unknown {what} {v!r}") from exc
+
+
+def _dec_acl(f: list[Any]) -> AccessControlEntryRecord:
+    return AccessControlEntryRecord(
+        _str(f[0], "id"),
+        _enum(AclResourceType, f[1], "resource_type"),
+        _str(f[2], "resource_name"),
+        _enum(PatternType, f[3], "pattern_type"),
+        _str(f[4], "principal"),
+        _str(f[5], "host"),
+        _enum(AclOperation, f[6], "operation"),
+        _enum(AclPermission, f[7], "permission"),
+    )
 
 
 def _dec_register(f: list[Any]) -> RegisterBrokerRecord:
@@ -490,6 +588,11 @@ _DECODERS: dict[tuple[int, int], tuple[int, Callable[[list[Any]], Record]]] = {
     (RecordType.FEATURE_LEVEL, 0): (
         2,
         lambda f: FeatureLevelRecord(_str(f[0], "name"), _int(f[1], "level")),
+    ),
+    (RecordType.ACCESS_CONTROL_ENTRY, 0): (8, _dec_acl),
+    (RecordType.REMOVE_ACCESS_CONTROL_ENTRY, 0): (
+        1,
+        lambda f: RemoveAccessControlEntryRecord(_str(f[0], "id")),
     ),
     (RecordType.NO_OP, 0): (0, lambda f: NoOpRecord()),
 }

@@ -33,6 +33,9 @@ PURE = [
     "replication_control.py",
     "config_control.py",
     "feature_control.py",
+    "acls.py",
+    "authorizer.py",
+    "acl_control.py",
 ]
 
 

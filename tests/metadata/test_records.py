@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvstore.state_machine import encode_cas, encode_delete, encode_put, encode_put_many
+from metadata.acls import AclOperation, AclPermission, AclResourceType, PatternType
 from metadata.records import (
     NO_LEADER,
     NO_LEADER_CHANGE,
+    AccessControlEntryRecord,
     BrokerRegistrationChangeRecord,
     ConfigRecord,
     Endpoint,
@@ -29,6 +31,7 @@ from metadata.records import (
     Record,
     RecordType,
     RegisterBrokerRecord,
+    RemoveAccessControlEntryRecord,
     RemoveTopicRecord,
     TopicRecord,
     UnfenceBrokerRecord,
@@ -102,6 +105,18 @@ RECORDS: dict[type[Any], st.SearchStrategy[Any]] = {
     ConfigRecord: st.builds(ConfigRecord, st.integers(0, 2), texts, texts, st.none() | texts),
     ProducerIdsRecord: st.builds(ProducerIdsRecord, ids, ints, ints),
     FeatureLevelRecord: st.builds(FeatureLevelRecord, texts, st.integers(0, 2**15)),
+    AccessControlEntryRecord: st.builds(
+        AccessControlEntryRecord,
+        texts,
+        st.sampled_from(AclResourceType),
+        texts,
+        st.sampled_from(PatternType),
+        texts,
+        texts,
+        st.sampled_from(AclOperation),
+        st.sampled_from(AclPermission),
+    ),
+    RemoveAccessControlEntryRecord: st.builds(RemoveAccessControlEntryRecord, texts),
     NoOpRecord: st.just(NoOpRecord()),
 }
 
@@ -230,6 +245,17 @@ SAMPLES: list[Record] = [
     ConfigRecord(2, "t", "retention.ms", "1"),
     ProducerIdsRecord(1, 5, 1000),
     FeatureLevelRecord("metadata.version", 1),
+    AccessControlEntryRecord(
+        "acl-1",
+        AclResourceType.TOPIC,
+        "orders",
+        PatternType.LITERAL,
+        "User:alice",
+        "*",
+        AclOperation.READ,
+        AclPermission.ALLOW,
+    ),
+    RemoveAccessControlEntryRecord("acl-1"),
     NoOpRecord(),
 ]
 

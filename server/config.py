@@ -20,6 +20,7 @@ the environment or a flag, to the working directory.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import math
 import os
 import re
@@ -40,13 +41,16 @@ __all__ = [
     "IGNORED_ENV",
     "LOG_LEVELS",
     "SETTINGS",
+    "CONTROLLER_LISTENER",
     "ConfigError",
     "ControllerConfig",
+    "SecurityProtocol",
     "Setting",
     "Settings",
     "controller_config",
     "env_name",
     "load_settings",
+    "parse_protocol_map",
     "render_toml",
 ]
 
@@ -57,6 +61,22 @@ IGNORED_ENV = frozenset({"KQ_DEBUG", "KQ_REWRITE"})
 
 class ConfigError(Exception):
     """A bad configuration: unknown key, bad value, missing setting."""
+
+
+class SecurityProtocol(enum.Enum):
+    """A listener's security protocol, as Kafka names them
+    (``org.apache.kafka.common.security.auth.SecurityProtocol``); kq has no
+    SASL, so only these two."""
+
+    PLAINTEXT = "PLAINTEXT"  # no encryption, no authentication
+    SSL = "SSL"  # mutual TLS: the [tls] section's CA and certificate
+
+
+CONTROLLER_LISTENER = "CONTROLLER"
+"""The name of a controller's listener (Kafka's ``controller.listener.names``
+default in KRaft quick starts).  A broker's listeners will add names."""
+_KAFKA_ONLY_PROTOCOLS = ("SASL_PLAINTEXT", "SASL_SSL")
+_LISTENER_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +124,13 @@ _TOP = [
     Setting("listen", "address", "", "host:port to listen on (default: own voter address)"),
     Setting("metrics_listen", "address", "", "host:port of the Prometheus exporter"),
     Setting("log_level", "level", "INFO", "DEBUG, INFO, WARNING, ERROR or CRITICAL"),
+    Setting(
+        "listener_security_protocol_map",
+        "protocols",
+        None,
+        "listener name -> security protocol, as Kafka's listener.security.protocol.map "
+        '("CONTROLLER:SSL"; default: SSL with [tls], else PLAINTEXT)',
+    ),
 ]
 
 _TLS = [
@@ -184,6 +211,13 @@ def _convert(
     key, kind = setting.key, setting.kind
     if kind == "voters":
         return _convert_voters(key, raw, origin)
+    if kind == "protocols":
+        if not isinstance(raw, str):
+            return _fail_type(key, origin, "string", raw)
+        try:
+            return parse_protocol_map(raw)
+        except ValueError as exc:
+            raise _bad(key, origin, str(exc)) from None
     if kind in ("int", "float"):
         if typed:
             if isinstance(raw, bool) or not isinstance(raw, (int, float)):
@@ -237,6 +271,30 @@ def _fail_type(key: str, origin: str, kind: str, raw: object) -> NoReturn:
     article = "an" if name[0] in "aeiou" else "a"
     shown = repr(raw) if isinstance(raw, str) else f"{type(raw).__name__} {raw!r}"
     raise _bad(key, origin, f"expected {article} {name}, got {shown}")
+
+
+def parse_protocol_map(text: str) -> dict[str, SecurityProtocol]:
+    """``"NAME:PROTOCOL,..."`` (Kafka's ``listener.security.protocol.map``
+    syntax) as listener names to protocols; :class:`ValueError` naming the
+    bad entry."""
+    out: dict[str, SecurityProtocol] = {}
+    for entry in text.split(","):
+        name, colon, protocol = (part.strip() for part in entry.strip().partition(":"))
+        if not colon or not name or not protocol:
+            raise ValueError(f"expected NAME:PROTOCOL entries separated by commas, got {entry!r}")
+        if not _LISTENER_NAME.fullmatch(name):
+            raise ValueError(f"listener name {name!r} must be upper case letters, digits and _")
+        if name in out:
+            raise ValueError(f"listener {name} is named twice")
+        if protocol in _KAFKA_ONLY_PROTOCOLS:
+            raise ValueError(f"{protocol} (listener {name}) is Kafka's; kq has PLAINTEXT and SSL")
+        try:
+            out[name] = SecurityProtocol(protocol)
+        except ValueError:
+            raise ValueError(
+                f"unknown security protocol {protocol!r} for listener {name} (PLAINTEXT or SSL)"
+            ) from None
+    return out
 
 
 def _convert_voters(key: str, raw: object, origin: str) -> dict[int, str]:
@@ -351,10 +409,19 @@ class ControllerConfig:
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     # Mutual TLS (the [tls] section); None: plaintext.
     tls: TlsFiles | None = None
+    # Each listener's security protocol (listener_security_protocol_map,
+    # checked against [tls]); a controller has one, CONTROLLER.
+    listeners: Mapping[str, SecurityProtocol] = field(default_factory=dict)
 
     @property
     def address(self) -> str:
         return self.listen or self.voters[self.node_id]
+
+    @property
+    def security_protocol(self) -> SecurityProtocol:
+        """The protocol of the node's listener (SSL exactly when [tls] is set)."""
+        derived = SecurityProtocol.SSL if self.tls is not None else SecurityProtocol.PLAINTEXT
+        return self.listeners.get(CONTROLLER_LISTENER, derived)
 
     def node_config(self) -> NodeConfig:
         return NodeConfig(
@@ -410,6 +477,7 @@ def controller_config(settings: Settings) -> ControllerConfig:
         controller = ControllerSettings(**controller_values)
     except (TypeError, ValueError) as exc:
         raise ConfigError(_blame("controller", str(exc), settings)) from None
+    tls = _tls_files(settings)
     return ControllerConfig(
         node_id=node_id,
         cluster_id=cluster_id,
@@ -421,7 +489,8 @@ def controller_config(settings: Settings) -> ControllerConfig:
         options=options,
         settings=settings,
         controller=controller,
-        tls=_tls_files(settings),
+        tls=tls,
+        listeners=_listeners(settings, tls),
     )
 
 
@@ -441,6 +510,40 @@ def _tls_files(settings: Settings) -> TlsFiles | None:
     return TlsFiles(given["tls.ca_file"], given["tls.cert_file"], given["tls.key_file"])
 
 
+def _listeners(settings: Settings, tls: TlsFiles | None) -> dict[str, SecurityProtocol]:
+    """The listeners' protocols: the map as given, checked against [tls]
+    (an SSL listener needs its files, a PLAINTEXT one must not have them:
+    a node serves one protocol), or derived from [tls] when not given, as
+    configs from before the setting mean."""
+    key = "listener_security_protocol_map"
+    derived = SecurityProtocol.SSL if tls is not None else SecurityProtocol.PLAINTEXT
+    given: dict[str, SecurityProtocol] | None = settings.get(key)
+    if given is None:
+        return {CONTROLLER_LISTENER: derived}
+    where = f"{key} (from {settings.origin(key)})"
+    others = sorted(set(given) - {CONTROLLER_LISTENER})
+    if others:
+        raise ConfigError(
+            f"{where} names listener(s) {', '.join(others)}; a controller has one listener, "
+            f"{CONTROLLER_LISTENER}"
+        )
+    # Not empty (the syntax needs an entry) and no other name: CONTROLLER.
+    protocol = given[CONTROLLER_LISTENER]
+    if protocol is not derived:
+        tls_keys = ", ".join(s.key for s in _TLS)
+        if protocol is SecurityProtocol.SSL:
+            raise ConfigError(
+                f"{where} makes {CONTROLLER_LISTENER} SSL, but the [tls] section ({tls_keys}) "
+                "is not set: SSL needs the CA, certificate and key files"
+            )
+        origins = ", ".join(sorted({settings.origin(s.key) for s in _TLS}))
+        raise ConfigError(
+            f"{where} makes {CONTROLLER_LISTENER} PLAINTEXT, but the [tls] section "
+            f"({tls_keys}, from {origins}) is set: remove one or make it SSL"
+        )
+    return dict(given)
+
+
 def _blame(section: str, message: str, settings: Settings) -> str:
     """Name the keys a cross-field check mentions, and where each came from."""
     keys = [
@@ -451,6 +554,10 @@ def _blame(section: str, message: str, settings: Settings) -> str:
     ]
     where = "; ".join(f"{key} from {settings.origin(key)}" for key in keys)
     return f"bad [{section}] settings: {message}" + (f" ({where})" if where else "")
+
+
+def _protocol_name(protocol: object) -> str:
+    return protocol.value if isinstance(protocol, SecurityProtocol) else str(protocol)
 
 
 # -- writing ----------------------------------------------------------------------
@@ -480,6 +587,9 @@ def render_toml(values: Mapping[str, object]) -> str:
 
 
 def _toml_value(value: object) -> str:
+    if isinstance(value, Mapping):  # listener_security_protocol_map
+        text = ",".join(f"{name}:{_protocol_name(p)}" for name, p in value.items())
+        return _toml_value(text)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (int, float)):

@@ -48,7 +48,9 @@ from quorum.driver.storage_format import (
 from quorum.driver.tls import TlsFiles
 from server.certs import create_ca, issue
 from server.config import (
+    CONTROLLER_LISTENER,
     ConfigError,
+    SecurityProtocol,
     controller_config,
     env_name,
     load_settings,
@@ -65,12 +67,14 @@ __all__ = [
     "STATE_FILE",
     "ClusterState",
     "NodeState",
+    "PLAINTEXT_WARNING",
     "check_configs",
     "check_ports",
     "format_new_nodes",
     "free_base_port",
     "load_state",
     "local_addresses",
+    "node_protocol",
     "log_tail",
     "make_certs",
     "new_cluster_state",
@@ -97,6 +101,13 @@ SOURCE_ROOT = Path(__file__).resolve().parents[1]
 # Where a TLS cluster keeps its certificates, and the commands' user.
 CERTS_DIR = "certs"
 ADMIN_USER = "admin"
+PLAINTEXT_WARNING = (
+    "WARNING: the cluster in {dir} is insecure: its listeners are PLAINTEXT, with no "
+    "encryption, no authentication and no authorization; anyone who reaches {addresses} "
+    "can act as any node or client. Make a cluster without --insecure for mutual TLS."
+)
+"""What every start of a plaintext local cluster prints (CockroachDB warns
+so on every ``--insecure`` start)."""
 # Settings each node's generated config fixes; the environment must not
 # override them for a node of a local cluster.
 _IDENTITY_KEYS = ("node_id", "cluster_id", "data_dir", "listen", "voters", "metrics_listen")
@@ -136,6 +147,16 @@ class ClusterState:
     def client_credentials(self) -> grpc.ChannelCredentials | None:
         files = self.client_tls()
         return files.channel_credentials() if files is not None else None
+
+    @property
+    def security_protocol(self) -> SecurityProtocol:
+        """The protocol every node's listener is made with."""
+        return SecurityProtocol.SSL if self.tls else SecurityProtocol.PLAINTEXT
+
+    def plaintext_warning(self) -> str:
+        return PLAINTEXT_WARNING.format(
+            dir=self.dir, addresses=", ".join(n.address for n in self.nodes)
+        )
 
     def path(self, relative: str) -> Path:
         return self.dir / relative
@@ -364,11 +385,22 @@ async def status_rows(state: ClusterState, timeout_s: float = 1.0) -> list[dict[
                 "high_watermark": None if r is None else r.high_watermark,
                 "log_end_offset": None if r is None else r.log_end_offset,
                 "leader_id": None if r is None or r.leader.leader_id < 0 else r.leader.leader_id,
+                "security_protocol": node_protocol(state, n),
                 "data_dir": n.data_dir,
                 "log_file": n.log_file,
             }
         )
     return rows
+
+
+def node_protocol(state: ClusterState, node: NodeState) -> str:
+    """The security protocol of ``node``'s listener, as its config file says
+    (the cluster's, if the file does not load)."""
+    try:
+        config = controller_config(load_settings(state.path(node.config), _child_env()))
+    except ConfigError:
+        return state.security_protocol.value
+    return config.security_protocol.value
 
 
 async def _none() -> None:
@@ -430,6 +462,7 @@ def write_configs(
             files = TlsFiles.in_folder(state.certs_dir, f"controller-{n.node_id}")
             for key, file in (("ca", files.ca), ("cert", files.cert), ("key", files.key)):
                 values[f"tls.{key}_file"] = os.path.relpath(file, path.parent)
+        values["listener_security_protocol_map"] = {CONTROLLER_LISTENER: state.security_protocol}
         values.update(extra)
         if per_node is not None:
             values.update(per_node(n.node_id))

@@ -1,6 +1,7 @@
 """``kq cluster``: a local cluster of controller processes on one machine.
 
-kq cluster up [--cluster-dir DIR] [--nodes 3] [--base-port 9091] [--set KEY=VALUE] [--json]
+kq cluster up [--cluster-dir DIR] [--nodes 3] [--base-port 9091] [--set KEY=VALUE]
+              [--insecure] [--json]
 kq cluster status [--cluster-dir DIR] [--json]
 kq cluster down [--cluster-dir DIR]
 kq cluster kill NODE [--cluster-dir DIR]      (SIGKILL, to test recovery)
@@ -9,6 +10,11 @@ kq cluster start NODE [--cluster-dir DIR]     (restart one stopped node)
 ``--cluster-dir`` is the folder's name in every command that finds the
 local cluster (``kq quorum``, ``kq kv``, the admin commands); ``--dir`` is
 its older name here.  The cluster itself is :mod:`server.local_cluster`.
+
+A new cluster is secure by default, as CockroachDB's ``cockroach start``
+is: a CA and certificates in DIR/certs, every node's listener SSL (mutual
+TLS).  ``--insecure`` makes a PLAINTEXT cluster, and every start of one
+(``up``, ``start``) prints a warning saying so.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import argparse
 import contextlib
 import os
 import signal
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -70,6 +77,7 @@ def _status_json(state: ClusterState, rows: list[dict[str, Any]]) -> dict[str, A
         "leader_id": None if leader is None else leader["node_id"],
         "epoch": None if leader is None else leader["epoch"],
         "tls": state.tls,
+        "security_protocol": state.security_protocol.value,
         "nodes": rows,
     }
 
@@ -82,7 +90,7 @@ def _print_status(state: ClusterState, rows: list[dict[str, Any]]) -> None:
         if summary["leader_id"] is not None
         else "no leader"
     )
-    tls = " (mutual TLS)" if state.tls else ""
+    tls = " (SSL: mutual TLS)" if state.tls else " (PLAINTEXT: insecure)"
     print(
         f"Cluster {state.cluster_id} in {state.dir}{tls}: {up}/{len(rows)} nodes running, {leader}"
     )
@@ -93,6 +101,7 @@ def _print_status(state: ClusterState, rows: list[dict[str, Any]]) -> None:
                 "NodeId",
                 "Address",
                 "Metrics",
+                "Protocol",
                 "Pid",
                 "Alive",
                 "Role",
@@ -105,6 +114,7 @@ def _print_status(state: ClusterState, rows: list[dict[str, Any]]) -> None:
                     r["node_id"],
                     r["address"],
                     r["metrics_address"] or "-",
+                    r["security_protocol"],
                     "-" if r["pid"] is None else r["pid"],
                     "yes" if r["alive"] else "no",
                     r["role"],
@@ -148,11 +158,19 @@ def register(subparsers: Subparsers) -> None:
         type=int,
         help=f"port of node 1, new cluster only (default {DEFAULT_BASE_PORT})",
     )
-    up.add_argument(
+    security = up.add_mutually_exclusive_group()
+    security.add_argument(
         "--tls",
         action="store_true",
-        help="new cluster only: make a CA and certificates in DIR/certs and run every node "
-        "with mutual TLS (the commands find the certificates through --cluster-dir)",
+        help="the default, kept for scripts that name it: a new cluster gets a CA and "
+        "certificates in DIR/certs and every node listens SSL (mutual TLS); the commands "
+        "find the admin certificate through --cluster-dir",
+    )
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        help="new cluster only: PLAINTEXT listeners, no certificates, no authentication "
+        "(every start warns so)",
     )
     up.add_argument(
         "--set",
@@ -244,7 +262,7 @@ def _new_state(args: argparse.Namespace) -> ClusterState:
     addresses = {i: f"{HOST}:{base + i - 1}" for i in range(1, nodes + 1)}
     metrics = {i: f"{HOST}:{base + METRICS_PORT_OFFSET + i - 1}" for i in addresses}
     state = new_cluster_state(Path(args.dir).resolve(), base, addresses, metrics)
-    state.tls = args.tls
+    state.tls = not args.insecure
     return state
 
 
@@ -316,7 +334,14 @@ def _up(args: argparse.Namespace) -> int:
                 f"the cluster in {state.dir} runs without TLS; --tls applies to a new cluster",
                 EXIT_USAGE,
             )
+        if args.insecure and state.tls:
+            raise CommandError(
+                f"the cluster in {state.dir} runs with TLS; --insecure applies to a new cluster",
+                EXIT_USAGE,
+            )
     check_configs(state)
+    if not state.tls:
+        print(state.plaintext_warning(), file=sys.stderr)
     check_ports(state, state.nodes)
     formatted = format_new_nodes(state)
     procs = {n.node_id: spawn_node(state, n) for n in state.nodes}
@@ -409,6 +434,8 @@ def _start(args: argparse.Namespace) -> int:
         raise CommandError(f"node {node.node_id} is already running (pid {node.pid})")
     check_configs(state)
     check_ports(state, [node])
+    if not state.tls:
+        print(state.plaintext_warning(), file=sys.stderr)
     proc = spawn_node(state, node)
     deadline = time.monotonic() + args.timeout
     credentials = state.client_credentials()

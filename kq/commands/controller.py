@@ -27,7 +27,13 @@ from kq.commands.common import (
     command,
 )
 from kq.commands.config_flags import add_config_flags, settings_from_args
-from server.config import ConfigError, controller_config
+from server.config import (
+    CONTROLLER_LISTENER,
+    ConfigError,
+    ControllerConfig,
+    SecurityProtocol,
+    controller_config,
+)
 from server.controller import run_controller
 
 __all__ = ["register"]
@@ -69,6 +75,7 @@ def _start(args: argparse.Namespace) -> int:
         raise CommandError(f"config error: {exc}", EXIT_USAGE) from None
     root_level = logging.getLogger().level
     handlers = _setup_logging(config.log_level, args.log_file)
+    _log_listener(config)
     pid_file = Path(args.pid_file) if args.pid_file else None
     try:
         if pid_file is not None:
@@ -89,6 +96,31 @@ def _start(args: argparse.Namespace) -> int:
             logging.getLogger().removeHandler(handler)
             handler.close()
         logging.getLogger().setLevel(root_level)
+
+
+PLAINTEXT_WARNING = (
+    "listener {name} on {address} is PLAINTEXT: no encryption, no authentication and no "
+    "authorization; any caller can act as any node or client. Configure [tls] "
+    "(docs/security.md) for SSL"
+)
+
+
+def _log_listener(config: ControllerConfig) -> None:
+    """Say which protocol the node serves, on every start (Kafka logs its
+    listeners' protocols at startup; a plaintext node warns, as
+    CockroachDB's --insecure does)."""
+    protocol = config.security_protocol
+    if protocol is SecurityProtocol.PLAINTEXT:
+        log.warning(PLAINTEXT_WARNING.format(name=CONTROLLER_LISTENER, address=config.address))
+    else:
+        assert config.tls is not None
+        log.info(
+            "listener %s on %s is %s: mutual TLS, clients need a certificate of the CA %s",
+            CONTROLLER_LISTENER,
+            config.address,
+            protocol.value,
+            config.tls.ca,
+        )
 
 
 def _setup_logging(level: str, log_file: str | None) -> list[logging.Handler]:

@@ -79,29 +79,34 @@ def test_cluster_up_status_kv_failover_down(tmp_path: Path) -> None:
         assert table.returncode == 0, table.stderr
         lines = table.stdout.splitlines()
         header = next(line for line in lines if line.startswith("NodeId"))
-        assert header.split()[:3] == ["NodeId", "Address", "Metrics"]
+        assert header.split()[:4] == ["NodeId", "Address", "Metrics", "Protocol"]
         row = next(line for line in lines if line.startswith("1 "))
-        assert row.split()[1:3] == [f"127.0.0.1:{base}", metrics[0]]
+        assert row.split()[1:4] == [f"127.0.0.1:{base}", metrics[0], "SSL"]
         assert len(leaders(status)) == 1
         leader = leaders(status)[0]
 
+        # TLS by default: named by address, the nodes want the admin's
+        # certificate, which --certs-dir gives.
+        assert status["security_protocol"] == "SSL"
+        assert {n["security_protocol"] for n in status["nodes"]} == {"SSL"}
         bootstrap = ",".join(n["address"] for n in status["nodes"])
-        put = kq("kv", "put", "greeting", "hello", "--bootstrap-server", bootstrap)
+        certs = ("--certs-dir", str(Path(d) / "certs"))
+        put = kq("kv", "put", "greeting", "hello", "--bootstrap-server", bootstrap, *certs)
         assert put.returncode == 0, put.stderr
-        got = kq("kv", "get", "greeting", "--bootstrap-server", bootstrap)
+        got = kq("kv", "get", "greeting", "--bootstrap-server", bootstrap, *certs)
         assert (got.returncode, got.stdout) == (0, "hello\n"), got.stderr
-        missing = kq("kv", "get", "nothing", "--bootstrap-server", bootstrap)
+        missing = kq("kv", "get", "nothing", "--bootstrap-server", bootstrap, *certs)
         assert missing.returncode == 1 and "not found" in missing.stderr
 
         described = kq_json(
-            "quorum", "describe", "--status", "--json", "--bootstrap-server", bootstrap
+            "quorum", "describe", "--status", "--json", "--bootstrap-server", bootstrap, *certs
         )
         assert described["leader_id"] == leader
         assert described["current_voters"] == [1, 2, 3]
         assert described["cluster_id"] == status["cluster_id"]
         assert described["high_watermark"] >= 2
         replication = kq_json(
-            "quorum", "describe", "--replication", "--json", "--bootstrap-server", bootstrap
+            "quorum", "describe", "--replication", "--json", "--bootstrap-server", bootstrap, *certs
         )
         assert sorted(r["node_id"] for r in replication) == [1, 2, 3]
         assert [r["status"] for r in replication].count("Leader") == 1
@@ -194,9 +199,13 @@ def test_cluster_dir_is_the_folders_name_and_dir_its_alias(
         )
     state = load_state(d)
     assert state is not None and [n.address for n in state.nodes] == [f"127.0.0.1:{base}"]
-    # TLS is chosen when a cluster is made, not later.
-    assert main(["cluster", "up", "--cluster-dir", d, "--tls"]) == 2
-    assert "runs without TLS; --tls applies to a new cluster" in capsys.readouterr().err
+    # TLS (the default) or not is chosen when a cluster is made, not later.
+    assert main(["cluster", "up", "--cluster-dir", d, "--insecure"]) == 2
+    assert "runs with TLS; --insecure applies to a new cluster" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as both:
+        main(["cluster", "up", "--cluster-dir", d, "--insecure", "--tls"])
+    assert both.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
     # kq quorum finds the same cluster in the same folder (its node is down).
     assert main(["quorum", "describe", "--status", "--cluster-dir", d, "--timeout", "0.5"]) == 1
     assert f"127.0.0.1:{base}" in capsys.readouterr().err
@@ -208,7 +217,7 @@ def test_a_tls_cluster_and_the_commands_that_find_its_certificates(tmp_path: Pat
     try:
         up = kq("cluster", "up", "--cluster-dir", d, "--base-port", str(base), "--tls")
         assert up.returncode == 0, up.stderr
-        assert "(mutual TLS)" in up.stdout
+        assert "(SSL: mutual TLS)" in up.stdout and "WARNING" not in up.stderr
         certs = tmp_path / "tls-cluster" / "certs"
         assert {p.name for p in certs.glob("*.crt")} == {
             "ca.crt",
@@ -252,6 +261,44 @@ def test_a_tls_cluster_and_the_commands_that_find_its_certificates(tmp_path: Pat
         # Up again while it runs is refused, as for any cluster.
         again = kq("cluster", "up", "--cluster-dir", d)
         assert again.returncode == 1 and "already running" in again.stderr
+    finally:
+        kq("cluster", "down", "--cluster-dir", d)
+
+
+def test_an_insecure_cluster_says_so_on_every_start(tmp_path: Path) -> None:
+    d = str(tmp_path / "plain")
+    base = free_base_port(1)
+    try:
+        up = kq(
+            "cluster", "up", "--cluster-dir", d, "--nodes", "1", "--base-port", str(base),
+            "--insecure",
+        )  # fmt: skip
+        assert up.returncode == 0, up.stderr
+        assert "WARNING" in up.stderr and "PLAINTEXT" in up.stderr
+        assert f"127.0.0.1:{base}" in up.stderr
+        assert "(PLAINTEXT: insecure)" in up.stdout
+        assert not (Path(d) / "certs").exists()
+        config = (Path(d) / "node-1" / "config.toml").read_text()
+        assert "[tls]" not in config
+        assert 'listener_security_protocol_map = "CONTROLLER:PLAINTEXT"' in config
+        status = kq_json("cluster", "status", "--cluster-dir", d, "--json")
+        assert status["tls"] is False and status["security_protocol"] == "PLAINTEXT"
+        assert [n["security_protocol"] for n in status["nodes"]] == ["PLAINTEXT"]
+        # Plaintext needs no certificate.
+        put = kq("kv", "put", "k", "v", "--bootstrap-server", f"127.0.0.1:{base}")
+        assert put.returncode == 0, put.stderr
+        # Restarting the node warns again, and so does the node's own log.
+        assert kq("cluster", "kill", "1", "--cluster-dir", d).returncode == 0
+        start = kq("cluster", "start", "1", "--cluster-dir", d)
+        assert start.returncode == 0, start.stderr
+        assert "WARNING" in start.stderr and "PLAINTEXT" in start.stderr
+        log = (Path(d) / "node-1" / "controller.log").read_text()
+        warnings = [
+            line
+            for line in log.splitlines()
+            if "WARNING" in line and "listener CONTROLLER" in line and "PLAINTEXT" in line
+        ]
+        assert len(warnings) == 2, log  # one per start of the process
     finally:
         kq("cluster", "down", "--cluster-dir", d)
 

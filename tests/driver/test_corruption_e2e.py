@@ -42,6 +42,7 @@ from kqproto import quorum_pb2
 from kvstore.client import KvClient
 from quorum.driver.codec import decode_batch
 from quorum.driver.rocks import LOG_PREFIX, STATE_KEY
+from quorum.driver.tls import TlsFiles
 from quorum.types import BatchKind
 from server.local_cluster import (
     ClusterState,
@@ -120,9 +121,18 @@ class Local:
 
 # -- the client side ---------------------------------------------------------------
 
+# The cluster's admin certificate (kq cluster up makes a TLS cluster),
+# set once the cluster is made.
+_client_tls: list[TlsFiles] = []
+
+
+def _kv(addresses: list[str], timeout_s: float = 5.0) -> KvClient:
+    credentials = _client_tls[0].channel_credentials() if _client_tls else None
+    return KvClient(addresses, timeout_s=timeout_s, credentials=credentials)
+
 
 async def _write(addresses: list[str], prefix: str, count: int, acked: dict[str, bytes]) -> None:
-    async with KvClient(addresses, timeout_s=15.0) as client:
+    async with _kv(addresses, timeout_s=15.0) as client:
         for i in range(count):
             key, value = f"{prefix}-{i}", f"{prefix} value {i}".encode()
             await client.put(key, value)
@@ -130,7 +140,7 @@ async def _write(addresses: list[str], prefix: str, count: int, acked: dict[str,
 
 
 async def _read_all(addresses: list[str], acked: dict[str, bytes]) -> None:
-    async with KvClient(addresses, timeout_s=15.0) as client:
+    async with _kv(addresses, timeout_s=15.0) as client:
         for key, value in acked.items():
             got = await client.get(key)
             assert got.present and got.value == value, f"acknowledged key {key} lost: {got}"
@@ -139,7 +149,7 @@ async def _read_all(addresses: list[str], acked: dict[str, bytes]) -> None:
 async def _stale_reads(address: str, keys: dict[str, bytes], timeout_s: float = 15.0) -> None:
     """``address`` itself (not the leader) serves every key: it caught up."""
     deadline = time.monotonic() + timeout_s
-    async with KvClient([address], timeout_s=2.0) as client:
+    async with _kv([address], timeout_s=2.0) as client:
         for key, value in keys.items():
             while True:
                 got = await client.get(key, linearizable=False)
@@ -152,7 +162,7 @@ async def _stale_reads(address: str, keys: dict[str, bytes], timeout_s: float = 
 
 async def _converged(addresses: list[str], timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
-    async with KvClient(addresses) as client:
+    async with _kv(addresses) as client:
         await client.put("converge-marker", b"x")
         while True:
             views = {}
@@ -189,6 +199,9 @@ def test_damaged_and_misplaced_data_directories(tmp_path: Path) -> None:
         )  # fmt: skip
         cluster.state  # noqa: B018 - records the pids
         assert up.returncode == 0, up.stderr
+        tls = cluster.state.client_tls()
+        assert tls is not None
+        _client_tls[:] = [tls]
         acked: dict[str, bytes] = {}
         arun(_write(cluster.addresses(), "first", 160, acked))
         down = kq("cluster", "down", "--dir", str(cluster.dir))

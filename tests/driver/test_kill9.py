@@ -69,12 +69,17 @@ async def _scenario(directory: Path, rng: random.Random) -> None:
     state = load_state(directory)
     assert state is not None
     addresses = {n.node_id: n.address for n in state.nodes}
+    # A TLS cluster (the default): the commands' admin certificate.
+    credentials = state.client_credentials()
+    assert credentials is not None
     acked: dict[str, bytes] = {}
     indeterminate: set[str] = set()
     stop = asyncio.Event()
 
     async def writer(w: int) -> None:
-        async with KvClient(list(addresses.values()), timeout_s=3.0) as client:
+        async with KvClient(
+            list(addresses.values()), timeout_s=3.0, credentials=credentials
+        ) as client:
             seq = 0
             while not stop.is_set():
                 key, value = f"w{w}-{seq}", f"v{w}-{seq}".encode()
@@ -106,7 +111,9 @@ async def _scenario(directory: Path, rng: random.Random) -> None:
     print(f"killed {kills}; {len(acked)} writes acknowledged, {len(indeterminate)} indeterminate")
     assert len(acked) >= 100, "the cluster made too little progress to prove anything"
 
-    async with KvClient(list(addresses.values()), timeout_s=10.0) as client:
+    async with KvClient(
+        list(addresses.values()), timeout_s=10.0, credentials=credentials
+    ) as client:
         # No acknowledged write is lost (linearizable reads through the leader).
         for key, value in acked.items():
             got = await client.get(key)

@@ -14,11 +14,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from kqproto import metadata_pb2
 from metadata.client import Endpoint, MetadataClient, SupportedFeature
-from server.local_cluster import free_base_port, run_kq
+from server.local_cluster import free_base_port, load_state, run_kq
 
 
 def kq(*args: str) -> tuple[int, str, str]:
@@ -32,10 +33,12 @@ def kq_json(*args: str) -> Any:
     return json.loads(out)
 
 
-async def register_brokers(bootstrap: list[str], cluster_id: str) -> dict[int, int]:
+async def register_brokers(
+    bootstrap: list[str], cluster_id: str, credentials: grpc.ChannelCredentials | None
+) -> dict[int, int]:
     """Brokers 1-3 register and heartbeat once they are caught up."""
     epochs: dict[int, int] = {}
-    async with MetadataClient(bootstrap, timeout_s=10) as client:
+    async with MetadataClient(bootstrap, timeout_s=10, credentials=credentials) as client:
         for b in (1, 2, 3):
             registered = await client.register_broker(
                 b,
@@ -69,6 +72,8 @@ def _uuid() -> str:
 def test_sigkill_of_the_active_controller_loses_no_metadata(tmp_path: Path) -> None:
     d = str(tmp_path / "cluster")
     base = free_base_port(3)
+    # A TLS cluster (the default): named by address, it wants the admin's certificate.
+    certs = ("--certs-dir", f"{d}/certs")
     try:
         up = kq(
             "cluster", "up", "--dir", d, "--base-port", str(base),
@@ -79,20 +84,26 @@ def test_sigkill_of_the_active_controller_loses_no_metadata(tmp_path: Path) -> N
         status = kq_json("cluster", "status", "--dir", d)
         addresses = [n["address"] for n in status["nodes"]]
         bootstrap = ",".join(addresses)
-        described = kq_json("quorum", "describe", "--status", "--bootstrap-server", bootstrap)
-        epochs = asyncio.run(register_brokers(addresses, described["cluster_id"]))
+        described = kq_json(
+            "quorum", "describe", "--status", "--bootstrap-server", bootstrap, *certs
+        )
+        state = load_state(d)
+        assert state is not None and state.tls
+        epochs = asyncio.run(
+            register_brokers(addresses, described["cluster_id"], state.client_credentials())
+        )
 
         code, _, err = kq(
             "topics", "create", "events", "--partitions", "6", "--replication-factor", "3",
-            "--bootstrap", bootstrap,
+            "--bootstrap", bootstrap, *certs,
         )  # fmt: skip
         assert code == 0, err
         code, _, err = kq(
             "configs", "alter", "--entity-type", "topics", "--entity-name", "events",
-            "--add-config", "retention.ms=60000", "--bootstrap", bootstrap,
+            "--add-config", "retention.ms=60000", "--bootstrap", bootstrap, *certs,
         )  # fmt: skip
         assert code == 0, err
-        before = kq_json("topics", "describe", "events", "--bootstrap", bootstrap)
+        before = kq_json("topics", "describe", "events", "--bootstrap", bootstrap, *certs)
 
         leader = next(n["node_id"] for n in status["nodes"] if n["role"] == "leader")
         code, _, err = kq("cluster", "kill", str(leader), "--dir", d)
@@ -100,26 +111,26 @@ def test_sigkill_of_the_active_controller_loses_no_metadata(tmp_path: Path) -> N
 
         # A standby becomes active; the admin commands find it and see
         # everything that was committed.
-        after = kq_json("topics", "describe", "events", "--bootstrap", bootstrap)
+        after = kq_json("topics", "describe", "events", "--bootstrap", bootstrap, *certs)
         assert after["topics"][0]["topic_id"] == before["topics"][0]["topic_id"]
         assert [p["replicas"] for p in after["topics"][0]["partitions"]] == [
             p["replicas"] for p in before["topics"][0]["partitions"]
         ]
-        brokers = kq_json("brokers", "list", "--bootstrap", bootstrap)
+        brokers = kq_json("brokers", "list", "--bootstrap", bootstrap, *certs)
         assert {b["id"]: b["epoch"] for b in brokers["brokers"]} == epochs
         # Fresh sessions on the new controller: nobody was fenced.
         assert not any(b["fenced"] for b in brokers["brokers"])
         assert brokers["controller_id"] != leader
         configs = kq_json(
             "configs", "describe", "--entity-type", "topics", "--entity-name", "events",
-            "--bootstrap", bootstrap,
+            "--bootstrap", bootstrap, *certs,
         )  # fmt: skip
         values = {c["name"]: c["value"] for c in configs["resources"][0]["configs"]}
         assert values["retention.ms"] == "60000"
         # And it takes writes.
         code, _, err = kq(
             "topics", "create", "more", "--partitions", "1", "--replication-factor", "3",
-            "--bootstrap", bootstrap,
+            "--bootstrap", bootstrap, *certs,
         )  # fmt: skip
         assert code == 0, err
 
@@ -127,13 +138,23 @@ def test_sigkill_of_the_active_controller_loses_no_metadata(tmp_path: Path) -> N
         code, _, err = kq("cluster", "start", str(leader), "--dir", d)
         assert code == 0, err
         listed = kq_json(
-            "topics", "list", "--stale", "--bootstrap", status["nodes"][leader - 1]["address"]
+            "topics",
+            "list",
+            "--stale",
+            "--bootstrap",
+            status["nodes"][leader - 1]["address"],
+            *certs,
         )
         for _ in range(100):
             if {t["name"] for t in listed} == {"events", "more"}:
                 break
             listed = kq_json(
-                "topics", "list", "--stale", "--bootstrap", status["nodes"][leader - 1]["address"]
+                "topics",
+                "list",
+                "--stale",
+                "--bootstrap",
+                status["nodes"][leader - 1]["address"],
+                *certs,
             )
         assert {t["name"] for t in listed} == {"events", "more"}
     finally:

@@ -10,12 +10,21 @@ Status over gRPC and agrees on a leader, finds the leader, SIGKILLs and
 restarts members by pid, and stops them all (by pid) on exit.  ETCD_* and
 ETCDCTL_* variables of our environment are not passed to etcd.
 
+With :attr:`Security.TLS` the members serve clients and peers on https
+URLs with mutual TLS (``--client-cert-auth``, ``--peer-client-cert-auth``),
+with certificates made by kq's own :mod:`server.certs` (the functions
+``kq certs`` uses: an ECDSA P-256 CA, a certificate per member naming
+127.0.0.1 and localhost, and a user certificate for the client), so both
+systems pay for the same kind of handshake and the same ciphers.
+
 :class:`EtcdTarget` is the :class:`bench.harness.Target` for it: a grpc.aio
 client over etcd's public v3 gRPC API (``bench/etcd/etcd_kv.proto``, code
 generated at run time), writing to the leader; after a failed call it moves
-to the next live member (a follower forwards writes to the leader).
+to the next live member (a follower forwards writes to the leader).  Over
+TLS its channels present the client certificate
+(``grpc.ssl_channel_credentials(root, key, cert)``).
 
-    .venv/bin/python bench/cluster_etcd.py   # start, show the leader, stop
+    .venv/bin/python bench/cluster_etcd.py [--tls]   # start, show the leader, stop
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -42,7 +52,10 @@ import grpc.aio
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import BENCH_DIR, load_proto
+from bench.harness import BENCH_DIR, Security, load_proto
+from quorum.driver.identity import Identity, Role
+from quorum.driver.tls import TlsFiles, dial
+from server.certs import create_ca, issue
 
 PROTO = BENCH_DIR / "etcd" / "etcd_kv.proto"
 HOST = "127.0.0.1"
@@ -52,6 +65,10 @@ MAX_TXN_OPS = 128
 # Deadline of one data-path call (etcd's own server-side limit is 7 s).
 REQUEST_TIMEOUT_S = 5.0
 START_TIMEOUT_S = 60.0
+# The identities in the certificates of the benchmark's etcd cluster: the
+# cluster id of its CA, and the client's user name.
+CERTS_CLUSTER_ID = "etcd-bench"
+CLIENT_USER = "bench"
 # Channel options: no proxy from the environment, and quick reconnection to
 # a restarted member (gRPC's default back-off grows to minutes).
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
@@ -115,12 +132,90 @@ def free_ports(count: int, host: str = HOST) -> list[int]:
             s.close()
 
 
+@dataclass(frozen=True, slots=True)
+class EtcdCerts:
+    """The files of a TLS cluster: each member's and the client's."""
+
+    members: tuple[TlsFiles, ...]
+    client: TlsFiles
+
+
+def make_certs(certs_dir: Path, size: int = SIZE) -> EtcdCerts:
+    """A CA and certificates for ``size`` members and a client in
+    ``certs_dir``, made with :mod:`server.certs`.  Each member's certificate
+    names the hosts clients and peers dial it by (etcd's clients and peers
+    verify them), and serves both as a server and as a client certificate
+    (a member dials its peers with it)."""
+    ca = create_ca(certs_dir, CERTS_CLUSTER_ID).cert
+    members = []
+    for i in range(size):
+        node = Identity.node(CERTS_CLUSTER_ID, Role.CONTROLLER, i + 1)
+        paths = issue(certs_dir, node, hosts=(HOST, "localhost"))
+        members.append(TlsFiles(ca, paths.cert, paths.key))
+    client = issue(certs_dir, Identity.user(CERTS_CLUSTER_ID, CLIENT_USER), hosts=())
+    return EtcdCerts(tuple(members), TlsFiles(ca, client.cert, client.key))
+
+
+def member_command(
+    binary: str,
+    name: str,
+    data_dir: Path,
+    ports: tuple[int, int],
+    cluster: Sequence[tuple[str, int]],
+    token: str,
+    tls: TlsFiles | None = None,
+) -> list[str]:
+    """etcd's command line for member ``name`` with client and peer
+    ``ports`` in the ``cluster`` of (name, peer port); with ``tls``, https
+    URLs and mutual TLS for clients and peers alike (the member's
+    certificate serves both, trusting only the CA)."""
+    scheme = "http" if tls is None else "https"
+    client_port, peer_port = ports
+    initial = ",".join(f"{n}={scheme}://{HOST}:{p}" for n, p in cluster)
+    client = f"{scheme}://{HOST}:{client_port}"
+    peer = f"{scheme}://{HOST}:{peer_port}"
+    command = [
+        binary,
+        f"--name={name}",
+        f"--data-dir={data_dir}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster={initial}",
+        f"--initial-cluster-token={token}",
+        "--initial-cluster-state=new",
+        "--logger=zap",
+        "--log-outputs=stderr",
+        "--log-level=warn",
+    ]
+    if tls is not None:
+        command += [
+            f"--cert-file={tls.cert}",
+            f"--key-file={tls.key}",
+            f"--trusted-ca-file={tls.ca}",
+            "--client-cert-auth",
+            f"--peer-cert-file={tls.cert}",
+            f"--peer-key-file={tls.key}",
+            f"--peer-trusted-ca-file={tls.ca}",
+            "--peer-client-cert-auth",
+        ]
+    return command
+
+
 class EtcdCluster:
     """Three etcd members on loopback; a context manager that starts them,
     waits until healthy, and stops every one of them by pid on exit."""
 
-    def __init__(self, workdir: Path | None = None, size: int = SIZE) -> None:
+    def __init__(
+        self,
+        workdir: Path | None = None,
+        size: int = SIZE,
+        security: Security = Security.PLAINTEXT,
+    ) -> None:
         self.size = size
+        self.security = security
+        self.certs: EtcdCerts | None = None
         self._own_workdir = workdir is None
         self.workdir = (
             Path(tempfile.mkdtemp(prefix="kq-bench-etcd-")) if workdir is None else workdir
@@ -141,26 +236,20 @@ class EtcdCluster:
     # -- processes
 
     def _command(self, i: int) -> list[str]:
-        initial = ",".join(
-            f"{n}=http://{HOST}:{p}" for n, p in zip(self.names, self.peer_ports, strict=True)
-        )
-        client = f"http://{HOST}:{self.client_ports[i]}"
-        peer = f"http://{HOST}:{self.peer_ports[i]}"
-        return [
+        return member_command(
             self.binary,
-            f"--name={self.names[i]}",
-            f"--data-dir={self.workdir / self.names[i]}",
-            f"--listen-client-urls={client}",
-            f"--advertise-client-urls={client}",
-            f"--listen-peer-urls={peer}",
-            f"--initial-advertise-peer-urls={peer}",
-            f"--initial-cluster={initial}",
-            f"--initial-cluster-token={self._token}",
-            "--initial-cluster-state=new",
-            "--logger=zap",
-            "--log-outputs=stderr",
-            "--log-level=warn",
-        ]
+            self.names[i],
+            self.workdir / self.names[i],
+            (self.client_ports[i], self.peer_ports[i]),
+            list(zip(self.names, self.peer_ports, strict=True)),
+            self._token,
+            None if self.certs is None else self.certs.members[i],
+        )
+
+    def client_credentials(self) -> grpc.ChannelCredentials | None:
+        """The client's credentials over TLS (its certificate and the CA);
+        None in plaintext."""
+        return None if self.certs is None else self.certs.client.channel_credentials()
 
     def log_path(self, i: int) -> Path:
         return self.workdir / f"{self.names[i]}.log"
@@ -210,11 +299,17 @@ class EtcdCluster:
         self.binary = ensure_etcd()
         self.version = etcd_version(self.binary)
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.security is Security.TLS:
+            self.certs = make_certs(self.workdir / "certs", self.size)
         atexit.register(self.stop)
         for i in range(self.size):
             self.spawn(i)
+        credentials = self.client_credentials()
         self._channels = [
-            grpc.insecure_channel(ep, options=CHANNEL_OPTIONS) for ep in self.endpoints
+            grpc.insecure_channel(ep, options=CHANNEL_OPTIONS)
+            if credentials is None
+            else grpc.secure_channel(ep, credentials, options=CHANNEL_OPTIONS)
+            for ep in self.endpoints
         ]
         self.wait_healthy(START_TIMEOUT_S)
 
@@ -314,6 +409,7 @@ class EtcdTarget:
         self.cluster = cluster
         self.pb2 = cluster.pb2
         self.pb2_grpc = cluster.pb2_grpc
+        self._credentials = cluster.client_credentials()
         self._channels: list[grpc.aio.Channel] = []
         self._kv: list[Any] = []
         self._maint: list[Any] = []
@@ -323,7 +419,7 @@ class EtcdTarget:
         self._killed: list[int] = []
 
     def _connect(self, i: int) -> None:
-        channel = grpc.aio.insecure_channel(self.cluster.endpoints[i], options=CHANNEL_OPTIONS)
+        channel = dial(self.cluster.endpoints[i], self._credentials, CHANNEL_OPTIONS)
         stubs = (self.pb2_grpc.KVStub(channel), self.pb2_grpc.MaintenanceStub(channel))
         if i < len(self._channels):
             self._channels[i] = channel
@@ -418,6 +514,7 @@ class EtcdTarget:
             "version": self.cluster.version,
             "cluster_version": st.version,
             "members": self.cluster.size,
+            "security": self.cluster.security.value,
             "fsync": "always (WAL fsync before ack)",
             "election_timeout_ms": 1000,
             "heartbeat_ms": 100,
@@ -430,10 +527,13 @@ class EtcdTarget:
 
 
 @asynccontextmanager
-async def open_target(workdir: Path) -> AsyncIterator[EtcdTarget]:
+async def open_target(
+    workdir: Path, security: Security = Security.PLAINTEXT
+) -> AsyncIterator[EtcdTarget]:
     """The harness's entry point: a healthy 3-member cluster under
-    ``workdir`` and a Target on it; everything stopped on exit."""
-    with EtcdCluster(workdir) as cluster:
+    ``workdir`` (plaintext or mutual TLS) and a Target on it; everything
+    stopped on exit."""
+    with EtcdCluster(workdir, security=security) as cluster:
         target = EtcdTarget(cluster)
         try:
             await target.refresh_leader()
@@ -443,9 +543,10 @@ async def open_target(workdir: Path) -> AsyncIterator[EtcdTarget]:
 
 
 def main() -> None:
-    with EtcdCluster() as cluster:
+    security = Security.TLS if "--tls" in sys.argv[1:] else Security.PLAINTEXT
+    with EtcdCluster(security=security) as cluster:
         leader = cluster.leader_index()
-        print(f"etcd {cluster.version}: members {cluster.endpoints}")
+        print(f"etcd {cluster.version} ({security.value}): members {cluster.endpoints}")
         print(f"leader: {cluster.names[leader]} (pid {cluster.pid(leader)})")
 
 

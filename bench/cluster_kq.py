@@ -3,12 +3,19 @@
 Started and stopped with the ``kq cluster`` commands (each node its own
 ``kq controller start`` process with RocksDB storage and fsync), driven with
 kq's Python client (grpc.aio), the same client style as the etcd target.
+
+With :attr:`Security.TLS` the cluster is made with ``kq cluster up --tls``:
+a CA and a certificate per node and for the user ``admin`` made by
+:mod:`server.certs` (what ``kq certs`` uses), a ``[tls]`` section in every
+node's config (mutual TLS between nodes and with clients), and the client
+presents the user certificate through the same ``KvClient``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import time
@@ -16,6 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.harness import Security
 from kqproto import quorum_pb2
 from kvstore.client import KvClient
 from server.local_cluster import free_base_port, load_state, run_kq
@@ -25,6 +33,16 @@ HEALTHY_TIMEOUT_S = 30.0
 NODES = 3
 
 
+@functools.cache
+def _mode_flags() -> dict[Security, tuple[str, ...]]:
+    """The flags of ``kq cluster up`` for each mode.  A new local cluster
+    is secure by default once ``kq cluster up`` takes ``--insecure``
+    (before, plaintext was the default and TLS took ``--tls``)."""
+    usage = run_kq("cluster", "up", "--help").stdout
+    plaintext = ("--insecure",) if "--insecure" in usage else ()
+    return {Security.PLAINTEXT: plaintext, Security.TLS: ("--tls",)}
+
+
 class KqTarget:
     name = "kq"
 
@@ -32,8 +50,13 @@ class KqTarget:
         self.dir = directory
         state = load_state(directory)
         assert state is not None
+        self.security = Security.TLS if state.tls else Security.PLAINTEXT
         self.addresses = {n.node_id: n.address for n in state.nodes}
-        self.client = KvClient(list(self.addresses.values()), timeout_s=REQUEST_TIMEOUT_S)
+        self.client = KvClient(
+            list(self.addresses.values()),
+            timeout_s=REQUEST_TIMEOUT_S,
+            credentials=state.client_credentials(),
+        )
         self._killed: list[int] = []
 
     def _pids(self) -> dict[int, int]:
@@ -104,23 +127,36 @@ class KqTarget:
     async def describe(self) -> dict[str, object]:
         from kq import __version__
 
-        return {"version": __version__, "nodes": NODES, "storage": "RocksDB, fsync per Ready"}
+        return {
+            "version": __version__,
+            "nodes": NODES,
+            "security": self.security.value,
+            "storage": "RocksDB, fsync per Ready",
+        }
 
     async def close(self) -> None:
         await self.client.close()
 
 
 @contextlib.asynccontextmanager
-async def open_target(workdir: Path) -> AsyncIterator[KqTarget]:
+async def open_target(
+    workdir: Path, security: Security = Security.PLAINTEXT
+) -> AsyncIterator[KqTarget]:
     directory = workdir / "kq"
     up = run_kq(
         "cluster", "up", "--dir", str(directory), "--nodes", str(NODES),
-        "--base-port", str(free_base_port(NODES)), "--json",
+        "--base-port", str(free_base_port(NODES)), *_mode_flags()[security], "--json",
     )  # fmt: skip
     try:
         if up.returncode != 0:
             raise RuntimeError(f"kq cluster up failed: {up.stderr.strip() or up.stdout.strip()}")
         target = KqTarget(directory)
+        if target.security is not security:
+            # What is measured must be the mode the figures are labelled with.
+            await target.close()
+            raise RuntimeError(
+                f"kq cluster up made a {target.security.value} cluster, not {security.value}"
+            )
         try:
             await target.wait_healthy()
             yield target

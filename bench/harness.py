@@ -18,12 +18,16 @@ Every loop is bounded in count and in time, and every request in time.
 
 A system plugs in as a module ``bench/cluster_<name>.py`` that defines::
 
-    def open_target(workdir: pathlib.Path) -> AbstractAsyncContextManager[Target]
+    def open_target(
+        workdir: pathlib.Path, security: Security
+    ) -> AbstractAsyncContextManager[Target]
 
 an async context manager that starts a 3-member cluster on loopback (data and
-logs under ``workdir``), yields a :class:`Target` connected to it, and stops
-every process it started (by pid) on exit, also on failure.  ``vs_etcd.py``
-keeps the registry of such modules.
+logs under ``workdir``), in plaintext or with mutual TLS between members and
+between the client and the members (:class:`Security`), yields a
+:class:`Target` connected to it, and stops every process it started (by
+pid) on exit, also on failure.  ``vs_etcd.py`` keeps the registry of such
+modules.
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ import asyncio
 import atexit
 import contextlib
 import datetime
+import enum
 import importlib
 import json
 import math
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,11 +52,38 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 GEN_DIR = BENCH_DIR / ".gen"
+
+
+class Security(enum.Enum):
+    """How a cluster under test is reached and how its members talk."""
+
+    PLAINTEXT = "plaintext"
+    # Mutual TLS: every member and the client present a certificate of the
+    # cluster's CA and verify the other side's.
+    TLS = "tls"
+
+
+def parse_securities(text: str) -> list[Security]:
+    """``plaintext,tls`` -> the modes in that order; ValueError naming an
+    unknown or repeated one."""
+    known = {s.value: s for s in Security}
+    out: list[Security] = []
+    for word in (w.strip() for w in text.split(",")):
+        if not word:
+            continue
+        if word not in known:
+            raise ValueError(f"unknown security mode {word!r}; known: {', '.join(known)}")
+        if known[word] in out:
+            raise ValueError(f"security mode {word!r} given twice")
+        out.append(known[word])
+    if not out:
+        raise ValueError("no security mode given (plaintext, tls or both)")
+    return out
 
 
 class Target(Protocol):
@@ -542,15 +575,65 @@ def metric(result: dict[str, Any], workload: str, key: str) -> float | None:
     return None if value is None else float(value)
 
 
-def ratios(kq: dict[str, Any], etcd: dict[str, Any]) -> dict[str, float | None]:
-    """kq/etcd for every metric of METRICS (None where either is missing or
-    etcd's is 0)."""
+def ratios(numerator: dict[str, Any], denominator: dict[str, Any]) -> dict[str, float | None]:
+    """numerator/denominator for every metric of METRICS (None where either
+    is missing or the denominator's is 0): kq/etcd, or TLS/plaintext."""
     out: dict[str, float | None] = {}
     for label, workload, key, _ in METRICS:
-        a = metric(kq, workload, key)
-        b = metric(etcd, workload, key)
+        a = metric(numerator, workload, key)
+        b = metric(denominator, workload, key)
         out[label] = None if a is None or b is None or b == 0 else a / b
     return out
+
+
+# One round: system -> security mode ("plaintext", "tls") -> its results.
+Round = dict[str, dict[str, dict[str, Any]]]
+
+
+def round_ratios(results: Round) -> dict[str, dict[str, dict[str, float | None]]]:
+    """The ratios of one round: kq/etcd for each mode both ran in, and
+    TLS/plaintext for each system that ran both."""
+    out: dict[str, dict[str, dict[str, float | None]]] = {}
+    kq, etcd = results.get("kq", {}), results.get("etcd", {})
+    both = [s.value for s in Security if s.value in kq and s.value in etcd]
+    if both:
+        out["kq_over_etcd"] = {mode: ratios(kq[mode], etcd[mode]) for mode in both}
+    plain, tls = Security.PLAINTEXT.value, Security.TLS.value
+    paired = {name: r for name, r in results.items() if plain in r and tls in r}
+    if paired:
+        out["tls_over_plaintext"] = {name: ratios(r[tls], r[plain]) for name, r in paired.items()}
+    return out
+
+
+def ratio_ranges(
+    per_round: Sequence[dict[str, dict[str, dict[str, float | None]]]],
+) -> dict[str, dict[str, dict[str, dict[str, float | int | None]]]]:
+    """Over rounds: each ratio's median, min and max and how many rounds
+    gave it (family -> group -> metric -> summary)."""
+    values: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for r in per_round:
+        for family, groups in r.items():
+            for group, figures in groups.items():
+                for label, value in figures.items():
+                    bucket = values.setdefault(family, {}).setdefault(group, {})
+                    bucket.setdefault(label, [])
+                    if value is not None:
+                        bucket[label].append(value)
+    return {
+        family: {
+            group: {
+                label: {
+                    "median": statistics.median(vs) if vs else None,
+                    "min": min(vs) if vs else None,
+                    "max": max(vs) if vs else None,
+                    "rounds": len(vs),
+                }
+                for label, vs in figures.items()
+            }
+            for group, figures in groups.items()
+        }
+        for family, groups in values.items()
+    }
 
 
 def _fmt(value: float | None) -> str:
@@ -561,9 +644,9 @@ def _fmt(value: float | None) -> str:
     return f"{value:.2f}"
 
 
-def format_table(name: str, result: dict[str, Any]) -> str:
-    """A plain-text table of one system's figures."""
-    lines = [f"== {name}"]
+def format_table(name: str, result: dict[str, Any], security: Security | None = None) -> str:
+    """A plain-text table of one system's figures (in one security mode)."""
+    lines = [f"== {name}" if security is None else f"== {name}, {security.value}"]
     system = result.get("system")
     if system:
         lines.append("   " + ", ".join(f"{k}={v}" for k, v in system.items()))
@@ -585,12 +668,44 @@ def format_table(name: str, result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def format_ratios(r: dict[str, float | None]) -> str:
-    lines = ["== kq/etcd (throughput: higher is better for kq; latency, failover: lower)"]
+BETTER = "throughput: higher is better for kq; latency, failover: lower"
+KQ_OVER_ETCD = f"kq/etcd ({BETTER})"
+
+
+def format_ratios(r: dict[str, float | None], title: str = KQ_OVER_ETCD) -> str:
+    lines = [f"== {title}"]
     width = max(len(label) for label in r)
     for label, value in r.items():
         lines.append(f"   {label:<{width}}  {'-' if value is None else f'{value:.2f}':>10}")
     return "\n".join(lines)
+
+
+def format_round_ratios(r: dict[str, dict[str, dict[str, float | None]]]) -> str:
+    """Every ratio of one round, one table per ratio."""
+    out = []
+    for mode, figures in r.get("kq_over_etcd", {}).items():
+        out.append(format_ratios(figures, f"kq/etcd, {mode} ({BETTER})"))
+    for name, figures in r.get("tls_over_plaintext", {}).items():
+        out.append(format_ratios(figures, f"{name}: TLS/plaintext (the cost of TLS)"))
+    return "\n".join(out)
+
+
+def format_ranges(ranges: dict[str, dict[str, dict[str, dict[str, float | int | None]]]]) -> str:
+    """Each ratio as median [min..max] over the rounds."""
+    titles = {"kq_over_etcd": "kq/etcd, {}", "tls_over_plaintext": "{}: TLS/plaintext"}
+    out = []
+    for family, groups in ranges.items():
+        for group, figures in groups.items():
+            title = titles.get(family, family + ", {}").format(group)
+            rounds = max((int(f["rounds"] or 0) for f in figures.values()), default=0)
+            lines = [f"== {title}, median [min..max] over {rounds} rounds"]
+            width = max(len(label) for label in figures)
+            for label, f in figures.items():
+                med, lo, hi = (cast(float | None, f[k]) for k in ("median", "min", "max"))
+                shown = "-" if med is None else f"{med:.2f} [{lo:.2f}..{hi:.2f}]"
+                lines.append(f"   {label:<{width}}  {shown:>20}")
+            out.append("\n".join(lines))
+    return "\n".join(out)
 
 
 def _git_commit() -> str | None:
@@ -608,9 +723,13 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def result_document(systems: dict[str, dict[str, Any]], p: Params, preset: str) -> dict[str, Any]:
-    """The JSON document of a run."""
-    doc: dict[str, Any] = {
+def result_document(
+    rounds: Sequence[Round], p: Params, preset: str, securities: Sequence[Security]
+) -> dict[str, Any]:
+    """The JSON document of a run: each round's results (system -> mode ->
+    figures) and ratios, and the ratios' ranges over the rounds."""
+    per_round = [round_ratios(r) for r in rounds]
+    return {
         "benchmark": "kq vs etcd",
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": {
@@ -621,11 +740,13 @@ def result_document(systems: dict[str, dict[str, Any]], p: Params, preset: str) 
         "git_commit": _git_commit(),
         "preset": preset,
         "params": asdict(p),
-        "systems": systems,
+        "securities": [s.value for s in securities],
+        "rounds": [
+            {"round": i + 1, "systems": r, **{f"ratios_{k}": v for k, v in ratio.items()}}
+            for i, (r, ratio) in enumerate(zip(rounds, per_round, strict=True))
+        ],
+        "ratio_ranges": ratio_ranges(per_round),
     }
-    if "kq" in systems and "etcd" in systems:
-        doc["ratios_kq_over_etcd"] = ratios(systems["kq"], systems["etcd"])
-    return doc
 
 
 def write_json(doc: dict[str, Any], path: Path) -> None:

@@ -227,12 +227,14 @@ def test_run_all_and_reports() -> None:
     assert set(result) == {"sequential", "concurrent", "batched", "failover"}
     table = harness.format_table("fake", result)
     assert "sequential commits/s" in table and "failover p99 ms" in table
-    doc = harness.result_document({"etcd": result, "kq": result}, small_params(), "test")
-    ratios = doc["ratios_kq_over_etcd"]
+    plain = [harness.Security.PLAINTEXT]
+    one_round = {"etcd": {"plaintext": result}, "kq": {"plaintext": result}}
+    doc = harness.result_document([one_round], small_params(), "test", plain)
+    ratios = doc["rounds"][0]["ratios_kq_over_etcd"]["plaintext"]
     assert ratios["sequential commits/s"] == pytest.approx(1.0)
     assert "kq/etcd" in harness.format_ratios(ratios)
-    alone = harness.result_document({"etcd": result}, small_params(), "x")
-    assert "ratios_kq_over_etcd" not in alone
+    alone = harness.result_document([{"etcd": {"plaintext": result}}], small_params(), "x", plain)
+    assert "ratios_kq_over_etcd" not in alone["rounds"][0]
 
 
 def test_ratios_tolerate_missing_figures() -> None:

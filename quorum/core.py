@@ -66,10 +66,12 @@ from quorum.messages import (
     Message,
     VoteRequest,
     VoteResponse,
+    epoch_out_of_range,
 )
 from quorum.ready import Ready, SnapshotChunk
 from quorum.storage import LogStore, QuorumStateStore, SnapshotStore, StorageCorruptError
 from quorum.types import (
+    MAX_EPOCH,
     Batch,
     BatchKind,
     LeaderAndEpoch,
@@ -228,6 +230,17 @@ class RaftCore:
         self._log = RaftLog()
         self._init_log(snapshot, batches)
         state = state_store.read() or QuorumState()
+        for what, epoch in (
+            ("snapshot", -1 if snapshot is None else snapshot.epoch),
+            ("quorum state", state.epoch),
+            ("log", self._log.last_epoch),
+        ):
+            if epoch > MAX_EPOCH:
+                # Nothing a node wrote itself: it never holds such an epoch.
+                raise StorageCorruptError(
+                    f"the stored {what} holds epoch {epoch}, past the largest a node "
+                    f"may hold ({MAX_EPOCH}, so that it can still leave it)"
+                )
         self._state = state
         self._state_dirty = False
         if state.epoch < self._log.last_epoch:
@@ -315,6 +328,13 @@ class RaftCore:
     @property
     def leader_id(self) -> NodeId | None:
         return self._state.leader_id
+
+    @property
+    def at_last_epoch(self) -> bool:
+        """True at MAX_EPOCH: no election can start, since the next epoch
+        would not fit in an int32 (the node still follows a leader of this
+        epoch)."""
+        return self._state.epoch >= MAX_EPOCH
 
     @property
     def voted_for(self) -> NodeId | None:
@@ -443,6 +463,12 @@ class RaftCore:
             return
         if msg.src == self.node_id:
             # A node never messages itself: a forged or misrouted message.
+            self._refuse(msg, ErrorCode.INVALID_REQUEST)
+            return
+        if epoch_out_of_range(msg) is not None:
+            # Any path that adopts an epoch (a newer epoch's message, a
+            # leader's batches, a snapshot) would take this one to an epoch
+            # it could never leave: refuse the whole message, change nothing.
             self._refuse(msg, ErrorCode.INVALID_REQUEST)
             return
         if (
@@ -724,6 +750,8 @@ class RaftCore:
         # rule of _may_grant_vote; the simulator checks it from outside.)
         if state.epoch < self._state.epoch:
             raise SafetyError(f"epoch would go back from {self._state.epoch} to {state.epoch}")
+        if state.epoch > MAX_EPOCH:
+            raise SafetyError(f"epoch {state.epoch} is past the largest one ({MAX_EPOCH})")
         if state != self._state:
             self._state = state
             self._state_dirty = True
@@ -811,6 +839,11 @@ class RaftCore:
         self._clear_role_state()
         self._role = Role.PROSPECTIVE
         self._election_deadline = self._now + self._random_election_timeout()
+        if self.at_last_epoch:
+            # The election would open MAX_EPOCH + 1, which no int32 holds:
+            # ask no one, and keep waiting for a leader of this epoch (a
+            # prospective follows one that announces itself, KIP-996).
+            return
         self._granted = {self.node_id}
         self._bcast_vote_requests(pre_vote=True)
         self._maybe_win_election()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from quorum.types import Batch, NodeId, OffsetAndEpoch, SnapshotId
+from quorum.types import MAX_EPOCH, Batch, NodeId, OffsetAndEpoch, SnapshotId
 
 __all__ = [
     "BeginQuorumEpochRequest",
@@ -27,6 +27,7 @@ __all__ = [
     "Message",
     "VoteRequest",
     "VoteResponse",
+    "epoch_out_of_range",
 ]
 
 
@@ -207,3 +208,36 @@ Message = (
     | FetchSnapshotRequest
     | FetchSnapshotResponse
 )
+
+
+def _epochs(msg: Message) -> list[tuple[str, int]]:
+    """Every epoch a message carries, by field name."""
+    out = [("epoch", msg.epoch)]
+    match msg:
+        case VoteRequest():
+            out.append(("last_epoch", msg.last_epoch))
+        case FetchRequest():
+            out.append(("last_fetched_epoch", msg.last_fetched_epoch))
+        case FetchResponse():
+            out += [(f"batches[{i}].epoch", b.epoch) for i, b in enumerate(msg.batches)]
+            if msg.diverging is not None:
+                out.append(("diverging.epoch", msg.diverging.epoch))
+            if msg.snapshot_id is not None:
+                out.append(("snapshot_id.epoch", msg.snapshot_id.epoch))
+        case FetchSnapshotRequest() | FetchSnapshotResponse():
+            out.append(("snapshot_id.epoch", msg.snapshot_id.epoch))
+    return out
+
+
+def epoch_out_of_range(msg: Message) -> str | None:
+    """Why ``msg`` carries an epoch no node may hold (outside 0..MAX_EPOCH),
+    naming the field; None if every epoch in it is in range.  Acting on such
+    a message would move a node to an epoch it could never leave (or that
+    storage cannot hold), so the core refuses it whole."""
+    for name, value in _epochs(msg):
+        if not 0 <= value <= MAX_EPOCH:
+            return (
+                f"{type(msg).__name__} from node {msg.src}: {name} {value} is outside "
+                f"0..{MAX_EPOCH} (an epoch is an int32 and a node must be able to leave it)"
+            )
+    return None

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 NodeId = int
 
+# Epochs travel and are stored as int32, as Kafka's leader epoch.  A node
+# holds at most MAX_EPOCH: never 2**31-1, the epoch no election could leave
+# (its successor does not fit).  A node at MAX_EPOCH keeps its leader but
+# starts no election (RaftCore refuses to); epochs past it in a message or in
+# storage are refused.
+MAX_EPOCH = 2**31 - 2
+
 __all__ = [
+    "MAX_EPOCH",
     "Batch",
     "BatchKind",
     "LeaderAndEpoch",

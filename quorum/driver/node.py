@@ -563,7 +563,15 @@ class QuorumNode:
         n, epoch = self.node_id, self.core.epoch
         if self._last_role is Role.LEADER:
             log.info("node %d resigned leadership of epoch %d", n, epoch)
-        if role is Role.PROSPECTIVE:
+        if role is Role.PROSPECTIVE and self.core.at_last_epoch:
+            log.error(
+                "node %d has no live leader and cannot start an election: epoch %d is the "
+                "last an int32 leaves room after; it follows a leader of this epoch if one "
+                "announces itself",
+                n,
+                epoch,
+            )
+        elif role is Role.PROSPECTIVE:
             log.info("node %d has no live leader; asking for pre-votes in epoch %d", n, epoch)
         elif role is Role.CANDIDATE:
             log.info("node %d is a candidate in epoch %d", n, epoch)

@@ -25,14 +25,11 @@ from quorum.messages import (
     VoteRequest,
     VoteResponse,
 )
-from quorum.types import Batch, BatchKind, NodeId, OffsetAndEpoch, SnapshotId
+from quorum.types import MAX_EPOCH, Batch, BatchKind, NodeId, OffsetAndEpoch, SnapshotId
 
-__all__ = ["WireError", "from_pb", "to_pb"]
+__all__ = ["MAX_EPOCH", "WireError", "from_pb", "to_pb"]
 
 _MAX_NODE = 2**31 - 1
-# Epochs travel and are stored as int32; a node must be able to start the
-# epoch after any epoch it accepts.
-MAX_EPOCH = 2**31 - 2
 
 
 class WireError(ValueError):

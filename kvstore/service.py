@@ -5,6 +5,10 @@ the service, served from the node's :class:`KvStateMachine` (a part of the
 node's shared log) through the node's seams alone: writes go through
 :class:`~quorum.driver.raft_client.RaftClient` (answered once committed and
 applied), linearizable reads after its read barrier.
+
+On a TLS node every call is authorized by the node's authorizer: reads
+need READ and writes WRITE on the cluster resource (the store is one
+keyspace of the cluster's; there is no finer resource).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from quorum.driver.plugin import (
     DEFAULT_READ_TIMEOUT_S,
     DEFAULT_WRITE_TIMEOUT_S,
     PluginHost,
+    authorize_call,
     call_timeout,
 )
 from quorum.driver.raft_client import (
@@ -109,10 +114,12 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
             raise  # unreachable: abort raises
 
     async def Put(self, request: kv_pb2.PutRequest, context: Any) -> kv_pb2.WriteResponse:
+        await authorize_call(self.host, context, "Put", "WRITE")
         record = await self._encode(context, encode_put, request.key, request.value)
         return await self._write([record], context)
 
     async def PutMany(self, request: kv_pb2.PutManyRequest, context: Any) -> kv_pb2.WriteResponse:
+        await authorize_call(self.host, context, "PutMany", "WRITE")
         if not request.puts:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "PutMany needs at least one put")
         limit = self.host.raft.max_batch_records
@@ -126,6 +133,7 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
         return await self._write([record], context)
 
     async def Cas(self, request: kv_pb2.CasRequest, context: Any) -> kv_pb2.WriteResponse:
+        await authorize_call(self.host, context, "Cas", "WRITE")
         expected = None if request.expect_absent else request.expected
         record = await self._encode(context, encode_cas, request.key, expected, request.value)
         if request.expect_absent and request.expected:
@@ -136,10 +144,12 @@ class KvServicer(kv_pb2_grpc.KvServiceServicer):
         return await self._write([record], context)
 
     async def Delete(self, request: kv_pb2.DeleteRequest, context: Any) -> kv_pb2.WriteResponse:
+        await authorize_call(self.host, context, "Delete", "WRITE")
         record = await self._encode(context, encode_delete, request.key)
         return await self._write([record], context)
 
     async def Get(self, request: kv_pb2.GetRequest, context: Any) -> kv_pb2.GetResponse:
+        await authorize_call(self.host, context, "Get", "READ")
         if not request.key:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "a key must be non-empty")
         if request.linearizable:

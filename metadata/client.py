@@ -37,7 +37,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -46,6 +46,8 @@ from metadata.errors import Errors
 from quorum.driver.client import LeaderFollowingClient
 
 __all__ = [
+    "AclFilter",
+    "PermissionDeniedError",
     "ConfigOp",
     "ConfigResource",
     "Endpoint",
@@ -59,8 +61,15 @@ __all__ = [
     "Reassignment",
     "SupportedFeature",
     "TopicPartition",
+    "acl_binding",
+    "acl_name",
     "error_code",
 ]
+
+
+class PermissionDeniedError(Exception):
+    """The node refused the call (gRPC PERMISSION_DENIED): the caller's
+    certificate lacks an ACL for it (docs/security.md).  Nothing was done."""
 
 
 class MetadataClientError(Exception):
@@ -247,6 +256,75 @@ class SupportedFeature:
         )
 
 
+def acl_binding(
+    resource_type: str,
+    resource_name: str,
+    principal: str,
+    operation: str,
+    permission: str = "ALLOW",
+    *,
+    host: str = "*",
+    pattern_type: str = "LITERAL",
+) -> metadata_pb2.AclBinding:
+    """A binding from Kafka's names (``"TOPIC"``, ``"READ"``, ``"ALLOW"``,
+    ``"PREFIXED"``); ValueError for a name that is none."""
+    return metadata_pb2.AclBinding(
+        resource_type=_acl_value(metadata_pb2.AclResourceType, "ACL_RESOURCE_", resource_type),
+        resource_name=resource_name,
+        pattern_type=_acl_value(metadata_pb2.AclPatternType, "ACL_PATTERN_", pattern_type),
+        principal=principal,
+        host=host,
+        operation=_acl_value(metadata_pb2.AclOperation, "ACL_OPERATION_", operation),
+        permission=_acl_value(metadata_pb2.AclPermissionType, "ACL_PERMISSION_", permission),
+    )
+
+
+def _acl_value(enum: Any, prefix: str, name: str) -> Any:
+    try:
+        return enum.Value(prefix + name.upper())
+    except ValueError:
+        known = ", ".join(n[len(prefix) :] for n in enum.keys() if not n.endswith("UNKNOWN"))  # noqa: SIM118
+        raise ValueError(f"{name!r} is not one of {known}") from None
+
+
+def acl_name(enum: Any, value: int) -> str:
+    """Kafka's name of an ACL enum value (``TOPIC``, ``READ``, ``ALLOW``)."""
+    return str(enum.Name(value)).split("_", 2)[-1]
+
+
+@dataclass(frozen=True, slots=True)
+class AclFilter:
+    """Which bindings (Kafka's AclBindingFilter): None and ``ANY`` match
+    anything; pattern ``MATCH`` with a name finds what applies to it."""
+
+    resource_type: str = "ANY"
+    resource_name: str | None = None
+    pattern_type: str = "ANY"
+    principal: str | None = None
+    host: str | None = None
+    operation: str = "ANY"
+    permission: str = "ANY"
+
+    def to_proto(self) -> metadata_pb2.AclBindingFilter:
+        out = metadata_pb2.AclBindingFilter(
+            resource_type=_acl_value(
+                metadata_pb2.AclResourceType, "ACL_RESOURCE_", self.resource_type
+            ),
+            pattern_type=_acl_value(metadata_pb2.AclPatternType, "ACL_PATTERN_", self.pattern_type),
+            operation=_acl_value(metadata_pb2.AclOperation, "ACL_OPERATION_", self.operation),
+            permission=_acl_value(
+                metadata_pb2.AclPermissionType, "ACL_PERMISSION_", self.permission
+            ),
+        )
+        if self.resource_name is not None:
+            out.resource_name = self.resource_name
+        if self.principal is not None:
+            out.principal = self.principal
+        if self.host is not None:
+            out.host = self.host
+        return out
+
+
 @dataclass(frozen=True)
 class PartitionChange:
     """One partition of an AlterPartition: the proposed ISR as
@@ -366,6 +444,13 @@ class MetadataClient(LeaderFollowingClient):
                     timeout=max(0.001, min(_PROBE_TIMEOUT_S, deadline - time.monotonic())),
                 )
             except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                    # A caller without DESCRIBE on the cluster cannot ask
+                    # where the controller is: send the request here, and
+                    # follow its NOT_CONTROLLER hint (authorized alike on
+                    # every controller).
+                    self._leader = address
+                    break
                 problems[address] = _rpc_problem(exc)
                 continue
             if answer.leader.leader_address:
@@ -405,6 +490,8 @@ class MetadataClient(LeaderFollowingClient):
                     continue
                 if code == grpc.StatusCode.INVALID_ARGUMENT:
                     raise MetadataClientError(Errors.INVALID_REQUEST, exc.details() or "") from None
+                if code == grpc.StatusCode.PERMISSION_DENIED:
+                    raise PermissionDeniedError(exc.details() or "") from None
                 if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
                     raise MetadataClientError(Errors.THROTTLING, exc.details() or "") from None
                 self._forget(address)
@@ -450,6 +537,8 @@ class MetadataClient(LeaderFollowingClient):
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     raise MetadataClientError(Errors.INVALID_REQUEST, exc.details() or "") from None
+                if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                    raise PermissionDeniedError(exc.details() or "") from None
                 problems[address] = _rpc_problem(exc)
                 self._forget(address)
                 await self._pause(deadline)
@@ -677,6 +766,44 @@ class MetadataClient(LeaderFollowingClient):
         return await self._read(
             "DescribeFeatures",
             lambda a, t: self._admin(a).DescribeFeatures(request, timeout=t),
+            linearizable,
+            timeout_s,
+        )
+
+    # -- ACLs ---------------------------------------------------------------------
+
+    async def create_acls(
+        self, bindings: Sequence[metadata_pb2.AclBinding], *, timeout_s: float | None = None
+    ) -> metadata_pb2.CreateAclsResponse:
+        """One result per binding (see :func:`acl_binding`)."""
+        request = metadata_pb2.CreateAclsRequest(creations=list(bindings))
+        return await self._write(
+            "CreateAcls", lambda a, t: self._admin(a).CreateAcls(request, timeout=t), timeout_s
+        )
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter], *, timeout_s: float | None = None
+    ) -> metadata_pb2.DeleteAclsResponse:
+        """Per filter, the bindings it deleted."""
+        request = metadata_pb2.DeleteAclsRequest(filters=[f.to_proto() for f in filters])
+        return await self._write(
+            "DeleteAcls", lambda a, t: self._admin(a).DeleteAcls(request, timeout=t), timeout_s
+        )
+
+    async def describe_acls(
+        self,
+        acl_filter: AclFilter | None = None,
+        *,
+        linearizable: bool = True,
+        timeout_s: float | None = None,
+    ) -> metadata_pb2.DescribeAclsResponse:
+        """The bindings ``acl_filter`` matches (every one without)."""
+        request = metadata_pb2.DescribeAclsRequest(
+            filter=(acl_filter or AclFilter()).to_proto(), linearizable=linearizable
+        )
+        return await self._read(
+            "DescribeAcls",
+            lambda a, t: self._admin(a).DescribeAcls(request, timeout=t),
             linearizable,
             timeout_s,
         )

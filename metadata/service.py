@@ -21,14 +21,27 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 import logging
 import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol, TypeVar, cast
 
+import grpc
+
 from kqproto import metadata_pb2, metadata_pb2_grpc, quorum_pb2
 from metadata import configs
+from metadata.acl_control import describe_acls
+from metadata.acls import (
+    AclBindingFilter,
+    AclOperation,
+    AclPermission,
+    AclResourceType,
+    InvalidAclError,
+    PatternType,
+    StandardAcl,
+)
 from metadata.active import QuorumController
 from metadata.configs import ResourceType
 from metadata.controller import (
@@ -47,18 +60,33 @@ from metadata.image import MetadataImage, PartitionRegistration
 from metadata.partition_change import Election
 from metadata.records import Endpoint, FeatureRange, LeaderRecoveryState
 from quorum.driver.plugin import (
+    CLUSTER_RESOURCE,
     DEFAULT_READ_TIMEOUT_S,
     DEFAULT_WRITE_TIMEOUT_S,
+    IdentityRole,
     PluginHost,
+    audit_refusal,
+    authorize_call,
     call_timeout,
+    caller_may,
+    peer_host,
+    peer_identity,
 )
 from quorum.driver.raft_client import ProposalOutcome
 
-__all__ = ["AdminServicer", "BrokerLifecycleServicer", "is_uuid"]
+__all__ = [
+    "AdminServicer",
+    "BrokerLifecycleServicer",
+    "acl_filter_from_proto",
+    "acl_from_proto",
+    "is_uuid",
+    "stored_acl",
+]
 
 log = logging.getLogger("kq.metadata.service")
 
 T = TypeVar("T")
+E = TypeVar("E", bound=enum.IntEnum)
 
 # Kafka's security protocol names (Endpoint.security_protocol).
 SECURITY_PROTOCOLS = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
@@ -167,6 +195,53 @@ class _Servicer:
 
     def now_ms(self) -> int:
         return self.server.raft.now_ms()
+
+    # -- authorization (docs/security.md): before the answer's body, whose
+    # catch-all would turn the abort into an error answer.
+
+    async def authorize(
+        self,
+        context: Any,
+        method: str,
+        operation: str,
+        resource_type: str = "CLUSTER",
+        resource_name: str = CLUSTER_RESOURCE,
+    ) -> None:
+        await authorize_call(self.server, context, method, operation, resource_type, resource_name)
+
+    def may(self, context: Any, operation: str, resource_type: str, resource_name: str) -> bool:
+        return caller_may(self.server, context, operation, resource_type, resource_name)
+
+    async def authorize_topics(
+        self,
+        context: Any,
+        method: str,
+        operation: str,
+        names: Iterable[str],
+        cluster_wide: bool = False,
+    ) -> None:
+        """``operation`` on each topic; with ``cluster_wide``, the operation
+        on the cluster covers them all (Kafka's CreateTopics: CREATE on the
+        cluster, or on each topic)."""
+        if cluster_wide and self.may(context, operation, "CLUSTER", CLUSTER_RESOURCE):
+            return
+        for name in dict.fromkeys(names):
+            await self.authorize(context, method, operation, "TOPIC", name)
+
+    async def authorize_configs(
+        self,
+        context: Any,
+        method: str,
+        operation: str,
+        resources: Iterable[metadata_pb2.ConfigResource | metadata_pb2.AlterConfigsResource],
+    ) -> None:
+        """A topic's configs are the topic's; a broker's and the cluster's
+        are the cluster's (Kafka's broker configs are CLUSTER resources)."""
+        for r in resources:
+            if r.type == metadata_pb2.TOPIC:
+                await self.authorize(context, method, operation, "TOPIC", r.name)
+            else:
+                await self.authorize(context, method, operation)
 
 
 # -- request checks ---------------------------------------------------------------
@@ -420,6 +495,10 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def CreateTopics(
         self, request: metadata_pb2.CreateTopicsRequest, context: Any
     ) -> metadata_pb2.CreateTopicsResponse:
+        await self._s.authorize_topics(
+            context, "CreateTopics", "CREATE", [t.name for t in request.topics], cluster_wide=True
+        )
+
         async def body() -> metadata_pb2.CreateTopicsResponse:
             twice = _repeated([t.name for t in request.topics])
             checked: list[NewTopic | ApiError] = []
@@ -473,6 +552,12 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def DeleteTopics(
         self, request: metadata_pb2.DeleteTopicsRequest, context: Any
     ) -> metadata_pb2.DeleteTopicsResponse:
+        image = self._s.controller.committed_image()
+        named = list(request.names) + [
+            image.topics[i].name for i in request.topic_ids if i in image.topics
+        ]
+        await self._s.authorize_topics(context, "DeleteTopics", "DELETE", named)
+
         async def body() -> metadata_pb2.DeleteTopicsResponse:
             malformed: dict[int, ApiError] = {}
             entries: list[tuple[str, str]] = []  # ("name" | "id", value)
@@ -541,6 +626,10 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def CreatePartitions(
         self, request: metadata_pb2.CreatePartitionsRequest, context: Any
     ) -> metadata_pb2.CreatePartitionsResponse:
+        await self._s.authorize_topics(
+            context, "CreatePartitions", "ALTER", [t.name for t in request.topics]
+        )
+
         async def body() -> metadata_pb2.CreatePartitionsResponse:
             twice = _repeated([t.name for t in request.topics])
             validate_only = request.validate_only
@@ -618,14 +707,18 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def DescribeTopics(
         self, request: metadata_pb2.DescribeTopicsRequest, context: Any
     ) -> metadata_pb2.DescribeTopicsResponse:
+        await self._s.authorize_topics(context, "DescribeTopics", "DESCRIBE", request.names)
+
         async def body() -> metadata_pb2.DescribeTopicsResponse:
             image = await self._s.read(context, request.linearizable)
             out = metadata_pb2.DescribeTopicsResponse(
                 error=_wire(Errors.NONE), metadata_offset=image.offset
             )
             if not request.names:
-                for _, topic_id in sorted(image.topic_ids.items()):
-                    out.topics.append(_topic_description(image, topic_id))
+                # Every topic the caller may describe (Kafka's Metadata).
+                for name, topic_id in sorted(image.topic_ids.items()):
+                    if self._s.may(context, "DESCRIBE", "TOPIC", name):
+                        out.topics.append(_topic_description(image, topic_id))
                 return out
             for i, name in enumerate(request.names):
                 found = image.topic_ids.get(name)
@@ -651,9 +744,11 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
             image = await self._s.read(context, request.linearizable)
             return metadata_pb2.ListTopicsResponse(
                 error=_wire(Errors.NONE),
+                # Only the topics the caller may describe (Kafka's Metadata).
                 topics=[
                     metadata_pb2.TopicListing(name=name, topic_id=topic_id)
                     for name, topic_id in sorted(image.topic_ids.items())
+                    if self._s.may(context, "DESCRIBE", "TOPIC", name)
                 ],
                 metadata_offset=image.offset,
             )
@@ -665,6 +760,8 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def DescribeCluster(
         self, request: metadata_pb2.DescribeClusterRequest, context: Any
     ) -> metadata_pb2.DescribeClusterResponse:
+        await self._s.authorize(context, "DescribeCluster", "DESCRIBE")
+
         async def body() -> metadata_pb2.DescribeClusterResponse:
             image = await self._s.read(context, request.linearizable)
             out = metadata_pb2.DescribeClusterResponse(
@@ -704,6 +801,8 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def UnregisterBroker(
         self, request: metadata_pb2.UnregisterBrokerRequest, context: Any
     ) -> metadata_pb2.UnregisterBrokerResponse:
+        await self._s.authorize(context, "UnregisterBroker", "ALTER")
+
         async def body() -> metadata_pb2.UnregisterBrokerResponse:
             broker_id = request.broker_id
             _check(broker_id >= 0, f"broker_id {broker_id} is negative")
@@ -717,6 +816,10 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def DescribeConfigs(
         self, request: metadata_pb2.DescribeConfigsRequest, context: Any
     ) -> metadata_pb2.DescribeConfigsResponse:
+        await self._s.authorize_configs(
+            context, "DescribeConfigs", "DESCRIBE_CONFIGS", request.resources
+        )
+
         async def body() -> metadata_pb2.DescribeConfigsResponse:
             image = await self._s.read(context, request.linearizable)
             twice = _repeated([(int(r.type), r.name) for r in request.resources])
@@ -751,6 +854,8 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def AlterConfigs(
         self, request: metadata_pb2.AlterConfigsRequest, context: Any
     ) -> metadata_pb2.AlterConfigsResponse:
+        await self._s.authorize_configs(context, "AlterConfigs", "ALTER_CONFIGS", request.resources)
+
         async def body() -> metadata_pb2.AlterConfigsResponse:
             twice = _repeated([(int(r.type), r.name) for r in request.resources])
             checked: list[tuple[ResourceType, str, list[AlterConfigOp]] | ApiError] = []
@@ -803,6 +908,8 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def ElectLeaders(
         self, request: metadata_pb2.ElectLeadersRequest, context: Any
     ) -> metadata_pb2.ElectLeadersResponse:
+        await self._s.authorize(context, "ElectLeaders", "ALTER")
+
         async def body() -> metadata_pb2.ElectLeadersResponse:
             election = _ELECTIONS.get(request.type)
             _check(election is not None, f"type: unknown election type {request.type}")
@@ -855,6 +962,8 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def AlterPartitionReassignments(
         self, request: metadata_pb2.AlterPartitionReassignmentsRequest, context: Any
     ) -> metadata_pb2.AlterPartitionReassignmentsResponse:
+        await self._s.authorize(context, "AlterPartitionReassignments", "ALTER")
+
         async def body() -> metadata_pb2.AlterPartitionReassignmentsResponse:
             twice = _repeated([(p.topic, p.partition) for p in request.partitions])
             checked: list[tuple[str, int, tuple[int, ...] | None] | ApiError] = []
@@ -895,6 +1004,8 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def ListPartitionReassignments(
         self, request: metadata_pb2.ListPartitionReassignmentsRequest, context: Any
     ) -> metadata_pb2.ListPartitionReassignmentsResponse:
+        await self._s.authorize(context, "ListPartitionReassignments", "DESCRIBE")
+
         async def body() -> metadata_pb2.ListPartitionReassignmentsResponse:
             wanted = {
                 _topic_partition(f"partitions[{i}]", p.topic, p.partition)
@@ -918,6 +1029,8 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def DescribeFeatures(
         self, request: metadata_pb2.DescribeFeaturesRequest, context: Any
     ) -> metadata_pb2.DescribeFeaturesResponse:
+        await self._s.authorize(context, "DescribeFeatures", "DESCRIBE")
+
         async def body() -> metadata_pb2.DescribeFeaturesResponse:
             image = await self._s.read(context, request.linearizable)
             return metadata_pb2.DescribeFeaturesResponse(
@@ -931,6 +1044,8 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def UpdateFeatures(
         self, request: metadata_pb2.UpdateFeaturesRequest, context: Any
     ) -> metadata_pb2.UpdateFeaturesResponse:
+        await self._s.authorize(context, "UpdateFeatures", "ALTER")
+
         async def body() -> metadata_pb2.UpdateFeaturesResponse:
             twice = _repeated([u.name for u in request.updates])
             checked: list[ApiError | None] = []
@@ -964,6 +1079,141 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
             return out
 
         return await self._s.answer("UpdateFeatures", metadata_pb2.UpdateFeaturesResponse, body)
+
+    # -- ACLs ----------------------------------------------------------------------
+
+    async def CreateAcls(
+        self, request: metadata_pb2.CreateAclsRequest, context: Any
+    ) -> metadata_pb2.CreateAclsResponse:
+        await self._s.authorize(context, "CreateAcls", "ALTER")
+
+        async def body() -> metadata_pb2.CreateAclsResponse:
+            checked: list[StandardAcl | ApiError] = []
+            for i, b in enumerate(request.creations):
+                try:
+                    checked.append(acl_from_proto(f"creations[{i}]", b))
+                except ApiError as exc:
+                    checked.append(exc)
+            valid = [a for a in checked if isinstance(a, StandardAcl)]
+            results = await self._s.write(context, lambda c: c.create_acls(valid))
+            done = iter(results)
+            out = metadata_pb2.CreateAclsResponse(error=_wire(Errors.NONE))
+            for item in checked:
+                r = _outcome(item, done)
+                out.results.append(
+                    metadata_pb2.AclCreationResult(error=_wire(r.error), message=r.message)
+                )
+            return out
+
+        return await self._s.answer("CreateAcls", metadata_pb2.CreateAclsResponse, body)
+
+    async def DeleteAcls(
+        self, request: metadata_pb2.DeleteAclsRequest, context: Any
+    ) -> metadata_pb2.DeleteAclsResponse:
+        await self._s.authorize(context, "DeleteAcls", "ALTER")
+
+        async def body() -> metadata_pb2.DeleteAclsResponse:
+            checked: list[AclBindingFilter | ApiError] = []
+            for i, f in enumerate(request.filters):
+                try:
+                    checked.append(acl_filter_from_proto(f"filters[{i}]", f))
+                except ApiError as exc:
+                    checked.append(exc)
+            valid = [f for f in checked if isinstance(f, AclBindingFilter)]
+            deleted = await self._s.write(context, lambda c: c.delete_acls(valid))
+            results = iter(deleted)
+            out = metadata_pb2.DeleteAclsResponse(error=_wire(Errors.NONE))
+            for item in checked:
+                found = item if isinstance(item, ApiError) else next(results)
+                if isinstance(found, ApiError):
+                    out.results.append(
+                        metadata_pb2.DeleteAclsFilterResult(
+                            error=_wire(found.code), message=found.message
+                        )
+                    )
+                else:
+                    out.results.append(
+                        metadata_pb2.DeleteAclsFilterResult(
+                            error=_wire(Errors.NONE),
+                            deleted=[stored_acl(i, a) for i, a in found],
+                        )
+                    )
+            return out
+
+        return await self._s.answer("DeleteAcls", metadata_pb2.DeleteAclsResponse, body)
+
+    async def DescribeAcls(
+        self, request: metadata_pb2.DescribeAclsRequest, context: Any
+    ) -> metadata_pb2.DescribeAclsResponse:
+        await self._s.authorize(context, "DescribeAcls", "DESCRIBE")
+
+        async def body() -> metadata_pb2.DescribeAclsResponse:
+            f = acl_filter_from_proto("filter", request.filter)
+            image = await self._s.read(context, request.linearizable)
+            return metadata_pb2.DescribeAclsResponse(
+                error=_wire(Errors.NONE),
+                acls=[stored_acl(i, a) for i, a in describe_acls(image, f)],
+                metadata_offset=image.offset,
+            )
+
+        return await self._s.answer("DescribeAcls", metadata_pb2.DescribeAclsResponse, body)
+
+
+def _acl_enum(kind: type[E], field: str, value: int) -> E:
+    try:
+        return kind(value)
+    except ValueError:
+        raise _invalid(f"{field}: unknown {kind.__name__} {value}") from None
+
+
+def acl_from_proto(at: str, b: metadata_pb2.AclBinding) -> StandardAcl:
+    """A binding from the wire; INVALID_REQUEST naming what is wrong."""
+    acl = StandardAcl(
+        _acl_enum(AclResourceType, f"{at}.resource_type", b.resource_type),
+        b.resource_name,
+        _acl_enum(PatternType, f"{at}.pattern_type", b.pattern_type),
+        b.principal,
+        b.host,
+        _acl_enum(AclOperation, f"{at}.operation", b.operation),
+        _acl_enum(AclPermission, f"{at}.permission", b.permission),
+    )
+    try:
+        acl.check()
+    except InvalidAclError as exc:
+        raise _invalid(f"{at}: {exc}") from None
+    return acl
+
+
+def acl_filter_from_proto(at: str, f: metadata_pb2.AclBindingFilter) -> AclBindingFilter:
+    out = AclBindingFilter(
+        _acl_enum(AclResourceType, f"{at}.resource_type", f.resource_type),
+        f.resource_name if f.HasField("resource_name") else None,
+        _acl_enum(PatternType, f"{at}.pattern_type", f.pattern_type),
+        f.principal if f.HasField("principal") else None,
+        f.host if f.HasField("host") else None,
+        _acl_enum(AclOperation, f"{at}.operation", f.operation),
+        _acl_enum(AclPermission, f"{at}.permission", f.permission),
+    )
+    try:
+        out.check()
+    except InvalidAclError as exc:
+        raise _invalid(f"{at}: {exc}") from None
+    return out
+
+
+def stored_acl(acl_id: str, a: StandardAcl) -> metadata_pb2.StoredAcl:
+    return metadata_pb2.StoredAcl(
+        id=acl_id,
+        binding=metadata_pb2.AclBinding(
+            resource_type=cast(metadata_pb2.AclResourceType, int(a.resource_type)),
+            resource_name=a.resource_name,
+            pattern_type=cast(metadata_pb2.AclPatternType, int(a.pattern_type)),
+            principal=a.principal,
+            host=a.host,
+            operation=cast(metadata_pb2.AclOperation, int(a.operation)),
+            permission=cast(metadata_pb2.AclPermissionType, int(a.permission)),
+        ),
+    )
 
 
 def _alter_configs_resource(
@@ -1000,9 +1250,32 @@ class BrokerLifecycleServicer(metadata_pb2_grpc.BrokerLifecycleServiceServicer):
     def __init__(self, controller: QuorumController, server: PluginHost) -> None:
         self._s = _Servicer(controller, server)
 
+    async def _as_broker(self, context: Any, method: str, broker_id: int) -> None:
+        """Over TLS, a lifecycle call must come from the certificate of the
+        broker it names (docs/security.md): anyone else is refused
+        PERMISSION_DENIED, naming who called and what it claimed.  ACLs do
+        not apply: a broker's lifecycle is its own."""
+        caller = peer_identity(context)
+        if caller is None or (caller.role is IdentityRole.BROKER and caller.node_id == broker_id):
+            return
+        audit_refusal(
+            caller,
+            peer_host(context),
+            method,
+            f"broker {broker_id}",
+            method,
+            "only the broker's own certificate may",
+        )
+        await context.abort(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"{caller.principal} ({caller.uri}) may not call {method} as broker {broker_id}",
+        )
+
     async def RegisterBroker(
         self, request: metadata_pb2.RegisterBrokerRequest, context: Any
     ) -> metadata_pb2.RegisterBrokerResponse:
+        await self._as_broker(context, "RegisterBroker", request.broker_id)
+
         async def body() -> metadata_pb2.RegisterBrokerResponse:
             req = _register_request(request)
             epoch = await self._s.write(context, lambda c: c.register_broker(req, self._s.now_ms()))
@@ -1013,6 +1286,8 @@ class BrokerLifecycleServicer(metadata_pb2_grpc.BrokerLifecycleServiceServicer):
     async def BrokerHeartbeat(
         self, request: metadata_pb2.BrokerHeartbeatRequest, context: Any
     ) -> metadata_pb2.BrokerHeartbeatResponse:
+        await self._as_broker(context, "BrokerHeartbeat", request.broker_id)
+
         async def body() -> metadata_pb2.BrokerHeartbeatResponse:
             _broker_and_epoch(request.broker_id, request.broker_epoch)
             _check(
@@ -1043,6 +1318,8 @@ class BrokerLifecycleServicer(metadata_pb2_grpc.BrokerLifecycleServiceServicer):
     async def AlterPartition(
         self, request: metadata_pb2.AlterPartitionRequest, context: Any
     ) -> metadata_pb2.AlterPartitionResponse:
+        await self._as_broker(context, "AlterPartition", request.broker_id)
+
         async def body() -> metadata_pb2.AlterPartitionResponse:
             _broker_and_epoch(request.broker_id, request.broker_epoch)
             keys = [(t.topic_id, p.partition) for t in request.topics for p in t.partitions]
@@ -1091,6 +1368,8 @@ class BrokerLifecycleServicer(metadata_pb2_grpc.BrokerLifecycleServiceServicer):
     async def AllocateProducerIds(
         self, request: metadata_pb2.AllocateProducerIdsRequest, context: Any
     ) -> metadata_pb2.AllocateProducerIdsResponse:
+        await self._as_broker(context, "AllocateProducerIds", request.broker_id)
+
         async def body() -> metadata_pb2.AllocateProducerIdsResponse:
             broker_id, broker_epoch = request.broker_id, request.broker_epoch
             _broker_and_epoch(broker_id, broker_epoch)

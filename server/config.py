@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from metadata.active import ControllerSettings
+from metadata.authorizer import AuthorizerSettings
 from quorum.config import QuorumConfig
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig
@@ -139,10 +140,27 @@ _TLS = [
     Setting("tls.key_file", "path", None, "this node's private key (PEM)"),
 ]
 
+# Kafka's super.users and allow.everyone.if.no.acl.found (docs/security.md).
+_AUTHORIZER = [
+    Setting(
+        "authorizer.super_users",
+        "principals",
+        (),
+        'principals allowed everything, e.g. ["User:admin"] (or "User:a,User:b")',
+    ),
+    Setting(
+        "authorizer.allow_everyone_if_no_acl_found",
+        "bool",
+        False,
+        "allow a resource that has no ACL at all to everyone",
+    ),
+]
+
 SETTINGS: dict[str, Setting] = {
     s.key: s
     for s in _TOP
     + _TLS
+    + _AUTHORIZER
     + _core_settings("quorum", QuorumConfig, minimums={"check_quorum_factor": 1.0})
     + _core_settings("node", NodeOptions, skip=("quorum",), minimums={"max_batch_records": 1})
     + _core_settings(
@@ -157,7 +175,7 @@ SETTINGS: dict[str, Setting] = {
 }
 """Every setting, by key."""
 
-_SECTIONS = ("quorum", "node", "controller", "tls")
+_SECTIONS = ("quorum", "node", "controller", "tls", "authorizer")
 
 
 def env_name(key: str) -> str:
@@ -218,6 +236,14 @@ def _convert(
             return parse_protocol_map(raw)
         except ValueError as exc:
             raise _bad(key, origin, str(exc)) from None
+    if kind == "principals":
+        return _convert_principals(key, raw, origin)
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        if not typed and isinstance(raw, str) and raw.strip().lower() in ("true", "false"):
+            return raw.strip().lower() == "true"
+        return _fail_type(key, origin, "boolean (true or false)", raw)
     if kind in ("int", "float"):
         if typed:
             if isinstance(raw, bool) or not isinstance(raw, (int, float)):
@@ -295,6 +321,21 @@ def parse_protocol_map(text: str) -> dict[str, SecurityProtocol]:
                 f"unknown security protocol {protocol!r} for listener {name} (PLAINTEXT or SSL)"
             ) from None
     return out
+
+
+def _convert_principals(key: str, raw: object, origin: str) -> tuple[str, ...]:
+    """A TOML list of principals, or their text separated by commas."""
+    if isinstance(raw, str):
+        items = [p.strip() for p in raw.split(",") if p.strip()]
+    elif isinstance(raw, list) and all(isinstance(p, str) for p in raw):
+        items = [p.strip() for p in raw]
+    else:
+        return _fail_type(key, origin, "list of principals", raw)
+    try:
+        AuthorizerSettings(frozenset(items))
+    except ValueError as exc:
+        raise _bad(key, origin, str(exc)) from None
+    return tuple(items)
 
 
 def _convert_voters(key: str, raw: object, origin: str) -> dict[int, str]:
@@ -409,6 +450,8 @@ class ControllerConfig:
     controller: ControllerSettings = field(default_factory=ControllerSettings)
     # Mutual TLS (the [tls] section); None: plaintext.
     tls: TlsFiles | None = None
+    # The [authorizer] section: who is a super user; the default without ACLs.
+    authorizer: AuthorizerSettings = field(default_factory=AuthorizerSettings)
     # Each listener's security protocol (listener_security_protocol_map,
     # checked against [tls]); a controller has one, CONTROLLER.
     listeners: Mapping[str, SecurityProtocol] = field(default_factory=dict)
@@ -490,6 +533,10 @@ def controller_config(settings: Settings) -> ControllerConfig:
         settings=settings,
         controller=controller,
         tls=tls,
+        authorizer=AuthorizerSettings(
+            frozenset(settings.get("authorizer.super_users")),
+            settings.get("authorizer.allow_everyone_if_no_acl_found"),
+        ),
         listeners=_listeners(settings, tls),
     )
 
@@ -594,6 +641,8 @@ def _toml_value(value: object) -> str:
         return "true" if value else "false"
     if isinstance(value, (int, float)):
         return repr(value)
+    if isinstance(value, (tuple, list)):  # authorizer.super_users
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     text = str(value)
     escaped = text.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'

@@ -20,6 +20,7 @@ import signal
 from kvstore.service import KvPlugin
 from kvstore.state_machine import KvStateMachine
 from metadata.active import ControllerSettings
+from metadata.authorizer import AuthorizerSettings
 from metadata.server import MetadataPlugin
 from metadata.state_machine import ControllerStateMachine
 from quorum.driver.rocks import StorageOpenError
@@ -40,9 +41,12 @@ def controller_server(
     config: NodeConfig,
     settings: ControllerSettings | None = None,
     storage: NodeStorage | None = None,
+    authorizer: AuthorizerSettings | None = None,
 ) -> NodeServer:
     """A controller node: the quorum, the key-value store and the metadata
-    services on one gRPC server, the two sharing the node's log."""
+    services on one gRPC server, the two sharing the node's log.  Over TLS,
+    every service authorizes its callers with ``authorizer``'s super users
+    and the ACL bindings of the metadata log (docs/security.md)."""
     settings = settings or ControllerSettings()
     metadata = ControllerStateMachine()
     kv = KvStateMachine()
@@ -52,7 +56,7 @@ def controller_server(
         state_machine=SharedLog([("metadata", metadata), ("kv", kv)]),
         plugins=[
             lambda host: KvPlugin(host, kv),
-            lambda host: MetadataPlugin(host, metadata, settings),
+            lambda host: MetadataPlugin(host, metadata, settings, authorizer),
         ],
     )
 
@@ -135,7 +139,9 @@ async def _serve(config: ControllerConfig) -> int:
     try:
         try:
             # The gRPC server of a NodeServer belongs to the loop it is made in.
-            server = controller_server(config.node_config(), config.controller)
+            server = controller_server(
+                config.node_config(), config.controller, authorizer=config.authorizer
+            )
         except (
             StorageFormatError,
             StorageCorruptError,

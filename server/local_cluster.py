@@ -462,6 +462,7 @@ def write_configs(
             files = TlsFiles.in_folder(state.certs_dir, f"controller-{n.node_id}")
             for key, file in (("ca", files.ca), ("cert", files.cert), ("key", files.key)):
                 values[f"tls.{key}_file"] = os.path.relpath(file, path.parent)
+            values["authorizer.super_users"] = (f"User:{ADMIN_USER}",)
         values["listener_security_protocol_map"] = {CONTROLLER_LISTENER: state.security_protocol}
         values.update(extra)
         if per_node is not None:

@@ -32,8 +32,11 @@ from quorum.driver.node import (
     QuorumNode,
 )
 from quorum.driver.plugin import (
+    Authorizer,
+    CertifiedCallers,
     PluginHost,
     ServerPlugin,
+    authorize_call,
 )
 from quorum.driver.rpc_guard import MalformedRequestGuard
 from quorum.driver.storage_format import open_node_storage
@@ -123,6 +126,9 @@ class NodeServer:
         )
         self.port = 0
         self.health = health_aio.HealthServicer()
+        # Until a plug-in installs one (the metadata controller does, in its
+        # constructor: before the server serves anything).
+        self._authorizer: Authorizer = CertifiedCallers()
         self.plugins = [make(self) for make in plugins]
 
     async def start(self) -> None:
@@ -198,6 +204,13 @@ class NodeServer:
     def registry(self) -> CollectorRegistry:
         return self.metrics.registry
 
+    @property
+    def authorizer(self) -> Authorizer:
+        return self._authorizer
+
+    def install_authorizer(self, authorizer: Authorizer) -> None:
+        self._authorizer = authorizer
+
     def leader_hint(self) -> quorum_pb2.LeaderHint:
         core = self.node.core
         live = core.role in (Role.LEADER, Role.FOLLOWER)
@@ -216,6 +229,7 @@ class QuorumServicer(quorum_pb2_grpc.QuorumServiceServicer):
     async def DescribeQuorum(
         self, request: quorum_pb2.DescribeQuorumRequest, context: Any
     ) -> quorum_pb2.DescribeQuorumResponse:
+        await authorize_call(self.s, context, "DescribeQuorum", "DESCRIBE")
         node = self.s.node
         status = node.status()
         out = quorum_pb2.DescribeQuorumResponse(
@@ -253,6 +267,7 @@ class QuorumServicer(quorum_pb2_grpc.QuorumServiceServicer):
     async def Resign(
         self, request: quorum_pb2.ResignRequest, context: Any
     ) -> quorum_pb2.ResignResponse:
+        await authorize_call(self.s, context, "Resign", "ALTER")
         if not self.s.node.resign(tuple(request.preferred_successors)):
             return quorum_pb2.ResignResponse(
                 error=quorum_pb2.NOT_LEADER,

@@ -207,7 +207,7 @@ def test_the_example_config_documents_every_key() -> None:
     doc = tomllib.loads(path.read_text())
     keys = set()
     for name, value in doc.items():
-        if name in ("quorum", "node", "controller", "tls"):
+        if name in ("quorum", "node", "controller", "tls", "authorizer"):
             keys |= {f"{name}.{sub}" for sub in value}
         else:
             keys.add(name)

@@ -24,6 +24,9 @@ ADMIN_RPCS = {
     "UnregisterBroker",
     "DescribeFeatures",
     "UpdateFeatures",
+    "CreateAcls",
+    "DeleteAcls",
+    "DescribeAcls",
 }
 LIFECYCLE_RPCS = {"RegisterBroker", "BrokerHeartbeat", "AlterPartition", "AllocateProducerIds"}
 # Reads: they take `linearizable` and answer with the `metadata_offset` they reflect.
@@ -34,6 +37,7 @@ READS = {
     "DescribeConfigs",
     "ListPartitionReassignments",
     "DescribeFeatures",
+    "DescribeAcls",
 }
 
 

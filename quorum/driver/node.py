@@ -33,6 +33,8 @@ from quorum.driver.raft_client import (
     ReadTimeoutError,
     propose,
 )
+from quorum.driver.rpc_guard import DEFAULT_MAX_CALLS_PER_CALLER, DEFAULT_MAX_REQUEST_ITEMS
+from quorum.driver.tls import DEFAULT_MAX_MESSAGE_BYTES
 from quorum.listener import StateMachine
 from quorum.messages import Message
 from quorum.ready import Ready
@@ -53,6 +55,9 @@ log = logging.getLogger("kq.node")
 
 # Persist on the event loop while writes take less than this on average.
 INLINE_PERSIST_S = 0.0005
+# Room in a message for what is not batch or snapshot bytes (ids, offsets,
+# each batch's header fields).
+MESSAGE_OVERHEAD_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +86,40 @@ class NodeOptions:
     # node's traffic from another's when they share a host (the chaos
     # harness's local partitions).
     dscp: int = 0
+    # What one caller may ask of the node's gRPC server (docs/operations.md,
+    # "Limits"): the largest message it and the node's channels send or
+    # receive (a larger one is RESOURCE_EXHAUSTED); the most items (elements
+    # of repeated fields, at any depth) in one request; the most calls one
+    # caller (a certificate's identity over TLS, a host in plaintext) may
+    # have in flight; the most concurrent streams on one connection.
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_request_items: int = DEFAULT_MAX_REQUEST_ITEMS
+    max_calls_per_caller: int = DEFAULT_MAX_CALLS_PER_CALLER
+    max_streams_per_connection: int = 100
 
     def __post_init__(self) -> None:
         if not 0 <= self.dscp <= 63:
             raise ValueError(f"dscp must be in 0..63, got {self.dscp}")
+        for name in (
+            "max_request_items",
+            "max_calls_per_caller",
+            "max_streams_per_connection",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        # A fetch answer carries up to fetch_max_bytes of batches, and at
+        # least one whole batch; a snapshot chunk up to snapshot_chunk_bytes.
+        need = (
+            max(self.quorum.fetch_max_bytes, self.max_batch_bytes, self.quorum.snapshot_chunk_bytes)
+            + MESSAGE_OVERHEAD_BYTES
+        )
+        if self.max_message_bytes < need:
+            raise ValueError(
+                f"max_message_bytes ({self.max_message_bytes}) must be at least {need}: the "
+                "largest of quorum.fetch_max_bytes, max_batch_bytes and "
+                f"quorum.snapshot_chunk_bytes, plus {MESSAGE_OVERHEAD_BYTES} for the rest of "
+                "the message, or fetch answers could not reach the followers"
+            )
 
 
 @dataclass(slots=True)

@@ -38,7 +38,7 @@ from quorum.driver.plugin import (
     ServerPlugin,
     authorize_call,
 )
-from quorum.driver.rpc_guard import MalformedRequestGuard
+from quorum.driver.rpc_guard import RequestGuard
 from quorum.driver.storage_format import open_node_storage
 from quorum.driver.tls import TlsFiles
 from quorum.driver.transport import RaftTransport
@@ -113,17 +113,25 @@ class NodeServer:
             unreachable=self.node.report_unreachable,
             dscp=config.options.dscp,
             tls=config.tls,
+            max_message_bytes=config.options.max_message_bytes,
         )
+        limits = config.options
         server_options: list[tuple[str, Any]] = [
-            ("grpc.max_send_message_length", 64 * 1024 * 1024),
-            ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+            ("grpc.max_send_message_length", limits.max_message_bytes),
+            ("grpc.max_receive_message_length", limits.max_message_bytes),
+            ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
             ("grpc.so_reuseport", 0),
         ]
         if config.options.dscp:
             server_options.append(("grpc.dscp", config.options.dscp))
-        self.server = grpc.aio.server(
-            options=server_options, interceptors=[MalformedRequestGuard(config.node_id)]
+        # Before any servicer: malformed requests, a caller's calls in
+        # flight, items per request (quorum.driver.rpc_guard).
+        self.guard = RequestGuard(
+            config.node_id,
+            max_calls_per_caller=limits.max_calls_per_caller,
+            max_request_items=limits.max_request_items,
         )
+        self.server = grpc.aio.server(options=server_options, interceptors=[self.guard])
         self.port = 0
         self.health = health_aio.HealthServicer()
         # Until a plug-in installs one (the metadata controller does, in its

@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-__all__ = ["TlsError", "TlsFiles", "dial"]
+__all__ = ["DEFAULT_MAX_MESSAGE_BYTES", "TlsError", "TlsFiles", "dial"]
 
 log = logging.getLogger("kq.tls")
 
@@ -96,13 +96,28 @@ class TlsFiles:
         return grpc.ssl_channel_credentials(ca, key, cert)
 
 
+# The largest message a node's server and every channel send or receive
+# (node.max_message_bytes); gRPC refuses a larger one RESOURCE_EXHAUSTED.
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
 def dial(
     address: str,
     credentials: grpc.ChannelCredentials | None = None,
     options: Sequence[tuple[str, Any]] = (),
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
 ) -> grpc.aio.Channel:
     """A channel to ``address``: mutual TLS with ``credentials``
-    (:meth:`TlsFiles.channel_credentials`), plaintext without."""
+    (:meth:`TlsFiles.channel_credentials`), plaintext without.  It sends and
+    receives messages of up to ``max_message_bytes`` (gRPC's own defaults
+    are no limit to send and 4 MiB to receive); ``options`` may override."""
+    given = {name for name, _ in options}
+    limits = [
+        (name, max_message_bytes)
+        for name in ("grpc.max_send_message_length", "grpc.max_receive_message_length")
+        if name not in given
+    ]
+    merged = limits + list(options)
     if credentials is None:
-        return grpc.aio.insecure_channel(address, options=list(options))
-    return grpc.aio.secure_channel(address, credentials, options=list(options))
+        return grpc.aio.insecure_channel(address, options=merged)
+    return grpc.aio.secure_channel(address, credentials, options=merged)

@@ -33,7 +33,7 @@ import grpc
 from kqproto import raft_pb2 as pb
 from kqproto import raft_pb2_grpc as pb_grpc
 from quorum.driver.identity import IdentityError, Role, peer_identity
-from quorum.driver.tls import TlsFiles, dial
+from quorum.driver.tls import DEFAULT_MAX_MESSAGE_BYTES, TlsFiles, dial
 from quorum.driver.wire import WireError, from_pb, to_pb
 from quorum.messages import (
     BeginQuorumEpochRequest,
@@ -72,8 +72,6 @@ _REQUEST_KIND: dict[type, str] = {
 # voters, which are controllers.
 _OBSERVER_REQUESTS = (FetchRequest, FetchSnapshotRequest)
 _CHANNEL_OPTIONS = [
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.initial_reconnect_backoff_ms", 50),
     ("grpc.min_reconnect_backoff_ms", 50),
@@ -92,9 +90,11 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
         unreachable: Callable[[NodeId], None] | None = None,
         dscp: int = 0,
         tls: TlsFiles | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self.node_id = node_id
         self._tls = tls
+        self._max_message_bytes = max_message_bytes
         self._credentials = tls.channel_credentials() if tls is not None else None
         # With a DSCP value, every packet of the channels to peers carries it.
         self._channel_options = _CHANNEL_OPTIONS + ([("grpc.dscp", dscp)] if dscp else [])
@@ -130,7 +130,9 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
     def _stub(self, node: NodeId) -> pb_grpc.RaftServiceAsyncStub:
         stub = self._stubs.get(node)
         if stub is None:
-            channel = dial(self.peers[node], self._credentials, self._channel_options)
+            channel = dial(
+                self.peers[node], self._credentials, self._channel_options, self._max_message_bytes
+            )
             self._channels[node] = channel
             stub = self._stubs[node] = pb_grpc.RaftServiceStub(channel)
         return stub

@@ -42,6 +42,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("quorum", "kq.commands.quorum:register"),
     ("cluster", "kq.commands.cluster:register"),
     ("certs", "kq.commands.certs:register"),
+    ("acls", "kq.commands.acls:register"),
     ("kv", "kq.commands.kv:register"),
     ("topics", "kq.commands.topics:register"),
     ("configs", "kq.commands.configs:register"),

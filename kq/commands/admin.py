@@ -36,6 +36,7 @@ from metadata.client import (
     MetadataClient,
     MetadataClientError,
     NoControllerError,
+    PermissionDeniedError,
 )
 from metadata.errors import Errors
 
@@ -121,6 +122,8 @@ def call(args: argparse.Namespace, use: Callable[[MetadataClient], Awaitable[T]]
         fail(args, "NO_CONTROLLER", exc.message)
     except MetadataClientError as exc:
         fail(args, exc.code.name, exc.message)
+    except PermissionDeniedError as exc:
+        fail(args, "PERMISSION_DENIED", str(exc))
 
 
 def linearizable(args: argparse.Namespace) -> bool:

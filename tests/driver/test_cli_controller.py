@@ -131,6 +131,8 @@ def test_a_controller_with_tls_in_its_config_serves_only_certified_callers(
     path.write_text(
         path.read_text()
         + 'cert_file = "certs/controller-1.crt"\nkey_file = "certs/controller-1.key"\n'
+        # Over TLS, callers need ACLs; ops is a super user (docs/security.md).
+        + '[authorizer]\nsuper_users = ["User:ops"]\n'
     )
     format_storage(tmp_path / "data", "c1", 1, [1])
     cmd = [sys.executable, "-m", "kq.cli", "controller", "start", "--config", str(path)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -36,6 +37,7 @@ from quorum.driver.identity import Identity, Role
 from quorum.driver.node import NodeOptions
 from quorum.driver.plugin import AUDIT_LOGGER
 from quorum.driver.server import NodeConfig, NodeServer
+from quorum.driver.storage_format import format_storage
 from quorum.driver.tls import TlsFiles, dial
 from server.controller import controller_server, plugin_of
 from tests.driver.cluster_util import CLUSTER_ID, FAST, Cluster, run, started
@@ -434,6 +436,43 @@ def test_acls_survive_a_restart_and_a_snapshot(tmp_path: Path) -> None:
                 assert described.cluster_id == CLUSTER_ID
                 with pytest.raises(PermissionDeniedError, match="ALTER on CLUSTER"):
                     await alice.elect_leaders(M.PREFERRED)
+
+    run(go())
+
+
+def test_a_new_node_gets_the_acls_from_the_leaders_snapshot(tmp_path: Path) -> None:
+    options = replace(FAST, snapshot_every_offsets=5)
+
+    async def go() -> None:
+        async with tls_metadata(tmp_path, options) as cluster:
+            async with cluster.client(ADMIN) as admin:
+                await admin.create_acls(
+                    [acl_binding("TOPIC", "t", "User:alice", "DESCRIBE", pattern_type="PREFIXED")]
+                )
+                for i in range(8):
+                    await admin.create_topics([_topic(f"t{i}")])
+            await _everywhere(cluster, 1)
+            leader = await cluster.wait_leader()
+            # The leader's log no longer starts at 0: a new node must install
+            # its snapshot, not replay the ACL's record.
+            await cluster.wait_for(lambda: leader.node.status().log_start_offset > 0, 15.0)
+            new = next(n for n in cluster.voters if n != leader.config.node_id)
+            await cluster.stop(new, resign=False)
+            shutil.rmtree(tmp_path / f"node-{new}")
+            format_storage(tmp_path / f"node-{new}", CLUSTER_ID, new, cluster.voters.keys())
+            server = await cluster.start(new)
+            await cluster.wait_for(
+                lambda: len(plugin_of(server).controller.committed_image().acls) == 1, 15.0
+            )
+            assert server.storage.snapshots.latest() is not None
+            # The new node enforces them: a stale read it answers itself.
+            async with MetadataClient(
+                [cluster.voters[new]], credentials=cluster.user("alice")
+            ) as c:
+                described = await c.describe_topics(["t3"], linearizable=False)
+                assert described.topics[0].name == "t3"
+                with pytest.raises(PermissionDeniedError, match="DELETE on TOPIC t3"):
+                    await c.delete_topics(["t3"])
 
     run(go())
 

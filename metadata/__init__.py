@@ -12,10 +12,13 @@ The layers, bottom up:
   Kafka's control managers sharing :mod:`metadata.control_state`:
   :mod:`metadata.cluster_control` (brokers), :mod:`metadata.replication_control`
   (topics, partitions, leaders, ISRs), :mod:`metadata.config_control`,
-  :mod:`metadata.feature_control` (features, producer ids); their requests
+  :mod:`metadata.feature_control` (features, producer ids),
+  :mod:`metadata.acl_control` (ACL bindings, :mod:`metadata.acls`); their requests
   and results are :mod:`metadata.requests`; with
   :mod:`metadata.partition_change`, :mod:`metadata.placement`,
   :mod:`metadata.configs` and :mod:`metadata.heartbeats`;
+- :mod:`metadata.authorizer`: Kafka StandardAuthorizer's decisions over
+  the image's ACL bindings, pure;
 - :mod:`metadata.active`, :mod:`metadata.server`, :mod:`metadata.service`:
   the controller at run time, a plug-in of a quorum node that sees the
   quorum through its seams (``RaftClient``, ``PluginHost``), and its gRPC

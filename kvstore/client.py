@@ -75,6 +75,7 @@ class KvClient(LeaderFollowingClient):
                 if exc.code() in (
                     grpc.StatusCode.INVALID_ARGUMENT,
                     grpc.StatusCode.FAILED_PRECONDITION,
+                    grpc.StatusCode.PERMISSION_DENIED,  # no ACL: refused before appending
                 ):
                     raise ClientError(exc.details() or exc.code().name) from None
                 self._leader = None
@@ -140,6 +141,8 @@ class KvClient(LeaderFollowingClient):
             except grpc.aio.AioRpcError as exc:
                 if exc.code() == grpc.StatusCode.INVALID_ARGUMENT:
                     raise ClientError(exc.details() or "invalid request") from None
+                if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                    raise ClientError(exc.details() or "permission denied") from None
                 last = f"{address}: {exc.code().name}"
                 self._leader = None
                 continue

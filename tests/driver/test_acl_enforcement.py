@@ -31,6 +31,7 @@ from kqproto import (
     quorum_pb2,
     quorum_pb2_grpc,
 )
+from kvstore.client import ClientError, KvClient
 from metadata.authorizer import AuthorizerSettings
 from metadata.client import AclFilter, MetadataClient, PermissionDeniedError, acl_binding
 from quorum.driver.identity import Identity, Role
@@ -353,6 +354,29 @@ async def _everywhere(cluster: Cluster, count: int) -> None:
             for s in cluster.servers.values()
         )
     )
+
+
+def test_the_key_value_client_reports_a_refusal_as_definite(tmp_path: Path) -> None:
+    async def go() -> None:
+        async with tls_metadata(tmp_path) as cluster:
+            addresses = list(cluster.voters.values())
+            async with KvClient(addresses, credentials=cluster.user("alice")) as alice:
+                with pytest.raises(ClientError, match="User:alice is not allowed WRITE"):
+                    await alice.put("k", b"v")
+                with pytest.raises(ClientError, match="User:alice is not allowed READ"):
+                    await alice.get("k")
+            async with cluster.client(ADMIN) as admin:
+                await admin.create_acls(
+                    [acl_binding("CLUSTER", "kafka-cluster", "User:alice", "WRITE")]
+                )
+            await _everywhere(cluster, 1)
+            async with KvClient(addresses, credentials=cluster.user("alice")) as alice:
+                await alice.put("k", b"v")
+                # WRITE implies DESCRIBE, not READ.
+                with pytest.raises(ClientError, match="READ on CLUSTER"):
+                    await alice.get("k")
+
+    run(go())
 
 
 def test_deny_beats_allow_and_prefixes_cover_their_topics(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ from kq.commands.common import (
     run_async,
 )
 from kqproto import quorum_pb2, quorum_pb2_grpc
-from quorum.driver.client import describe
+from quorum.driver.client import RefusedError, describe
 from quorum.driver.tls import dial
 
 __all__ = ["find_leader", "register", "replication_rows", "status_fields"]
@@ -98,8 +98,21 @@ async def find_leader(
 ) -> tuple[str, quorum_pb2.DescribeQuorumResponse]:
     """The leader's address and its DescribeQuorum answer.
 
-    Raises CommandError if no leader is found before the deadline.
+    Raises CommandError if no leader is found before the deadline, or at
+    once if a node refuses the caller (its certificate lacks the ACL: asking
+    again cannot help).
     """
+    try:
+        return await _find_leader(bootstrap, timeout_s, credentials)
+    except RefusedError as exc:
+        raise CommandError(str(exc)) from None
+
+
+async def _find_leader(
+    bootstrap: list[str],
+    timeout_s: float,
+    credentials: grpc.ChannelCredentials | None,
+) -> tuple[str, quorum_pb2.DescribeQuorumResponse]:
     deadline = time.monotonic() + timeout_s
     problems: dict[str, str] = {}
     while True:
@@ -294,6 +307,9 @@ async def _do_resign(
                     timeout=max(0.1, deadline - time.monotonic()),
                 )
         except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
+                # A refusal is definite: the leader did nothing.
+                raise CommandError(f"{address} refused Resign: {exc.details()}") from None
             raise CommandError(
                 f"resign request to {address} failed ({exc.code().name}); the leader "
                 "may or may not have resigned: check with `kq quorum describe --status`"

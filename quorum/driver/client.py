@@ -37,6 +37,7 @@ __all__ = [
     "LeaderFollowingClient",
     "NoLeaderError",
     "ReadDeadlineError",
+    "RefusedError",
     "ServerBusyError",
     "describe",
 ]
@@ -56,6 +57,12 @@ class ServerBusyError(ClientError):
 
 class ReadDeadlineError(ClientError):
     """No node answered the read before the deadline (a read has no effect)."""
+
+
+class RefusedError(ClientError):
+    """The node answered, and refused the caller: PERMISSION_DENIED (its
+    certificate lacks the ACL) or UNAUTHENTICATED.  Its message is the
+    node's, which names the principal, the operation and the resource."""
 
 
 class IndeterminateWriteError(Exception):
@@ -188,7 +195,9 @@ async def describe(
     address: str, timeout_s: float, credentials: grpc.ChannelCredentials | None = None
 ) -> quorum_pb2.DescribeQuorumResponse | None:
     """DescribeQuorum of the node at ``address`` (over mutual TLS with
-    ``credentials``); None if it does not answer."""
+    ``credentials``); None if it does not answer.  A node that answers with a
+    refusal is not silent: RefusedError says why, so a caller without the
+    ACL is told so rather than that no node answered."""
     try:
         async with dial(address, credentials) as channel:
             stub = quorum_pb2_grpc.QuorumServiceStub(channel)
@@ -196,5 +205,10 @@ async def describe(
                 quorum_pb2.DescribeQuorumRequest(), timeout=timeout_s
             )
             return response
-    except grpc.aio.AioRpcError:
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() in _REFUSALS:
+            raise RefusedError(f"{address} refused DescribeQuorum: {exc.details()}") from None
         return None
+
+
+_REFUSALS = frozenset({grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED})

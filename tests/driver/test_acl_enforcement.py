@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -31,9 +32,10 @@ from kqproto import (
     quorum_pb2,
     quorum_pb2_grpc,
 )
-from kvstore.client import ClientError, KvClient
+from kvstore.client import KvClient
 from metadata.authorizer import AuthorizerSettings
 from metadata.client import AclFilter, MetadataClient, PermissionDeniedError, acl_binding
+from quorum.driver.client import ClientError
 from quorum.driver.identity import Identity, Role
 from quorum.driver.node import NodeOptions
 from quorum.driver.plugin import AUDIT_LOGGER
@@ -346,6 +348,10 @@ def _topic(name: str) -> Any:
     return NewTopic(name, num_partitions=1, replication_factor=1)
 
 
+def _has_snapshot(cluster: Cluster, node: int) -> bool:
+    return cluster.servers[node].storage.snapshots.latest() is not None
+
+
 async def _everywhere(cluster: Cluster, count: int) -> None:
     """Until every node's committed image holds ``count`` ACLs."""
     await cluster.wait_for(
@@ -445,9 +451,7 @@ def test_acls_survive_a_restart_and_a_snapshot(tmp_path: Path) -> None:
                     await admin.create_topics([_topic(f"filler-{i}")])
             await _everywhere(cluster, 1)
             for n in list(cluster.servers):
-                await cluster.wait_for(
-                    lambda n=n: cluster.servers[n].storage.snapshots.latest() is not None
-                )
+                await cluster.wait_for(functools.partial(_has_snapshot, cluster, n))
             for n in list(cluster.servers):
                 await cluster.stop(n, resign=False)
             for n in cluster.voters:

@@ -186,6 +186,7 @@ def test_add_list_remove_and_what_they_grant(
     ],
 )
 def test_usage_errors(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    status: object
     try:
         status = main(["acls", *argv, "--bootstrap-server", "127.0.0.1:1"])
     except SystemExit as exc:  # argparse's own refusals
@@ -193,3 +194,50 @@ def test_usage_errors(argv: list[str], fragment: str, capsys: pytest.CaptureFixt
     assert status == 2
     err = capsys.readouterr().err
     assert fragment in err, err
+
+
+def test_quorum_commands_say_a_refusal_is_a_refusal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kq quorum describe`` and ``kq quorum resign`` from a user without the
+    ACL: the node's PERMISSION_DENIED, not "no leader found" after the whole
+    timeout; after the grant the same user describes the quorum."""
+
+    async def quorum(cluster: TlsMetadataCluster, *argv: str, user: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = await asyncio.to_thread(
+            main, ["quorum", *argv, "--timeout", "30", *_flags(cluster, user)]
+        )
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    async def go() -> None:
+        async with tls_metadata(tmp_path) as cluster:
+            status, _, err = await quorum(cluster, "describe", "--status", user="alice")
+            assert status == 1
+            assert "refused DescribeQuorum" in err
+            assert "User:alice is not allowed DESCRIBE on CLUSTER kafka-cluster" in err
+            status, _, err = await quorum(cluster, "resign", user="alice")
+            assert status == 1
+            assert "User:alice is not allowed DESCRIBE on CLUSTER" in err
+            status, _, err = await kq(
+                capsys,
+                cluster,
+                "--add",
+                "--allow-principal",
+                "User:alice",
+                "--operation",
+                "Describe",
+                "--cluster",
+            )
+            assert status == 0, err
+            await _everywhere(cluster, 1)
+            status, out, err = await quorum(cluster, "describe", "--status", "--json", user="alice")
+            assert status == 0, err
+            assert json.loads(out)["cluster_id"] == CLUSTER_ID
+            # Describe is not Alter: the leader refuses to resign for alice.
+            status, _, err = await quorum(cluster, "resign", user="alice")
+            assert status == 1
+            assert "refused Resign: User:alice is not allowed ALTER on CLUSTER" in err
+
+    run(go())

@@ -5,6 +5,7 @@ properties over any set of bindings."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -265,7 +266,7 @@ def test_adding_a_deny_never_grants(
     host: str,
     s: AuthorizerSettings,
 ) -> None:
-    deny = StandardAcl(*[*_fields(extra)[:6], DENY])
+    deny = dataclasses.replace(extra, permission=DENY)
     before = authorize(image_of(*base).acls, s, principal, host, action)
     after = authorize(image_of(*base, deny).acls, s, principal, host, action)
     assert before.allowed or not after.allowed
@@ -278,7 +279,7 @@ def test_adding_an_allow_never_denies(
 ) -> None:
     # Without allow_everyone_if_no_acl_found (with it, any first binding on
     # a resource ends everyone's default access: Kafka's rule, tested above).
-    allow = StandardAcl(*[*_fields(extra)[:6], ALLOW])
+    allow = dataclasses.replace(extra, permission=ALLOW)
     s = AuthorizerSettings()
     before = authorize(image_of(*base).acls, s, principal, host, action)
     after = authorize(image_of(*base, allow).acls, s, principal, host, action)
@@ -309,18 +310,6 @@ def test_the_index_finds_what_a_full_scan_finds(
     match = AclBindingFilter(action.resource_type, action.resource_name, PatternType.MATCH)
     scanned = sorted(str(a) for _, a in describe_acls(image, match))
     assert indexed == scanned
-
-
-def _fields(a: StandardAcl) -> list[object]:
-    return [
-        a.resource_type,
-        a.resource_name,
-        a.pattern_type,
-        a.principal,
-        a.host,
-        a.operation,
-        a.permission,
-    ]
 
 
 # -- the controller's decisions -------------------------------------------------------

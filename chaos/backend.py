@@ -28,6 +28,13 @@ and b cannot exchange RPCs in either direction.  :func:`reaches` and
 The other network fault, :meth:`ClusterBackend.packet`, makes every link
 between two nodes slow and lossy without cutting any off
 (:func:`check_packet` checks its numbers).
+
+A backend's cluster runs mutual TLS unless made insecure
+(:attr:`ClusterBackend.security_protocol`): its nodes' certificates come
+from a CA of the run's own, the harness's clients present the admin user's
+(:meth:`ClusterBackend.client_credentials`), and
+:meth:`ClusterBackend.rotate_certs` re-issues the nodes' certificates while
+they run.
 """
 
 from __future__ import annotations
@@ -36,7 +43,10 @@ import math
 import random
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import grpc
 
 __all__ = [
     "TOPOLOGIES",
@@ -132,6 +142,26 @@ class ClusterBackend(Protocol):
 
     def addresses(self) -> Mapping[int, str]:
         """Each node's client address, ``host:port``."""
+        ...
+
+    @property
+    def security_protocol(self) -> str:
+        """``"SSL"`` (mutual TLS, the default) or ``"PLAINTEXT"`` (insecure)."""
+        ...
+
+    def client_credentials(self, broker: int | None = None) -> grpc.ChannelCredentials | None:
+        """What clients of the cluster present: the admin user's certificate,
+        or with ``broker`` that broker's own (its lifecycle calls must come
+        from it); None for a plaintext cluster.  Valid once :meth:`start`
+        began."""
+        ...
+
+    async def rotate_certs(self, nodes: Sequence[int]) -> None:
+        """Re-issue the certificate and key of each of ``nodes`` from the
+        cluster's CA (new key, new serial), replacing the files atomically
+        while the nodes run (or are down): each picks them up on its next
+        handshake, without a restart.  :class:`RuntimeError` for a
+        plaintext cluster."""
         ...
 
     async def collect(self, run_dir: Path, start_unix_ns: int | None = None) -> None:

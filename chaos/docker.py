@@ -34,6 +34,14 @@ host.  Faults:
   host's ``FORWARD`` hook (so ``DOCKER-USER``), the host's own traffic to
   them does not: the NFQUEUE rules delay node-to-node packets only.
 
+The cluster runs mutual TLS unless made with ``tls=False``: a CA and
+certificates made on the host (each node's valid for its address and its
+hostname ``node-<i>``), each node's own three files (the CA's certificate,
+its certificate and key; never the CA's key) in a host folder bind-mounted
+read-only at ``/kq/certs``, so that :meth:`DockerCluster.rotate_certs`
+replaces them by rename on the host while the node runs, is paused or is
+down, and the node loads them on its next handshake.
+
 :meth:`DockerCluster.collect` copies each node's log and data directory out
 of its container (``docker cp``) and writes the same exports as the local
 backend (:mod:`chaos.local`) with :func:`chaos.node_exports.export_node`:
@@ -60,6 +68,8 @@ import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 
+import grpc
+
 from chaos.backend import check_packet, partition_pairs
 from chaos.docker_image import Docker, DockerError, ensure_daemon, ensure_image
 from chaos.netfilter import IptablesChains, NetfilterError, nfqueue_target, random_match
@@ -68,7 +78,14 @@ from chaos.node_exports import export_node
 from history.runs import RunDir
 from quorum.driver.client import describe
 from quorum.driver.storage_format import META_FILE
-from server.local_cluster import ClusterState, new_cluster_state, write_configs
+from server.local_cluster import (
+    ClusterState,
+    broker_tls,
+    issue_node_cert,
+    make_certs,
+    new_cluster_state,
+    write_configs,
+)
 
 __all__ = ["DockerCluster", "DockerNetfilter", "netem_available"]
 
@@ -78,6 +95,8 @@ ADDRESS_BASE = 10
 HOME = "/kq"
 LOG = f"{HOME}/controller.log"
 CONFIG = f"{HOME}/config.toml"
+CERTS = "certs"
+"""The node's certificates folder, relative to ``HOME`` (a bind mount)."""
 LABEL = "kq.chaos"
 
 
@@ -152,8 +171,9 @@ class DockerCluster:
     (``quorum.*``, ``node.*``, ...) for every node; ``image``: the image to
     run (default: :func:`chaos.docker_image.ensure_image`'s, with ``base``);
     ``docker``: the daemon (default: :func:`chaos.docker_image.ensure_daemon`).
-    Host-side files (configs, copies) live in a temporary folder that
-    :meth:`stop` removes."""
+    Host-side files (configs, certificates, copies) live in a temporary
+    folder that :meth:`stop` removes.  Without ``tls``, the nodes listen
+    PLAINTEXT."""
 
     def __init__(
         self,
@@ -164,10 +184,13 @@ class DockerCluster:
         base: str | None = None,
         docker: Docker | None = None,
         start_timeout_s: float = 60.0,
+        tls: bool = True,
     ) -> None:
         if not 1 <= nodes <= 50:
             raise ValueError(f"nodes must be in 1..50, got {nodes}")
         self._count = nodes
+        self._tls = tls
+        self._credentials: dict[int | None, grpc.ChannelCredentials] = {}
         self._settings = dict(settings or {})
         self._image = image
         self._base = base
@@ -220,6 +243,64 @@ class DockerCluster:
     def addresses(self) -> Mapping[int, str]:
         return {n: f"{self.host(n)}:{PORT}" for n in self.nodes}
 
+    @property
+    def security_protocol(self) -> str:
+        return "SSL" if self._tls else "PLAINTEXT"
+
+    def client_credentials(self, broker: int | None = None) -> grpc.ChannelCredentials | None:
+        if not self._tls:
+            return None
+        if broker not in self._credentials:
+            state = self._state
+            if state is None:
+                raise RuntimeError("the cluster is not started")
+            files = state.client_tls() if broker is None else broker_tls(state, broker)
+            assert files is not None
+            self._credentials[broker] = files.channel_credentials()
+        return self._credentials[broker]
+
+    def _node_certs(self, node: int) -> Path:
+        """The host folder mounted as ``node``'s certificates folder."""
+        if self._state is None:
+            raise RuntimeError("the cluster is not started")
+        return self._state.dir / f"node-{node}" / CERTS
+
+    def _publish_certs(self, node: int) -> None:
+        """Copy ``node``'s files from the cluster's certificates folder into
+        its mounted folder, each by temporary file and rename (the key
+        first: a node takes a new pair only once both match)."""
+        state = self._state
+        assert state is not None
+        folder = self._node_certs(node)
+        folder.mkdir(parents=True, exist_ok=True)
+        stem = f"controller-{node}"
+        for name in (f"{stem}.key", f"{stem}.crt", "ca.crt"):
+            data = (state.certs_dir / name).read_bytes()
+            tmp = folder / f".{name}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, folder / name)
+
+    def _tls_settings(self, node: int) -> dict[str, object]:
+        stem = f"{CERTS}/controller-{node}"
+        return {
+            "tls.ca_file": f"{CERTS}/ca.crt",
+            "tls.cert_file": f"{stem}.crt",
+            "tls.key_file": f"{stem}.key",
+        }
+
+    async def rotate_certs(self, nodes: Sequence[int]) -> None:
+        if not self._tls:
+            raise RuntimeError("this docker cluster runs PLAINTEXT: it has no certificates")
+        state = self._state
+        if state is None:
+            raise RuntimeError("the cluster is not started")
+        for node in nodes:
+            self._check(node)
+            await asyncio.to_thread(issue_node_cert, state, state.node(node), (f"node-{node}",))
+            await asyncio.to_thread(self._publish_certs, node)
+
     def _check(self, node: int) -> None:
         if node not in self.nodes:
             raise ValueError(f"node {node} is not one of {list(self.nodes)}")
@@ -263,13 +344,14 @@ class DockerCluster:
         if Path("/etc/localtime").is_file():
             zone = ["-v", "/etc/localtime:/etc/localtime:ro"]
         tz = ["-e", f"TZ={os.environ['TZ']}"] if os.environ.get("TZ") else []
+        certs = ["-v", f"{self._node_certs(node)}:{HOME}/{CERTS}:ro"] if self._tls else []
         self._containers[node] = name
         self.docker.run(
             "create", "--name", name, "--hostname", f"node-{node}",
             "--label", f"{LABEL}={self.token}",
             "--network", self.name, "--ip", self.host(node),
             "--init", "--cap-add", "NET_ADMIN",
-            *zone, *tz,
+            *zone, *tz, *certs,
             image, "/bin/sh", "-c", self._command(node),
         )  # fmt: skip
         self.docker.run("cp", str(config), f"{name}:{CONFIG}")
@@ -288,8 +370,18 @@ class DockerCluster:
             await asyncio.to_thread(self._make_network)
             self._dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
             state = new_cluster_state(self._dir, PORT, self.addresses())
+            state.tls = self._tls
             self._state = state
-            write_configs(state, self._settings, header="node of a docker chaos cluster")
+            if self._tls:
+                make_certs(state, hosts=lambda node: (f"node-{node}",))
+                for node in self.nodes:
+                    self._publish_certs(node)
+            write_configs(
+                state,
+                self._settings,
+                header="node of a docker chaos cluster",
+                per_node=self._tls_settings if self._tls else None,
+            )
             for n in state.nodes:
                 await asyncio.to_thread(self._create, n.node_id, image, state.path(n.config))
             self.start_unix_ns = time.time_ns()
@@ -318,13 +410,16 @@ class DockerCluster:
     async def _wait_for_leader(self) -> None:
         deadline = time.monotonic() + self._start_timeout_s
         addresses = self.addresses()
+        credentials = self.client_credentials()
         while True:
             running = await asyncio.to_thread(self._running)
             for node, up in running.items():
                 if not up:
                     tail = await asyncio.to_thread(self.log_tail, node)
                     raise DockerError(f"node {node} exited while starting:\n{tail}")
-            answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
+            answers = await asyncio.gather(
+                *(describe(a, 0.5, credentials) for a in addresses.values())
+            )
             if any(a is not None and a.role == "leader" for a in answers):
                 return
             if time.monotonic() >= deadline:
@@ -386,7 +481,7 @@ class DockerCluster:
         address = self.addresses()[node]
         deadline = time.monotonic() + timeout_s
         while True:
-            answer = await describe(address, 0.5)
+            answer = await describe(address, 0.5, self.client_credentials())
             if answer is not None:
                 self._high_watermark[node] = answer.high_watermark
                 return
@@ -503,7 +598,8 @@ class DockerCluster:
         running = await asyncio.to_thread(self._running)
         live = [n for n, up in running.items() if up and n not in self._paused]
         addresses = self.addresses()
-        answers = await asyncio.gather(*(describe(addresses[n], 1.0) for n in live))
+        credentials = self.client_credentials()
+        answers = await asyncio.gather(*(describe(addresses[n], 1.0, credentials) for n in live))
         for n, answer in zip(live, answers, strict=True):
             if answer is not None:
                 old = self._high_watermark.get(n, 0)

@@ -21,6 +21,13 @@ reuses its helpers).  Faults:
   process id on :meth:`LocalCluster.heal` and :meth:`LocalCluster.stop`.
   Loopback has no qdisc to delay one node's packets only, hence the queue.
 
+The cluster runs mutual TLS unless made with ``tls=False``: a CA and
+certificates in ``<directory>/certs`` (each node's for its own address),
+every node's listener SSL, clients presenting the admin user's certificate
+(:meth:`LocalCluster.client_credentials`).  :meth:`LocalCluster.rotate_certs`
+re-issues node certificates in place (temporary file and rename), which
+the nodes load on their next handshake.
+
 One local cluster with network faults per host at a time: the addresses and
 DSCP values are the same for every cluster.
 
@@ -41,6 +48,8 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
+import grpc
+
 from chaos.backend import check_packet, partition_pairs
 from chaos.netfilter import Netfilter
 from chaos.nfqueue import Delayer, queue_number
@@ -50,10 +59,13 @@ from quorum.driver.client import describe
 from server.local_cluster import (
     ClusterState,
     NodeState,
+    broker_tls,
     check_configs,
     format_new_nodes,
     free_base_port,
+    issue_node_cert,
     log_tail,
+    make_certs,
     new_cluster_state,
     node_alive,
     port_free,
@@ -81,7 +93,7 @@ class LocalCluster:
     again by :meth:`stop` unless ``keep_data``).  ``settings`` are config
     keys (``quorum.*``, ``node.*``, ...) for every node.  Without
     ``network_faults``, no iptables rules are installed and :meth:`block`
-    refuses."""
+    refuses.  Without ``tls``, the nodes listen PLAINTEXT."""
 
     def __init__(
         self,
@@ -92,10 +104,13 @@ class LocalCluster:
         network_faults: bool = True,
         start_timeout_s: float = 30.0,
         keep_data: bool = False,
+        tls: bool = True,
     ) -> None:
         if not 1 <= nodes <= 50:
             raise ValueError(f"nodes must be in 1..50, got {nodes}")
         self.directory = Path(directory).resolve()
+        self._tls = tls
+        self._credentials: dict[int | None, grpc.ChannelCredentials] = {}
         self._count = nodes
         self._settings = dict(settings or {})
         self._network_faults = network_faults
@@ -125,6 +140,27 @@ class LocalCluster:
 
     def addresses(self) -> Mapping[int, str]:
         return {n.node_id: n.address for n in self.state.nodes}
+
+    @property
+    def security_protocol(self) -> str:
+        return "SSL" if self._tls else "PLAINTEXT"
+
+    def client_credentials(self, broker: int | None = None) -> grpc.ChannelCredentials | None:
+        if not self._tls:
+            return None
+        if broker not in self._credentials:
+            state = self.state
+            files = state.client_tls() if broker is None else broker_tls(state, broker)
+            assert files is not None
+            self._credentials[broker] = files.channel_credentials()
+        return self._credentials[broker]
+
+    async def rotate_certs(self, nodes: Sequence[int]) -> None:
+        if not self._tls:
+            raise RuntimeError("this local cluster runs PLAINTEXT: it has no certificates")
+        state = self.state
+        for node in nodes:
+            await asyncio.to_thread(issue_node_cert, state, state.node(node))
 
     def pid(self, node: int) -> int | None:
         proc = self._procs.get(node)
@@ -161,7 +197,10 @@ class LocalCluster:
             state = new_cluster_state(
                 self.directory, port, {i: f"{node_host(i)}:{port}" for i in self.nodes}
             )
+            state.tls = self._tls
             self._state = state
+            if self._tls:
+                make_certs(state)
             self._write_configs(state)
             state.save()
             check_configs(state)
@@ -239,7 +278,7 @@ class LocalCluster:
                     f"node {node} exited with status {proc.returncode} on restart:\n"
                     + log_tail(self.state, n)
                 )
-            answer = await describe(n.address, 0.5)
+            answer = await describe(n.address, 0.5, self.client_credentials())
             if answer is not None:
                 self._high_watermark[node] = answer.high_watermark
                 return
@@ -325,7 +364,8 @@ class LocalCluster:
         each node reported."""
         state = self.state
         live = [n for n in state.nodes if node_alive(state, n) and n.node_id not in self._paused]
-        answers = await asyncio.gather(*(describe(n.address, 1.0) for n in live))
+        credentials = self.client_credentials()
+        answers = await asyncio.gather(*(describe(n.address, 1.0, credentials) for n in live))
         for n, answer in zip(live, answers, strict=True):
             if answer is not None:
                 old = self._high_watermark.get(n.node_id, 0)

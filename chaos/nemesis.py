@@ -37,6 +37,12 @@ Fault kinds (:data:`FAULT_KINDS`):
   ``{"drop", "duplicate", "max_delay_ms"}``; ``duplicate`` is always 0 (the
   backends do not duplicate packets).
 
+- ``rotate-certs``: every node's certificate and key re-issued from the
+  cluster's CA while the nodes run (new key, new serial; the files replaced
+  by rename), which they pick up on their next handshakes.  An instant
+  action, like a heal: nothing stays in force and nothing ends it, so it
+  may come at any time of a fault period, whatever else is in force.
+
 A partition's ``groups`` are the topologies of :mod:`chaos.backend` (built
 by :func:`chaos.backend.partition_groups`, the leader's isolated by
 :func:`chaos.backend.isolate`): two nodes talk if and only if some group
@@ -61,6 +67,7 @@ __all__ = [
     "NETWORK_KINDS",
     "PACKET_KIND",
     "PARTITION_KINDS",
+    "ROTATE_KIND",
     "Action",
     "action_ops",
     "majority_available",
@@ -79,7 +86,9 @@ PACKET_KIND: Final = "packet"
 """Slow, lossy links between the nodes (ended by ``heal``)."""
 NETWORK_KINDS: Final = (*PARTITION_KINDS, PACKET_KIND)
 """The network faults: at most one is in force, and ``heal`` ends it."""
-FAULT_KINDS: Final = (*KILL_KINDS, "pause", *NETWORK_KINDS)
+ROTATE_KIND: Final = "rotate-certs"
+"""Every node's certificate re-issued while it runs (instant; TLS only)."""
+FAULT_KINDS: Final = (*KILL_KINDS, "pause", *NETWORK_KINDS, ROTATE_KIND)
 _ENDS: Final = {"kill": "start", "pause": "resume", "partition": "heal", "packet": "heal"}
 
 
@@ -88,7 +97,7 @@ class Action:
     """One thing the nemesis does at ``time_s`` seconds into the run.
 
     ``f`` is the history's: ``kill``, ``start``, ``pause``, ``resume``,
-    ``partition``, ``packet`` or ``heal``.  ``nodes`` are the targets of the
+    ``partition``, ``packet``, ``heal`` or ``rotate-certs``.  ``nodes`` are the targets of the
     per-node ones; ``groups`` and ``kind`` describe a partition (``kind``
     also marks a ``kill-leader`` or ``kill-majority`` kill and its start).
     ``target`` is ``"leader"`` for an action whose targets are known only
@@ -138,7 +147,7 @@ def nemesis_op(action: Action) -> tuple[str, dict[str, Any]]:
     """The ``f`` and ``value`` of ``action``'s nemesis ops."""
     if action.target is not None:
         raise ValueError(f"resolve the {action.target!r} target of {action} first")
-    if action.f in ("kill", "start", "pause", "resume"):
+    if action.f in ("kill", "start", "pause", "resume", ROTATE_KIND):
         nodes: dict[str, Any] = {"nodes": list(action.nodes)}
         if action.kind is not None:
             nodes["kind"] = action.kind
@@ -310,6 +319,10 @@ def schedule(
             elif kind == "kill-majority":
                 majority = tuple(sorted(rng.sample(ids, len(ids) // 2 + 1)))
                 out.append(Action(t, "kill", nodes=majority, kind=kind))
+                return True
+            elif kind == ROTATE_KIND:
+                # Instant, and no threat to a majority: always possible.
+                out.append(Action(t, ROTATE_KIND, nodes=tuple(ids)))
                 return True
             else:
                 groups, target = _partition(kind, ids, rng)

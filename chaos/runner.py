@@ -12,6 +12,12 @@ stopped and cleaned up and what was recorded stays.
 
 Backends and workloads are registries (:data:`BACKENDS`, :data:`WORKLOADS`)
 so that others can be added by name.
+
+The cluster runs mutual TLS unless the config says ``tls=False``
+(``--insecure``): the backend makes a CA and certificates in the run's
+cluster folder, and the workload's clients and the harness's own calls
+present the admin user's certificate.  ``config.json`` and
+``summary.json`` record the ``security_protocol``.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal
 
+import grpc
+
 from chaos.backend import TOPOLOGIES, ClusterBackend
 from chaos.nemesis import (
     FAULT_KINDS,
@@ -38,6 +46,7 @@ from chaos.nemesis import (
     NETWORK_KINDS,
     PACKET_KIND,
     PARTITION_KINDS,
+    ROTATE_KIND,
     Action,
     nemesis_op,
     resolve,
@@ -83,25 +92,26 @@ __all__ = [
 class BackendSpec:
     """How to make a backend of one kind.
 
-    ``make(nodes, workdir, network_faults)`` returns an unstarted backend
-    whose scratch data lives under ``workdir`` (removed after the run), able
-    to partition the network if ``network_faults``.
+    ``make(nodes, workdir, network_faults, tls)`` returns an unstarted
+    backend whose scratch data lives under ``workdir`` (removed after the
+    run), able to partition the network if ``network_faults``, on mutual
+    TLS if ``tls`` (else PLAINTEXT).
     """
 
-    make: Callable[[int, Path, bool], ClusterBackend]
+    make: Callable[[int, Path, bool, bool], ClusterBackend]
     description: str
 
 
-def _make_local(nodes: int, workdir: Path, network_faults: bool) -> ClusterBackend:
+def _make_local(nodes: int, workdir: Path, network_faults: bool, tls: bool) -> ClusterBackend:
     from chaos.local import LocalCluster
 
-    return LocalCluster(workdir / "cluster", nodes, network_faults=network_faults)
+    return LocalCluster(workdir / "cluster", nodes, network_faults=network_faults, tls=tls)
 
 
-def _make_docker(nodes: int, workdir: Path, network_faults: bool) -> ClusterBackend:
+def _make_docker(nodes: int, workdir: Path, network_faults: bool, tls: bool) -> ClusterBackend:
     from chaos.docker import DockerCluster
 
-    return DockerCluster(nodes)
+    return DockerCluster(nodes, tls=tls)
 
 
 BACKENDS: Final[dict[str, BackendSpec]] = {
@@ -120,16 +130,25 @@ BACKENDS: Final[dict[str, BackendSpec]] = {
 """Cluster backends by name (``--backend``)."""
 
 
+Credentials = Callable[[int | None], grpc.ChannelCredentials | None]
+"""A backend's :meth:`~chaos.backend.ClusterBackend.client_credentials`."""
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadSpec:
     """How to make a workload of one kind.
 
-    ``make(config, recorder, addresses, rng)`` returns the workload that
-    records into ``recorder`` and talks to the nodes at ``addresses`` (node
-    id to client address).
+    ``make(config, recorder, addresses, rng, credentials)`` returns the
+    workload that records into ``recorder`` and talks to the nodes at
+    ``addresses`` (node id to client address), presenting
+    ``credentials(None)`` (the admin user's certificate; None: plaintext),
+    or ``credentials(id)`` for a test broker's own calls.
     """
 
-    make: Callable[[RunConfig, HistoryWriter, Mapping[int, str], random.Random], Workload]
+    make: Callable[
+        [RunConfig, HistoryWriter, Mapping[int, str], random.Random, Credentials],
+        Workload,
+    ]
     description: str
 
 
@@ -149,14 +168,16 @@ def register_keys(config: RunConfig) -> list[str]:
 
 
 def _make_register(
-    config: RunConfig, writer: HistoryWriter, addresses: Mapping[int, str], rng: random.Random
+    config: RunConfig,
+    writer: HistoryWriter,
+    addresses: Mapping[int, str],
+    rng: random.Random,
+    credentials: Credentials,
 ) -> Workload:
     timeout_s = config.client_timeout_s
     open_client: Callable[[], RegisterClient]
-    if config.store == "configs":
-        open_client = partial(ConfigRegisterClient, addresses, timeout_s=timeout_s)
-    else:
-        open_client = partial(KvRegisterClient, addresses, timeout_s=timeout_s)
+    client = ConfigRegisterClient if config.store == "configs" else KvRegisterClient
+    open_client = partial(client, addresses, timeout_s=timeout_s, credentials=credentials(None))
     return RegisterWorkload(
         writer,
         open_client,
@@ -170,12 +191,24 @@ def _make_register(
 
 
 def _make_topics(
-    config: RunConfig, writer: HistoryWriter, addresses: Mapping[int, str], rng: random.Random
+    config: RunConfig,
+    writer: HistoryWriter,
+    addresses: Mapping[int, str],
+    rng: random.Random,
+    credentials: Credentials,
 ) -> Workload:
+    def open_client(broker: int | None = None) -> MetadataClient:
+        return MetadataClient(
+            list(addresses.values()),
+            timeout_s=config.client_timeout_s,
+            credentials=credentials(broker),
+        )
+
     return TopicsWorkload(
         writer,
-        lambda: MetadataClient(list(addresses.values()), timeout_s=config.client_timeout_s),
+        open_client,
         rng,
+        open_broker_client=open_client,
         nodes=addresses,
         concurrency=config.concurrency,
         rate=config.rate,
@@ -196,11 +229,20 @@ WORKLOADS: Final[dict[str, WorkloadSpec]] = {
 }
 """Workloads by name (``--workload``)."""
 
-NEMESES: Final = (*KILL_KINDS, "pause", "partition", *PARTITION_KINDS, PACKET_KIND)
+NEMESES: Final = (
+    *KILL_KINDS,
+    "pause",
+    "partition",
+    *PARTITION_KINDS,
+    PACKET_KIND,
+    ROTATE_KIND,
+)
 """The ``--nemesis`` names: ``kill`` a random node, ``kill-leader`` the
 leader, ``kill-majority`` a majority at once (only when named);
 ``partition`` is every partition kind the node count allows; the kinds can
-also be named one by one; ``packet`` (slow, lossy links) only by name."""
+also be named one by one; ``packet`` (slow, lossy links) and
+``rotate-certs`` (every node's certificate and key re-issued while it runs;
+TLS clusters only) only by name."""
 
 
 def expand_nemesis(names: Sequence[str], nodes: int) -> list[str]:
@@ -234,6 +276,7 @@ _MIN_NODES: Final = {
     "bridge": 3,
     "majorities-ring": 5,
     "packet": 2,
+    ROTATE_KIND: 1,
 }
 assert set(_MIN_NODES) == set(FAULT_KINDS) and set(TOPOLOGIES) <= set(_MIN_NODES)
 
@@ -271,6 +314,12 @@ class RunConfig:
     op_timeout_s: float = 5.0
     client_timeout_s: float = 2.0
     recovery_timeout_s: float = 30.0
+    # Mutual TLS (the default); False: PLAINTEXT (--insecure).
+    tls: bool = True
+
+    @property
+    def security_protocol(self) -> str:
+        return "SSL" if self.tls else "PLAINTEXT"
 
     def check(self) -> None:
         """:class:`ValueError` naming the first bad field."""
@@ -304,6 +353,10 @@ class RunConfig:
                 raise ValueError(f"{what} must be positive, got {getattr(self, what)}")
         if self.quiet_s < 0:
             raise ValueError(f"quiet_s must not be negative, got {self.quiet_s}")
+        if ROTATE_KIND in self.faults and not self.tls:
+            raise ValueError(
+                f"{ROTATE_KIND} needs TLS: a PLAINTEXT (insecure) run has no certificates"
+            )
         if self.faults:
             # The schedule refuses kinds the cluster is too small for.
             schedule(random.Random(0), list(range(1, self.nodes + 1)), self.faults, duration_s=1)
@@ -373,6 +426,7 @@ class _Nemesis:
         self.partition: str | None = None  # network fault in force (a kind, or packet)
         self.killed_leader: int | None = None  # the node a kill-leader killed
         self.injected: Counter[str] = Counter()
+        self.rotations = 0  # rotate-certs actions done (ok)
 
     def faults(self) -> tuple[str, ...]:
         out = [f"{how} {node}" for node, how in sorted(self.down.items())]
@@ -436,6 +490,8 @@ class _Nemesis:
             await b.packet(action.drop, action.delay_ms, action.jitter_ms)
         elif action.f == "heal":
             await b.heal()
+        elif action.f == ROTATE_KIND:
+            await b.rotate_certs(action.nodes)
         else:
             raise ValueError(f"unknown nemesis action {action.f!r}")
 
@@ -454,6 +510,9 @@ class _Nemesis:
         elif action.f == "packet":
             self.injected[PACKET_KIND] += 1
             self.partition = PACKET_KIND
+        elif action.f == ROTATE_KIND:
+            # Instant: nothing stays in force.
+            self.injected[ROTATE_KIND] += 1
         elif ok and action.f in ("start", "resume"):
             for n in action.nodes:
                 self.down.pop(n, None)
@@ -476,8 +535,9 @@ async def current_leader(backend: ClusterBackend, timeout_s: float = 5.0) -> int
     until one does or ``timeout_s`` passed."""
     deadline = time.monotonic() + timeout_s
     addresses = backend.addresses()
+    credentials = backend.client_credentials()
     while True:
-        answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
+        answers = await asyncio.gather(*(describe(a, 0.5, credentials) for a in addresses.values()))
         leaders = [
             (r.epoch, n)
             for n, r in zip(addresses, answers, strict=True)
@@ -494,8 +554,9 @@ async def wait_recovered(backend: ClusterBackend, timeout_s: float) -> bool:
     """Whether, within ``timeout_s``, every node answers and one leads."""
     deadline = time.monotonic() + timeout_s
     addresses = backend.addresses()
+    credentials = backend.client_credentials()
     while True:
-        answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
+        answers = await asyncio.gather(*(describe(a, 0.5, credentials) for a in addresses.values()))
         if all(r is not None for r in answers) and any(
             r is not None and r.role == "leader" for r in answers
         ):
@@ -572,6 +633,7 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
         "node_count": config.nodes,
         "keys": register_keys(config) if config.workload == "register" else [],
         "store": config.store if config.workload == "register" else None,
+        "security_protocol": config.security_protocol,
     }
     config_json["replay"] = _replay(config, seed)
     write_json(run.config, config_json)
@@ -585,14 +647,21 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
     try:
         emit(f"starting {config.nodes} {config.backend} nodes")
         network = any(f in NETWORK_KINDS for f in config.faults)
-        backend = spec.make(config.nodes, workdir, network)
+        backend = spec.make(config.nodes, workdir, network, config.tls)
         await backend.start()
         started = True
         leader = await current_leader(backend, 1.0)
-        emit(f"cluster up at {', '.join(backend.addresses().values())} (leader {leader})")
+        emit(
+            f"cluster up at {', '.join(backend.addresses().values())} (leader {leader}, "
+            f"{backend.security_protocol})"
+        )
+        if not config.tls:
+            emit("WARNING: insecure run: the nodes listen PLAINTEXT, without authentication")
         nemesis = _Nemesis(backend, writer, lambda line: emit(line))
         addresses = dict(backend.addresses())
-        workload = WORKLOADS[config.workload].make(config, writer, addresses, workload_rng)
+        workload = WORKLOADS[config.workload].make(
+            config, writer, addresses, workload_rng, backend.client_credentials
+        )
         actions = (
             schedule(
                 nemesis_rng,
@@ -708,6 +777,7 @@ def _finish(
         {
             "backend": config.backend,
             "workload": config.workload,
+            "security_protocol": config.security_protocol,
             "completed": result.completed,
             "recovered": result.recovered,
             "error": result.error,
@@ -741,7 +811,7 @@ def _replay(config: RunConfig, seed: int) -> str:
         f"--nemesis {','.join(config.faults) or 'none'} --nodes {config.nodes} "
         f"--time-limit {config.time_limit_s:g} --rate {config.rate:g} "
         f"--concurrency {config.concurrency} --keys {config.keys} --store {config.store} "
-        f"--seed {seed}"
+        f"--seed {seed}" + ("" if config.tls else " --insecure")
     )
 
 

@@ -72,6 +72,8 @@ __all__ = [
     "check_ports",
     "format_new_nodes",
     "free_base_port",
+    "broker_tls",
+    "issue_node_cert",
     "load_state",
     "local_addresses",
     "node_protocol",
@@ -474,17 +476,36 @@ def write_configs(
         path.write_text(f"# {top}; docs/operations.md lists every key.\n" + render_toml(values))
 
 
-def make_certs(state: ClusterState) -> None:
-    """The cluster's CA, a certificate per controller (for its host) and
-    the commands' (user admin), in ``certs/``, for a new TLS cluster."""
+def issue_node_cert(state: ClusterState, node: NodeState, hosts: Sequence[str] = ()) -> None:
+    """A new certificate and key (new serial, new key) for ``node`` from the
+    cluster's CA, valid for its address's host and ``hosts``; written to
+    ``certs/`` by temporary file and rename, so a running node's next
+    handshake reads either the old pair or the new one (rotation)."""
+    host = node.address.rpartition(":")[0]
+    issue(
+        state.certs_dir,
+        Identity.node(state.cluster_id, IdentityRole.CONTROLLER, node.node_id),
+        hosts=tuple(dict.fromkeys((host, *hosts))),
+    )
+
+
+def broker_tls(state: ClusterState, broker_id: int) -> TlsFiles:
+    """The certificate of broker ``broker_id`` for its calls to the cluster
+    (a broker's lifecycle calls must present its own), issued from the
+    cluster's CA on first use."""
+    files = TlsFiles.in_folder(state.certs_dir, f"{IdentityRole.BROKER.value}-{broker_id}")
+    if not files.cert.exists():
+        issue(state.certs_dir, Identity.node(state.cluster_id, IdentityRole.BROKER, broker_id), ())
+    return files
+
+
+def make_certs(state: ClusterState, hosts: Callable[[int], Sequence[str]] | None = None) -> None:
+    """The cluster's CA, a certificate per controller (for its host, and
+    ``hosts(id)`` if given) and the commands' (user admin), in ``certs/``,
+    for a new TLS cluster."""
     create_ca(state.certs_dir, state.cluster_id)
     for n in state.nodes:
-        host = n.address.rpartition(":")[0]
-        issue(
-            state.certs_dir,
-            Identity.node(state.cluster_id, IdentityRole.CONTROLLER, n.node_id),
-            hosts=(host,),
-        )
+        issue_node_cert(state, n, hosts(n.node_id) if hosts is not None else ())
     issue(state.certs_dir, Identity.user(state.cluster_id, ADMIN_USER), hosts=())
 
 

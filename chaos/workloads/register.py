@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Literal, Protocol
 
+import grpc
+
 from chaos.workloads import FinalVerdict, Pacer, WorkloadStats
 from chaos.workloads.topics import error_word
 from history.ops import HistoryRecorder, Op, next_process
@@ -132,12 +134,17 @@ class KvRegisterClient:
     """:class:`RegisterClient` over kq's key-value store (:class:`KvClient`).
 
     ``nodes`` maps node ids to client addresses; values are stored as UTF-8.
-    ``timeout_s`` is each request's deadline.
+    ``timeout_s`` is each request's deadline; ``credentials`` what it presents (mutual TLS).
     """
 
-    def __init__(self, nodes: Mapping[int, str], timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        nodes: Mapping[int, str],
+        timeout_s: float = 2.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self._ids = {address: node for node, address in nodes.items()}
-        self._client = KvClient(list(nodes.values()), timeout_s=timeout_s)
+        self._client = KvClient(list(nodes.values()), timeout_s=timeout_s, credentials=credentials)
 
     def _node(self, address: str | None) -> int | None:
         return None if address is None else self._ids.get(address)
@@ -225,9 +232,16 @@ class ConfigRegisterClient:
     carries none.  Reads carry no version: DescribeConfigs does not say which
     record set a value."""
 
-    def __init__(self, nodes: Mapping[int, str], timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        nodes: Mapping[int, str],
+        timeout_s: float = 2.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
         self._ids = {address: node for node, address in nodes.items()}
-        self._client = MetadataClient(list(nodes.values()), timeout_s=timeout_s)
+        self._client = MetadataClient(
+            list(nodes.values()), timeout_s=timeout_s, credentials=credentials
+        )
 
     def _node(self) -> int | None:
         address = self._client.leader_address
@@ -265,9 +279,7 @@ class ConfigRegisterClient:
             # Unique values always change the config; an ok without a record
             # would be a server bug the history must show, not hide.
             return Completion("ok", node=self._node())
-        return Completion(
-            "ok", node=self._node(), offset=r.position.offset, epoch=r.position.epoch
-        )
+        return Completion("ok", node=self._node(), offset=r.position.offset, epoch=r.position.epoch)
 
     async def write(self, key: str, value: str) -> Completion:
         return await self._alter(ConfigOp(key, value))

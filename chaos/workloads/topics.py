@@ -179,6 +179,7 @@ class _Lane:
 
 
 ClientFactory = Callable[[], MetadataClient]
+BrokerClientFactory = Callable[[int], MetadataClient]
 
 _NOT_REGISTERED: Final = frozenset({"stale-broker-epoch", "broker-id-not-registered"})
 """Heartbeat refusals after which a broker registers again."""
@@ -188,7 +189,9 @@ class TopicsWorkload:
     """Runs the topics workload and records it.
 
     ``open_client`` opens a :class:`MetadataClient` (one per process);
-    ``nodes`` maps node ids to the addresses it uses (to name the node that
+    ``open_broker_client(id)`` one for a test broker's lifecycle calls,
+    which over TLS must present that broker's own certificate (default:
+    ``open_client``); ``nodes`` maps node ids to the addresses it uses (to name the node that
     answered).  ``rate`` is the target of topic operations per second over
     the ``concurrency`` topic workers; ``brokers`` test brokers heartbeat
     every ``heartbeat_s`` and one of them is fenced about every
@@ -214,6 +217,7 @@ class TopicsWorkload:
         fence_every_s: float = 3.0,
         fence_s: float = 1.0,
         final_timeout_s: float = 15.0,
+        open_broker_client: BrokerClientFactory | None = None,
     ) -> None:
         if concurrency < 1 or brokers < 1:
             raise ValueError("concurrency and brokers must be at least 1")
@@ -221,6 +225,9 @@ class TopicsWorkload:
             raise ValueError("rates and durations must be positive")
         self.recorder = recorder
         self.open_client = open_client
+        self.open_broker_client: BrokerClientFactory = open_broker_client or (
+            lambda _broker: open_client()
+        )
         self.rng = rng
         self.concurrency = concurrency
         self.rate = rate
@@ -250,7 +257,7 @@ class TopicsWorkload:
         if not self._workers:
             self._workers = [_Lane(i, self.open_client()) for i in range(self.concurrency)]
             self._brokers = [
-                _Lane(self.concurrency + i, self.open_client(), broker=i + 1)
+                _Lane(self.concurrency + i, self.open_broker_client(i + 1), broker=i + 1)
                 for i in range(self.broker_count)
             ]
 
@@ -265,7 +272,9 @@ class TopicsWorkload:
     async def _retire(self, lane: _Lane) -> None:
         old = lane.client
         lane.process = next_process(lane.process, self._lanes)
-        lane.client = self.open_client()
+        lane.client = (
+            self.open_client() if lane.broker is None else self.open_broker_client(lane.broker)
+        )
         self.stats.retired += 1
         await old.close()
 
@@ -337,7 +346,11 @@ class TopicsWorkload:
         assert lane.broker is not None
         broker = lane.broker
         request: dict[str, Any] = {
-            "cluster_id": await self._cluster_id(lane.client),
+            # Read as a topic worker (the admin): a broker's certificate is
+            # for its own lifecycle calls.
+            "cluster_id": await self._cluster_id(
+                self._workers[0].client if self._workers else lane.client
+            ),
             "incarnation_id": self._incarnation,
             "endpoints": [Endpoint("PLAINTEXT", "127.0.0.1", 19_000 + broker)],
             "features": [

@@ -127,7 +127,14 @@ def register(subparsers: Subparsers) -> None:
         metavar="F[,F...]",
         help=f"the faults to inject, comma-separated, or none: {', '.join(NEMESES)} "
         "(partition: every partition kind the cluster size allows; packet: slow, lossy links "
-        "between nodes, only when named) (default: %(default)s)",
+        "between nodes, and rotate-certs: every node's certificate re-issued while it runs, "
+        "only when named) (default: %(default)s)",
+    )
+    run.add_argument(
+        "--insecure",
+        action="store_true",
+        help="run the cluster PLAINTEXT (no certificates, no authentication) instead of on "
+        "mutual TLS, the default",
     )
     run.add_argument(
         "--time-limit",
@@ -265,6 +272,7 @@ def _run(args: argparse.Namespace) -> int:
         store=args.store,
         seed=args.seed,
         runs_dir=args.runs_dir,
+        tls=not args.insecure,
     )
     try:
         config.check()
@@ -276,6 +284,12 @@ def _run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), EXIT_USAGE) from None
     except OSError as exc:
         raise CommandError(f"cannot make the run folder: {exc}") from None
+    if args.insecure:
+        print(
+            "kq chaos run: WARNING: --insecure: the cluster ran PLAINTEXT, without encryption "
+            "or authentication",
+            file=sys.stderr,
+        )
     reasons = []
     if not result.completed:
         reasons.append(f"the run did not complete: {result.error}")
@@ -304,7 +318,8 @@ def _run(args: argparse.Namespace) -> int:
         print(
             f"{ops.get('invoke', 0)} ops: {ops.get('ok', 0)} ok, {ops.get('fail', 0)} fail, "
             f"{ops.get('info', 0)} info; {s.get('nemesis', 0)} nemesis actions; "
-            f"well formed: {'yes' if not result.problems else 'no'}"
+            f"well formed: {'yes' if not result.problems else 'no'}; "
+            f"{s.get('security_protocol', '?')}"
         )
         for p in result.problems[:10]:
             print(f"  {p}")

@@ -4,11 +4,15 @@ test_docker): any :class:`chaos.backend.ClusterBackend` will do."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import ssl
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
 from chaos.backend import ClusterBackend, isolate
 from history.export_files import read_changes, read_log
@@ -16,14 +20,42 @@ from history.exports import check_changes, check_log
 from kqproto import quorum_pb2
 from kvstore.client import KvClient
 from quorum.driver.client import ClientError, IndeterminateWriteError, describe
+from quorum.driver.tls import TlsFiles
 
-__all__ = ["check_exports", "isolate_the_leader", "leader", "put_ms", "roles", "wait_converged"]
+__all__ = [
+    "check_exports",
+    "isolate_the_leader",
+    "leader",
+    "put_ms",
+    "roles",
+    "served_serial",
+    "wait_converged",
+]
+
+
+def served_serial(address: str, files: TlsFiles) -> int:
+    """The serial number of the certificate the node at ``address``
+    presents to a new connection: a real TLS handshake (with ALPN h2, as
+    gRPC's), presenting ``files``' certificate."""
+    context = ssl.create_default_context(cafile=str(files.ca))
+    context.load_cert_chain(str(files.cert), str(files.key))
+    context.set_alpn_protocols(["h2"])
+    host, port = address.rsplit(":", 1)
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
 
 
 async def roles(cluster: ClusterBackend) -> dict[int, quorum_pb2.DescribeQuorumResponse | None]:
     """Each node's DescribeQuorum answer (None: no answer)."""
     addresses = cluster.addresses()
-    answers = await asyncio.gather(*(describe(a, 0.5) for a in addresses.values()))
+    answers = await asyncio.gather(
+        *(describe(a, 0.5, cluster.client_credentials()) for a in addresses.values())
+    )
     return dict(zip(addresses, answers, strict=True))
 
 
@@ -48,7 +80,9 @@ async def put_ms(cluster: ClusterBackend, puts: int = 7) -> float:
     waits for a follower, so it crosses the links between nodes."""
     addresses = cluster.addresses()
     out = []
-    async with KvClient([addresses[await leader(cluster)]]) as kv:
+    async with KvClient(
+        [addresses[await leader(cluster)]], credentials=cluster.client_credentials()
+    ) as kv:
         for i in range(puts):
             started = time.monotonic()
             await kv.put(f"p{i}", b"v", timeout_s=10)
@@ -65,13 +99,15 @@ async def isolate_the_leader(cluster: ClusterBackend) -> tuple[int, int]:
     await cluster.partition(isolate(cluster.nodes, old))
     new = await leader(cluster, exclude=old)
     majority = [addresses[n] for n in cluster.nodes if n != old]
-    async with KvClient(majority) as kv:
+    async with KvClient(majority, credentials=cluster.client_credentials()) as kv:
         await kv.put("during", b"2", timeout_s=10)
-    async with KvClient([addresses[old]], timeout_s=3) as kv:
+    async with KvClient(
+        [addresses[old]], timeout_s=3, credentials=cluster.client_credentials()
+    ) as kv:
         with pytest.raises((ClientError, IndeterminateWriteError)):
             await kv.put("isolated", b"3", timeout_s=3)
     # The test client is never blocked: the isolated node still answers it.
-    assert await describe(addresses[old], 1.0) is not None
+    assert await describe(addresses[old], 1.0, cluster.client_credentials()) is not None
     assert new != old
     return old, new
 
@@ -95,7 +131,7 @@ async def wait_converged(
             break
         assert time.monotonic() < deadline, f"no convergence after heal: {answers}"
         await asyncio.sleep(0.2)
-    async with KvClient([cluster.addresses()[old]]) as kv:
+    async with KvClient([cluster.addresses()[old]], credentials=cluster.client_credentials()) as kv:
         assert (await kv.get("during")).value == b"2"
         assert (await kv.get("isolated")).value is None
     return leaders[0]
@@ -118,3 +154,54 @@ def check_exports(run_dir: Path, nodes: list[int], log_says: str = "") -> None:
     for entries in logs.values():
         strip = [(e.offset, e.epoch, e.kind, e.hash) for e in entries]
         assert strip == [(e.offset, e.epoch, e.kind, e.hash) for e in longest][: len(strip)]
+
+
+def file_serial(path: Path) -> int:
+    return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
+
+
+async def rotate_while_serving(
+    cluster: ClusterBackend, admin: TlsFiles, cert_file: Callable[[int], Path], rounds: int = 3
+) -> None:
+    """Rotate every node's certificate ``rounds`` times while a client keeps
+    writing: every write succeeds, and after each rotation a new connection
+    to each node gets the certificate now in its file (a new serial)."""
+    addresses = cluster.addresses()
+    seen: dict[int, set[int]] = {n: set() for n in cluster.nodes}
+    for n in cluster.nodes:
+        serial = await asyncio.to_thread(served_serial, addresses[n], admin)
+        assert serial == file_serial(cert_file(n))
+        seen[n].add(serial)
+    stop = asyncio.Event()
+    written: list[int] = []
+
+    async def writer() -> None:
+        async with KvClient(
+            list(addresses.values()), timeout_s=5, credentials=cluster.client_credentials()
+        ) as kv:
+            i = 0
+            while not stop.is_set():
+                await kv.put(f"rotation-{i}", b"v", timeout_s=5)
+                written.append(i)
+                i += 1
+                await asyncio.sleep(0.02)
+
+    task = asyncio.create_task(writer())
+    try:
+        for _ in range(rounds):
+            await asyncio.sleep(0.3)
+            await cluster.rotate_certs(cluster.nodes)
+            for n in cluster.nodes:
+                now = file_serial(cert_file(n))
+                assert now not in seen[n], "a rotation makes a new serial"
+                served = await asyncio.to_thread(served_serial, addresses[n], admin)
+                assert served == now, f"node {n} still serves the old certificate"
+                seen[n].add(now)
+        await asyncio.sleep(0.3)
+    finally:
+        stop.set()
+        await task  # a failed write fails the scenario
+    assert len(written) > 20, "the cluster kept serving while its certificates rotated"
+    # And the nodes still talk to each other: a fresh leader-routed write.
+    async with KvClient(list(addresses.values()), credentials=cluster.client_credentials()) as kv:
+        await kv.put("after-rotations", b"1", timeout_s=10)

@@ -72,7 +72,9 @@ def test_a_cluster_serves_the_host_and_each_fault_takes_effect_and_heals(
 
     async def scenario(cluster: DockerCluster) -> None:
         addresses = cluster.addresses()
-        async with KvClient(list(addresses.values())) as kv:
+        async with KvClient(
+            list(addresses.values()), credentials=cluster.client_credentials()
+        ) as kv:
             await kv.put("k", b"v")
             assert (await kv.get("k")).value == b"v"
 
@@ -81,19 +83,19 @@ def test_a_cluster_serves_the_host_and_each_fault_takes_effect_and_heals(
         await asyncio.sleep(0.5)
         await cluster.kill(1)
         assert _running(docker, name) == "exited"
-        assert await describe(addresses[1], 0.5) is None
+        assert await describe(addresses[1], 0.5, cluster.client_credentials()) is None
         await cluster.restart(1)
-        async with KvClient([addresses[1]]) as kv:
+        async with KvClient([addresses[1]], credentials=cluster.client_credentials()) as kv:
             assert (await kv.get("k")).value == b"v"
 
         # pause, resume: no answers (a timeout, not a refusal), then answers.
         await cluster.pause(2)
         assert _running(docker, cluster.containers()[2]) == "paused"
         started = time.monotonic()
-        assert await describe(addresses[2], 1.0) is None
+        assert await describe(addresses[2], 1.0, cluster.client_credentials()) is None
         assert time.monotonic() - started >= 0.9
         await cluster.resume(2)
-        assert await describe(addresses[2], 2.0) is not None
+        assert await describe(addresses[2], 2.0, cluster.client_credentials()) is not None
 
         # partition: the isolated leader is replaced, cannot commit, still answers the host.
         old, _ = await isolate_the_leader(cluster)

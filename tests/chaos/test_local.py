@@ -24,6 +24,7 @@ from tests.chaos.cluster_scenarios import (
     isolate_the_leader,
     leader,
     put_ms,
+    rotate_while_serving,
     wait_converged,
 )
 
@@ -62,23 +63,27 @@ def _pid_gone(pid: int) -> bool:
 @pytest.mark.slow
 def test_kill_takes_a_node_down_and_restart_brings_it_back_with_its_data(tmp_path: Path) -> None:
     async def scenario(cluster: LocalCluster) -> None:
-        async with KvClient(list(cluster.addresses().values())) as kv:
+        async with KvClient(
+            list(cluster.addresses().values()), credentials=cluster.client_credentials()
+        ) as kv:
             pos = await kv.put("k", b"v")
         node = 1
         await asyncio.sleep(0.5)  # let node 1 replicate the put
-        before = await describe(cluster.addresses()[node], 1.0)
+        before = await describe(cluster.addresses()[node], 1.0, cluster.client_credentials())
         assert before is not None and before.log_end_offset > pos.offset
         pid = cluster.pid(node)
         assert pid is not None
         await cluster.kill(node)
         assert _pid_gone(pid)
         assert cluster.pid(node) is None
-        assert await describe(cluster.addresses()[node], 0.5) is None
+        assert await describe(cluster.addresses()[node], 0.5, cluster.client_credentials()) is None
         await cluster.restart(node)
         assert cluster.pid(node) not in (None, pid)
-        after = await describe(cluster.addresses()[node], 1.0)
+        after = await describe(cluster.addresses()[node], 1.0, cluster.client_credentials())
         assert after is not None and after.log_end_offset >= before.log_end_offset
-        async with KvClient([cluster.addresses()[node]]) as kv:
+        async with KvClient(
+            [cluster.addresses()[node]], credentials=cluster.client_credentials()
+        ) as kv:
             assert (await kv.get("k")).value == b"v"
 
     _run(tmp_path, scenario)
@@ -88,13 +93,13 @@ def test_kill_takes_a_node_down_and_restart_brings_it_back_with_its_data(tmp_pat
 def test_pause_stops_answers_and_resume_restores_them(tmp_path: Path) -> None:
     async def scenario(cluster: LocalCluster) -> None:
         address = cluster.addresses()[2]
-        assert await describe(address, 1.0) is not None
+        assert await describe(address, 1.0, cluster.client_credentials()) is not None
         await cluster.pause(2)
         started = time.monotonic()
-        assert await describe(address, 1.0) is None
+        assert await describe(address, 1.0, cluster.client_credentials()) is None
         assert time.monotonic() - started >= 0.9  # timed out, not refused
         await cluster.resume(2)
-        assert await describe(address, 2.0) is not None
+        assert await describe(address, 2.0, cluster.client_credentials()) is not None
 
     _run(tmp_path, scenario)
 
@@ -125,7 +130,9 @@ def test_isolating_the_leader_elects_another_and_heal_restores_one_cluster(
 
     async def scenario(cluster: LocalCluster) -> None:
         assert _our_rules(cluster._netfilter.tag), "no rules installed"
-        async with KvClient(list(cluster.addresses().values())) as kv:
+        async with KvClient(
+            list(cluster.addresses().values()), credentials=cluster.client_credentials()
+        ) as kv:
             await kv.put("before", b"1")
         old, _ = await isolate_the_leader(cluster)
         await cluster.heal()
@@ -217,7 +224,7 @@ def test_a_packet_fault_delays_and_drops_node_traffic_and_heal_undoes_it_all(
         measured["put delayed"] = await put_ms(cluster)
         assert measured["put delayed"] >= measured["put before"] + delay_ms / 2
         # ... while the test's own (unmarked) client is not delayed.
-        assert await describe(cluster.addresses()[2], 1.0) is not None
+        assert await describe(cluster.addresses()[2], 1.0, cluster.client_credentials()) is not None
 
         await cluster.heal()
         assert _pid_gone(pid) and cluster.delayer_pid is None
@@ -303,3 +310,34 @@ def test_without_iptables_the_error_says_how_to_install_it(
     monkeypatch.setattr("chaos.netfilter._find", lambda: None)
     with pytest.raises(NetfilterError, match="apt-get install iptables"):
         require_iptables()
+
+
+@pytest.mark.slow
+def test_certificates_rotate_while_the_nodes_serve(tmp_path: Path) -> None:
+    async def scenario(cluster: LocalCluster) -> None:
+        admin = cluster.state.client_tls()
+        assert admin is not None and cluster.security_protocol == "SSL"
+        certs = cluster.state.certs_dir
+        await rotate_while_serving(cluster, admin, lambda n: certs / f"controller-{n}.crt")
+        # Each node logged that it took its new certificate, without a restart.
+        for n in cluster.state.nodes:
+            assert "loaded the changed certificate" in cluster.state.path(n.log_file).read_text()
+
+    _run(tmp_path, scenario)
+
+
+@pytest.mark.slow
+def test_an_insecure_local_cluster_serves_plaintext_and_has_nothing_to_rotate(
+    tmp_path: Path,
+) -> None:
+    cluster = LocalCluster(tmp_path / "cluster", 1, network_faults=False, tls=False)
+
+    async def scenario(cluster: LocalCluster) -> None:
+        assert cluster.security_protocol == "PLAINTEXT" and cluster.client_credentials() is None
+        assert await describe(cluster.addresses()[1], 1.0) is not None
+        with pytest.raises(RuntimeError, match="PLAINTEXT"):
+            await cluster.rotate_certs([1])
+        log = cluster.state.path(cluster.state.node(1).log_file).read_text()
+        assert "listener CONTROLLER" in log and "is PLAINTEXT" in log
+
+    _run(tmp_path, scenario, cluster=cluster)

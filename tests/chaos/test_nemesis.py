@@ -64,12 +64,45 @@ def replay(
             assert partition is None, "two network faults at once"
             assert majority is None, "a fault started while a majority is down"
             partition = a
+        elif a.f == "rotate-certs":
+            # Instant: every node's certificate, nothing left in force.
+            assert a.nodes == tuple(nodes) and not a.groups and a.target is None, a
         else:
             assert a.f == "heal", a
             partition = None
         faults = len(down) - (len(majority) - 1 if majority else 0) + (partition is not None)
         states.append((a.time_s, dict(down), partition is not None, faults))
     return states
+
+
+def test_rotations_come_in_fault_periods_for_every_node_and_leave_nothing_in_force() -> None:
+    acts = schedule(
+        random.Random(3),
+        [1, 2, 3],
+        ["rotate-certs"],
+        duration_s=30,
+        interval_s=1.0,
+        fault_period_s=5.0,
+        quiet_s=2.0,
+    )
+    rotations = [a for a in acts if a.f == "rotate-certs"]
+    assert len(rotations) >= 10 and acts[-1].f == "heal"
+    assert {a.f for a in acts} == {"rotate-certs", "heal"}
+    assert all(a.nodes == (1, 2, 3) for a in rotations)
+    for a in rotations:
+        assert (a.time_s % 7.0) <= 5.0, a  # in a fault period, never in a quiet one
+    assert nemesis_op(rotations[0]) == ("rotate-certs", {"nodes": [1, 2, 3]})
+    # With lasting faults, rotations come while they are in force too.
+    mixed = schedule(
+        random.Random(4), [1, 2, 3], ["kill", "rotate-certs"], duration_s=60, max_concurrent=2
+    )
+    states = replay(mixed, [1, 2, 3])
+    during = [
+        a
+        for a, before in zip(mixed[1:], states, strict=False)
+        if a.f == "rotate-certs" and before[1]
+    ]
+    assert during, "no rotation while a node was down"
 
 
 def test_action_values_are_the_documented_shapes() -> None:
@@ -239,7 +272,11 @@ def test_schedule_properties(
     assert states[-1][1] == {} and not states[-1][2]
     for a, (_, down, _, faults) in zip(acts, states, strict=True):
         assert faults <= max_concurrent
-        assert a.f in ("kill", "start", "pause", "resume", "partition", "packet", "heal")
+        assert a.f in (
+            "kill", "start", "pause", "resume", "partition", "packet", "heal", "rotate-certs"
+        )  # fmt: skip
+        if a.f == "rotate-certs":
+            assert "rotate-certs" in kinds
         if a.f == "partition":
             assert a.kind in kinds and (a.target == "leader") == (a.kind == "isolate-leader")
         if a.f == "packet":
@@ -266,6 +303,8 @@ def test_schedule_properties(
                 leader_out = leader_out and a.target != "leader"
             elif a.f == "partition":
                 partition = a
+            elif a.f == "rotate-certs":
+                pass  # no node is cut off or down
             else:
                 partition = None  # a heal, or a packet fault: it cuts no node off
             leaders = nodes if partition is not None and partition.target else [None]

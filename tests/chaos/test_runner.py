@@ -143,7 +143,7 @@ def test_a_backend_that_fails_to_start_is_stopped_and_the_run_folder_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(
-        BACKENDS, "broken", BackendSpec(lambda n, _w, _net: BrokenBackend(n), "test")
+        BACKENDS, "broken", BackendSpec(lambda n, _w, _net, _tls: BrokenBackend(n), "test")
     )
     BrokenBackend.instances.clear()
     config = RunConfig(
@@ -294,7 +294,11 @@ def _verified(spark: SparkSession, run: Path) -> None:
 
 
 def _check_run_folder(
-    result: RunResult, faults: tuple[str, ...], seed: int, store: str = "configs"
+    result: RunResult,
+    faults: tuple[str, ...],
+    seed: int,
+    store: str = "configs",
+    protocol: str = "SSL",
 ) -> None:
     """The run completed, recovered and left a well-formed run folder with
     nemesis operations and every node's exports."""
@@ -308,7 +312,7 @@ def _check_run_folder(
     invokes = [op for op in ops if op.type == "invoke"]
     assert len(invokes) * 2 == len(ops), "every invoke has its completion"
     nemesis = [op for op in ops if op.process == NEMESIS]
-    assert {op.f for op in nemesis} & {"kill", "pause", "partition", "packet"}
+    assert {op.f for op in nemesis} & {"kill", "pause", "partition", "packet", "rotate-certs"}
     assert nemesis[-1].f == "heal" and nemesis[-1].type == "ok"
     reads = [op for op in ops if op.f == "read" and op.type == "ok"]
     assert reads, "the cluster served linearizable reads"
@@ -328,6 +332,9 @@ def _check_run_folder(
         assert set(config_json["keys"]) <= set(CONFIG_REGISTER_KEYS)
     summary = json.loads(run.summary.read_text())
     assert summary["well_formed"] and summary["completed"] and summary["recovered"]
+    # TLS by default; the run folder says which protocol the nodes spoke.
+    assert config_json["security_protocol"] == summary["security_protocol"] == protocol
+    assert ("--insecure" in config_json["replay"]) == (protocol == "PLAINTEXT")
     assert summary["nemesis"] == len(nemesis) // 2
     assert sum(summary["faults_injected"].values()) >= 1
     assert summary["ops"]["invoke"] == len(invokes) - summary["nemesis"]
@@ -352,8 +359,8 @@ def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
     made: list[LocalCluster] = []
     local = BACKENDS["local"]
 
-    def make(nodes: int, workdir: Path, network: bool) -> ClusterBackend:
-        cluster = local.make(nodes, workdir, network)
+    def make(nodes: int, workdir: Path, network: bool, tls: bool) -> ClusterBackend:
+        cluster = local.make(nodes, workdir, network, tls)
         assert isinstance(cluster, LocalCluster)
         made.append(cluster)
         return cluster
@@ -399,9 +406,9 @@ def test_a_short_local_run_with_packet_faults_leaves_no_rule_or_delayer(
     local = BACKENDS["local"]
     delayers: list[int] = []
 
-    def make(nodes: int, workdir: Path, network: bool) -> ClusterBackend:
+    def make(nodes: int, workdir: Path, network: bool, tls: bool) -> ClusterBackend:
         assert network, "a packet fault needs the network rules"
-        cluster = local.make(nodes, workdir, network)
+        cluster = local.make(nodes, workdir, network, tls)
         assert isinstance(cluster, LocalCluster)
         made.append(cluster)
         packet = cluster.packet
@@ -459,8 +466,9 @@ def test_a_short_docker_run_from_the_command_line_leaves_a_well_formed_run_folde
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     made: list[DockerCluster] = []
 
-    def make(nodes: int, workdir: Path, network: bool) -> ClusterBackend:
-        cluster = DockerCluster(nodes, image=image, docker=docker)
+    def make(nodes: int, workdir: Path, network: bool, tls: bool) -> ClusterBackend:
+        assert tls, "a run is on TLS unless --insecure"
+        cluster = DockerCluster(nodes, image=image, docker=docker, tls=tls)
         made.append(cluster)
         return cluster
 

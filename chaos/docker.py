@@ -226,6 +226,14 @@ class DockerCluster:
         return self._docker
 
     @property
+    def state(self) -> ClusterState:
+        """The host-side state: configs, certificates (``certs/``, with the
+        CA's key; each node's mounted copy under ``node-<i>/certs``)."""
+        if self._state is None:
+            raise RuntimeError("the cluster is not started")
+        return self._state
+
+    @property
     def network(self) -> str | None:
         """The Docker network's name (None before start and after stop)."""
         return self._network

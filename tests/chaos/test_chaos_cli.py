@@ -50,6 +50,7 @@ def test_bad_flags_are_usage_errors(
         (["--nemesis", "majorities-ring"], "majorities-ring needs at least 5 nodes, got 3"),
         (["--nemesis", "partition", "--nodes", "1"], "partition needs at least 2 nodes"),
         (["--nemesis", "none", "--name", "a b"], "a run name is letters"),
+        (["--nemesis", "rotate-certs", "--insecure"], "rotate-certs needs TLS"),
     ],
 )
 def test_faults_the_cluster_cannot_take_and_bad_names_are_usage_errors(
@@ -150,8 +151,13 @@ def test_run_then_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     common = ["--time-limit", "4", "--rate", "30", "--concurrency", "3", "--keys", "2"]
     common += ["--seed", "11", "--runs-dir", str(runs)]
 
-    human = run_kq("chaos", "run", *common, "--nemesis", "kill", "--name", "people", timeout_s=90)
+    # A plaintext run says so; the default (below) is TLS.
+    human = run_kq(
+        "chaos", "run", *common, "--nemesis", "kill", "--name", "people", "--insecure",
+        timeout_s=90,
+    )  # fmt: skip
     assert human.returncode == 0, human.stdout + human.stderr
+    assert "WARNING: --insecure" in human.stderr and "PLAINTEXT" in human.stdout
     out = human.stdout.splitlines()
     assert any("ok " in line and "faults:" in line for line in out), human.stdout
     assert any("nemesis kill" in line for line in out), human.stdout
@@ -160,6 +166,8 @@ def test_run_then_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = Path(out[-1].removeprefix("run folder: "))
     assert folder.parent == runs and folder.name.endswith("-people")
     assert check_run(folder) == []
+    config = json.loads((folder / "config.json").read_text())
+    assert config["security_protocol"] == "PLAINTEXT" and "--insecure" in config["replay"]
 
     # The machine-readable run, verified with Spark right after (--verify).
     machine = run_kq(
@@ -168,6 +176,7 @@ def test_run_then_list(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert machine.returncode == 0, machine.stdout + machine.stderr
     result = json.loads(machine.stdout)
     assert result["ok"] and result["well_formed"] and result["nemesis"] == 0
+    assert result["security_protocol"] == "SSL"
     assert result["verdict"]["valid"] is True, result["verdict"]
     assert Path(result["path"], "verify", "verdict.json").is_file()
     assert Path(result["path"], "verify", "report.html").is_file()

@@ -23,6 +23,7 @@ from tests.chaos.cluster_scenarios import (
     isolate_the_leader,
     leader,
     put_ms,
+    rotate_while_serving,
     wait_converged,
 )
 
@@ -77,6 +78,17 @@ def test_a_cluster_serves_the_host_and_each_fault_takes_effect_and_heals(
         ) as kv:
             await kv.put("k", b"v")
             assert (await kv.get("k")).value == b"v"
+
+        # TLS by default: certificates rotate while the nodes serve the host
+        # (each node's files reach it through its mounted folder).
+        admin = cluster.state.client_tls()
+        assert admin is not None and cluster.security_protocol == "SSL"
+        await rotate_while_serving(
+            cluster,
+            admin,
+            lambda n: cluster.state.dir / f"node-{n}" / "certs" / f"controller-{n}.crt",
+            2,
+        )
 
         # kill, restart: the node is down, then back with its data.
         name = cluster.containers()[1]

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
+import grpc
 import pytest
 from pyspark.sql import SparkSession
 
@@ -134,6 +135,15 @@ class BrokenBackend:
 
     def addresses(self) -> Mapping[int, str]:
         return {}
+
+    @property
+    def security_protocol(self) -> str:
+        return "PLAINTEXT"
+
+    def client_credentials(self, broker: int | None = None) -> grpc.ChannelCredentials | None:
+        return None
+
+    async def rotate_certs(self, nodes: Sequence[int]) -> None: ...
 
     async def collect(self, run_dir: Path, start_unix_ns: int | None = None) -> None:
         raise AssertionError("a backend that never started has nothing to collect")
@@ -262,6 +272,45 @@ def test_the_nemesis_carries_out_a_packet_fault_and_records_it_until_heal(
     ]
     assert check_well_formed(ops, require_nemesis=True) == []
     assert runner._describe_action(fault) == "packet drop 0.2, delay 100±30 ms"
+
+
+class RotatingBackend(RecordingBackend):
+    """Records its rotations; fails the second."""
+
+    async def rotate_certs(self, nodes: Sequence[int]) -> None:
+        self.calls.append(("rotate", len(nodes)))
+        if len(self.calls) == 2:
+            raise RuntimeError("the CA's key is unreadable")
+
+
+def test_the_nemesis_rotates_certificates_as_an_instant_op(tmp_path: Path) -> None:
+    backend = RotatingBackend(3)
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    lines: list[str] = []
+    nemesis = runner._Nemesis(backend, writer, lines.append)
+    rotate = Action(0, "rotate-certs", nodes=(1, 2, 3))
+
+    async def go() -> list[tuple[str, tuple[str, ...]]]:
+        return [((await nemesis.act(rotate))[0], nemesis.faults()) for _ in range(2)]
+
+    # Nothing stays in force, even after a rotation that failed.
+    assert asyncio.run(go()) == [("ok", ()), ("info", ())]
+    writer.close()
+    assert backend.calls == [("rotate", 3), ("rotate", 3)]
+    assert dict(nemesis.injected) == {"rotate-certs": 2}
+    assert "the CA's key is unreadable" in lines[0]
+    ops = read_history(tmp_path / "history.jsonl")
+    assert [(op.f, op.type, op.value) for op in ops] == [
+        ("rotate-certs", "invoke", {"nodes": [1, 2, 3]}),
+        ("rotate-certs", "ok", {"nodes": [1, 2, 3]}),
+        ("rotate-certs", "invoke", {"nodes": [1, 2, 3]}),
+        ("rotate-certs", "info", {"nodes": [1, 2, 3]}),
+    ]
+    # An instant op: no end is owed.
+    assert check_well_formed(ops, require_nemesis=True) == []
+    assert nemesis.ends() == [Action(0.0, "heal")]
+    assert runner._describe_action(rotate) == "rotate-certs 1,2,3"
+    assert expand_nemesis(["rotate-certs", "kill"], 1) == ["kill", "rotate-certs"]
 
 
 def test_packet_is_named_alone_never_part_of_partition() -> None:

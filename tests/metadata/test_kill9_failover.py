@@ -14,12 +14,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import grpc
 import pytest
 
 from kqproto import metadata_pb2
 from metadata.client import Endpoint, MetadataClient, SupportedFeature
-from server.local_cluster import free_base_port, load_state, run_kq
+from server.local_cluster import ClusterState, broker_tls, free_base_port, load_state, run_kq
 
 
 def kq(*args: str) -> tuple[int, str, str]:
@@ -33,16 +32,23 @@ def kq_json(*args: str) -> Any:
     return json.loads(out)
 
 
-async def register_brokers(
-    bootstrap: list[str], cluster_id: str, credentials: grpc.ChannelCredentials | None
-) -> dict[int, int]:
-    """Brokers 1-3 register and heartbeat once they are caught up."""
+async def register_brokers(bootstrap: list[str], state: ClusterState) -> dict[int, int]:
+    """Brokers 1-3 register and heartbeat once they are caught up, each with
+    its own certificate (a broker's lifecycle calls must come from it); the
+    admin reads the cluster's metadata offset."""
     epochs: dict[int, int] = {}
-    async with MetadataClient(bootstrap, timeout_s=10, credentials=credentials) as client:
-        for b in (1, 2, 3):
+    admin = MetadataClient(bootstrap, timeout_s=10, credentials=state.client_credentials())
+    brokers = {
+        b: MetadataClient(
+            bootstrap, timeout_s=10, credentials=broker_tls(state, b).channel_credentials()
+        )
+        for b in (1, 2, 3)
+    }
+    try:
+        for b, client in brokers.items():
             registered = await client.register_broker(
                 b,
-                cluster_id=cluster_id,
+                cluster_id=state.cluster_id,
                 incarnation_id=_uuid(),
                 endpoints=[Endpoint("PLAINTEXT", "127.0.0.1", 19_000 + b)],
                 features=[SupportedFeature("metadata.version", 1, 1)],
@@ -51,14 +57,17 @@ async def register_brokers(
             epochs[b] = registered.broker_epoch
         for b, epoch in epochs.items():
             for _ in range(50):
-                cluster = await client.describe_cluster(linearizable=True)
-                beat = await client.broker_heartbeat(b, epoch, cluster.metadata_offset)
+                cluster = await admin.describe_cluster(linearizable=True)
+                beat = await brokers[b].broker_heartbeat(b, epoch, cluster.metadata_offset)
                 assert beat.error == metadata_pb2.NONE, beat
                 if not beat.is_fenced:
                     break
                 await asyncio.sleep(0.1)
             else:
                 raise AssertionError(f"broker {b} was not unfenced")
+    finally:
+        for client in (admin, *brokers.values()):
+            await client.close()
     return epochs
 
 
@@ -89,9 +98,8 @@ def test_sigkill_of_the_active_controller_loses_no_metadata(tmp_path: Path) -> N
         )
         state = load_state(d)
         assert state is not None and state.tls
-        epochs = asyncio.run(
-            register_brokers(addresses, described["cluster_id"], state.client_credentials())
-        )
+        assert described["cluster_id"] == state.cluster_id
+        epochs = asyncio.run(register_brokers(addresses, state))
 
         code, _, err = kq(
             "topics", "create", "events", "--partitions", "6", "--replication-factor", "3",

@@ -59,7 +59,9 @@ class TlsFiles:
             out.append(data)
         return out[0], out[1], out[2]
 
-    def _stamp(self) -> tuple[float, ...]:
+    def stamp(self) -> tuple[float, ...]:
+        """The files' modification times (empty if one is missing): what
+        tells a reader that a rotation replaced them."""
         try:
             return tuple(os.stat(p).st_mtime for p in (self.ca, self.cert, self.key))
         except OSError:
@@ -69,11 +71,11 @@ class TlsFiles:
         """Credentials that require a client certificate signed by the CA and
         pick up new files on the next handshake after they change."""
         ca, cert, key = self.read()
-        loaded = [self._stamp()]
+        loaded = [self.stamp()]
 
         # gRPC reads None as "unchanged" (its stubs do not say so).
         def fetch() -> Any:
-            stamp = self._stamp()
+            stamp = self.stamp()
             if not stamp or stamp == loaded[0]:
                 return None
             try:
@@ -93,6 +95,28 @@ class TlsFiles:
 
     def channel_credentials(self) -> grpc.ChannelCredentials:
         ca, cert, key = self.read()
+        return grpc.ssl_channel_credentials(ca, key, cert)
+
+    def matching_channel_credentials(self) -> grpc.ChannelCredentials:
+        """:meth:`channel_credentials`, refused (TlsError) while the key is
+        not the certificate's: a rotation replaces the two files one rename
+        apart, and credentials read in between would fail every handshake
+        (the server side keeps its old pair then; gRPC does that for it)."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+
+        ca, cert, key = self.read()
+        try:
+            public = x509.load_pem_x509_certificate(cert).public_key()
+            private = serialization.load_pem_private_key(key, password=None)
+        except (ValueError, TypeError) as exc:
+            raise TlsError(f"cannot load {self.cert} and {self.key}: {exc}") from None
+        if public.public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        ) != private.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        ):
+            raise TlsError(f"the key {self.key} is not the certificate {self.cert}'s")
         return grpc.ssl_channel_credentials(ca, key, cert)
 
 

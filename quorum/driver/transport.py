@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -33,7 +34,7 @@ import grpc
 from kqproto import raft_pb2 as pb
 from kqproto import raft_pb2_grpc as pb_grpc
 from quorum.driver.identity import IdentityError, Role, peer_identity
-from quorum.driver.tls import DEFAULT_MAX_MESSAGE_BYTES, TlsFiles, dial
+from quorum.driver.tls import DEFAULT_MAX_MESSAGE_BYTES, TlsError, TlsFiles, dial
 from quorum.driver.wire import WireError, from_pb, to_pb
 from quorum.messages import (
     BeginQuorumEpochRequest,
@@ -91,11 +92,17 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
         dscp: int = 0,
         tls: TlsFiles | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        tls_check_interval_s: float = 1.0,
     ) -> None:
         self.node_id = node_id
         self._tls = tls
         self._max_message_bytes = max_message_bytes
         self._credentials = tls.channel_credentials() if tls is not None else None
+        # The certificate files' stamp when the channels' credentials were
+        # read, and when to look at them again (not on every call).
+        self._tls_stamp = tls.stamp() if tls is not None else ()
+        self._tls_check_interval_s = tls_check_interval_s
+        self._next_tls_check = 0.0
         # With a DSCP value, every packet of the channels to peers carries it.
         self._channel_options = _CHANNEL_OPTIONS + ([("grpc.dscp", dscp)] if dscp else [])
         self.cluster_id = cluster_id
@@ -104,6 +111,8 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
         self._unreachable = unreachable or (lambda node: None)
         self._timeout = rpc_timeout_s
         self._channels: dict[NodeId, grpc.aio.Channel] = {}
+        # Channels replaced after a rotation, closing once their calls end.
+        self._retired: list[grpc.aio.Channel] = []
         self._stubs: dict[NodeId, pb_grpc.RaftServiceAsyncStub] = {}
         # Inbound RPCs waiting for the core's answer.
         self._by_id: dict[tuple[NodeId, str, int], asyncio.Future[Message]] = {}
@@ -127,7 +136,51 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def maybe_reload_credentials(self) -> bool:
+        """Take rotated certificate files for the connections to peers.
+
+        The server picks up new files on its next handshake
+        (:meth:`TlsFiles.server_credentials`); a channel keeps the
+        credentials it was made with for every reconnection, so after a
+        rotation the channels are made anew (the old ones close once their
+        calls end) and the next call to each peer handshakes with the new
+        certificate, as etcd's peer transport does on its next dial.  At most
+        one look at the files per interval; a pair caught half replaced is
+        left for the next look."""
+        if self._tls is None:
+            return False
+        now = time.monotonic()
+        if now < self._next_tls_check:
+            return False
+        self._next_tls_check = now + self._tls_check_interval_s
+        stamp = self._tls.stamp()
+        if not stamp or stamp == self._tls_stamp:
+            return False
+        try:
+            credentials = self._tls.matching_channel_credentials()
+        except TlsError as exc:
+            log.warning("peer connections keep the current certificate: %s", exc)
+            return False
+        self._tls_stamp = stamp
+        self._credentials = credentials
+        old = list(self._channels.values())
+        self._channels.clear()
+        self._stubs.clear()
+        self._retired.extend(old)
+        loop = asyncio.get_running_loop()
+        for channel in old:
+            task = loop.create_task(self._retire(channel))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        log.info("connections to peers now present the changed certificate %s", self._tls.cert)
+        return True
+
+    async def _retire(self, channel: grpc.aio.Channel) -> None:
+        await channel.close(grace=self._timeout)
+        self._retired.remove(channel)
+
     def _stub(self, node: NodeId) -> pb_grpc.RaftServiceAsyncStub:
+        self.maybe_reload_credentials()
         stub = self._stubs.get(node)
         if stub is None:
             channel = dial(
@@ -277,7 +330,8 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
     async def close(self) -> None:
         for task in list(self._tasks):
             task.cancel()
-        for channel in self._channels.values():
+        for channel in [*self._channels.values(), *self._retired]:
             await channel.close()
         self._channels.clear()
+        self._retired.clear()
         self._stubs.clear()

@@ -148,6 +148,8 @@ class ItemCount:
     # The largest repeated field seen (a dotted path) and its length.
     largest: str
     largest_count: int
+    # False when counting stopped early: ``count`` is then a lower bound.
+    complete: bool = True
 
 
 def count_items(message: Message, limit: int) -> ItemCount:
@@ -157,6 +159,7 @@ def count_items(message: Message, limit: int) -> ItemCount:
     within the limit, so at most about ``limit`` messages are visited."""
     total = 0
     largest, largest_count = "", 0
+    skipped = False
     stack: list[tuple[str, Message]] = [("", message)]
     while stack and total <= limit:
         prefix, msg = stack.pop()
@@ -168,17 +171,20 @@ def count_items(message: Message, limit: int) -> ItemCount:
                 if n > largest_count:
                     largest, largest_count = name, n
                 entry = field.message_type
-                if entry is None or total > limit:
-                    continue
+                if entry is None:
+                    continue  # scalars
+                inner = value
                 if entry.GetOptions().map_entry:
-                    inner = entry.fields_by_name["value"]
-                    if inner.type == FieldDescriptor.TYPE_MESSAGE:
-                        stack.extend((f"{name}[].", v) for v in value.values())
+                    if entry.fields_by_name["value"].type != FieldDescriptor.TYPE_MESSAGE:
+                        continue
+                    inner = value.values()
+                if total > limit:
+                    skipped = True
                 else:
-                    stack.extend((f"{name}[].", v) for v in value)
+                    stack.extend((f"{name}[].", v) for v in inner)
             elif field.type == FieldDescriptor.TYPE_MESSAGE:
                 stack.append((f"{name}.", value))
-    return ItemCount(total, largest, largest_count)
+    return ItemCount(total, largest, largest_count, complete=not (stack or skipped))
 
 
 class RequestGuard(grpc.aio.ServerInterceptor):
@@ -258,7 +264,7 @@ class RequestGuard(grpc.aio.ServerInterceptor):
             if items.count > self._max_items:
                 why = (
                     f"{request.DESCRIPTOR.full_name} carries {items.count} items"
-                    f"{'' if items.count == items.largest_count else ' or more'} "
+                    f"{'' if items.complete else ' or more'} "
                     f"({items.largest}: {items.largest_count}), more than the "
                     f"{self._max_items} a request may carry (node.max_request_items)"
                 )

@@ -60,7 +60,9 @@ def test_counting_stops_soon_after_the_limit() -> None:
     # The topics are counted whole; none is entered once past the limit.
     assert counted.count == 5000
     assert (counted.largest, counted.largest_count) == ("topics", 5000)
-    assert count_items(many, 10_000).count == 10_000
+    assert not counted.complete
+    whole = count_items(many, 10_000)
+    assert (whole.count, whole.complete) == (10_000, True)
 
 
 # -- a bare server with the guard ---------------------------------------------------------

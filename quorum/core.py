@@ -938,6 +938,10 @@ class RaftCore:
         result = vote_result(self.voters.voters, self._granted, self._rejected)
         if result is VoteResult.WON:
             if self._role is Role.PROSPECTIVE:
+                if self.at_last_epoch:
+                    # Granted pre-votes it never asked for (it asks none at
+                    # the last epoch): there is no epoch to campaign in.
+                    return False
                 self._become_candidate()
             else:
                 self._become_leader()

@@ -252,6 +252,20 @@ def test_a_voter_at_the_last_epoch_starts_no_election() -> None:
     assert [f.epoch for f in fetches] == [MAX_EPOCH]
 
 
+def test_granted_pre_votes_at_the_last_epoch_start_no_election() -> None:
+    """Pre-vote grants it never asked for (a stray or forged answer) do not
+    make it a candidate of an epoch no int32 holds."""
+    d = Driver.new(1, state=QuorumState(MAX_EPOCH, None, None))
+    d.drain()
+    d.tick(d.now + 3 * CONFIG.election_timeout_ms)
+    assert d.core.role is Role.PROSPECTIVE
+    for voter in (2, 3):
+        sent = d.step(VoteResponse(voter, 1, MAX_EPOCH, None, True, True))
+        assert of_type(sent, VoteRequest) == []
+    assert (d.core.role, d.core.epoch) == (Role.PROSPECTIVE, MAX_EPOCH)
+    assert d.stores.state.durable() == QuorumState(MAX_EPOCH, None, None)
+
+
 def test_a_single_voter_at_the_last_epoch_does_not_elect_itself() -> None:
     d = Driver.new(1, voters=(1,), state=QuorumState(MAX_EPOCH, None, None))
     d.drain()

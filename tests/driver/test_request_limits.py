@@ -14,14 +14,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from kqproto import kv_pb2, kv_pb2_grpc, metadata_pb2, quorum_pb2
+from kqproto import kv_pb2, kv_pb2_grpc, metadata_pb2, quorum_pb2, raft_pb2, raft_pb2_grpc
 from kvstore.client import KvClient
 from quorum.config import QuorumConfig
 from quorum.driver.identity import Identity, Role
@@ -30,7 +30,7 @@ from quorum.driver.rpc_guard import RequestGuard, count_items
 from quorum.driver.tls import TlsFiles, dial
 from server.certs import create_ca, issue
 from server.config import ConfigError, controller_config, load_settings
-from tests.driver.cluster_util import CLUSTER_ID, run, running
+from tests.driver.cluster_util import CLUSTER_ID, FAST, run, running
 
 RPC_TIMEOUT_S = 5.0
 WAIT = "/kq.test.Blocker/Wait"
@@ -350,3 +350,79 @@ def test_the_limits_are_settings_checked_against_the_fetch_sizes(tmp_path: Path)
     with pytest.raises(ConfigError) as err:
         controller_config(load_settings(None, {}, [*base, ("node.max_calls_per_caller", "0", "f")]))
     assert "max_calls_per_caller must be at least 1" in str(err.value)
+
+
+OPTIONS_TLS = replace(FAST, max_calls_per_caller=3)
+
+
+def test_a_nodes_limit_on_calls_in_flight_applies_per_certificate(tmp_path: Path) -> None:
+    """On a running TLS node: a broker's long-polling fetches (an observer's,
+    held by the leader until there is news) use up its share; its next call
+    is refused naming it, while the voters' own calls go on."""
+    options = replace(
+        OPTIONS_TLS,
+        quorum=replace(
+            OPTIONS_TLS.quorum,
+            election_timeout_ms=1000,
+            fetch_timeout_ms=4000,
+            fetch_max_wait_ms=1500,
+        ),
+    )
+
+    async def go() -> None:
+        async with running(tmp_path, options=options, tls=True) as cluster:
+            leader = await cluster.wait_leader()
+            core = leader.node.core
+            # A quiet quorum: everything committed and applied everywhere,
+            # so the leader has no news to end a long poll with.
+            await cluster.wait_for(
+                lambda: (
+                    core.high_watermark == core.log.end_offset
+                    and all(
+                        s.state_machine.applied_offset == core.log.end_offset
+                        for s in cluster.servers.values()
+                    )
+                )
+            )
+            broker = Identity.node(CLUSTER_ID, Role.BROKER, 7)
+            credentials = cluster.tls_files(broker).channel_credentials()
+            status = leader.node.status()
+            log = leader.node.core.log
+
+            def fetch(request_id: int) -> raft_pb2.FetchRequest:
+                return raft_pb2.FetchRequest(
+                    cluster_id=CLUSTER_ID,
+                    src=7,
+                    dst=leader.config.node_id,
+                    epoch=status.epoch,
+                    fetch_offset=log.end_offset,
+                    last_fetched_epoch=log.last_epoch,
+                    max_wait_ms=1500,
+                    max_bytes=4096,
+                    request_id=request_id,
+                )
+
+            async with dial(leader.config.address, credentials) as channel:
+                stub = raft_pb2_grpc.RaftServiceStub(channel)
+                # The first fetch of a new observer is answered at once (it
+                # has not seen the high watermark); the next ones are held.
+                await stub.Fetch(fetch(0), timeout=RPC_TIMEOUT_S)
+                held = [
+                    asyncio.ensure_future(stub.Fetch(fetch(i), timeout=RPC_TIMEOUT_S))
+                    for i in (1, 2, 3)
+                ]
+                await _until(lambda: leader.guard.in_flight(str(broker)) == 3)
+                err = await _refusal(stub.Fetch(fetch(4), timeout=RPC_TIMEOUT_S))
+                assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err
+                details = err.details() or ""
+                assert str(broker) in details and "max_calls_per_caller=3" in details, details
+                await asyncio.gather(*held, return_exceptions=True)
+            async with KvClient(
+                list(cluster.voters.values()),
+                credentials=cluster.tls_files(
+                    Identity.user(CLUSTER_ID, "ops")
+                ).channel_credentials(),
+            ) as client:
+                await client.put("still", b"serving")
+
+    run(go())

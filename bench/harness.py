@@ -278,6 +278,7 @@ async def sequential(target: Target, p: Params) -> dict[str, Any]:
     return {
         "writes": len(latencies),
         "errors": errors.count,
+        "last_error": errors.last,
         "seconds": elapsed,
         "commits_per_s": len(latencies) / elapsed if elapsed > 0 else 0.0,
         **latency_summary(latencies),
@@ -347,6 +348,7 @@ async def concurrent(target: Target, p: Params) -> dict[str, Any]:
         "writers": p.conc_writers,
         "writes": writes,
         "errors": errors.count,
+        "last_error": errors.last,
         "seconds": window,
         "commits_per_s": writes / window,
         **latency_summary(latencies),
@@ -375,6 +377,7 @@ async def batched(target: Target, p: Params) -> dict[str, Any]:
         "records": records,
         "batches": len(latencies),
         "errors": errors.count,
+        "last_error": errors.last,
         "seconds": window,
         "records_per_s": records / window,
         "batch_p50_ms": batch_lat["p50_ms"],
@@ -659,6 +662,11 @@ def format_table(name: str, result: dict[str, Any], security: Security | None = 
             f"   fdatasync of 4 KiB on the data disk: p50 {_fmt(probe.get('p50_ms'))} ms, "
             f"p99 {_fmt(probe.get('p99_ms'))} ms"
         )
+    for workload in ("sequential", "concurrent", "batched"):
+        count = result.get(workload, {}).get("errors")
+        if count:
+            last = result[workload].get("last_error")
+            lines.append(f"   {workload}: {count} failed writes (last: {last})")
     failover_result = result.get("failover", {})
     if failover_result:
         lines.append(

@@ -162,6 +162,23 @@ def test_sequential_writes_one_at_a_time() -> None:
     assert result["p50_ms"] <= result["p99_ms"]
 
 
+def test_a_failed_write_is_counted_and_its_error_kept() -> None:
+    class FlakyTarget(FakeTarget):
+        async def put(self, key: bytes, value: bytes) -> None:
+            if self.requests == 3:
+                self.requests += 1
+                raise ConnectionError("member 2 went away")
+            await super().put(key, value)
+
+    result = asyncio.run(harness.sequential(FlakyTarget(), small_params()))
+    assert result["writes"] == 49 and result["errors"] == 1
+    assert result["last_error"] == "ConnectionError: member 2 went away"
+    shown = harness.format_table("flaky", {"sequential": result})
+    assert "sequential: 1 failed writes (last: ConnectionError: member 2 went away)" in shown
+    clean = asyncio.run(harness.sequential(FakeTarget(), small_params()))
+    assert clean["errors"] == 0 and clean["last_error"] is None
+
+
 def test_sequential_gives_up_after_too_many_errors() -> None:
     target = FakeTarget(fail_all=True)
     with pytest.raises(harness.TooManyErrors):

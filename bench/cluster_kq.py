@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import signal
 import time
@@ -33,14 +32,11 @@ HEALTHY_TIMEOUT_S = 30.0
 NODES = 3
 
 
-@functools.cache
-def _mode_flags() -> dict[Security, tuple[str, ...]]:
-    """The flags of ``kq cluster up`` for each mode.  A new local cluster
-    is secure by default once ``kq cluster up`` takes ``--insecure``
-    (before, plaintext was the default and TLS took ``--tls``)."""
-    usage = run_kq("cluster", "up", "--help").stdout
-    plaintext = ("--insecure",) if "--insecure" in usage else ()
-    return {Security.PLAINTEXT: plaintext, Security.TLS: ("--tls",)}
+# The flags of ``kq cluster up`` for each mode (TLS is its default).
+MODE_FLAGS: dict[Security, tuple[str, ...]] = {
+    Security.PLAINTEXT: ("--insecure",),
+    Security.TLS: (),
+}
 
 
 class KqTarget:
@@ -145,7 +141,7 @@ async def open_target(
     directory = workdir / "kq"
     up = run_kq(
         "cluster", "up", "--dir", str(directory), "--nodes", str(NODES),
-        "--base-port", str(free_base_port(NODES)), *_mode_flags()[security], "--json",
+        "--base-port", str(free_base_port(NODES)), *MODE_FLAGS[security], "--json",
     )  # fmt: skip
     try:
         if up.returncode != 0:

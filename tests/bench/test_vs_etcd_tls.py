@@ -208,11 +208,11 @@ def test_kq_runs_every_workload_in_both_modes_and_tls_refuses_plaintext(
 def test_kq_target_refuses_a_cluster_of_the_wrong_mode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # As if `kq cluster up` ignored --tls: the benchmark must not label a
-    # plaintext cluster's figures TLS.
-    flags = cluster_kq._mode_flags()
+    # As if `kq cluster up` made a plaintext cluster when asked for TLS: the
+    # benchmark must not label a plaintext cluster's figures TLS.
+    flags = cluster_kq.MODE_FLAGS
     wrong = {**flags, Security.TLS: flags[Security.PLAINTEXT]}
-    monkeypatch.setattr(cluster_kq, "_mode_flags", lambda: wrong)
+    monkeypatch.setattr(cluster_kq, "MODE_FLAGS", wrong)
 
     async def open_it() -> None:
         async with cluster_kq.open_target(tmp_path, Security.TLS):

@@ -68,20 +68,21 @@ class Cluster:
         paths = issue(self.certs, identity, hosts=("127.0.0.1",))
         return TlsFiles(self.certs / "ca.crt", paths.cert, paths.key)
 
-    async def start(self, node: int) -> NodeServer:
+    def node_config(self, node: int) -> NodeConfig:
         tls = None
         if self.certs is not None:
             tls = TlsFiles.in_folder(self.certs, f"controller-{node}")
-        server = kv_server(
-            NodeConfig(
-                node,
-                CLUSTER_ID,
-                self.voters,
-                self.root / f"node-{node}",
-                options=self.options,
-                tls=tls,
-            )
+        return NodeConfig(
+            node, CLUSTER_ID, self.voters, self.root / f"node-{node}", options=self.options, tls=tls
         )
+
+    def make_server(self, config: NodeConfig) -> NodeServer:
+        """A node's server: the key-value store alone (subclasses add the
+        metadata controller)."""
+        return kv_server(config)
+
+    async def start(self, node: int) -> NodeServer:
+        server = self.make_server(self.node_config(node))
         await server.start()
         self.servers[node] = server
         return server

@@ -33,6 +33,7 @@ from kqproto import (
     quorum_pb2_grpc,
 )
 from kvstore.client import KvClient
+from metadata.active import ControllerSettings
 from metadata.authorizer import AuthorizerSettings
 from metadata.client import AclFilter, MetadataClient, PermissionDeniedError, acl_binding
 from quorum.driver.client import ClientError
@@ -41,7 +42,7 @@ from quorum.driver.node import NodeOptions
 from quorum.driver.plugin import AUDIT_LOGGER
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import format_storage
-from quorum.driver.tls import TlsFiles, dial
+from quorum.driver.tls import dial
 from server.controller import controller_server, plugin_of
 from tests.driver.cluster_util import CLUSTER_ID, FAST, Cluster, run, started
 from tests.metadata.metadata_cluster import SETTINGS, new_uuid
@@ -55,26 +56,14 @@ class TlsMetadataCluster(Cluster):
     """Controllers with the metadata plug-in on mutual TLS, ``User:admin``
     a super user."""
 
-    def __init__(self, root: Path, options: NodeOptions = FAST) -> None:
+    def __init__(
+        self, root: Path, options: NodeOptions = FAST, settings: ControllerSettings = SETTINGS
+    ) -> None:
         super().__init__(root, 3, options, tls=True)
+        self.settings = settings
 
-    async def start(self, node: int) -> NodeServer:
-        assert self.certs is not None
-        server = controller_server(
-            NodeConfig(
-                node,
-                CLUSTER_ID,
-                self.voters,
-                self.root / f"node-{node}",
-                options=self.options,
-                tls=TlsFiles.in_folder(self.certs, f"controller-{node}"),
-            ),
-            SETTINGS,
-            authorizer=SUPER,
-        )
-        await server.start()
-        self.servers[node] = server
-        return server
+    def make_server(self, config: NodeConfig) -> NodeServer:
+        return controller_server(config, self.settings, authorizer=SUPER)
 
     def user(self, name: str) -> grpc.ChannelCredentials:
         return self.tls_files(Identity.user(CLUSTER_ID, name)).channel_credentials()

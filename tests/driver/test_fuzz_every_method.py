@@ -46,7 +46,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -61,16 +60,15 @@ import kqproto
 from kqproto import quorum_pb2, quorum_pb2_grpc
 from kvstore.client import KvClient
 from metadata.active import ControllerSettings
-from metadata.authorizer import AuthorizerSettings
 from quorum.config import QuorumConfig
 from quorum.driver.identity import Identity
 from quorum.driver.identity import Role as IdentityRole
 from quorum.driver.node import NodeOptions
-from quorum.driver.server import NodeConfig, NodeServer
-from quorum.driver.tls import TlsFiles, dial
+from quorum.driver.tls import dial
 from quorum.types import MAX_EPOCH
-from server.controller import controller_server, plugin_of
-from tests.driver.cluster_util import CLUSTER_ID, Cluster
+from server.controller import plugin_of
+from tests.driver.cluster_util import CLUSTER_ID
+from tests.driver.test_acl_enforcement import ADMIN, TlsMetadataCluster
 
 EXAMPLES = int(os.environ.get("KQ_FUZZ_EXAMPLES", "60"))
 # Each caller's examples come from SEED + its place in CALLERS: fixed under
@@ -80,7 +78,6 @@ _DEFAULT_SEED = 0 if settings().derandomize else random.randrange(2**32)
 SEED = int(os.environ.get("KQ_FUZZ_SEED", str(_DEFAULT_SEED)))
 BUDGET_S = float(os.environ.get("KQ_FUZZ_BUDGET_S", "45"))
 RPC_S = 3.0
-ADMIN = "admin"
 BROKER_ID = 7
 OUTSIDER = 9  # a controller certificate's id that is no voter
 
@@ -108,7 +105,6 @@ QUIET = ControllerSettings(
     tick_interval_ms=50,
     metadata_max_idle_interval_ms=0,
 )
-SUPER = AuthorizerSettings(super_users=frozenset({f"User:{ADMIN}"}))
 
 # A servicer that raised, or a status nothing in kq sends.
 CRASHES = {
@@ -372,31 +368,6 @@ class LoopThread:
         self.loop.close()
 
 
-class FuzzCluster(Cluster):
-    """Controllers with every plug-in on mutual TLS; User:admin a super user."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root, 3, OPTIONS, tls=True)
-
-    async def start(self, node: int) -> NodeServer:
-        assert self.certs is not None
-        server = controller_server(
-            NodeConfig(
-                node,
-                CLUSTER_ID,
-                self.voters,
-                self.root / f"node-{node}",
-                options=self.options,
-                tls=TlsFiles.in_folder(self.certs, f"controller-{node}"),
-            ),
-            QUIET,
-            authorizer=SUPER,
-        )
-        await server.start()
-        self.servers[node] = server
-        return server
-
-
 CALLERS: dict[str, Identity | None] = {
     "plaintext": None,
     "user": Identity.user(CLUSTER_ID, "fuzzer"),
@@ -419,7 +390,7 @@ class Errors(logging.Handler):
 
 @dataclass
 class Env:
-    cluster: FuzzCluster
+    cluster: TlsMetadataCluster
     loop: LoopThread
     errors: Errors
     credentials: dict[str, grpc.ChannelCredentials | None] = field(default_factory=dict)
@@ -506,7 +477,7 @@ class Env:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     loop = LoopThread()
-    cluster = FuzzCluster(tmp_path_factory.mktemp("fuzz"))
+    cluster = TlsMetadataCluster(tmp_path_factory.mktemp("fuzz"), OPTIONS, QUIET)
     errors = Errors()
     logging.getLogger().addHandler(errors)
     e = Env(cluster, loop, errors)

@@ -79,8 +79,8 @@ from history.runs import RunDir
 from quorum.driver.client import describe
 from quorum.driver.storage_format import META_FILE
 from server.local_cluster import (
+    CallerCredentials,
     ClusterState,
-    broker_tls,
     issue_node_cert,
     make_certs,
     new_cluster_state,
@@ -190,7 +190,7 @@ class DockerCluster:
             raise ValueError(f"nodes must be in 1..50, got {nodes}")
         self._count = nodes
         self._tls = tls
-        self._credentials: dict[int | None, grpc.ChannelCredentials] = {}
+        self._credentials = CallerCredentials()
         self._settings = dict(settings or {})
         self._image = image
         self._base = base
@@ -258,14 +258,9 @@ class DockerCluster:
     def client_credentials(self, broker: int | None = None) -> grpc.ChannelCredentials | None:
         if not self._tls:
             return None
-        if broker not in self._credentials:
-            state = self._state
-            if state is None:
-                raise RuntimeError("the cluster is not started")
-            files = state.client_tls() if broker is None else broker_tls(state, broker)
-            assert files is not None
-            self._credentials[broker] = files.channel_credentials()
-        return self._credentials[broker]
+        if self._state is None:
+            raise RuntimeError("the cluster is not started")
+        return self._credentials.of(self._state, broker)
 
     def _node_certs(self, node: int) -> Path:
         """The host folder mounted as ``node``'s certificates folder."""

@@ -57,9 +57,9 @@ from chaos.node_exports import export_node
 from history.runs import RunDir
 from quorum.driver.client import describe
 from server.local_cluster import (
+    CallerCredentials,
     ClusterState,
     NodeState,
-    broker_tls,
     check_configs,
     format_new_nodes,
     free_base_port,
@@ -110,7 +110,7 @@ class LocalCluster:
             raise ValueError(f"nodes must be in 1..50, got {nodes}")
         self.directory = Path(directory).resolve()
         self._tls = tls
-        self._credentials: dict[int | None, grpc.ChannelCredentials] = {}
+        self._credentials = CallerCredentials()
         self._count = nodes
         self._settings = dict(settings or {})
         self._network_faults = network_faults
@@ -146,14 +146,7 @@ class LocalCluster:
         return "SSL" if self._tls else "PLAINTEXT"
 
     def client_credentials(self, broker: int | None = None) -> grpc.ChannelCredentials | None:
-        if not self._tls:
-            return None
-        if broker not in self._credentials:
-            state = self.state
-            files = state.client_tls() if broker is None else broker_tls(state, broker)
-            assert files is not None
-            self._credentials[broker] = files.channel_credentials()
-        return self._credentials[broker]
+        return self._credentials.of(self.state, broker)
 
     async def rotate_certs(self, nodes: Sequence[int]) -> None:
         if not self._tls:

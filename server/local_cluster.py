@@ -72,6 +72,7 @@ __all__ = [
     "check_ports",
     "format_new_nodes",
     "free_base_port",
+    "CallerCredentials",
     "broker_tls",
     "issue_node_cert",
     "load_state",
@@ -497,6 +498,24 @@ def broker_tls(state: ClusterState, broker_id: int) -> TlsFiles:
     if not files.cert.exists():
         issue(state.certs_dir, Identity.node(state.cluster_id, IdentityRole.BROKER, broker_id), ())
     return files
+
+
+class CallerCredentials:
+    """The channel credentials of a cluster's callers, each made once: the
+    admin user's (``broker=None``) or a broker's (whose lifecycle calls must
+    present its own certificate); None for a plaintext cluster."""
+
+    def __init__(self) -> None:
+        self._made: dict[int | None, grpc.ChannelCredentials] = {}
+
+    def of(self, state: ClusterState, broker: int | None = None) -> grpc.ChannelCredentials | None:
+        if not state.tls:
+            return None
+        if broker not in self._made:
+            files = state.client_tls() if broker is None else broker_tls(state, broker)
+            assert files is not None
+            self._made[broker] = files.channel_credentials()
+        return self._made[broker]
 
 
 def make_certs(state: ClusterState, hosts: Callable[[int], Sequence[str]] | None = None) -> None:

@@ -28,6 +28,8 @@ class Errors(enum.IntEnum):
     INVALID_PRODUCER_EPOCH = 47
     UNKNOWN_PRODUCER_ID = 59
     KAFKA_STORAGE_ERROR = 56
+    # A batch compressed with a codec kq does not have (snappy), KIP-110.
+    UNSUPPORTED_COMPRESSION_TYPE = 76
 
 
 class PartitionLogError(Exception):

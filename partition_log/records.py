@@ -1,0 +1,290 @@
+"""The records inside a v2 record batch (Kafka's ``DefaultRecord.java``).
+
+A record is::
+
+    Length varint | Attributes int8 | TimestampDelta varlong | OffsetDelta varint |
+    KeyLength varint | Key | ValueLength varint | Value | HeadersCount varint |
+    [HeaderKeyLength varint | HeaderKey | HeaderValueLength varint | HeaderValue]...
+
+Varints are zigzag-encoded base-128 as Kafka's ``ByteUtils.writeVarint`` /
+``writeVarlong``: at most 5 bytes for an int32, 10 for an int64.  A length of
+-1 is null (a null value is a tombstone); header keys are UTF-8 strings and
+never null.  Brokers move batches as opaque bytes: these functions serve
+compaction, timestamps, consumers and tools.
+
+Malformed bytes raise :class:`~partition_log.errors.PartitionLogError` with
+``CORRUPT_MESSAGE`` naming the record, the field and its position, never an
+``IndexError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from partition_log.errors import Errors, PartitionLogError
+
+__all__ = [
+    "Header",
+    "Record",
+    "decode_varint",
+    "decode_records_section",
+    "encode_records_section",
+    "encode_varint",
+]
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+#: A record header: a UTF-8 key and a value that may be null (Kafka's ``Header``).
+Header = tuple[str, bytes | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record of a batch, with its absolute offset and timestamp (Kafka's
+    ``Record``: ``offset()`` is the batch's base offset plus the record's offset
+    delta, ``timestamp()`` its base timestamp plus the timestamp delta, or the
+    batch's max timestamp under ``LOG_APPEND_TIME``)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+    @property
+    def is_tombstone(self) -> bool:
+        """A null value deletes its key under compaction (design.html §4.8)."""
+        return self.value is None
+
+
+class _Malformed(Exception):
+    """Raised inside the decoder; the caller adds which record and where."""
+
+
+# -- varints (ByteUtils) ------------------------------------------------------
+
+# Encodings of every zigzag value below 2**14 (one or two bytes): the lengths,
+# offset deltas and timestamp deltas of typical records, without a loop.
+_SMALL_VARINTS: tuple[bytes, ...] = tuple(
+    bytes((z,)) if z < 0x80 else bytes(((z & 0x7F) | 0x80, z >> 7)) for z in range(1 << 14)
+)
+
+
+def encode_varint(value: int) -> bytes:
+    """Zigzag base-128 encoding of a signed integer (``ByteUtils.writeVarlong``;
+    for an int32 the same bytes as ``writeVarint``)."""
+    z = (value << 1) ^ (value >> 63)
+    if z < 0x4000:
+        return _SMALL_VARINTS[z]
+    out = bytearray()
+    while z >= 0x80:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+def decode_varint(data: bytes, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
+    """The signed integer whose zigzag varint starts at ``data[pos]`` and the
+    position after it.  ``max_bytes`` is 5 for a varint, 10 for a varlong, as
+    ``ByteUtils.readVarint``/``readVarlong`` refuse longer ones."""
+    if pos >= end:
+        raise _Malformed(f"a varint at position {pos} runs past the end")
+    b = data[pos]
+    if b < 0x80:
+        return (b >> 1) ^ -(b & 1), pos + 1
+    z = b & 0x7F
+    shift = 7
+    i = pos + 1
+    while True:
+        if i >= end:
+            raise _Malformed(f"a varint at position {pos} runs past the end")
+        if i - pos >= max_bytes:
+            raise _Malformed(f"a varint at position {pos} is longer than {max_bytes} bytes")
+        b = data[i]
+        z |= (b & 0x7F) << shift
+        i += 1
+        if b < 0x80:
+            break
+        shift += 7
+    value = (z >> 1) ^ -(z & 1)
+    return value, i
+
+
+# -- records section ----------------------------------------------------------
+
+
+def _encode_bytes(field: str, value: bytes | None) -> bytes:
+    if value is None:
+        return b"\x01"  # zigzag(-1): null
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise PartitionLogError(
+            Errors.INVALID_RECORD, f"a record's {field} must be bytes or None, not {type(value)!r}"
+        )
+    size = len(value)
+    if size > INT32_MAX:
+        raise PartitionLogError(Errors.INVALID_RECORD, f"a record's {field} of {size} bytes")
+    return encode_varint(size) + bytes(value)
+
+
+def _encode_headers(headers: tuple[Header, ...]) -> bytes:
+    if not headers:
+        return b"\x00"
+    parts = [encode_varint(len(headers))]
+    for header in headers:
+        key, value = header
+        if not isinstance(key, str):
+            raise PartitionLogError(
+                Errors.INVALID_RECORD, f"a header key must be a str, not {type(key)!r}"
+            )
+        raw_key = key.encode("utf-8")
+        parts.append(encode_varint(len(raw_key)))
+        parts.append(raw_key)
+        parts.append(_encode_bytes("header value", value))
+    return b"".join(parts)
+
+
+def encode_records_section(
+    records: Sequence[Record], base_offset: int, base_timestamp: int
+) -> bytes:
+    """The records, each with its deltas from ``base_offset`` and
+    ``base_timestamp``, concatenated as a batch holds them (uncompressed).
+
+    Offsets must increase and their deltas fit an int32; the caller checks the
+    batch-level fields."""
+    parts: list[bytes] = []
+    previous = base_offset - 1
+    for index, record in enumerate(records):
+        offset_delta = record.offset - base_offset
+        if record.offset <= previous or offset_delta > INT32_MAX:
+            raise PartitionLogError(
+                Errors.INVALID_RECORD,
+                f"record {index} has offset {record.offset}: offsets must increase from the "
+                f"base offset {base_offset} and stay within {INT32_MAX} of it "
+                f"(previous {previous})",
+            )
+        previous = record.offset
+        timestamp_delta = record.timestamp - base_timestamp
+        if not INT64_MIN <= timestamp_delta <= INT64_MAX:
+            raise PartitionLogError(
+                Errors.INVALID_RECORD,
+                f"record {index} has timestamp {record.timestamp}, out of range of the base "
+                f"timestamp {base_timestamp}",
+            )
+        body = b"".join(
+            (
+                b"\x00",  # record attributes: unused (DefaultRecord.java)
+                encode_varint(timestamp_delta),
+                encode_varint(offset_delta),
+                _encode_bytes("key", record.key),
+                _encode_bytes("value", record.value),
+                _encode_headers(record.headers),
+            )
+        )
+        parts.append(encode_varint(len(body)))
+        parts.append(body)
+    return b"".join(parts)
+
+
+def decode_records_section(
+    data: bytes,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    last_offset_delta: int,
+    log_append_time: int | None = None,
+) -> tuple[Record, ...]:
+    """Decode ``count`` records that fill ``data`` exactly.
+
+    Checks each record's length against its fields, that offset deltas
+    increase within ``[0, last_offset_delta]`` (compaction may remove records,
+    so they need not be dense), and that no bytes remain after the last
+    record.  ``log_append_time`` replaces every record's timestamp
+    (``LOG_APPEND_TIME`` batches, ``DefaultRecordBatch.iterator``)."""
+    records: list[Record] = []
+    pos = 0
+    end = len(data)
+    previous_delta = -1
+    index = 0
+    try:
+        for index in range(count):
+            if pos >= end:
+                raise _Malformed(f"the records section ends after {index} records")
+            length, pos = decode_varint(data, pos, end)
+            if length < 0 or length > end - pos:
+                raise _Malformed(
+                    f"its length {length} at position {pos} does not fit the {end - pos} bytes left"
+                )
+            record_end = pos + length
+            if pos >= record_end:
+                raise _Malformed("it has no attributes byte")
+            pos += 1  # attributes: unused
+            timestamp_delta, pos = decode_varint(data, pos, record_end, 10)
+            offset_delta, pos = decode_varint(data, pos, record_end)
+            if offset_delta <= previous_delta or offset_delta > last_offset_delta:
+                raise _Malformed(
+                    f"offset delta {offset_delta} after {previous_delta}: expected an increasing "
+                    f"delta of at most the last offset delta {last_offset_delta}"
+                )
+            previous_delta = offset_delta
+            key, pos = _decode_bytes("key", data, pos, record_end)
+            value, pos = _decode_bytes("value", data, pos, record_end)
+            header_count, pos = decode_varint(data, pos, record_end)
+            if header_count < 0:
+                raise _Malformed(f"header count {header_count}")
+            headers: list[Header] = []
+            for _ in range(header_count):
+                key_size, pos = decode_varint(data, pos, record_end)
+                if key_size < 0 or key_size > record_end - pos:
+                    raise _Malformed(
+                        f"header key length {key_size} at position {pos} does not fit the "
+                        f"{record_end - pos} bytes left of the record"
+                    )
+                try:
+                    header_key = data[pos : pos + key_size].decode("utf-8")
+                except UnicodeDecodeError as error:
+                    raise _Malformed(f"header key at position {pos} is not UTF-8") from error
+                pos += key_size
+                header_value, pos = _decode_bytes("header value", data, pos, record_end)
+                headers.append((header_key, header_value))
+            if pos != record_end:
+                raise _Malformed(
+                    f"its length says {length} bytes but its fields take "
+                    f"{length + pos - record_end}"
+                )
+            if log_append_time is None:
+                timestamp = base_timestamp + timestamp_delta
+            else:
+                timestamp = log_append_time
+            records.append(
+                Record(base_offset + offset_delta, timestamp, key, value, tuple(headers))
+            )
+    except _Malformed as problem:
+        raise PartitionLogError(
+            Errors.CORRUPT_MESSAGE,
+            f"batch at base offset {base_offset}: record {index} of {count} is malformed: "
+            f"{problem}",
+        ) from None
+    if pos != end:
+        raise PartitionLogError(
+            Errors.CORRUPT_MESSAGE,
+            f"batch at base offset {base_offset}: {end - pos} bytes remain after its "
+            f"{count} records (record count {count} is wrong or the records are damaged)",
+        )
+    return tuple(records)
+
+
+def _decode_bytes(field: str, data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
+    size, pos = decode_varint(data, pos, end)
+    if size == -1:
+        return None, pos
+    if size < -1 or size > end - pos:
+        raise _Malformed(
+            f"{field} length {size} at position {pos} does not fit the {end - pos} bytes "
+            "left of the record"
+        )
+    return data[pos : pos + size], pos + size

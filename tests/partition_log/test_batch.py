@@ -153,6 +153,31 @@ def test_encoder_produces_the_known_bytes() -> None:
     assert struct.unpack_from(">I", built, 17)[0] == crc32c(built[21:])
 
 
+@pytest.mark.parametrize(
+    ("records", "kwargs", "crc"),
+    [
+        ([], {"last_offset_delta": 0, "base_timestamp": 0, "max_timestamp": 0}, 0x595FB7DD),
+        ([], {"last_offset_delta": 0, "base_timestamp": 0, "max_timestamp": 0, "control": True},
+         0x512E43D9),
+        ([Record(0, 1_479_847_795_005, b"\x01\x02\x03\x04", b"\x05\x06\x07",
+                 (("\x08\t\n", b"\x0b\x0c"),))],
+         {"base_timestamp": 1_479_847_795_000, "max_timestamp": 0}, 0x547961FD),
+    ],
+)  # fmt: skip
+def test_crcs_match_another_clients_published_batches(
+    records: list[Record], kwargs: dict[str, int], crc: int
+) -> None:
+    """The CRCs that Sarama's record batch tests (record_test.go: "empty
+    record", "control batch", "uncompressed record") give for the same fields,
+    with producer id, epoch and base sequence 0."""
+    batch = build_batch(records, producer_id=0, producer_epoch=0, base_sequence=0,
+                        partition_leader_epoch=0, **kwargs)  # type: ignore[arg-type]  # fmt: skip
+    header = verify(batch)
+    assert header.crc == crc
+    assert header.length == 49 + (21 if records else 0)
+    assert decode_records(batch) == tuple(records)
+
+
 def test_header_view_reads_every_field() -> None:
     header = verify(known_batch())
     assert header == BatchHeader(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from partition_log.epoch_cache import (
@@ -261,11 +261,7 @@ operations = st.lists(
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(operations)
-def test_cache_always_equals_the_one_derived_from_the_batches(
-    ops: list[tuple[str, int, int]],
-) -> None:
+def check_against_derived(ops: list[tuple[str, int, int]]) -> None:
     log = Log()
     epoch = 0
     for op, amount, bump in ops:
@@ -289,3 +285,44 @@ def test_cache_always_equals_the_one_derived_from_the_batches(
         else:
             assert log.cache == log.derived()
     assert decode_checkpoint(encode_checkpoint(log.cache.entries)) == log.cache.entries
+
+
+@settings(max_examples=300, deadline=None)
+@given(operations)
+def test_cache_always_equals_the_one_derived_from_the_batches(
+    ops: list[tuple[str, int, int]],
+) -> None:
+    check_against_derived(ops)
+
+
+def drops_the_covering_entry(self: LeaderEpochCache, start_offset: int) -> LeaderEpochCache:
+    return LeaderEpochCache(tuple(e for e in self.entries if e.start_offset > start_offset))
+
+
+def keeps_an_entry_at_the_end(self: LeaderEpochCache, end_offset: int) -> LeaderEpochCache:
+    return LeaderEpochCache(tuple(e for e in self.entries if e.start_offset <= end_offset))
+
+
+@pytest.mark.parametrize(
+    ("method", "broken"),
+    [
+        ("truncate_from_start", drops_the_covering_entry),
+        ("truncate_from_end", keeps_an_entry_at_the_end),
+    ],
+)
+def test_the_property_catches_a_broken_rule(
+    monkeypatch: pytest.MonkeyPatch, method: str, broken: object
+) -> None:
+    # Without Kafka's rules (the entry covering the new start stays, moved to
+    # it; an entry starting at the new end goes), some history leaves a
+    # cache that differs from the derived one.
+    monkeypatch.setattr(LeaderEpochCache, method, broken)
+
+    def fails(ops: list[tuple[str, int, int]]) -> bool:
+        try:
+            check_against_derived(ops)
+        except AssertionError:
+            return True
+        return False
+
+    find(operations, fails, settings=settings(max_examples=2000, database=None, deadline=None))

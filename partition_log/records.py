@@ -97,6 +97,9 @@ def decode_varint(data: bytes, pos: int, end: int, max_bytes: int = 5) -> tuple[
     b = data[pos]
     if b < 0x80:
         return (b >> 1) ^ -(b & 1), pos + 1
+    if pos + 1 < end and data[pos + 1] < 0x80:  # two bytes: values up to 8191
+        z = (b & 0x7F) | (data[pos + 1] << 7)
+        return (z >> 1) ^ -(z & 1), pos + 2
     z = b & 0x7F
     shift = 7
     i = pos + 1
@@ -118,33 +121,32 @@ def decode_varint(data: bytes, pos: int, end: int, max_bytes: int = 5) -> tuple[
 # -- records section ----------------------------------------------------------
 
 
-def _encode_bytes(field: str, value: bytes | None) -> bytes:
-    if value is None:
-        return b"\x01"  # zigzag(-1): null
-    if not isinstance(value, bytes | bytearray | memoryview):
-        raise PartitionLogError(
-            Errors.INVALID_RECORD, f"a record's {field} must be bytes or None, not {type(value)!r}"
-        )
-    size = len(value)
-    if size > INT32_MAX:
-        raise PartitionLogError(Errors.INVALID_RECORD, f"a record's {field} of {size} bytes")
-    return encode_varint(size) + bytes(value)
+def _bad_bytes(index: int, field: str, value: object) -> PartitionLogError:
+    return PartitionLogError(
+        Errors.INVALID_RECORD,
+        f"record {index}: a record's {field} must be bytes or None, not {type(value)!r}",
+    )
 
 
-def _encode_headers(headers: tuple[Header, ...]) -> bytes:
-    if not headers:
-        return b"\x00"
+def _encode_headers(index: int, headers: tuple[Header, ...]) -> bytes:
     parts = [encode_varint(len(headers))]
     for header in headers:
         key, value = header
         if not isinstance(key, str):
             raise PartitionLogError(
-                Errors.INVALID_RECORD, f"a header key must be a str, not {type(key)!r}"
+                Errors.INVALID_RECORD,
+                f"record {index}: a header key must be a str, not {type(key)!r}",
             )
         raw_key = key.encode("utf-8")
         parts.append(encode_varint(len(raw_key)))
         parts.append(raw_key)
-        parts.append(_encode_bytes("header value", value))
+        if value is None:
+            parts.append(b"\x01")
+        elif isinstance(value, bytes):
+            parts.append(encode_varint(len(value)))
+            parts.append(value)
+        else:
+            raise _bad_bytes(index, "header value", value)
     return b"".join(parts)
 
 
@@ -155,19 +157,25 @@ def encode_records_section(
     ``base_timestamp``, concatenated as a batch holds them (uncompressed).
 
     Offsets must increase and their deltas fit an int32; the caller checks the
-    batch-level fields."""
+    batch-level fields.  Speed: one list of parts joined once, so a key or
+    value is copied only into the result, and one- or two-byte varints come
+    from a table."""
+    small = _SMALL_VARINTS
+    varint = encode_varint
     parts: list[bytes] = []
+    append = parts.append
     previous = base_offset - 1
     for index, record in enumerate(records):
-        offset_delta = record.offset - base_offset
-        if record.offset <= previous or offset_delta > INT32_MAX:
+        offset = record.offset
+        offset_delta = offset - base_offset
+        if offset <= previous or offset_delta > INT32_MAX:
             raise PartitionLogError(
                 Errors.INVALID_RECORD,
-                f"record {index} has offset {record.offset}: offsets must increase from the "
+                f"record {index} has offset {offset}: offsets must increase from the "
                 f"base offset {base_offset} and stay within {INT32_MAX} of it "
                 f"(previous {previous})",
             )
-        previous = record.offset
+        previous = offset
         timestamp_delta = record.timestamp - base_timestamp
         if not INT64_MIN <= timestamp_delta <= INT64_MAX:
             raise PartitionLogError(
@@ -175,18 +183,38 @@ def encode_records_section(
                 f"record {index} has timestamp {record.timestamp}, out of range of the base "
                 f"timestamp {base_timestamp}",
             )
-        body = b"".join(
-            (
-                b"\x00",  # record attributes: unused (DefaultRecord.java)
-                encode_varint(timestamp_delta),
-                encode_varint(offset_delta),
-                _encode_bytes("key", record.key),
-                _encode_bytes("value", record.value),
-                _encode_headers(record.headers),
-            )
-        )
-        parts.append(encode_varint(len(body)))
-        parts.append(body)
+        # Record attributes (unused, 0) and the two deltas.
+        head = b"\x00" + varint(timestamp_delta) + varint(offset_delta)
+        size = len(head)
+        key = record.key
+        if key is None:
+            key_size = b"\x01"  # zigzag(-1): null
+            key = b""
+        elif isinstance(key, bytes):
+            n = len(key)
+            key_size = small[n << 1] if n < 0x2000 else varint(n)
+            size += n
+        else:
+            raise _bad_bytes(index, "key", key)
+        value = record.value
+        if value is None:
+            value_size = b"\x01"
+            value = b""
+        elif isinstance(value, bytes):
+            n = len(value)
+            value_size = small[n << 1] if n < 0x2000 else varint(n)
+            size += n
+        else:
+            raise _bad_bytes(index, "value", value)
+        headers = _encode_headers(index, record.headers) if record.headers else b"\x00"
+        size += len(key_size) + len(value_size) + len(headers)
+        append(small[size << 1] if size < 0x2000 else varint(size))
+        append(head)
+        append(key_size)
+        append(key)
+        append(value_size)
+        append(value)
+        append(headers)
     return b"".join(parts)
 
 
@@ -206,15 +234,23 @@ def decode_records_section(
     record.  ``log_append_time`` replaces every record's timestamp
     (``LOG_APPEND_TIME`` batches, ``DefaultRecordBatch.iterator``)."""
     records: list[Record] = []
+    append = records.append
     pos = 0
     end = len(data)
     previous_delta = -1
     index = 0
+    # Speed: the common one-byte varints are read inline (a byte below 0x80),
+    # the rest by decode_varint; every read is bounded by the record's end.
     try:
         for index in range(count):
             if pos >= end:
                 raise _Malformed(f"the records section ends after {index} records")
-            length, pos = decode_varint(data, pos, end)
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                length, pos = decode_varint(data, pos, end)
             if length < 0 or length > end - pos:
                 raise _Malformed(
                     f"its length {length} at position {pos} does not fit the {end - pos} bytes left"
@@ -223,8 +259,18 @@ def decode_records_section(
             if pos >= record_end:
                 raise _Malformed("it has no attributes byte")
             pos += 1  # attributes: unused
-            timestamp_delta, pos = decode_varint(data, pos, record_end, 10)
-            offset_delta, pos = decode_varint(data, pos, record_end)
+            if pos < record_end and data[pos] < 0x80:
+                b = data[pos]
+                timestamp_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                timestamp_delta, pos = decode_varint(data, pos, record_end, 10)
+            if pos < record_end and data[pos] < 0x80:
+                b = data[pos]
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            else:
+                offset_delta, pos = decode_varint(data, pos, record_end)
             if offset_delta <= previous_delta or offset_delta > last_offset_delta:
                 raise _Malformed(
                     f"offset delta {offset_delta} after {previous_delta}: expected an increasing "
@@ -233,35 +279,26 @@ def decode_records_section(
             previous_delta = offset_delta
             key, pos = _decode_bytes("key", data, pos, record_end)
             value, pos = _decode_bytes("value", data, pos, record_end)
-            header_count, pos = decode_varint(data, pos, record_end)
-            if header_count < 0:
-                raise _Malformed(f"header count {header_count}")
-            headers: list[Header] = []
-            for _ in range(header_count):
-                key_size, pos = decode_varint(data, pos, record_end)
-                if key_size < 0 or key_size > record_end - pos:
-                    raise _Malformed(
-                        f"header key length {key_size} at position {pos} does not fit the "
-                        f"{record_end - pos} bytes left of the record"
-                    )
-                try:
-                    header_key = data[pos : pos + key_size].decode("utf-8")
-                except UnicodeDecodeError as error:
-                    raise _Malformed(f"header key at position {pos} is not UTF-8") from error
-                pos += key_size
-                header_value, pos = _decode_bytes("header value", data, pos, record_end)
-                headers.append((header_key, header_value))
+            if pos < record_end and data[pos] == 0:
+                headers: tuple[Header, ...] = ()
+                pos += 1
+            else:
+                headers, pos = _decode_headers(data, pos, record_end)
             if pos != record_end:
                 raise _Malformed(
                     f"its length says {length} bytes but its fields take "
                     f"{length + pos - record_end}"
                 )
-            if log_append_time is None:
-                timestamp = base_timestamp + timestamp_delta
-            else:
-                timestamp = log_append_time
-            records.append(
-                Record(base_offset + offset_delta, timestamp, key, value, tuple(headers))
+            append(
+                Record(
+                    base_offset + offset_delta,
+                    base_timestamp + timestamp_delta
+                    if log_append_time is None
+                    else log_append_time,
+                    key,
+                    value,
+                    headers,
+                )
             )
     except _Malformed as problem:
         raise PartitionLogError(
@@ -279,7 +316,12 @@ def decode_records_section(
 
 
 def _decode_bytes(field: str, data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
-    size, pos = decode_varint(data, pos, end)
+    if pos < end and data[pos] < 0x80:
+        b = data[pos]
+        size = (b >> 1) ^ -(b & 1)
+        pos += 1
+    else:
+        size, pos = decode_varint(data, pos, end)
     if size == -1:
         return None, pos
     if size < -1 or size > end - pos:
@@ -288,3 +330,25 @@ def _decode_bytes(field: str, data: bytes, pos: int, end: int) -> tuple[bytes | 
             "left of the record"
         )
     return data[pos : pos + size], pos + size
+
+
+def _decode_headers(data: bytes, pos: int, end: int) -> tuple[tuple[Header, ...], int]:
+    header_count, pos = decode_varint(data, pos, end)
+    if header_count < 0:
+        raise _Malformed(f"header count {header_count}")
+    headers: list[Header] = []
+    for _ in range(header_count):
+        key_size, pos = decode_varint(data, pos, end)
+        if key_size < 0 or key_size > end - pos:
+            raise _Malformed(
+                f"header key length {key_size} at position {pos} does not fit the "
+                f"{end - pos} bytes left of the record"
+            )
+        try:
+            header_key = data[pos : pos + key_size].decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise _Malformed(f"header key at position {pos} is not UTF-8") from error
+        pos += key_size
+        header_value, pos = _decode_bytes("header value", data, pos, end)
+        headers.append((header_key, header_value))
+    return tuple(headers), pos

@@ -66,6 +66,7 @@ except ImportError:  # pragma: no cover - depends on the installation
     HAVE_ZSTD = False
 
 __all__ = [
+    "DEFAULT_MAX_RECORDS_BYTES",
     "HEADER_SIZE",
     "LOG_OVERHEAD",
     "MAGIC",
@@ -267,16 +268,35 @@ def _compress(compression: Compression, data: bytes) -> bytes:
     )
 
 
-def _decompress(compression: Compression, data: bytes, base_offset: int) -> bytes:
+# Decompressed records sections larger than this are refused: a guard against
+# a small batch that expands without bound (a decompression bomb), not a
+# Kafka limit (Kafka streams records out of the codec).  Callers may pass
+# their own.
+DEFAULT_MAX_RECORDS_BYTES = 1 << 28
+# zstd's decompressobj takes no output limit: it is fed this much at a time,
+# so it overshoots the limit by at most what one step can expand to (zstd
+# blocks of at most 128 KiB from a few bytes each: tens of MiB).
+_ZSTD_STEP = 1024
+
+
+def _too_large(where: str, limit: int) -> PartitionLogError:
+    return PartitionLogError(
+        Errors.MESSAGE_TOO_LARGE, f"{where} decompress to more than {limit} bytes"
+    )
+
+
+def _decompress(compression: Compression, data: bytes, base_offset: int, limit: int) -> bytes:
     if compression is Compression.NONE:
         return data
     where = f"batch at base offset {base_offset}: {compression.name} records"
     if compression is Compression.GZIP:
         gzip = zlib.decompressobj(31)
         try:
-            out = gzip.decompress(data)
+            out = gzip.decompress(data, limit + 1)
         except zlib.error as error:
             raise _corrupt(f"{where} do not decompress: {error}") from None
+        if len(out) > limit:
+            raise _too_large(where, limit)
         if not gzip.eof or gzip.unused_data:
             raise _corrupt(f"{where}: the gzip stream is cut short or followed by other bytes")
         return out
@@ -285,9 +305,11 @@ def _decompress(compression: Compression, data: bytes, base_offset: int) -> byte
             raise _unsupported(compression, "the lz4 package is not installed")
         frame = _lz4.LZ4FrameDecompressor()
         try:
-            out = frame.decompress(data)
+            out = frame.decompress(data, max_length=limit + 1)
         except RuntimeError as error:
             raise _corrupt(f"{where} do not decompress: {error}") from None
+        if len(out) > limit:
+            raise _too_large(where, limit)
         if not frame.eof or frame.unused_data:
             raise _corrupt(f"{where}: the LZ4 frame is cut short or followed by other bytes")
         return bytes(out)
@@ -296,13 +318,22 @@ def _decompress(compression: Compression, data: bytes, base_offset: int) -> byte
             raise _unsupported(compression, "the zstandard package is not installed")
         # A stream decoder: a producer's frames need not carry their content size.
         stream = _zstd.ZstdDecompressor().decompressobj()
+        parts: list[bytes] = []
+        total = 0
+        fed = 0  # bytes of data given to the decoder
         try:
-            out = stream.decompress(data)
+            while fed < len(data) and not stream.eof:
+                part = stream.decompress(data[fed : fed + _ZSTD_STEP])
+                fed += _ZSTD_STEP
+                total += len(part)
+                if total > limit:
+                    raise _too_large(where, limit)
+                parts.append(part)
         except _zstd.ZstdError as error:
             raise _corrupt(f"{where} do not decompress: {error}") from None
-        if not stream.eof or stream.unused_data:
+        if not stream.eof or stream.unused_data or fed < len(data):
             raise _corrupt(f"{where}: the zstd frame is cut short or followed by other bytes")
-        return out
+        return b"".join(parts)
     raise _unsupported(
         compression, "kq has no snappy codec (Kafka's xerial framing); use lz4 or zstd"
     )
@@ -471,8 +502,10 @@ def _header_of(batch: bytes | bytearray | memoryview, check_crc: bool) -> BatchH
     return header
 
 
-def _records_of(batch: bytes | bytearray | memoryview, header: BatchHeader) -> tuple[Record, ...]:
-    section = _decompress(header.compression, bytes(batch[HEADER_SIZE:]), header.base_offset)
+def _records_of(
+    batch: bytes | bytearray | memoryview, header: BatchHeader, limit: int
+) -> tuple[Record, ...]:
+    section = _decompress(header.compression, bytes(batch[HEADER_SIZE:]), header.base_offset, limit)
     return decode_records_section(
         section,
         header.records_count,
@@ -483,14 +516,22 @@ def _records_of(batch: bytes | bytearray | memoryview, header: BatchHeader) -> t
     )
 
 
-def decode_records(batch: bytes | bytearray | memoryview) -> tuple[Record, ...]:
+def decode_records(
+    batch: bytes | bytearray | memoryview, *, max_records_bytes: int = DEFAULT_MAX_RECORDS_BYTES
+) -> tuple[Record, ...]:
     """The records of one batch, decompressed, with absolute offsets and
     timestamps.  Checks the batch's structure but not its CRC (call
-    :func:`verify` for bytes that came from outside)."""
-    return _records_of(batch, _header_of(batch, check_crc=False))
+    :func:`verify` for bytes that came from outside).  A compressed section
+    that expands past ``max_records_bytes`` is refused (``MESSAGE_TOO_LARGE``)."""
+    return _records_of(batch, _header_of(batch, check_crc=False), max_records_bytes)
 
 
-def verify(batch: bytes | bytearray | memoryview, *, records: bool = True) -> BatchHeader:
+def verify(
+    batch: bytes | bytearray | memoryview,
+    *,
+    records: bool = True,
+    max_records_bytes: int = DEFAULT_MAX_RECORDS_BYTES,
+) -> BatchHeader:
     """Check one batch and return its header: the length field against the
     buffer, the magic, the CRC-32C over attributes..end, the record count and
     last offset delta against each other, and with ``records`` (decompressing
@@ -498,7 +539,7 @@ def verify(batch: bytes | bytearray | memoryview, *, records: bool = True) -> Ba
     (``DefaultRecordBatch.ensureValid`` and its iterator's checks)."""
     header = _header_of(batch, check_crc=True)
     if records:
-        _records_of(batch, header)
+        _records_of(batch, header, max_records_bytes)
     return header
 
 

@@ -19,6 +19,9 @@ class Errors(enum.IntEnum):
 
     NONE = 0
     OFFSET_OUT_OF_RANGE = 1
+    # A batch larger than the log takes (MESSAGE_TOO_LARGE in Errors.java),
+    # also a compressed batch that expands past the decoder's limit.
+    MESSAGE_TOO_LARGE = 10
     # A batch whose CRC, size or fields do not hold (retriable for a client:
     # the bytes were damaged on their way).
     CORRUPT_MESSAGE = 2

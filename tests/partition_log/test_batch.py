@@ -568,3 +568,44 @@ def test_compacted_batch_with_gaps_in_its_offsets() -> None:
     header = verify(batch)
     assert (header.records_count, header.last_offset_delta) == (2, 9)
     assert decode_records(batch) == tuple(kept)
+
+
+# -- decompression bombs ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("compression", [Compression.GZIP, Compression.LZ4, Compression.ZSTD])
+def test_a_section_that_expands_past_the_limit_is_refused(compression: Compression) -> None:
+    records = [Record(i, 0, None, bytes(10_000)) for i in range(100)]  # about 1 MB of zeros
+    batch = build_batch(records, compression=compression)
+    plain_size = len(build_batch(records)) - HEADER_SIZE
+    assert len(batch) < plain_size // 50
+    with pytest.raises(PartitionLogError) as caught:
+        verify(batch, max_records_bytes=100_000)
+    assert caught.value.code is Errors.MESSAGE_TOO_LARGE
+    assert f"base offset 0: {compression.name} records decompress to more than 100000" in str(
+        caught.value
+    )
+    with pytest.raises(PartitionLogError, match="more than"):
+        decode_records(batch, max_records_bytes=plain_size - 1)
+    # Exactly at the limit it decodes.
+    assert decode_records(batch, max_records_bytes=plain_size) == tuple(records)
+
+
+def test_a_zstd_frame_without_its_size_is_bounded_too() -> None:
+    records = [Record(i, 0, None, bytes(10_000)) for i in range(100)]
+    plain = build_batch(records)
+    frame = zstandard.ZstdCompressor(write_content_size=False).compress(section(plain))
+    batch = bytearray(plain[:HEADER_SIZE] + frame)
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">h", batch, 21, Compression.ZSTD)
+    recrc(batch)
+    with pytest.raises(PartitionLogError) as caught:
+        verify(bytes(batch), max_records_bytes=50_000)
+    assert caught.value.code is Errors.MESSAGE_TOO_LARGE
+    assert len(decode_records(bytes(batch))) == 100
+
+
+def test_a_zstd_section_followed_by_another_frame_is_corrupt() -> None:
+    packed = build_batch(RECORDS, base_offset=10, compression=Compression.ZSTD)
+    doubled = with_records_section(section(packed) * 2, len(RECORDS), 59, Compression.ZSTD)
+    assert "cut short or followed by other bytes" in corrupt(doubled)

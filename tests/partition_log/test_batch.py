@@ -48,6 +48,15 @@ def with_records_section(
     return struct.pack(">qiibI", 0, 49 + len(section), 0, 2, crc32c(body)) + body
 
 
+def with_section(plain: bytes, section: bytes, compression: Compression) -> bytes:
+    """``plain``'s header over another records section (compressed by another
+    writer), with the length, attributes and CRC made to match."""
+    batch = bytearray(plain[:HEADER_SIZE] + section)
+    struct.pack_into(">i", batch, 8, len(batch) - 12)
+    struct.pack_into(">h", batch, 21, compression)
+    return bytes(recrc(batch))
+
+
 def corrupt(batch: bytes | bytearray, *, records: bool = True) -> str:
     with pytest.raises(PartitionLogError) as caught:
         verify(bytes(batch), records=records)
@@ -278,12 +287,9 @@ def test_zstd_frame_without_content_size_decodes() -> None:
     # A producer streams its frames: they need not say their size.
     plain = build_batch(RECORDS, base_offset=10)
     frame = zstandard.ZstdCompressor(write_content_size=False).compress(section(plain))
-    batch = bytearray(plain[:HEADER_SIZE] + frame)
-    struct.pack_into(">i", batch, 8, len(batch) - 12)
-    struct.pack_into(">h", batch, 21, Compression.ZSTD)
-    recrc(batch)
-    assert verify(bytes(batch)).compression is Compression.ZSTD
-    assert decode_records(bytes(batch)) == tuple(RECORDS)
+    batch = with_section(plain, frame, Compression.ZSTD)
+    assert verify(batch).compression is Compression.ZSTD
+    assert decode_records(batch) == tuple(RECORDS)
 
 
 def test_snappy_is_refused_clearly() -> None:
@@ -595,17 +601,33 @@ def test_a_zstd_frame_without_its_size_is_bounded_too() -> None:
     records = [Record(i, 0, None, bytes(10_000)) for i in range(100)]
     plain = build_batch(records)
     frame = zstandard.ZstdCompressor(write_content_size=False).compress(section(plain))
-    batch = bytearray(plain[:HEADER_SIZE] + frame)
-    struct.pack_into(">i", batch, 8, len(batch) - 12)
-    struct.pack_into(">h", batch, 21, Compression.ZSTD)
-    recrc(batch)
+    batch = with_section(plain, frame, Compression.ZSTD)
     with pytest.raises(PartitionLogError) as caught:
-        verify(bytes(batch), max_records_bytes=50_000)
+        verify(batch, max_records_bytes=50_000)
     assert caught.value.code is Errors.MESSAGE_TOO_LARGE
-    assert len(decode_records(bytes(batch))) == 100
+    assert len(decode_records(batch)) == 100
 
 
 def test_a_zstd_section_followed_by_another_frame_is_corrupt() -> None:
     packed = build_batch(RECORDS, base_offset=10, compression=Compression.ZSTD)
     doubled = with_records_section(section(packed) * 2, len(RECORDS), 59, Compression.ZSTD)
     assert "cut short or followed by other bytes" in corrupt(doubled)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"block_linked": True},
+        {"content_checksum": True, "block_size": lz4.frame.BLOCKSIZE_MAX4MB},
+        {"store_size": True, "block_checksum": True},
+    ],
+    ids=["linked-blocks", "content-checksum-4MiB", "content-size-block-checksum"],
+)
+def test_lz4_frames_as_other_clients_write_them_decode(options: dict[str, object]) -> None:
+    # Other clients set other frame flags (a content checksum, 4 MiB blocks):
+    # any valid LZ4 frame decodes.
+    plain = build_batch(RECORDS, base_offset=10)
+    frame = lz4.frame.compress(section(plain), **options)
+    batch = with_section(plain, frame, Compression.LZ4)
+    assert verify(batch).compression is Compression.LZ4
+    assert decode_records(batch) == tuple(RECORDS)

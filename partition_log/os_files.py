@@ -1,0 +1,153 @@
+"""The file seam on real files (:mod:`partition_log.files` states the
+contract): the one module of the package that does I/O.
+
+Every append is one ``os.write`` on a descriptor opened ``O_APPEND``, so the
+bytes are in the kernel when the call returns (a kill -9 loses nothing,
+brokers.md §2.4); reads are ``os.pread``, which leaves no shared file
+position to race on; ``sync`` is ``os.fsync`` and ``sync_directory`` fsyncs
+the directory so that a create, rename or delete survives a power loss.
+"""
+
+from __future__ import annotations
+
+import os
+
+from partition_log.files import Names, check_name, storage_error
+
+__all__ = ["OsDirectory", "OsFile"]
+
+
+class OsFile:
+    def __init__(self, path: str, name: str, fd: int) -> None:
+        self._path = path
+        self._name = name
+        self._fd: int | None = fd
+        self._size = os.fstat(fd).st_size
+
+    def _live(self) -> int:
+        if self._fd is None:
+            raise storage_error(f"file {self._path} is closed")
+        return self._fd
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        fd = self._live()
+        view = memoryview(data)
+        try:
+            # os.write may write less than asked (a signal, a full disk):
+            # loop until all is written or it fails.
+            while view:
+                written = os.write(fd, view)
+                self._size += written
+                view = view[written:]
+        except OSError as error:
+            raise storage_error(f"writing {self._path}: {error}") from error
+
+    def read(self, position: int, size: int) -> bytes:
+        if position < 0 or size < 0:
+            raise storage_error(f"file {self._path}: read at {position} of {size} bytes")
+        fd = self._live()
+        try:
+            parts = []
+            while size > 0:
+                chunk = os.pread(fd, size, position)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                position += len(chunk)
+                size -= len(chunk)
+            return b"".join(parts)
+        except OSError as error:
+            raise storage_error(f"reading {self._path}: {error}") from error
+
+    def truncate(self, size: int) -> None:
+        fd = self._live()
+        if not 0 <= size <= self._size:
+            raise storage_error(f"file {self._path}: cannot truncate {self._size} bytes to {size}")
+        try:
+            os.ftruncate(fd, size)
+        except OSError as error:
+            raise storage_error(f"truncating {self._path}: {error}") from error
+        self._size = size
+
+    def sync(self) -> None:
+        try:
+            os.fsync(self._live())
+        except OSError as error:
+            raise storage_error(f"syncing {self._path}: {error}") from error
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+
+class OsDirectory:
+    """A :class:`~partition_log.files.FileDirectory` on an existing directory."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
+        if not os.path.isdir(self.path):
+            raise storage_error(f"{self.path} is not a directory")
+
+    def _path_of(self, name: str) -> str:
+        check_name(name)
+        return os.path.join(self.path, name)
+
+    def _open(self, name: str, flags: int) -> OsFile:
+        path = self._path_of(name)
+        try:
+            fd = os.open(path, flags | os.O_RDWR | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o644)
+        except FileExistsError:
+            raise storage_error(f"file {path} already exists") from None
+        except FileNotFoundError:
+            raise storage_error(f"file {path} does not exist") from None
+        except OSError as error:
+            raise storage_error(f"opening {path}: {error}") from error
+        return OsFile(path, name, fd)
+
+    def create(self, name: str) -> OsFile:
+        return self._open(name, os.O_CREAT | os.O_EXCL)
+
+    def open(self, name: str) -> OsFile:
+        return self._open(name, 0)
+
+    def exists(self, name: str) -> bool:
+        return os.path.isfile(self._path_of(name))
+
+    def list(self) -> Names:
+        return sorted(
+            entry.name for entry in os.scandir(self.path) if entry.is_file(follow_symlinks=False)
+        )
+
+    def rename(self, old: str, new: str) -> None:
+        source = self._path_of(old)
+        try:
+            os.replace(source, self._path_of(new))
+        except FileNotFoundError:
+            raise storage_error(f"file {source} does not exist") from None
+        except OSError as error:
+            raise storage_error(f"renaming {source} to {new}: {error}") from error
+
+    def delete(self, name: str) -> None:
+        path = self._path_of(name)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            raise storage_error(f"file {path} does not exist") from None
+        except OSError as error:
+            raise storage_error(f"deleting {path}: {error}") from error
+
+    def sync_directory(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

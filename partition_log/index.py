@@ -1,0 +1,340 @@
+"""A segment's sparse offset index and time index (Kafka's ``OffsetIndex``
+and ``TimeIndex``), kept as a ``bytearray`` of fixed-size big-endian entries
+so memory is one entry per ``index.interval.bytes`` of log, never an object
+per batch.
+
+Offset index entry, 8 bytes: the offset relative to the segment's base
+(int32), then the position in the ``.log`` file (int32) of a batch whose last
+offset is that offset.  Time index entry, 12 bytes: a timestamp (int64),
+then the relative offset (int32) of the batch that raised the segment's
+largest timestamp to it; "the biggest timestamp seen before O is T", so
+timestamps and offsets only grow.
+
+Indexes are never trusted over the log ("in the event of a crash it is
+rebuilt", ``OffsetIndex.java``): :func:`sanity_check` says why an index is
+suspect, and :class:`IndexBuilder` rebuilds both from the log's batches with
+the same rule the appends use, so a rebuilt index equals the incremental one.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from partition_log.batch import BatchHeader
+from partition_log.errors import Errors, PartitionLogError
+
+__all__ = [
+    "DEFAULT_INDEX_BYTES",
+    "DEFAULT_INDEX_INTERVAL_BYTES",
+    "OFFSET_ENTRY_SIZE",
+    "TIME_ENTRY_SIZE",
+    "IndexBuilder",
+    "OffsetIndex",
+    "OffsetPosition",
+    "TimeIndex",
+    "TimestampOffset",
+]
+
+OFFSET_ENTRY_SIZE = 8
+TIME_ENTRY_SIZE = 12
+DEFAULT_INDEX_INTERVAL_BYTES = 4096  # index.interval.bytes
+DEFAULT_INDEX_BYTES = 10 * 1024 * 1024  # segment.index.bytes
+NO_TIMESTAMP = -1
+INT32_MAX = (1 << 31) - 1
+
+_OFFSET_ENTRY = struct.Struct(">ii")
+_TIME_ENTRY = struct.Struct(">qi")
+
+
+def _suspect(message: str) -> PartitionLogError:
+    return PartitionLogError(Errors.CORRUPT_MESSAGE, message)
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetPosition:
+    offset: int
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampOffset:
+    timestamp: int
+    offset: int
+
+
+class OffsetIndex:
+    """Entries (absolute offset, file position), both strictly increasing."""
+
+    def __init__(self, base_offset: int, max_index_bytes: int = DEFAULT_INDEX_BYTES) -> None:
+        self.base_offset = base_offset
+        self.max_entries = max_index_bytes // OFFSET_ENTRY_SIZE
+        self._entries = bytearray()
+
+    @classmethod
+    def decode(
+        cls, base_offset: int, data: bytes, max_index_bytes: int = DEFAULT_INDEX_BYTES
+    ) -> OffsetIndex:
+        """An index from its file's bytes; refused (``CORRUPT_MESSAGE``) if the
+        size is not whole entries or more than the index holds, or the entries
+        do not increase (call :func:`sanity_check` against the log too)."""
+        index = cls(base_offset, max_index_bytes)
+        index.load(data)
+        return index
+
+    def load(self, data: bytes) -> None:
+        """Replace the entries by an index file's bytes, checked as
+        :meth:`decode` says; on a refusal the entries are unchanged."""
+        base_offset = self.base_offset
+        if len(data) % OFFSET_ENTRY_SIZE:
+            raise _suspect(f"offset index of {len(data)} bytes is not whole 8-byte entries")
+        count = len(data) // OFFSET_ENTRY_SIZE
+        if count > self.max_entries:
+            raise _suspect(f"offset index of {count} entries exceeds its {self.max_entries}")
+        last = (-1, -1)
+        for i in range(count):
+            relative, position = _OFFSET_ENTRY.unpack_from(data, i * OFFSET_ENTRY_SIZE)
+            if relative <= last[0] or position <= last[1] and i > 0 or position < 0:
+                raise _suspect(
+                    f"offset index entry {i} ({base_offset + relative}, position {position}) "
+                    f"does not follow entry {i - 1} "
+                    f"({base_offset + last[0]}, position {last[1]})"
+                )
+            last = (relative, position)
+        self._entries = bytearray(data)
+
+    def __len__(self) -> int:
+        return len(self._entries) // OFFSET_ENTRY_SIZE
+
+    def encode(self) -> bytes:
+        return bytes(self._entries)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self) >= self.max_entries
+
+    def entry(self, i: int) -> OffsetPosition:
+        relative, position = _OFFSET_ENTRY.unpack_from(self._entries, i * OFFSET_ENTRY_SIZE)
+        return OffsetPosition(self.base_offset + relative, position)
+
+    @property
+    def last(self) -> OffsetPosition:
+        """The last entry, or (base offset, 0) when empty (``lastEntry``)."""
+        return self.entry(len(self) - 1) if len(self) else OffsetPosition(self.base_offset, 0)
+
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry past the last; refuses a full index, an offset or
+        position not past the last, or an offset outside the relative range."""
+        if self.is_full:
+            raise _suspect(f"offset index full at {len(self)} entries, cannot add {offset}")
+        relative = offset - self.base_offset
+        if not 0 <= relative <= INT32_MAX:
+            raise _suspect(
+                f"offset {offset} does not fit as an int32 relative to base {self.base_offset}"
+            )
+        if len(self):
+            last = self.last
+            if offset <= last.offset or position <= last.position:
+                raise _suspect(
+                    f"offset index entry ({offset}, position {position}) does not follow "
+                    f"({last.offset}, position {last.position})"
+                )
+        self._entries += _OFFSET_ENTRY.pack(relative, position)
+
+    def _floor(self, offset: int) -> int:
+        """Index of the largest entry whose offset is at most ``offset``, or -1."""
+        relative = offset - self.base_offset
+        low, high = 0, len(self) - 1
+        found = -1
+        entries = self._entries
+        while low <= high:
+            mid = (low + high) // 2
+            if _OFFSET_ENTRY.unpack_from(entries, mid * OFFSET_ENTRY_SIZE)[0] <= relative:
+                found = mid
+                low = mid + 1
+            else:
+                high = mid - 1
+        return found
+
+    def lookup(self, offset: int) -> OffsetPosition:
+        """The largest entry whose offset is at most ``offset``, or (base
+        offset, 0) if none: where to start scanning the log for ``offset``
+        (``OffsetIndex.lookup``)."""
+        i = self._floor(offset)
+        return self.entry(i) if i >= 0 else OffsetPosition(self.base_offset, 0)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry at or past ``offset`` (``truncateTo``)."""
+        i = self._floor(offset - 1)
+        del self._entries[(i + 1) * OFFSET_ENTRY_SIZE :]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+class TimeIndex:
+    """Entries (timestamp, absolute offset), both strictly increasing."""
+
+    def __init__(self, base_offset: int, max_index_bytes: int = DEFAULT_INDEX_BYTES) -> None:
+        self.base_offset = base_offset
+        self.max_entries = max_index_bytes // TIME_ENTRY_SIZE
+        self._entries = bytearray()
+
+    @classmethod
+    def decode(
+        cls, base_offset: int, data: bytes, max_index_bytes: int = DEFAULT_INDEX_BYTES
+    ) -> TimeIndex:
+        index = cls(base_offset, max_index_bytes)
+        index.load(data)
+        return index
+
+    def load(self, data: bytes) -> None:
+        """Replace the entries by an index file's bytes, checked as
+        :meth:`decode` says; on a refusal the entries are unchanged."""
+        base_offset = self.base_offset
+        if len(data) % TIME_ENTRY_SIZE:
+            raise _suspect(f"time index of {len(data)} bytes is not whole 12-byte entries")
+        count = len(data) // TIME_ENTRY_SIZE
+        if count > self.max_entries:
+            raise _suspect(f"time index of {count} entries exceeds its {self.max_entries}")
+        last: TimestampOffset | None = None
+        for i in range(count):
+            timestamp, relative = _TIME_ENTRY.unpack_from(data, i * TIME_ENTRY_SIZE)
+            entry = TimestampOffset(timestamp, base_offset + relative)
+            if entry.offset < base_offset or (
+                last is not None
+                and (entry.timestamp <= last.timestamp or entry.offset <= last.offset)
+            ):
+                raise _suspect(
+                    f"time index entry {i} (timestamp {entry.timestamp}, offset {entry.offset}) "
+                    f"does not follow {last}"
+                )
+            last = entry
+        self._entries = bytearray(data)
+
+    def __len__(self) -> int:
+        return len(self._entries) // TIME_ENTRY_SIZE
+
+    def encode(self) -> bytes:
+        return bytes(self._entries)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self) >= self.max_entries
+
+    def entry(self, i: int) -> TimestampOffset:
+        timestamp, relative = _TIME_ENTRY.unpack_from(self._entries, i * TIME_ENTRY_SIZE)
+        return TimestampOffset(timestamp, self.base_offset + relative)
+
+    @property
+    def last(self) -> TimestampOffset:
+        """The last entry, or (no timestamp, base offset) when empty."""
+        return (
+            self.entry(len(self) - 1)
+            if len(self)
+            else TimestampOffset(NO_TIMESTAMP, self.base_offset)
+        )
+
+    def maybe_append(self, timestamp: int, offset: int) -> bool:
+        """Add (timestamp, offset) if the timestamp is past the last entry's
+        (``TimeIndex.maybeAppend``: a smaller or equal one adds nothing);
+        refuses an offset that goes back or does not fit."""
+        # An empty index's last timestamp is -1 (NO_TIMESTAMP), so batches
+        # without timestamps add nothing (TimeIndex.maybeAppend).
+        if timestamp <= self.last.timestamp:
+            return False
+        if self.is_full:
+            raise _suspect(f"time index full at {len(self)} entries, cannot add {offset}")
+        relative = offset - self.base_offset
+        if not 0 <= relative <= INT32_MAX:
+            raise _suspect(
+                f"offset {offset} does not fit as an int32 relative to base {self.base_offset}"
+            )
+        if len(self) and offset <= self.last.offset:
+            raise _suspect(
+                f"time index entry (timestamp {timestamp}, offset {offset}) goes back from "
+                f"offset {self.last.offset}"
+            )
+        self._entries += _TIME_ENTRY.pack(timestamp, relative)
+        return True
+
+    def _floor(self, key: int, field: int) -> int:
+        low, high = 0, len(self) - 1
+        found = -1
+        entries = self._entries
+        while low <= high:
+            mid = (low + high) // 2
+            if _TIME_ENTRY.unpack_from(entries, mid * TIME_ENTRY_SIZE)[field] <= key:
+                found = mid
+                low = mid + 1
+            else:
+                high = mid - 1
+        return found
+
+    def lookup(self, timestamp: int) -> TimestampOffset:
+        """The largest entry whose timestamp is at most ``timestamp``, or (no
+        timestamp, base offset) if none (``TimeIndex.lookup``)."""
+        i = self._floor(timestamp, 0)
+        return self.entry(i) if i >= 0 else TimestampOffset(NO_TIMESTAMP, self.base_offset)
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry at or past ``offset``."""
+        i = self._floor(offset - 1 - self.base_offset, 1)
+        del self._entries[(i + 1) * TIME_ENTRY_SIZE :]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def sanity_check(
+    offsets: OffsetIndex, times: TimeIndex, log_size: int, next_offset: int
+) -> str | None:
+    """Why the indexes cannot be trusted for a log of ``log_size`` bytes
+    ending before ``next_offset``, or ``None`` (``OffsetIndex.sanityCheck``,
+    ``TimeIndex.sanityCheck``, plus the log's end).  Entries already increase
+    (``decode`` and ``append`` refuse otherwise)."""
+    if len(offsets):
+        last = offsets.last
+        if last.position >= log_size:
+            return (
+                f"offset index entry at position {last.position} is past the log's {log_size} bytes"
+            )
+        if last.offset >= next_offset:
+            return f"offset index entry at offset {last.offset} is past the log's end {next_offset}"
+    if len(times) and times.last.offset >= next_offset:
+        return f"time index entry at offset {times.last.offset} is past the log's end {next_offset}"
+    return None
+
+
+class IndexBuilder:
+    """The rule that adds index entries as batches are appended
+    (``LogSegment.append``): an offset entry (the batch's last offset, its
+    position) once more than ``index_interval_bytes`` were appended since the
+    last entry, a time entry beside it when the largest timestamp grew.
+    Appends and rebuilds both go through :meth:`add`."""
+
+    def __init__(self, offsets: OffsetIndex, times: TimeIndex, index_interval_bytes: int) -> None:
+        self.offsets = offsets
+        self.times = times
+        self.index_interval_bytes = index_interval_bytes
+        self.bytes_since_last_entry = 0
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = offsets.base_offset - 1
+
+    def add(self, position: int, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self.bytes_since_last_entry > self.index_interval_bytes:
+            self.offsets.append(header.last_offset, position)
+            self.times.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.bytes_since_last_entry = 0
+        self.bytes_since_last_entry += header.size
+
+    def reset(self) -> None:
+        """Forget everything (before a rebuild)."""
+        self.offsets.clear()
+        self.times.clear()
+        self.bytes_since_last_entry = 0
+        self.max_timestamp = NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.offsets.base_offset - 1

@@ -15,18 +15,31 @@ from partition_log.batch import (
     verify,
 )
 from partition_log.errors import Errors, PartitionLogError
+from partition_log.files import FileDirectory, LogFile, MemoryDirectory
+from partition_log.index import OffsetIndex, TimeIndex
 from partition_log.records import Header, Record
+from partition_log.segment import RecoveryResult, Segment
+
+# The file seam on real files is partition_log.os_files, imported by name by
+# whoever does I/O (the one module of the package that does).
 
 __all__ = [
     "BatchHeader",
     "BatchScanner",
     "Compression",
     "Errors",
+    "FileDirectory",
     "Header",
+    "LogFile",
+    "MemoryDirectory",
+    "OffsetIndex",
     "PartitionLogError",
     "Record",
+    "RecoveryResult",
     "ScanEnd",
     "ScannedBatch",
+    "Segment",
+    "TimeIndex",
     "TimestampType",
     "build_batch",
     "decode_records",

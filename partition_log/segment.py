@@ -1,0 +1,623 @@
+"""One segment of a partition log (Kafka's ``LogSegment``): a ``.log`` file
+of whole record batches named by its base offset, with its sparse offset
+index (``.index``) and time index (``.timeindex``).
+
+Batches arrive already verified (their CRC checked by whoever took them from
+outside) and as opaque bytes; the segment reads only their headers.  Every
+append has reached the OS when :meth:`Segment.append` returns (the file seam
+writes with ``os.write``); :meth:`Segment.flush` makes it durable.  The
+indexes live in memory as entry bytes and are written to their files on
+flush and close; they are never trusted over the log: a missing or suspect
+index is rebuilt from the batches, and :meth:`Segment.recover` rescans the
+whole log, cuts it at the first bad byte and rebuilds both.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from partition_log.batch import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    BatchHeader,
+    BatchScanner,
+    ScanEnd,
+    decode_records,
+)
+from partition_log.errors import Errors, PartitionLogError
+from partition_log.files import FileDirectory, LogFile
+from partition_log.index import (
+    DEFAULT_INDEX_BYTES,
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    INT32_MAX,
+    NO_TIMESTAMP,
+    OFFSET_ENTRY_SIZE,
+    TIME_ENTRY_SIZE,
+    IndexBuilder,
+    OffsetIndex,
+    TimeIndex,
+    sanity_check,
+)
+
+__all__ = [
+    "INDEX_SUFFIX",
+    "LOG_SUFFIX",
+    "TIME_INDEX_SUFFIX",
+    "RecoveryResult",
+    "Segment",
+    "file_name",
+    "parse_log_name",
+]
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+# LogFileUtils.filenamePrefixFromOffset: the base offset, 20 digits.
+_LOG_NAME = re.compile(r"(\d{20})\.log")
+# How much of the log recovery reads at a time (more for a larger batch), so
+# recovering a segment holds a bounded buffer, not the segment.
+RECOVERY_CHUNK_BYTES = 1 << 20
+INT64_MAX = (1 << 63) - 1
+
+
+def file_name(base_offset: int, suffix: str) -> str:
+    """``00000000000000000042.log`` for base offset 42 and suffix ``.log``."""
+    if not 0 <= base_offset <= INT64_MAX:
+        raise PartitionLogError(
+            Errors.OFFSET_OUT_OF_RANGE, f"base offset {base_offset} is not a non-negative int64"
+        )
+    return f"{base_offset:020d}{suffix}"
+
+
+def parse_log_name(name: str) -> int:
+    """The base offset a segment's ``.log`` file name gives; refuses any
+    other name, naming it."""
+    match = _LOG_NAME.fullmatch(name)
+    if match is None or int(match.group(1)) > INT64_MAX:
+        raise PartitionLogError(
+            Errors.KAFKA_STORAGE_ERROR,
+            f"{name!r} is not a segment file name (20 digits of base offset, then .log)",
+        )
+    return int(match.group(1))
+
+
+def _in_file(message: str, chunk_start: int) -> str:
+    """A scanner's message about a chunk read from ``chunk_start``, with the
+    position it names made the file's."""
+    return re.sub(
+        r"at position (\d+)",
+        lambda m: f"at position {chunk_start + int(m.group(1))}",
+        message,
+        count=1,
+    )
+
+
+def _corrupt(message: str) -> PartitionLogError:
+    return PartitionLogError(Errors.CORRUPT_MESSAGE, message)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryResult:
+    """What :meth:`Segment.recover` found: the log's valid bytes, how many it
+    cut after them (0 for a whole log), and why (``None`` if nothing)."""
+
+    valid_bytes: int
+    truncated_bytes: int
+    next_offset: int
+    end: ScanEnd
+    reason: str | None
+
+
+class Segment:
+    """A segment open for reads and, when it is the active one, appends."""
+
+    def __init__(
+        self,
+        directory: FileDirectory,
+        base_offset: int,
+        log: LogFile,
+        *,
+        now_ms: int,
+        index_interval_bytes: int,
+        max_index_bytes: int,
+    ) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self._log = log
+        self.created_ms = now_ms
+        self.offsets = OffsetIndex(base_offset, max_index_bytes)
+        self.times = TimeIndex(base_offset, max_index_bytes)
+        self._builder = IndexBuilder(self.offsets, self.times, index_interval_bytes)
+        self.next_offset = base_offset
+        # The first batch's max timestamp, which the age of the segment is
+        # measured from when it has one (LogSegment.rollingBasedTimestamp).
+        self._first_timestamp: int | None = None
+        # Entries of each index file known to equal the memory ones.
+        self._offsets_written = 0
+        self._times_written = 0
+        self._closed = False
+
+    # -- names and opening --------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return file_name(self.base_offset, LOG_SUFFIX)
+
+    @property
+    def index_name(self) -> str:
+        return file_name(self.base_offset, INDEX_SUFFIX)
+
+    @property
+    def time_index_name(self) -> str:
+        return file_name(self.base_offset, TIME_INDEX_SUFFIX)
+
+    @classmethod
+    def create(
+        cls,
+        directory: FileDirectory,
+        base_offset: int,
+        *,
+        now_ms: int,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        max_index_bytes: int = DEFAULT_INDEX_BYTES,
+    ) -> Segment:
+        """A new empty segment: its three files created and the directory
+        synced, so the segment's name survives a power loss."""
+        names = [file_name(base_offset, s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+        for name in names:
+            if directory.exists(name):
+                raise PartitionLogError(
+                    Errors.KAFKA_STORAGE_ERROR, f"segment file {name} already exists"
+                )
+        log = directory.create(names[0])
+        directory.create(names[1]).close()
+        directory.create(names[2]).close()
+        directory.sync_directory()
+        return cls(
+            directory,
+            base_offset,
+            log,
+            now_ms=now_ms,
+            index_interval_bytes=index_interval_bytes,
+            max_index_bytes=max_index_bytes,
+        )
+
+    @classmethod
+    def open(
+        cls,
+        directory: FileDirectory,
+        name: str,
+        *,
+        now_ms: int,
+        recover: bool = False,
+        max_batch_bytes: int | None = None,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        max_index_bytes: int = DEFAULT_INDEX_BYTES,
+    ) -> tuple[Segment, RecoveryResult | None]:
+        """Open the segment whose ``.log`` file is ``name``.
+
+        With ``recover`` (after an unclean shutdown) the whole log is
+        rescanned and cut at the first bad byte (:meth:`recover`), and its
+        result returned.  Without it the index files are loaded if present
+        and sane (else rebuilt from the log in memory) and only the log's tail
+        past the last index entry is read; a damaged tail is refused
+        (``CORRUPT_MESSAGE`` naming the file and position) with nothing on
+        disk changed."""
+        base_offset = parse_log_name(name)
+        log = directory.open(name)
+        segment = cls(
+            directory,
+            base_offset,
+            log,
+            now_ms=now_ms,
+            index_interval_bytes=index_interval_bytes,
+            max_index_bytes=max_index_bytes,
+        )
+        try:
+            if recover:
+                return segment, segment.recover(max_batch_bytes)
+            loaded = segment._load_indexes()
+            problem = None
+            if loaded:
+                problem = segment._resume(max_batch_bytes) or sanity_check(
+                    segment.offsets, segment.times, log.size, segment.next_offset
+                )
+            if not loaded or problem is not None:
+                # A missing or suspect index: rebuild it from the log; only if
+                # the log itself is damaged is the open refused.
+                segment._rebuild(max_batch_bytes)
+                problem = segment._resume(max_batch_bytes)
+            if problem is not None:
+                raise _corrupt(f"segment {name}: {problem}")
+            segment._first_timestamp = segment._read_first_timestamp()
+        except BaseException:
+            log.close()
+            raise
+        return segment, None
+
+    def _load_indexes(self) -> bool:
+        """The index files as they are, or ``False`` if one is missing or not
+        well formed (then the caller rebuilds)."""
+        for name, index in (
+            (self.index_name, self.offsets),
+            (self.time_index_name, self.times),
+        ):
+            if not self.directory.exists(name):
+                return False
+            handle = self.directory.open(name)
+            try:
+                data = handle.read(0, handle.size)
+            finally:
+                handle.close()
+            try:
+                index.load(data)
+            except PartitionLogError:
+                return False
+        self._offsets_written = len(self.offsets)
+        self._times_written = len(self.times)
+        return True
+
+    def _rebuild(self, max_batch_bytes: int | None) -> None:
+        """Both indexes again from the log's batches (as far as they are
+        whole), to be rewritten on the next flush."""
+        self._builder.reset()
+        self._offsets_written = 0
+        self._times_written = 0
+        for position, header in self._scan(0, max_batch_bytes)[0]:
+            self._builder.add(position, header)
+
+    def _scan(
+        self, start: int, max_batch_bytes: int | None
+    ) -> tuple[list[tuple[int, BatchHeader]], int, ScanEnd, str | None]:
+        """The whole valid batches from ``start`` (positions and headers),
+        read a bounded chunk at a time; then where and why the scan stopped.
+        A batch that goes back in offsets or whose offsets do not fit the
+        segment is damage too (``LogSegment.recover``'s offset check)."""
+        found: list[tuple[int, BatchHeader]] = []
+        size = self._log.size
+        position = start
+        expected = self.base_offset
+        want = RECOVERY_CHUNK_BYTES
+        while True:
+            buffer = self._log.read(position, min(want, size - position))
+            scanner = BatchScanner(buffer, max_batch_bytes=max_batch_bytes)
+            for batch in scanner:
+                header = batch.header
+                where = f"at position {position + batch.position}"
+                if header.base_offset < expected:
+                    return (
+                        found,
+                        position + batch.position,
+                        ScanEnd.CORRUPT,
+                        f"{where}: batch base offset {header.base_offset} below "
+                        f"the expected {expected}",
+                    )
+                if header.last_offset - self.base_offset > INT32_MAX:
+                    return (
+                        found,
+                        position + batch.position,
+                        ScanEnd.CORRUPT,
+                        f"{where}: batch last offset {header.last_offset} does not fit "
+                        f"relative to the segment's base {self.base_offset}",
+                    )
+                expected = header.next_offset
+                found.append((position + batch.position, header))
+            consumed = scanner.position
+            if scanner.end is ScanEnd.COMPLETE and position + len(buffer) < size:
+                position += consumed
+                want = RECOVERY_CHUNK_BYTES
+                continue
+            if scanner.end is ScanEnd.TRUNCATED and position + len(buffer) < size:
+                # The batch crosses the chunk's end: read from its start, and
+                # enough for all of it.
+                position += consumed
+                left = len(buffer) - consumed
+                want = RECOVERY_CHUNK_BYTES
+                if left >= LOG_OVERHEAD:
+                    length = int.from_bytes(buffer[consumed + 8 : consumed + 12], "big")
+                    want = max(want, length + LOG_OVERHEAD)
+                continue
+            reason = None if scanner.error is None else str(scanner.error.args[0])
+            if reason is not None:
+                # The scanner names positions in its chunk: name the file's.
+                reason = _in_file(reason, position)
+            assert scanner.end is not None
+            return found, position + consumed, scanner.end, reason
+
+    def _resume(self, max_batch_bytes: int | None) -> str | None:
+        """Set the next offset, the largest timestamp and the bytes since the
+        last index entry from the log's tail past the last offset index
+        entry: all the log that must be read when the indexes are trusted.
+        Returns why the tail is damaged, or ``None``."""
+        start = self.offsets.last.position if len(self.offsets) else 0
+        if len(self.offsets) and start >= self._log.size:
+            return (
+                f"offset index entry at position {start} is past the log's {self._log.size} bytes"
+            )
+        batches, end, stop, reason = self._scan(start, max_batch_bytes)
+        if stop is not ScanEnd.COMPLETE:
+            return reason
+        if len(self.offsets) and (not batches or batches[0][0] != start):
+            return f"offset index entry at position {start} is not at a batch"
+        # The tail must hold no batch at which the append rule would have
+        # added an entry: else the index file lost entries (it is written on
+        # flush and close only) and is rebuilt rather than used short.
+        since = 0
+        for position, header in batches:
+            if since > self._builder.index_interval_bytes:
+                return f"offset index has no entry for the batch at position {position}"
+            since += header.size
+        builder = self._builder
+        last_time = self.times.last
+        builder.max_timestamp = last_time.timestamp
+        builder.offset_of_max_timestamp = (
+            last_time.offset if len(self.times) else self.base_offset - 1
+        )
+        for _, header in batches:
+            if header.max_timestamp > builder.max_timestamp:
+                builder.max_timestamp = header.max_timestamp
+                builder.offset_of_max_timestamp = header.last_offset
+        builder.bytes_since_last_entry = end - start
+        if batches:
+            self.next_offset = batches[-1][1].next_offset
+        elif not len(self.offsets):
+            self.next_offset = self.base_offset
+        return None
+
+    def _read_header(self, position: int) -> BatchHeader:
+        return BatchHeader.parse(self._log.read(position, HEADER_SIZE))
+
+    def _read_first_timestamp(self) -> int | None:
+        if self._log.size == 0:
+            return None
+        timestamp = self._read_header(0).max_timestamp
+        return None if timestamp == NO_TIMESTAMP else timestamp
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        return self._log.size
+
+    @property
+    def max_timestamp(self) -> int:
+        """The largest batch max timestamp in the segment (-1 if none)."""
+        return self._builder.max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        return self._builder.offset_of_max_timestamp
+
+    def _live(self) -> LogFile:
+        if self._closed:
+            raise PartitionLogError(Errors.KAFKA_STORAGE_ERROR, f"segment {self.name} is closed")
+        return self._log
+
+    # -- appends ----------------------------------------------------------------
+
+    def append(self, batches: bytes | bytearray | memoryview) -> None:
+        """Append whole, verified batches whose offsets follow on from the
+        segment's next offset.  Checked before any byte is written: a refusal
+        leaves the file as it was."""
+        log = self._live()
+        scanner = BatchScanner(batches, check_crc=False)
+        headers: list[tuple[int, BatchHeader]] = []
+        expected = self.next_offset
+        for batch in scanner:
+            header = batch.header
+            if header.base_offset != expected:
+                raise PartitionLogError(
+                    Errors.INVALID_RECORD,
+                    f"segment {self.name}: batch base offset {header.base_offset}, "
+                    f"expected the next offset {expected}",
+                )
+            if header.last_offset - self.base_offset > INT32_MAX:
+                raise PartitionLogError(
+                    Errors.INVALID_RECORD,
+                    f"segment {self.name}: last offset {header.last_offset} does not fit "
+                    f"relative to base {self.base_offset} (roll first)",
+                )
+            expected = header.next_offset
+            headers.append((batch.position, header))
+        if scanner.error is not None or not headers:
+            raise PartitionLogError(
+                Errors.CORRUPT_MESSAGE,
+                f"segment {self.name}: not whole batches: "
+                f"{scanner.error.args[0] if scanner.error else 'no batch'}",
+            )
+        start = log.size
+        if start + len(batches) > INT32_MAX:
+            raise PartitionLogError(
+                Errors.MESSAGE_TOO_LARGE,
+                f"segment {self.name}: {len(batches)} bytes past position {start} exceed "
+                "a segment's int32 positions (roll first)",
+            )
+        if self.offsets.is_full or self.times.is_full:
+            raise PartitionLogError(
+                Errors.KAFKA_STORAGE_ERROR, f"segment {self.name}: an index is full (roll first)"
+            )
+        log.append(batches)
+        for position, header in headers:
+            self._builder.add(start + position, header)
+            if self._first_timestamp is None and header.max_timestamp != NO_TIMESTAMP:
+                self._first_timestamp = header.max_timestamp
+        self.next_offset = expected
+
+    # -- reads ------------------------------------------------------------------
+
+    def _position_of(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """The first batch whose last offset is at least ``offset``
+        (``LogSegment.translateOffset``), found from the index's entry."""
+        position = self.offsets.lookup(offset).position
+        size = self._log.size
+        while position < size:
+            header = self._read_header(position)
+            if header.last_offset >= offset:
+                return position, header
+            position += header.size
+        return None
+
+    def read(self, start_offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the one holding ``start_offset``, as many as fit
+        in ``max_bytes`` but at least one (Kafka's rule, so a consumer is never
+        stuck behind a batch larger than its limit); empty at the segment's
+        end, ``OFFSET_OUT_OF_RANGE`` outside it."""
+        log = self._live()
+        if max_bytes < 0:
+            raise PartitionLogError(Errors.INVALID_RECORD, f"max_bytes {max_bytes} is negative")
+        if not self.base_offset <= start_offset <= self.next_offset:
+            raise PartitionLogError(
+                Errors.OFFSET_OUT_OF_RANGE,
+                f"segment {self.name}: offset {start_offset} outside "
+                f"[{self.base_offset}, {self.next_offset}]",
+            )
+        found = self._position_of(start_offset)
+        if found is None:
+            return b""
+        start, header = found
+        end = start + header.size
+        size = log.size
+        while end < size:
+            following = self._read_header(end)
+            if end + following.size - start > max_bytes:
+                break
+            end += following.size
+        return log.read(start, end - start)
+
+    def find_offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record's timestamp is at least ``timestamp``
+        (``LogSegment.findOffsetByTimestamp``), or ``None`` if no record of
+        the segment is that late."""
+        self._live()
+        if self.max_timestamp < timestamp:
+            return None
+        from_offset = self.times.lookup(timestamp).offset
+        position = self.offsets.lookup(from_offset).position
+        size = self._log.size
+        while position < size:
+            header = self._read_header(position)
+            if header.max_timestamp >= timestamp:
+                batch = self._log.read(position, header.size)
+                for record in decode_records(batch):
+                    if record.timestamp >= timestamp:
+                        return record.offset
+            position += header.size
+        return None
+
+    # -- truncation and recovery ------------------------------------------------
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is at or past ``offset``
+        (the cut is at a batch boundary: a batch holding ``offset`` goes whole,
+        ``LogSegment.truncateTo``); returns the bytes removed."""
+        log = self._live()
+        found = self._position_of(offset)
+        if found is None:
+            return 0
+        position, header = found
+        removed = log.size - position
+        log.truncate(position)
+        self.offsets.truncate_to(header.base_offset)
+        self.times.truncate_to(header.base_offset)
+        self._offsets_written = min(self._offsets_written, len(self.offsets))
+        self._times_written = min(self._times_written, len(self.times))
+        problem = self._resume(None)
+        if problem is not None:  # the bytes kept were read whole before the cut
+            raise _corrupt(f"segment {self.name}: {problem}")
+        if position == 0:
+            self._first_timestamp = None
+        return removed
+
+    def recover(self, max_batch_bytes: int | None = None) -> RecoveryResult:
+        """Rescan the whole log (``LogSegment.recover``): keep the batches up to
+        the first one that is torn, damaged or out of order, cut the file
+        there, and rebuild both indexes.  ``max_batch_bytes`` makes a length
+        above it damage rather than a torn tail."""
+        log = self._live()
+        self._builder.reset()
+        self._offsets_written = 0
+        self._times_written = 0
+        batches, valid, end, reason = self._scan(0, max_batch_bytes)
+        for position, header in batches:
+            self._builder.add(position, header)
+        truncated = log.size - valid
+        if truncated:
+            log.truncate(valid)
+        self.next_offset = batches[-1][1].next_offset if batches else self.base_offset
+        self._first_timestamp = self._read_first_timestamp()
+        return RecoveryResult(valid, truncated, self.next_offset, end, reason)
+
+    # -- rolling ----------------------------------------------------------------
+
+    def should_roll(
+        self,
+        size_limit: int,
+        incoming_bytes: int,
+        now_ms: int,
+        age_limit_ms: int,
+        jitter_ms: int = 0,
+        *,
+        incoming_last_offset: int | None = None,
+    ) -> bool:
+        """Whether the next append goes to a new segment
+        (``LogSegment.shouldRoll``): it would pass ``segment.bytes``; or the
+        segment is non-empty and older than ``segment.ms`` less the jitter
+        (age from its first batch's timestamp, else its creation); or an index
+        is full; or the incoming last offset would not fit relative to the
+        base."""
+        if self.size > size_limit - incoming_bytes:
+            return True
+        since = self._first_timestamp if self._first_timestamp is not None else self.created_ms
+        if self.size > 0 and now_ms - since > age_limit_ms - jitter_ms:
+            return True
+        if self.offsets.is_full or self.times.is_full:
+            return True
+        return (
+            incoming_last_offset is not None
+            and not 0 <= incoming_last_offset - self.base_offset <= INT32_MAX
+        )
+
+    # -- flush and close --------------------------------------------------------
+
+    def _write_index(self, name: str, data: bytes, written: int, entry: int, sync: bool) -> None:
+        if not self.directory.exists(name):
+            handle = self.directory.create(name)
+            self.directory.sync_directory()
+        else:
+            handle = self.directory.open(name)
+        try:
+            if handle.size != written * entry:
+                handle.truncate(min(handle.size, written * entry))
+            if handle.size < written * entry:  # shorter than believed: rewrite
+                handle.truncate(0)
+                written = 0
+            handle.append(data[written * entry :])
+            if sync:
+                handle.sync()
+        finally:
+            handle.close()
+
+    def _write_indexes(self, sync: bool) -> None:
+        self._write_index(
+            self.index_name, self.offsets.encode(), self._offsets_written, OFFSET_ENTRY_SIZE, sync
+        )
+        self._offsets_written = len(self.offsets)
+        self._write_index(
+            self.time_index_name, self.times.encode(), self._times_written, TIME_ENTRY_SIZE, sync
+        )
+        self._times_written = len(self.times)
+
+    def flush(self) -> None:
+        """Make the log durable (fsync), then its indexes."""
+        self._live().sync()
+        self._write_indexes(sync=True)
+
+    def close(self) -> None:
+        """Write the indexes and close the log (not synced: call
+        :meth:`flush` first for that)."""
+        if self._closed:
+            return
+        self._write_indexes(sync=False)
+        self._log.close()
+        self._closed = True

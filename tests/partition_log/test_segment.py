@@ -1,0 +1,582 @@
+"""A segment (partition_log/segment.py; Kafka's LogSegment): names, appends
+and reads, timestamps, truncation, rolling, reopening, and recovery after a
+power loss on the twin and after damage to real files."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from partition_log.batch import BatchHeader, ScanEnd, build_batch
+from partition_log.errors import Errors, PartitionLogError
+from partition_log.files import FileDirectory, MemoryDirectory
+from partition_log.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
+from partition_log.os_files import OsDirectory
+from partition_log.records import Record
+from partition_log.segment import Segment, file_name, parse_log_name
+
+Make = Callable[[], FileDirectory]
+
+
+@pytest.fixture(params=["os", "memory"])
+def make(request: pytest.FixtureRequest, tmp_path: Path) -> Make:
+    if request.param == "os":
+        return lambda: OsDirectory(tmp_path)
+    directory = MemoryDirectory()
+    return lambda: directory
+
+
+def batch(base: int, count: int = 1, size: int = 10, stamp: int = 1000) -> bytes:
+    records = [Record(base + i, stamp + i, b"k", b"v" * size) for i in range(count)]
+    return build_batch(records, base_offset=base)
+
+
+def batches(specs: list[tuple[int, int]], base: int = 0, stamp: int = 1000) -> list[bytes]:
+    """Batches following on from ``base``, each (records, value size)."""
+    out = []
+    offset = base
+    for count, size in specs:
+        out.append(batch(offset, count, size, stamp + offset))
+        offset += count
+    return out
+
+
+def offsets_of(data: bytes) -> list[int]:
+    out = []
+    position = 0
+    while position < len(data):
+        header = BatchHeader.parse(data, position)
+        out.append(header.base_offset)
+        position += header.size
+    return out
+
+
+def file_bytes(d: FileDirectory, name: str) -> bytes:
+    f = d.open(name)
+    try:
+        return f.read(0, f.size)
+    finally:
+        f.close()
+
+
+# -- names ----------------------------------------------------------------------
+
+
+def test_file_names_are_twenty_digits() -> None:
+    assert file_name(0, ".log") == "00000000000000000000.log"
+    assert file_name(42, ".timeindex") == "00000000000000000042.timeindex"
+    assert parse_log_name("00000000000000000042.log") == 42
+    with pytest.raises(PartitionLogError, match="not a non-negative int64"):
+        file_name(-1, ".log")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "42.log",
+        "0000000000000000004x.log",
+        "00000000000000000042.index",
+        "99999999999999999999.log",
+    ],
+)
+def test_a_name_that_is_not_a_segment_is_refused_by_name(make: Make, name: str) -> None:
+    d = make()
+    with pytest.raises(PartitionLogError, match="not a segment file name") as e:
+        Segment.open(d, name, now_ms=0)
+    assert name in str(e.value)
+
+
+def test_create_makes_three_durable_files() -> None:
+    d = MemoryDirectory()
+    segment = Segment.create(d, 5, now_ms=0)
+    assert d.durable_names() == [
+        "00000000000000000005.index",
+        "00000000000000000005.log",
+        "00000000000000000005.timeindex",
+    ]
+    assert segment.next_offset == 5 and segment.size == 0
+    with pytest.raises(PartitionLogError, match="00000000000000000005.log already exists"):
+        Segment.create(d, 5, now_ms=0)
+
+
+# -- appends and reads ------------------------------------------------------------
+
+
+def test_append_then_read(make: Make) -> None:
+    d = make()
+    segment = Segment.create(d, 100, now_ms=0)
+    parts = batches([(3, 10), (1, 10), (5, 10)], base=100)
+    for part in parts:
+        segment.append(part)
+    assert segment.next_offset == 109
+    assert segment.size == sum(map(len, parts))
+    assert segment.read(100, 10**6) == b"".join(parts)
+    # From an offset inside a batch: the whole batch holding it.
+    assert segment.read(101, 10**6) == b"".join(parts)
+    assert segment.read(103, 10**6) == b"".join(parts[1:])
+    assert segment.read(104, 10**6) == parts[2]
+    assert segment.read(109, 10**6) == b""
+    # Within max_bytes, but at least one whole batch.
+    assert segment.read(100, len(parts[0]) + len(parts[1])) == parts[0] + parts[1]
+    assert segment.read(100, len(parts[0]) + len(parts[1]) - 1) == parts[0]
+    assert segment.read(100, 0) == parts[0]
+    for outside in (99, 110):
+        with pytest.raises(PartitionLogError, match=f"offset {outside} outside") as e:
+            segment.read(outside, 100)
+        assert e.value.code is Errors.OFFSET_OUT_OF_RANGE
+    segment.close()
+
+
+def test_several_batches_in_one_append() -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0)
+    parts = batches([(2, 5), (2, 5)])
+    segment.append(b"".join(parts))
+    assert segment.next_offset == 4
+    assert segment.read(2, 1) == parts[1]
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [
+        (batch(6), "batch base offset 6, expected the next offset 5"),
+        (batch(4), "batch base offset 4, expected the next offset 5"),
+        (batch(5) + batch(7), "batch base offset 7, expected the next offset 6"),
+        (batch(5)[:-1], "not whole batches"),
+        (b"", "no batch"),
+        (batch(5, size=10) + b"junk", "not whole batches"),
+    ],
+)
+def test_a_refused_append_names_why_and_changes_nothing(make: Make, data: bytes, why: str) -> None:
+    d = make()
+    segment = Segment.create(d, 0, now_ms=0)
+    for part in batches([(5, 10)]):
+        segment.append(part)
+    before = file_bytes(d, segment.name)
+    with pytest.raises(PartitionLogError, match=why) as e:
+        segment.append(data)
+    assert segment.name in str(e.value)
+    assert file_bytes(d, segment.name) == before
+    assert segment.next_offset == 5 and segment.size == len(before)
+    segment.close()
+
+
+def test_an_offset_past_the_relative_range_is_refused() -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0)
+    # A batch spanning offsets 0 .. 2^31-2 (a compacted one), then one
+    # reaching 2^31: past an int32 relative to base 0.
+    segment.append(
+        build_batch([Record(0, 0, None, b"")], base_offset=0, last_offset_delta=2**31 - 2)
+    )
+    assert segment.next_offset == 2**31 - 1
+    big = build_batch([Record(2**31 - 1, 0, None, b"")], base_offset=2**31 - 1, last_offset_delta=1)
+    with pytest.raises(PartitionLogError, match="does not fit relative to base 0"):
+        segment.append(big)
+    assert segment.next_offset == 2**31 - 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 4), st.integers(0, 3000)), min_size=1, max_size=25),
+    st.integers(0, 20_000),
+    st.data(),
+)
+def test_reads_return_exactly_what_was_appended(
+    specs: list[tuple[int, int]], max_bytes: int, data: st.DataObject
+) -> None:
+    base = 1_000
+    segment = Segment.create(MemoryDirectory(), base, now_ms=0, index_interval_bytes=1024)
+    parts = batches(specs, base=base)
+    starts = []
+    offset = base
+    for part, (count, _) in zip(parts, specs, strict=True):
+        segment.append(part)
+        starts.append(offset)
+        offset += count
+    start = data.draw(st.integers(base, offset - 1))
+    first = max(i for i, s in enumerate(starts) if s <= start)
+    expected = parts[first]
+    for part in parts[first + 1 :]:
+        if len(expected) + len(part) > max_bytes:
+            break
+        expected += part
+    assert segment.read(start, max_bytes) == expected
+    assert segment.read(base, 10**9) == b"".join(parts)
+
+
+def test_index_entries_follow_the_interval() -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0, index_interval_bytes=4096)
+    for part in batches([(1, 1000)] * 40):
+        segment.append(part)
+    # One entry per 4096 bytes appended, never one per batch.
+    assert 0 < len(segment.offsets) <= segment.size // 4096
+    for i in range(len(segment.offsets)):
+        entry = segment.offsets.entry(i)
+        assert offsets_of(segment.read(entry.offset, 0)) == [entry.offset]
+
+
+# -- timestamps ---------------------------------------------------------------------
+
+
+def test_find_offset_for_timestamp() -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0, index_interval_bytes=100)
+    # Stamps out of order across batches (CreateTime): the first offset whose
+    # record is at least the target, in offset order.
+    stamps = [100, 300, 200, 400, 250, 500]
+    for offset, stamp in enumerate(stamps):
+        segment.append(build_batch([Record(offset, stamp, None, b"x" * 50)], base_offset=offset))
+    assert len(segment.times) > 0
+    for target in range(0, 600, 10):
+        expected = next((o for o, s in enumerate(stamps) if s >= target), None)
+        assert segment.find_offset_for_timestamp(target) == expected, target
+    assert segment.max_timestamp == 500 and segment.offset_of_max_timestamp == 5
+
+
+def test_timestamp_inside_a_batch() -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0)
+    segment.append(batch(0, count=5, stamp=1000))  # stamps 1000..1004
+    assert segment.find_offset_for_timestamp(1003) == 3
+    assert segment.find_offset_for_timestamp(1005) is None
+
+
+# -- truncation ------------------------------------------------------------------
+
+
+def test_truncate_cuts_at_the_batch_boundary(make: Make) -> None:
+    d = make()
+    segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=200)
+    parts = batches([(3, 100)] * 10)
+    for part in parts:
+        segment.append(part)
+    # Offset 13 is inside the batch 12-14: that batch goes whole.
+    removed = segment.truncate_to(13)
+    assert removed == sum(map(len, parts[4:]))
+    assert segment.next_offset == 12
+    assert file_bytes(d, segment.name) == b"".join(parts[:4])
+    assert segment.read(0, 10**6) == b"".join(parts[:4])
+    assert all(segment.offsets.entry(i).offset < 12 for i in range(len(segment.offsets)))
+    # Appends follow on from the cut, and the indexes equal a rebuilt one.
+    for part in batches([(3, 100)] * 3, base=12):
+        segment.append(part)
+    incremental = (segment.offsets.encode(), segment.times.encode(), segment.max_timestamp)
+    segment.recover()
+    assert (segment.offsets.encode(), segment.times.encode(), segment.max_timestamp) == (
+        incremental
+    )
+    assert segment.truncate_to(100) == 0
+    size = segment.size
+    assert segment.truncate_to(0) == size
+    assert segment.size == 0 and segment.next_offset == 0 and len(segment.offsets) == 0
+    segment.close()
+
+
+# -- rolling -------------------------------------------------------------------------
+
+
+def test_should_roll_rules() -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=1_000)
+    # Empty: never by age.
+    assert not segment.should_roll(1000, 10, now_ms=10**9, age_limit_ms=100)
+    segment.append(batch(0, size=100, stamp=5_000))
+    size = segment.size
+    # Size: when the segment would pass segment.bytes.
+    assert not segment.should_roll(size + 10, 10, now_ms=5_000, age_limit_ms=10**6)
+    assert segment.should_roll(size + 9, 10, now_ms=5_000, age_limit_ms=10**6)
+    # Age, from the first batch's timestamp, less the jitter.
+    assert not segment.should_roll(10**6, 10, now_ms=5_100, age_limit_ms=100)
+    assert segment.should_roll(10**6, 10, now_ms=5_101, age_limit_ms=100)
+    assert segment.should_roll(10**6, 10, now_ms=5_051, age_limit_ms=100, jitter_ms=50)
+    # Relative offset overflow.
+    assert not segment.should_roll(10**6, 10, 5_000, 10**6, incoming_last_offset=2**31 - 1)
+    assert segment.should_roll(10**6, 10, 5_000, 10**6, incoming_last_offset=2**31)
+
+
+def test_should_roll_by_creation_time_without_timestamps() -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=1_000)
+    segment.append(build_batch([Record(0, -1, None, b"")], base_offset=0, max_timestamp=-1))
+    assert not segment.should_roll(10**6, 0, now_ms=1_100, age_limit_ms=100)
+    assert segment.should_roll(10**6, 0, now_ms=1_101, age_limit_ms=100)
+
+
+@pytest.mark.parametrize("stamp", [-1, 1000])
+def test_should_roll_when_an_index_is_full(stamp: int) -> None:
+    # 16 bytes hold two offset entries and one time entry. Without
+    # timestamps no time entry is added and the offset index fills on the
+    # third append; with them the time index fills on the second.
+    segment = Segment.create(
+        MemoryDirectory(), 0, now_ms=0, index_interval_bytes=1, max_index_bytes=16
+    )
+    appends = 3 if stamp == -1 else 2
+    for offset in range(appends):
+        assert not segment.should_roll(10**6, 0, 0, 10**6)
+        segment.append(
+            build_batch([Record(offset, stamp + offset, None, b"x")], base_offset=offset)
+            if stamp != -1
+            else build_batch([Record(offset, -1, None, b"x")], base_offset=offset, max_timestamp=-1)
+        )
+    assert segment.offsets.is_full if stamp == -1 else segment.times.is_full
+    assert segment.should_roll(10**6, 0, 0, 10**6)
+    with pytest.raises(PartitionLogError, match="an index is full"):
+        segment.append(batch(appends))
+
+
+# -- reopening ------------------------------------------------------------------------
+
+
+def test_reopen_uses_the_index_files(make: Make) -> None:
+    d = make()
+    segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=500)
+    parts = batches([(2, 300)] * 20)
+    for part in parts:
+        segment.append(part)
+    segment.flush()
+    offsets, times = segment.offsets.encode(), segment.times.encode()
+    segment.close()
+    assert file_bytes(d, segment.index_name) == offsets
+    assert len(offsets) % OFFSET_ENTRY_SIZE == 0 and len(times) % TIME_ENTRY_SIZE == 0
+    assert file_bytes(d, segment.time_index_name) == times
+    again, recovered = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=500)
+    assert recovered is None
+    assert again.next_offset == 40 and again.max_timestamp == segment.max_timestamp
+    assert again.read(0, 10**6) == b"".join(parts)
+    # Appends after reopening index as if never closed.
+    more = batches([(2, 300)] * 5, base=40)
+    for part in more:
+        again.append(part)
+    built = again.offsets.encode(), again.times.encode()
+    again.recover()
+    assert (again.offsets.encode(), again.times.encode()) == built
+    again.close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda b: b"",  # missing entries
+        lambda b: b[:-3],  # not whole entries
+        lambda b: b[:8] + b[:8] + b[16:],  # an entry repeated
+        lambda b: b + (2**30).to_bytes(4, "big") + (2**30).to_bytes(4, "big"),  # past the log
+    ],
+)
+def test_a_suspect_index_file_is_rebuilt_from_the_log(
+    make: Make, damage: Callable[[bytes], bytes]
+) -> None:
+    d = make()
+    segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=500)
+    for part in batches([(2, 300)] * 20):
+        segment.append(part)
+    segment.close()
+    good = file_bytes(d, segment.index_name)
+    assert len(good) >= 16
+    d.delete(segment.index_name)
+    f = d.create(segment.index_name)
+    f.append(damage(good))
+    f.close()
+    again, _ = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=500)
+    assert again.offsets.encode() == good
+    again.flush()
+    assert file_bytes(d, segment.index_name) == good
+    again.close()
+
+
+def test_a_missing_index_file_is_rebuilt(make: Make) -> None:
+    d = make()
+    segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=500)
+    for part in batches([(2, 300)] * 20):
+        segment.append(part)
+    segment.close()
+    good = file_bytes(d, segment.time_index_name)
+    d.delete(segment.time_index_name)
+    again, _ = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=500)
+    assert again.times.encode() == good
+    again.close()
+    assert file_bytes(d, segment.time_index_name) == good
+
+
+def test_open_refuses_a_damaged_log_and_leaves_it(make: Make) -> None:
+    d = make()
+    segment = Segment.create(d, 0, now_ms=0)
+    for part in batches([(1, 10)] * 3):
+        segment.append(part)
+    segment.close()
+    f = d.open(segment.name)
+    f.append(b"garbage that is not a batch")
+    f.close()
+    before = {name: file_bytes(d, name) for name in d.list()}
+    with pytest.raises(PartitionLogError, match=r"00000000000000000000.log: at position \d+") as e:
+        Segment.open(d, segment.name, now_ms=0)
+    assert e.value.code is Errors.CORRUPT_MESSAGE
+    assert {name: file_bytes(d, name) for name in d.list()} == before
+
+
+def test_a_file_of_garbage_is_not_a_segment(make: Make) -> None:
+    d = make()
+    f = d.create("00000000000000000000.log")
+    f.append(bytes(random.Random(1).randbytes(5000)))
+    f.close()
+    with pytest.raises(PartitionLogError, match="00000000000000000000.log: at position 0"):
+        Segment.open(d, "00000000000000000000.log", now_ms=0)
+    segment, result = Segment.open(d, "00000000000000000000.log", now_ms=0, recover=True)
+    assert result is not None and result.valid_bytes == 0 and result.truncated_bytes == 5000
+    assert segment.size == 0 and segment.next_offset == 0
+
+
+# -- recovery -------------------------------------------------------------------------
+
+
+def test_recover_after_a_power_loss_keeps_every_synced_batch() -> None:
+    rng = random.Random(3)
+    for round_ in range(40):
+        d = MemoryDirectory()
+        segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=256)
+        appended: list[bytes] = []
+        synced = 0
+        offset = 0
+        for _ in range(rng.randint(1, 15)):
+            part = batch(offset, rng.randint(1, 3), rng.randint(0, 200))
+            segment.append(part)
+            appended.append(part)
+            offset = BatchHeader.parse(part).next_offset
+            if rng.random() < 0.3:
+                segment.flush()
+                synced = len(appended)
+        d.crash(rng if round_ % 2 else None)
+        again, result = Segment.open(d, segment.name, now_ms=0, recover=True)
+        assert result is not None
+        data = again.read(0, 10**9) if again.size else b""
+        # Every synced batch survives; after it, only whole batches that were
+        # appended, in order, and no partial one.
+        kept = offsets_of(data)
+        assert len(kept) >= synced
+        assert data == b"".join(appended[: len(kept)])
+        assert again.size == len(data) == result.valid_bytes
+        assert again.next_offset == (
+            BatchHeader.parse(appended[len(kept) - 1]).next_offset if kept else 0
+        )
+        if round_ % 2 == 0:
+            assert len(kept) == synced and result.truncated_bytes == 0
+
+
+def _write_segment(path: Path, parts: list[bytes]) -> OsDirectory:
+    d = OsDirectory(path)
+    segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=300)
+    for part in parts:
+        segment.append(part)
+    segment.close()
+    return d
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_recover_cuts_exactly_at_a_bit_flip(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    path = tmp_path_factory.mktemp("flip")
+    parts = batches([(2, 40), (1, 300), (3, 10), (2, 120), (1, 500), (2, 60)])
+    d = _write_segment(path, parts)
+    log = path / "00000000000000000000.log"
+    raw = bytearray(log.read_bytes())
+    at = data.draw(st.integers(0, len(raw) - 1))
+    raw[at] ^= 1 << data.draw(st.integers(0, 7))
+    log.write_bytes(bytes(raw))
+    ends = [0]
+    for part in parts:
+        ends.append(ends[-1] + len(part))
+    # The damaged batch is the one holding the flipped byte.
+    hit = max(i for i in range(len(parts)) if ends[i] <= at)
+    segment, result = Segment.open(d, log.name, now_ms=0, recover=True)
+    assert result is not None
+    field = at - ends[hit]
+    if 12 <= field < 16:
+        # The leader epoch is outside the CRC (a leader sets it in place): a
+        # flip there is not damage that recovery can see.
+        assert result.valid_bytes == ends[-1]
+    elif field < 8:
+        # So is the base offset: a lowered one goes back and is cut at once, a
+        # raised one is seen at the next batch, whose offsets then go back
+        # (and not at all in the last batch). No batch after it is kept.
+        assert result.valid_bytes in (ends[hit], ends[hit + 1])
+        if result.valid_bytes == ends[hit + 1] and hit + 1 < len(parts):
+            assert "below the expected" in str(result.reason)
+    else:
+        assert result.valid_bytes == ends[hit]
+        assert result.end in (ScanEnd.CORRUPT, ScanEnd.TRUNCATED)
+        assert result.reason is not None and f"at position {ends[hit]}" in result.reason
+        assert log.stat().st_size == ends[hit]
+        assert segment.read(0, 10**9) == b"".join(parts[:hit]) if hit else segment.size == 0
+    segment.close()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.data())
+def test_recover_cuts_a_torn_tail_at_the_last_whole_batch(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
+    path = tmp_path_factory.mktemp("torn")
+    parts = batches([(2, 40), (1, 300), (3, 10), (2, 120)])
+    d = _write_segment(path, parts)
+    log = path / "00000000000000000000.log"
+    raw = log.read_bytes()
+    cut = data.draw(st.integers(0, len(raw)))
+    log.write_bytes(raw[:cut])
+    ends = [0]
+    for part in parts:
+        ends.append(ends[-1] + len(part))
+    whole = max(e for e in ends if e <= cut)
+    segment, result = Segment.open(d, log.name, now_ms=0, recover=True)
+    assert result is not None
+    assert result.valid_bytes == whole and result.truncated_bytes == cut - whole
+    assert (result.end is ScanEnd.COMPLETE) == (cut == whole)
+    if cut != whole:
+        assert f"at position {whole}" in str(result.reason)
+    assert log.stat().st_size == whole
+    segment.close()
+
+
+def test_recover_reads_in_chunks_across_a_large_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import partition_log.segment as segment_module
+
+    # A chunk smaller than a batch: recovery must read on across chunk ends.
+    monkeypatch.setattr(segment_module, "RECOVERY_CHUNK_BYTES", 100)
+    parts = batches([(1, 250), (2, 30), (1, 700), (3, 5)] * 3)
+    d = _write_segment(tmp_path, parts)
+    log = tmp_path / "00000000000000000000.log"
+    raw = log.read_bytes()
+    log.write_bytes(raw + raw[:30])
+    segment, result = Segment.open(d, log.name, now_ms=0, recover=True)
+    assert result is not None
+    assert result.valid_bytes == len(raw) and result.truncated_bytes == 30
+    assert f"at position {len(raw)}" in str(result.reason)
+    assert segment.read(0, 10**9) == raw
+    segment.close()
+
+
+def test_recover_cuts_at_a_batch_that_goes_back(tmp_path: Path) -> None:
+    parts = batches([(2, 10), (2, 10)])
+    d = _write_segment(tmp_path, parts)
+    log = tmp_path / "00000000000000000000.log"
+    log.write_bytes(log.read_bytes() + batch(1))
+    segment, result = Segment.open(d, log.name, now_ms=0, recover=True)
+    assert result is not None and result.end is ScanEnd.CORRUPT
+    assert "base offset 1 below the expected 4" in str(result.reason)
+    assert segment.size == sum(map(len, parts))
+    segment.close()
+
+
+def test_recover_with_a_batch_limit_calls_a_huge_length_damage(tmp_path: Path) -> None:
+    parts = batches([(2, 10)])
+    d = _write_segment(tmp_path, parts)
+    log = tmp_path / "00000000000000000000.log"
+    forged = bytearray(batch(2))
+    forged[8:12] = (10**6).to_bytes(4, "big")
+    log.write_bytes(log.read_bytes() + bytes(forged))
+    segment, result = Segment.open(d, log.name, now_ms=0, recover=True, max_batch_bytes=1000)
+    assert result is not None and result.end is ScanEnd.CORRUPT
+    assert "exceeds the largest allowed" in str(result.reason)
+    segment.close()

@@ -15,6 +15,7 @@ whole log, cuts it at the first bad byte and rebuilds both.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from partition_log.batch import (
@@ -95,6 +96,18 @@ def _in_file(message: str, chunk_start: int) -> str:
 
 def _corrupt(message: str) -> PartitionLogError:
     return PartitionLogError(Errors.CORRUPT_MESSAGE, message)
+
+
+@dataclass(frozen=True, slots=True)
+class _Scanned:
+    """Where a scan of the log stopped and why, its first batch's position and
+    its last whole batch."""
+
+    position: int
+    end: ScanEnd
+    reason: str | None
+    first: int | None
+    last: BatchHeader | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,45 +277,50 @@ class Segment:
         self._builder.reset()
         self._offsets_written = 0
         self._times_written = 0
-        for position, header in self._scan(0, max_batch_bytes)[0]:
-            self._builder.add(position, header)
+        self._scan(0, max_batch_bytes, self._builder.add)
 
     def _scan(
-        self, start: int, max_batch_bytes: int | None
-    ) -> tuple[list[tuple[int, BatchHeader]], int, ScanEnd, str | None]:
-        """The whole valid batches from ``start`` (positions and headers),
-        read a bounded chunk at a time; then where and why the scan stopped.
-        A batch that goes back in offsets or whose offsets do not fit the
-        segment is damage too (``LogSegment.recover``'s offset check)."""
-        found: list[tuple[int, BatchHeader]] = []
+        self,
+        start: int,
+        max_batch_bytes: int | None,
+        visit: Callable[[int, BatchHeader], None],
+    ) -> _Scanned:
+        """Call ``visit`` with the position and header of each whole valid
+        batch from ``start``, reading a bounded chunk at a time (nothing is
+        kept per batch); then say where and why the scan stopped.  A batch
+        that goes back in offsets or whose offsets do not fit the segment is
+        damage too (``LogSegment.recover``'s offset check)."""
         size = self._log.size
         position = start
         expected = self.base_offset
+        first: int | None = None
+        last: BatchHeader | None = None
         want = RECOVERY_CHUNK_BYTES
         while True:
             buffer = self._log.read(position, min(want, size - position))
             scanner = BatchScanner(buffer, max_batch_bytes=max_batch_bytes)
             for batch in scanner:
                 header = batch.header
-                where = f"at position {position + batch.position}"
+                at = position + batch.position
+                problem = None
                 if header.base_offset < expected:
-                    return (
-                        found,
-                        position + batch.position,
-                        ScanEnd.CORRUPT,
-                        f"{where}: batch base offset {header.base_offset} below "
-                        f"the expected {expected}",
+                    problem = (
+                        f"batch base offset {header.base_offset} below the expected {expected}"
                     )
-                if header.last_offset - self.base_offset > INT32_MAX:
-                    return (
-                        found,
-                        position + batch.position,
-                        ScanEnd.CORRUPT,
-                        f"{where}: batch last offset {header.last_offset} does not fit "
-                        f"relative to the segment's base {self.base_offset}",
+                elif header.last_offset - self.base_offset > INT32_MAX:
+                    problem = (
+                        f"batch last offset {header.last_offset} does not fit "
+                        f"relative to the segment's base {self.base_offset}"
+                    )
+                if problem is not None:
+                    return _Scanned(
+                        at, ScanEnd.CORRUPT, f"at position {at}: {problem}", first, last
                     )
                 expected = header.next_offset
-                found.append((position + batch.position, header))
+                if first is None:
+                    first = at
+                last = header
+                visit(at, header)
             consumed = scanner.position
             if scanner.end is ScanEnd.COMPLETE and position + len(buffer) < size:
                 position += consumed
@@ -323,45 +341,51 @@ class Segment:
                 # The scanner names positions in its chunk: name the file's.
                 reason = _in_file(reason, position)
             assert scanner.end is not None
-            return found, position + consumed, scanner.end, reason
+            return _Scanned(position + consumed, scanner.end, reason, first, last)
 
     def _resume(self, max_batch_bytes: int | None) -> str | None:
         """Set the next offset, the largest timestamp and the bytes since the
         last index entry from the log's tail past the last offset index
         entry: all the log that must be read when the indexes are trusted.
-        Returns why the tail is damaged, or ``None``."""
+        Returns why the tail is damaged or the index suspect, or ``None``."""
         start = self.offsets.last.position if len(self.offsets) else 0
         if len(self.offsets) and start >= self._log.size:
             return (
                 f"offset index entry at position {start} is past the log's {self._log.size} bytes"
             )
-        batches, end, stop, reason = self._scan(start, max_batch_bytes)
-        if stop is not ScanEnd.COMPLETE:
-            return reason
-        if len(self.offsets) and (not batches or batches[0][0] != start):
-            return f"offset index entry at position {start} is not at a batch"
-        # The tail must hold no batch at which the append rule would have
-        # added an entry: else the index file lost entries (it is written on
-        # flush and close only) and is rebuilt rather than used short.
-        since = 0
-        for position, header in batches:
-            if since > self._builder.index_interval_bytes:
-                return f"offset index has no entry for the batch at position {position}"
-            since += header.size
         builder = self._builder
+        interval = builder.index_interval_bytes
         last_time = self.times.last
-        builder.max_timestamp = last_time.timestamp
-        builder.offset_of_max_timestamp = (
-            last_time.offset if len(self.times) else self.base_offset - 1
-        )
-        for _, header in batches:
-            if header.max_timestamp > builder.max_timestamp:
-                builder.max_timestamp = header.max_timestamp
-                builder.offset_of_max_timestamp = header.last_offset
-        builder.bytes_since_last_entry = end - start
-        if batches:
-            self.next_offset = batches[-1][1].next_offset
-        elif not len(self.offsets):
+        max_timestamp = last_time.timestamp
+        offset_of_max = last_time.offset if len(self.times) else self.base_offset - 1
+        since = 0
+        missing: list[int] = []
+
+        def visit(position: int, header: BatchHeader) -> None:
+            nonlocal since, max_timestamp, offset_of_max
+            # The tail must hold no batch at which the append rule would have
+            # added an entry: else the index file lost entries (it is written
+            # on flush and close only) and is rebuilt rather than used short.
+            if since > interval and not missing:
+                missing.append(position)
+            since += header.size
+            if header.max_timestamp > max_timestamp:
+                max_timestamp = header.max_timestamp
+                offset_of_max = header.last_offset
+
+        scanned = self._scan(start, max_batch_bytes, visit)
+        if scanned.end is not ScanEnd.COMPLETE:
+            return scanned.reason
+        if len(self.offsets) and scanned.first != start:
+            return f"offset index entry at position {start} is not at a batch"
+        if missing:
+            return f"offset index has no entry for the batch at position {missing[0]}"
+        builder.max_timestamp = max_timestamp
+        builder.offset_of_max_timestamp = offset_of_max
+        builder.bytes_since_last_entry = since
+        if scanned.last is not None:
+            self.next_offset = scanned.last.next_offset
+        else:
             self.next_offset = self.base_offset
         return None
 
@@ -538,15 +562,14 @@ class Segment:
         self._builder.reset()
         self._offsets_written = 0
         self._times_written = 0
-        batches, valid, end, reason = self._scan(0, max_batch_bytes)
-        for position, header in batches:
-            self._builder.add(position, header)
+        scanned = self._scan(0, max_batch_bytes, self._builder.add)
+        valid = scanned.position
         truncated = log.size - valid
         if truncated:
             log.truncate(valid)
-        self.next_offset = batches[-1][1].next_offset if batches else self.base_offset
+        self.next_offset = self.base_offset if scanned.last is None else scanned.last.next_offset
         self._first_timestamp = self._read_first_timestamp()
-        return RecoveryResult(valid, truncated, self.next_offset, end, reason)
+        return RecoveryResult(valid, truncated, self.next_offset, scanned.end, scanned.reason)
 
     # -- rolling ----------------------------------------------------------------
 

@@ -543,7 +543,15 @@ class Segment:
         removed = log.size - position
         log.truncate(position)
         self.offsets.truncate_to(header.base_offset)
-        self.times.truncate_to(header.base_offset)
+        # Time entries are added beside offset entries, each with an offset at
+        # or below its partner's: keep those of the offset entries kept, so
+        # the indexes equal the ones rebuilt from the log that is left (Kafka
+        # cuts the time index at the same offset, which can keep an entry
+        # whose partner went).
+        if len(self.offsets):
+            self.times.truncate_to(self.offsets.last.offset + 1)
+        else:
+            self.times.clear()
         self._offsets_written = min(self._offsets_written, len(self.offsets))
         self._times_written = min(self._times_written, len(self.times))
         problem = self._resume(None)

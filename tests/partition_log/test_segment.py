@@ -580,3 +580,139 @@ def test_recover_with_a_batch_limit_calls_a_huge_length_damage(tmp_path: Path) -
     assert result is not None and result.end is ScanEnd.CORRUPT
     assert "exceeds the largest allowed" in str(result.reason)
     segment.close()
+
+
+# -- more refusals and index files ----------------------------------------------------
+
+
+def test_a_segment_past_int32_positions_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    import partition_log.segment as segment_module
+
+    # Positions in the index are int32: a segment never grows past them. A
+    # lower limit stands in for 2 GiB.
+    d = MemoryDirectory()
+    segment = Segment.create(d, 0, now_ms=0)
+    first = batch(0, size=100)
+    monkeypatch.setattr(segment_module, "INT32_MAX", len(first) + 50)
+    segment.append(first)
+    with pytest.raises(PartitionLogError, match="exceed a segment's int32 positions") as e:
+        segment.append(batch(1, size=100))
+    assert e.value.code is Errors.MESSAGE_TOO_LARGE
+    assert segment.size == len(first) and segment.next_offset == 1
+
+
+def test_negative_max_bytes_is_refused() -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0)
+    segment.append(batch(0))
+    with pytest.raises(PartitionLogError, match="max_bytes -1 is negative"):
+        segment.read(0, -1)
+
+
+def test_closed_segment_is_refused() -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0)
+    segment.close()
+    with pytest.raises(PartitionLogError, match="00000000000000000000.log is closed"):
+        segment.append(batch(0))
+
+
+def test_index_files_follow_truncation_and_outside_cuts(make: Make) -> None:
+    d = make()
+    segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=300)
+    for part in batches([(2, 200)] * 12):
+        segment.append(part)
+    segment.flush()
+    assert file_bytes(d, segment.index_name) == segment.offsets.encode()
+    # After a truncation the files are cut to the entries kept.
+    segment.truncate_to(10)
+    segment.flush()
+    assert file_bytes(d, segment.index_name) == segment.offsets.encode()
+    assert file_bytes(d, segment.time_index_name) == segment.times.encode()
+    # A file cut behind the segment's back (a power loss) is rewritten whole.
+    f = d.open(segment.index_name)
+    f.truncate(3)
+    f.close()
+    for part in batches([(2, 200)] * 4, base=segment.next_offset):
+        segment.append(part)
+    segment.flush()
+    assert file_bytes(d, segment.index_name) == segment.offsets.encode()
+    segment.close()
+
+
+@pytest.mark.parametrize("which", ["not at a batch", "time past the end"])
+def test_index_entries_that_disagree_with_the_log_are_rebuilt(make: Make, which: str) -> None:
+    d = make()
+    segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=300)
+    for part in batches([(2, 200)] * 12):
+        segment.append(part)
+    segment.close()
+    offsets, times = file_bytes(d, segment.index_name), file_bytes(d, segment.time_index_name)
+    name = segment.index_name if which == "not at a batch" else segment.time_index_name
+    if which == "not at a batch":
+        # The last entry's position moved one byte into its batch.
+        last = int.from_bytes(offsets[-4:], "big")
+        damaged = offsets[:-4] + (last + 1).to_bytes(4, "big")
+    else:
+        # One more time entry, at an offset past the log's end.
+        damaged = times + (2**40).to_bytes(8, "big") + (1000).to_bytes(4, "big")
+    d.delete(name)
+    f = d.create(name)
+    f.append(damaged)
+    f.close()
+    again, _ = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=300)
+    assert (again.offsets.encode(), again.times.encode()) == (offsets, times)
+    again.close()
+
+
+# -- random histories against a model ------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32))
+def test_random_histories_on_the_twin(seed: int) -> None:
+    # Appends, reads, truncations, flushes, clean reopenings and power losses
+    # with recovery: reads always equal the model, the indexes always equal
+    # the ones rebuilt from the log, and nothing synced is lost.
+    rng = random.Random(seed)
+    d = MemoryDirectory()
+    base = rng.choice([0, 12345])
+    interval = rng.choice([64, 512, 4096])
+    segment = Segment.create(d, base, now_ms=0, index_interval_bytes=interval)
+    model: list[bytes] = []  # the batches in the segment
+    synced: list[bytes] = []  # the batches of the log as last synced
+
+    def next_offset() -> int:
+        return BatchHeader.parse(model[-1]).next_offset if model else base
+
+    for _ in range(rng.randint(1, 30)):
+        op = rng.random()
+        if op < 0.5:
+            part = batch(next_offset(), rng.randint(1, 4), rng.randint(0, 400), rng.randint(0, 99))
+            segment.append(part)
+            model.append(part)
+        elif op < 0.6 and model:
+            cut_batch = rng.randrange(len(model))
+            header = BatchHeader.parse(model[cut_batch])
+            segment.truncate_to(rng.randint(header.base_offset, header.last_offset))
+            del model[cut_batch:]
+        elif op < 0.75:
+            segment.flush()
+            synced = list(model)
+        elif op < 0.85:
+            # A clean close writes the indexes but does not sync the log.
+            segment.close()
+            segment, result = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=interval)
+            assert result is None
+        else:
+            d.crash()
+            segment, result = Segment.open(
+                d, segment.name, now_ms=0, recover=True, index_interval_bytes=interval
+            )
+            # Exactly the log as last synced: every synced batch, nothing
+            # appended since, and a truncation since undone.
+            assert result is not None and result.truncated_bytes == 0
+            model = list(synced)
+        assert segment.next_offset == next_offset()
+        assert (segment.read(base, 10**9) if model else b"") == b"".join(model)
+        built = (segment.offsets.encode(), segment.times.encode(), segment.max_timestamp)
+        segment.recover()
+        assert (segment.offsets.encode(), segment.times.encode(), segment.max_timestamp) == built

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from partition_log.batch import BatchHeader, ScanEnd, build_batch
 from partition_log.errors import Errors, PartitionLogError
-from partition_log.files import FileDirectory, MemoryDirectory
+from partition_log.files import FileDirectory, MemoryDirectory, MemoryFile
 from partition_log.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
 from partition_log.os_files import OsDirectory
 from partition_log.records import Record
@@ -716,3 +716,43 @@ def test_random_histories_on_the_twin(seed: int) -> None:
         built = (segment.offsets.encode(), segment.times.encode(), segment.max_timestamp)
         segment.recover()
         assert (segment.offsets.encode(), segment.times.encode(), segment.max_timestamp) == built
+
+
+class _CountingDirectory(MemoryDirectory):
+    """The twin, recording the largest single read of any file."""
+
+    largest_read = 0
+
+    def open(self, name: str) -> MemoryFile:
+        directory = self
+
+        class Counting(MemoryFile):
+            def read(self, position: int, size: int) -> bytes:
+                data = super().read(position, size)
+                directory.largest_read = max(directory.largest_read, len(data))
+                return data
+
+        inner = super().open(name)
+        return Counting(self, name, inner._inode)
+
+
+def test_recovery_and_opening_read_a_bounded_part_of_the_log() -> None:
+    import partition_log.segment as segment_module
+
+    d = _CountingDirectory()
+    segment = Segment.create(d, 0, now_ms=0)
+    for part in batches([(4, 1000)] * 800):  # about 3.3 MB
+        segment.append(part)
+    segment.flush()
+    segment.close()
+    d.largest_read = 0
+    again, result = Segment.open(d, segment.name, now_ms=0, recover=True)
+    assert result is not None and result.valid_bytes == again.size > 3 * (1 << 20)
+    assert d.largest_read <= segment_module.RECOVERY_CHUNK_BYTES
+    again.close()
+    # Opening a cleanly closed segment reads its index files and the tail
+    # past the last entry only.
+    d.largest_read = 0
+    again, _ = Segment.open(d, segment.name, now_ms=0)
+    assert d.largest_read <= max(len(again.offsets.encode()), len(again.times.encode()), 4096 * 2)
+    again.close()

@@ -54,6 +54,9 @@ class OsFile:
         if position < 0 or size < 0:
             raise storage_error(f"file {self._path}: read at {position} of {size} bytes")
         fd = self._live()
+        # Never ask pread for more than the file holds: it allocates the
+        # size asked for before reading.
+        size = min(size, max(0, self._size - position))
         try:
             parts = []
             while size > 0:

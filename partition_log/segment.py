@@ -15,6 +15,7 @@ whole log, cuts it at the first bad byte and rebuilds both.
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -81,6 +82,9 @@ def parse_log_name(name: str) -> int:
             f"{name!r} is not a segment file name (20 digits of base offset, then .log)",
         )
     return int(match.group(1))
+
+
+_INT32 = struct.Struct(">i")
 
 
 def _in_file(message: str, chunk_start: int) -> str:
@@ -472,11 +476,20 @@ class Segment:
 
     def _position_of(self, offset: int) -> tuple[int, BatchHeader] | None:
         """The first batch whose last offset is at least ``offset``
-        (``LogSegment.translateOffset``), found from the index's entry."""
+        (``LogSegment.translateOffset``), found from the index's entry: the
+        headers from there are walked in chunks read at once (about one
+        index interval), not one read per batch."""
         position = self.offsets.lookup(offset).position
         size = self._log.size
+        chunk_size = max(2 * self._builder.index_interval_bytes, 8192)
+        chunk = b""
+        chunk_start = position
         while position < size:
-            header = self._read_header(position)
+            at = position - chunk_start
+            if at + HEADER_SIZE > len(chunk):
+                chunk_start, at = position, 0
+                chunk = self._log.read(position, min(chunk_size, size - position))
+            header = BatchHeader.parse(chunk, at)
             if header.last_offset >= offset:
                 return position, header
             position += header.size
@@ -486,7 +499,9 @@ class Segment:
         """Whole batches from the one holding ``start_offset``, as many as fit
         in ``max_bytes`` but at least one (Kafka's rule, so a consumer is never
         stuck behind a batch larger than its limit); empty at the segment's
-        end, ``OFFSET_OUT_OF_RANGE`` outside it."""
+        end, ``OFFSET_OUT_OF_RANGE`` outside it.  One read of the file: the
+        batches were whole when appended, so their lengths are walked in the
+        bytes read."""
         log = self._live()
         if max_bytes < 0:
             raise PartitionLogError(Errors.INVALID_RECORD, f"max_bytes {max_bytes} is negative")
@@ -500,14 +515,15 @@ class Segment:
         if found is None:
             return b""
         start, header = found
-        end = start + header.size
-        size = log.size
-        while end < size:
-            following = self._read_header(end)
-            if end + following.size - start > max_bytes:
+        data = log.read(start, min(log.size - start, max(max_bytes, header.size)))
+        end = header.size
+        available = len(data)
+        while end + LOG_OVERHEAD <= available:
+            following = end + LOG_OVERHEAD + _INT32.unpack_from(data, end + 8)[0]
+            if following > available:
                 break
-            end += following.size
-        return log.read(start, end - start)
+            end = following
+        return data if end == available else data[:end]
 
     def find_offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record's timestamp is at least ``timestamp``

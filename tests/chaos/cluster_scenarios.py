@@ -4,15 +4,12 @@ test_docker): any :class:`chaos.backend.ClusterBackend` will do."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import ssl
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from cryptography import x509
 
 from chaos.backend import ClusterBackend, isolate
 from history.export_files import read_changes, read_log
@@ -21,6 +18,7 @@ from kqproto import quorum_pb2
 from kvstore.client import KvClient
 from quorum.driver.client import ClientError, IndeterminateWriteError, describe
 from quorum.driver.tls import TlsFiles
+from tests.driver.cluster_util import file_serial, served_serial
 
 __all__ = [
     "check_exports",
@@ -31,23 +29,6 @@ __all__ = [
     "served_serial",
     "wait_converged",
 ]
-
-
-def served_serial(address: str, files: TlsFiles) -> int:
-    """The serial number of the certificate the node at ``address``
-    presents to a new connection: a real TLS handshake (with ALPN h2, as
-    gRPC's), presenting ``files``' certificate."""
-    context = ssl.create_default_context(cafile=str(files.ca))
-    context.load_cert_chain(str(files.cert), str(files.key))
-    context.set_alpn_protocols(["h2"])
-    host, port = address.rsplit(":", 1)
-    with (
-        socket.create_connection((host, int(port)), timeout=5) as raw,
-        context.wrap_socket(raw, server_hostname=host) as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
 
 
 async def roles(cluster: ClusterBackend) -> dict[int, quorum_pb2.DescribeQuorumResponse | None]:
@@ -154,10 +135,6 @@ def check_exports(run_dir: Path, nodes: list[int], log_says: str = "") -> None:
     for entries in logs.values():
         strip = [(e.offset, e.epoch, e.kind, e.hash) for e in entries]
         assert strip == [(e.offset, e.epoch, e.kind, e.hash) for e in longest][: len(strip)]
-
-
-def file_serial(path: Path) -> int:
-    return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
 
 
 async def rotate_while_serving(

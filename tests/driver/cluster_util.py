@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
+
+from cryptography import x509
 
 from quorum.config import QuorumConfig
 from quorum.driver.identity import Identity
@@ -107,6 +110,27 @@ class Cluster:
         leader = self.leader()
         assert leader is not None
         return leader
+
+
+def served_serial(address: str, files: TlsFiles) -> int:
+    """The serial number of the certificate the node at ``address``
+    presents to a new connection: a real TLS handshake (with ALPN h2, as
+    gRPC's), presenting ``files``' certificate."""
+    context = ssl.create_default_context(cafile=str(files.ca))
+    context.load_cert_chain(str(files.cert), str(files.key))
+    context.set_alpn_protocols(["h2"])
+    host, port = address.rsplit(":", 1)
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def file_serial(path: Path) -> int:
+    return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
 
 
 @asynccontextmanager

@@ -12,8 +12,6 @@ re-read when their files change, without a restart.
 from __future__ import annotations
 
 import asyncio
-import socket
-import ssl
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -26,7 +24,7 @@ from quorum.driver.identity import Identity, Role
 from quorum.driver.tls import TlsError, TlsFiles, dial
 from quorum.driver.wire import MAX_EPOCH
 from server.certs import issue
-from tests.driver.cluster_util import CLUSTER_ID, Cluster, run, running
+from tests.driver.cluster_util import CLUSTER_ID, Cluster, run, running, served_serial
 
 RPC_TIMEOUT_S = 3.0
 
@@ -111,24 +109,6 @@ def test_a_begin_quorum_epoch_forged_in_a_voters_name_is_refused(tmp_path: Path)
     run(go())
 
 
-def _served_serial(address: str, files: TlsFiles) -> int:
-    """The serial number of the certificate the node presents now (a fresh
-    TLS handshake, as gRPC's own, with ALPN h2)."""
-    context = ssl.create_default_context(cafile=str(files.ca))
-    context.load_cert_chain(str(files.cert), str(files.key))
-    context.set_alpn_protocols(["h2"])
-    host, port = address.rsplit(":", 1)
-    with (
-        socket.create_connection((host, int(port)), timeout=5) as raw,
-        context.wrap_socket(raw, server_hostname=host) as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    from cryptography import x509
-
-    return x509.load_der_x509_certificate(der).serial_number
-
-
 def test_a_rotated_certificate_is_served_without_a_restart(tmp_path: Path) -> None:
     async def go() -> None:
         async with tls_cluster(tmp_path) as cluster:
@@ -136,11 +116,11 @@ def test_a_rotated_certificate_is_served_without_a_restart(tmp_path: Path) -> No
             assert cluster.certs is not None
             address = cluster.voters[1]
             me = cluster.tls_files(Identity.user(CLUSTER_ID, "ops"))
-            first = await asyncio.to_thread(_served_serial, address, me)
+            first = await asyncio.to_thread(served_serial, address, me)
             await asyncio.sleep(0.05)  # a later modification time
             rotated = issue(cluster.certs, Identity.node(CLUSTER_ID, Role.CONTROLLER, 1))
             assert rotated.cert.name == "controller-1.crt"
-            second = await asyncio.to_thread(_served_serial, address, me)
+            second = await asyncio.to_thread(served_serial, address, me)
             assert second != first
             # The node keeps serving, and its peers still talk to it.
             async with KvClient(list(cluster.voters.values()), credentials=_user(cluster)) as c:

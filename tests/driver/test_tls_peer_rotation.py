@@ -24,7 +24,7 @@ from quorum.driver.tls import TlsFiles
 from quorum.driver.transport import RaftTransport
 from quorum.messages import Message, VoteRequest
 from server.certs import create_ca, issue
-from tests.driver.cluster_util import CLUSTER_ID, run
+from tests.driver.cluster_util import CLUSTER_ID, file_serial, run
 
 HOST = "127.0.0.1"
 
@@ -40,10 +40,6 @@ class RecordingPeer(pb_grpc.RaftServiceServicer):
         pem = context.auth_context()["x509_pem_cert"][0]
         self.serials.append(x509.load_pem_x509_certificate(pem).serial_number)
         return pb.VoteResponse(src=2, dst=1, epoch=request.epoch, leader_id=-1)
-
-
-def _serial(path: Path) -> int:
-    return x509.load_pem_x509_certificate(path.read_bytes()).serial_number
 
 
 def _replace(source: Path, target: Path) -> None:
@@ -96,7 +92,7 @@ def test_peer_connections_present_the_rotated_certificate(tmp_path: Path, reload
             raise AssertionError(f"the peer saw {len(peer.serials)} votes, not {epoch}")
 
         try:
-            old = _serial(me.cert)
+            old = file_serial(me.cert)
             assert await vote(1) == old
             await asyncio.sleep(0.05)  # later modification times
             # Half a rotation: the key replaced, the certificate not yet.
@@ -105,7 +101,7 @@ def test_peer_connections_present_the_rotated_certificate(tmp_path: Path, reload
             _replace(new.cert, me.cert)
             seen = await vote(3)
             if reload:
-                assert seen == _serial(new.cert) != old
+                assert seen == file_serial(new.cert) != old
             else:
                 assert seen == old
             assert len(answers) == 3  # every vote was answered

@@ -15,8 +15,7 @@ from pathlib import Path
 from kvstore.client import KvClient
 from quorum.driver.identity import Identity, Role
 from server.certs import issue
-from tests.chaos.cluster_scenarios import file_serial, served_serial
-from tests.driver.cluster_util import CLUSTER_ID, run, running
+from tests.driver.cluster_util import CLUSTER_ID, file_serial, run, running, served_serial
 
 
 def _replace(source: Path, target: Path) -> None:

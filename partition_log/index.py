@@ -18,8 +18,10 @@ the same rule the appends use, so a rebuilt index equals the incremental one.
 
 from __future__ import annotations
 
+import abc
 import struct
 from dataclasses import dataclass
+from typing import ClassVar, Self
 
 from partition_log.batch import BatchHeader
 from partition_log.errors import Errors, PartitionLogError
@@ -63,18 +65,23 @@ class TimestampOffset:
     offset: int
 
 
-class OffsetIndex:
-    """Entries (absolute offset, file position), both strictly increasing."""
+class _EntryIndex(abc.ABC):
+    """What both indexes share: fixed-size entries in one bytearray (memory
+    grows with the entries, never with objects per batch), a capacity, and a
+    binary search over one field of the entries."""
+
+    _ENTRY: ClassVar[struct.Struct]
+    _KIND: ClassVar[str]
 
     def __init__(self, base_offset: int, max_index_bytes: int = DEFAULT_INDEX_BYTES) -> None:
         self.base_offset = base_offset
-        self.max_entries = max_index_bytes // OFFSET_ENTRY_SIZE
+        self.max_entries = max_index_bytes // self._ENTRY.size
         self._entries = bytearray()
 
     @classmethod
     def decode(
         cls, base_offset: int, data: bytes, max_index_bytes: int = DEFAULT_INDEX_BYTES
-    ) -> OffsetIndex:
+    ) -> Self:
         """An index from its file's bytes; refused (``CORRUPT_MESSAGE``) if the
         size is not whole entries or more than the index holds, or the entries
         do not increase (call :func:`sanity_check` against the log too)."""
@@ -85,12 +92,73 @@ class OffsetIndex:
     def load(self, data: bytes) -> None:
         """Replace the entries by an index file's bytes, checked as
         :meth:`decode` says; on a refusal the entries are unchanged."""
-        base_offset = self.base_offset
-        if len(data) % OFFSET_ENTRY_SIZE:
-            raise _suspect(f"offset index of {len(data)} bytes is not whole 8-byte entries")
-        count = len(data) // OFFSET_ENTRY_SIZE
+        size = self._ENTRY.size
+        if len(data) % size:
+            raise _suspect(
+                f"{self._KIND} index of {len(data)} bytes is not whole {size}-byte entries"
+            )
+        count = len(data) // size
         if count > self.max_entries:
-            raise _suspect(f"offset index of {count} entries exceeds its {self.max_entries}")
+            raise _suspect(f"{self._KIND} index of {count} entries exceeds its {self.max_entries}")
+        self._check_entries(data, count)
+        self._entries = bytearray(data)
+
+    @abc.abstractmethod
+    def _check_entries(self, data: bytes, count: int) -> None:
+        """Refuse entries out of each index's own order."""
+
+    def __len__(self) -> int:
+        return len(self._entries) // self._ENTRY.size
+
+    def encode(self) -> bytes:
+        return bytes(self._entries)
+
+    @property
+    def is_full(self) -> bool:
+        return len(self) >= self.max_entries
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def _relative(self, offset: int) -> int:
+        """``offset`` relative to the base, for a new entry; refuses a full
+        index or an offset that does not fit."""
+        if self.is_full:
+            raise _suspect(f"{self._KIND} index full at {len(self)} entries, cannot add {offset}")
+        relative = offset - self.base_offset
+        if not 0 <= relative <= INT32_MAX:
+            raise _suspect(
+                f"offset {offset} does not fit as an int32 relative to base {self.base_offset}"
+            )
+        return relative
+
+    def _floor(self, key: int, field: int) -> int:
+        """Index of the last entry whose ``field`` is at most ``key``, or -1
+        (the entries increase in every field)."""
+        low, high = 0, len(self) - 1
+        found = -1
+        entries, unpack, size = self._entries, self._ENTRY.unpack_from, self._ENTRY.size
+        while low <= high:
+            mid = (low + high) // 2
+            if unpack(entries, mid * size)[field] <= key:
+                found = mid
+                low = mid + 1
+            else:
+                high = mid - 1
+        return found
+
+    def _truncate_after(self, i: int) -> None:
+        del self._entries[(i + 1) * self._ENTRY.size :]
+
+
+class OffsetIndex(_EntryIndex):
+    """Entries (absolute offset, file position), both strictly increasing."""
+
+    _ENTRY = _OFFSET_ENTRY
+    _KIND = "offset"
+
+    def _check_entries(self, data: bytes, count: int) -> None:
+        base_offset = self.base_offset
         last = (-1, -1)
         for i in range(count):
             relative, position = _OFFSET_ENTRY.unpack_from(data, i * OFFSET_ENTRY_SIZE)
@@ -101,17 +169,6 @@ class OffsetIndex:
                     f"({base_offset + last[0]}, position {last[1]})"
                 )
             last = (relative, position)
-        self._entries = bytearray(data)
-
-    def __len__(self) -> int:
-        return len(self._entries) // OFFSET_ENTRY_SIZE
-
-    def encode(self) -> bytes:
-        return bytes(self._entries)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self) >= self.max_entries
 
     def entry(self, i: int) -> OffsetPosition:
         relative, position = _OFFSET_ENTRY.unpack_from(self._entries, i * OFFSET_ENTRY_SIZE)
@@ -125,13 +182,7 @@ class OffsetIndex:
     def append(self, offset: int, position: int) -> None:
         """Add an entry past the last; refuses a full index, an offset or
         position not past the last, or an offset outside the relative range."""
-        if self.is_full:
-            raise _suspect(f"offset index full at {len(self)} entries, cannot add {offset}")
-        relative = offset - self.base_offset
-        if not 0 <= relative <= INT32_MAX:
-            raise _suspect(
-                f"offset {offset} does not fit as an int32 relative to base {self.base_offset}"
-            )
+        relative = self._relative(offset)
         if len(self):
             last = self.last
             if offset <= last.offset or position <= last.position:
@@ -141,62 +192,26 @@ class OffsetIndex:
                 )
         self._entries += _OFFSET_ENTRY.pack(relative, position)
 
-    def _floor(self, offset: int) -> int:
-        """Index of the largest entry whose offset is at most ``offset``, or -1."""
-        relative = offset - self.base_offset
-        low, high = 0, len(self) - 1
-        found = -1
-        entries = self._entries
-        while low <= high:
-            mid = (low + high) // 2
-            if _OFFSET_ENTRY.unpack_from(entries, mid * OFFSET_ENTRY_SIZE)[0] <= relative:
-                found = mid
-                low = mid + 1
-            else:
-                high = mid - 1
-        return found
-
     def lookup(self, offset: int) -> OffsetPosition:
         """The largest entry whose offset is at most ``offset``, or (base
         offset, 0) if none: where to start scanning the log for ``offset``
         (``OffsetIndex.lookup``)."""
-        i = self._floor(offset)
+        i = self._floor(offset - self.base_offset, 0)
         return self.entry(i) if i >= 0 else OffsetPosition(self.base_offset, 0)
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry at or past ``offset`` (``truncateTo``)."""
-        i = self._floor(offset - 1)
-        del self._entries[(i + 1) * OFFSET_ENTRY_SIZE :]
-
-    def clear(self) -> None:
-        self._entries.clear()
+        self._truncate_after(self._floor(offset - 1 - self.base_offset, 0))
 
 
-class TimeIndex:
+class TimeIndex(_EntryIndex):
     """Entries (timestamp, absolute offset), both strictly increasing."""
 
-    def __init__(self, base_offset: int, max_index_bytes: int = DEFAULT_INDEX_BYTES) -> None:
-        self.base_offset = base_offset
-        self.max_entries = max_index_bytes // TIME_ENTRY_SIZE
-        self._entries = bytearray()
+    _ENTRY = _TIME_ENTRY
+    _KIND = "time"
 
-    @classmethod
-    def decode(
-        cls, base_offset: int, data: bytes, max_index_bytes: int = DEFAULT_INDEX_BYTES
-    ) -> TimeIndex:
-        index = cls(base_offset, max_index_bytes)
-        index.load(data)
-        return index
-
-    def load(self, data: bytes) -> None:
-        """Replace the entries by an index file's bytes, checked as
-        :meth:`decode` says; on a refusal the entries are unchanged."""
+    def _check_entries(self, data: bytes, count: int) -> None:
         base_offset = self.base_offset
-        if len(data) % TIME_ENTRY_SIZE:
-            raise _suspect(f"time index of {len(data)} bytes is not whole 12-byte entries")
-        count = len(data) // TIME_ENTRY_SIZE
-        if count > self.max_entries:
-            raise _suspect(f"time index of {count} entries exceeds its {self.max_entries}")
         last: TimestampOffset | None = None
         for i in range(count):
             timestamp, relative = _TIME_ENTRY.unpack_from(data, i * TIME_ENTRY_SIZE)
@@ -210,17 +225,6 @@ class TimeIndex:
                     f"does not follow {last}"
                 )
             last = entry
-        self._entries = bytearray(data)
-
-    def __len__(self) -> int:
-        return len(self._entries) // TIME_ENTRY_SIZE
-
-    def encode(self) -> bytes:
-        return bytes(self._entries)
-
-    @property
-    def is_full(self) -> bool:
-        return len(self) >= self.max_entries
 
     def entry(self, i: int) -> TimestampOffset:
         timestamp, relative = _TIME_ENTRY.unpack_from(self._entries, i * TIME_ENTRY_SIZE)
@@ -243,13 +247,7 @@ class TimeIndex:
         # without timestamps add nothing (TimeIndex.maybeAppend).
         if timestamp <= self.last.timestamp:
             return False
-        if self.is_full:
-            raise _suspect(f"time index full at {len(self)} entries, cannot add {offset}")
-        relative = offset - self.base_offset
-        if not 0 <= relative <= INT32_MAX:
-            raise _suspect(
-                f"offset {offset} does not fit as an int32 relative to base {self.base_offset}"
-            )
+        relative = self._relative(offset)
         if len(self) and offset <= self.last.offset:
             raise _suspect(
                 f"time index entry (timestamp {timestamp}, offset {offset}) goes back from "
@@ -257,19 +255,6 @@ class TimeIndex:
             )
         self._entries += _TIME_ENTRY.pack(timestamp, relative)
         return True
-
-    def _floor(self, key: int, field: int) -> int:
-        low, high = 0, len(self) - 1
-        found = -1
-        entries = self._entries
-        while low <= high:
-            mid = (low + high) // 2
-            if _TIME_ENTRY.unpack_from(entries, mid * TIME_ENTRY_SIZE)[field] <= key:
-                found = mid
-                low = mid + 1
-            else:
-                high = mid - 1
-        return found
 
     def lookup(self, timestamp: int) -> TimestampOffset:
         """The largest entry whose timestamp is at most ``timestamp``, or (no
@@ -279,11 +264,7 @@ class TimeIndex:
 
     def truncate_to(self, offset: int) -> None:
         """Drop every entry at or past ``offset``."""
-        i = self._floor(offset - 1 - self.base_offset, 1)
-        del self._entries[(i + 1) * TIME_ENTRY_SIZE :]
-
-    def clear(self) -> None:
-        self._entries.clear()
+        self._truncate_after(self._floor(offset - 1 - self.base_offset, 1))
 
 
 def sanity_check(

@@ -211,6 +211,7 @@ class Segment:
         max_batch_bytes: int | None = None,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
         max_index_bytes: int = DEFAULT_INDEX_BYTES,
+        durable_offset: int | None = None,
     ) -> tuple[Segment, RecoveryResult | None]:
         """Open the segment whose ``.log`` file is ``name``.
 
@@ -233,7 +234,7 @@ class Segment:
         )
         try:
             if recover:
-                return segment, segment.recover(max_batch_bytes)
+                return segment, segment.recover(max_batch_bytes, durable_offset=durable_offset)
             loaded = segment._load_indexes()
             problem = None
             if loaded:
@@ -577,11 +578,16 @@ class Segment:
             self._first_timestamp = None
         return removed
 
-    def recover(self, max_batch_bytes: int | None = None) -> RecoveryResult:
+    def recover(
+        self, max_batch_bytes: int | None = None, *, durable_offset: int | None = None
+    ) -> RecoveryResult:
         """Rescan the whole log (``LogSegment.recover``): keep the batches up to
         the first one that is torn, damaged or out of order, cut the file
         there, and rebuild both indexes.  ``max_batch_bytes`` makes a length
-        above it damage rather than a torn tail."""
+        above it damage rather than a torn tail.  With ``durable_offset``
+        (the log's recovery point) damage that would cut below it refuses
+        (``CORRUPT_MESSAGE`` naming the file, position and offset) and cuts
+        nothing: those bytes were synced, so the damage is not a torn write."""
         log = self._live()
         self._builder.reset()
         self._offsets_written = 0
@@ -589,6 +595,12 @@ class Segment:
         scanned = self._scan(0, max_batch_bytes, self._builder.add)
         valid = scanned.position
         truncated = log.size - valid
+        kept_end = self.base_offset if scanned.last is None else scanned.last.next_offset
+        if truncated and durable_offset is not None and kept_end < durable_offset:
+            raise _corrupt(
+                f"segment {self.name}: damage at offset {kept_end} (position {valid}) below "
+                f"the recovery point {durable_offset}: {scanned.reason}"
+            )
         if truncated:
             log.truncate(valid)
         self.next_offset = self.base_offset if scanned.last is None else scanned.last.next_offset

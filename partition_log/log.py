@@ -316,24 +316,27 @@ class PartitionLog:
                 raise _storage(f"file {RECOVERY_POINT_FILE} is not a recovery point: {text!r}")
             recovery_point = int(lines[1])
         log = cls(directory, config, now_ms)
+        if logs:
+            # A refusal (damage below the recovery point, a damaged segment
+            # after a clean shutdown) comes before any file changes.
+            log._load(logs, clean, recovery_point)
         # Leftovers of interrupted writes and index files without their log
-        # (LogLoader removes both).
-        log_names = set(logs)
+        # (LogLoader removes both; an index left where the next segment
+        # goes would stop the roll).
         for name in directory.list():
             if name in temporary or (
                 name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))
-                and name.rsplit(".", 1)[0] + LOG_SUFFIX not in log_names
+                and name.rsplit(".", 1)[0] + LOG_SUFFIX not in logs
             ):
                 directory.delete(name)
         if clean:
+            # Removed once the log is open: a crash from here on is unclean.
             directory.delete(CLEAN_SHUTDOWN_FILE)
         directory.sync_directory()
         if not logs:
             log._active = log._create_segment(0)
             log._write_recovery_point(0)
             log.recovery = LogRecovery(True, 0, 0)
-        else:
-            log._load(logs, clean, recovery_point)
         log.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         return log
 

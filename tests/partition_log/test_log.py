@@ -506,3 +506,67 @@ def test_config_out_of_range() -> None:
         LogConfig(flush_messages=0)
     with pytest.raises(ValueError, match="segment_jitter_ms"):
         LogConfig(segment_ms=10, segment_jitter_ms=10)
+
+
+def test_a_damaged_segment_after_a_clean_shutdown_refuses_with_the_files_unchanged() -> None:
+    directory = MemoryDirectory()
+    log = PartitionLog.open(directory, LogConfig(), now_ms=0)
+    for _ in range(3):
+        log.append_as_leader(batch(1), 0, now_ms=0)
+    log.close()
+    handle = directory.open(file_name(0, ".log"))
+    handle.append(b"\0" * 20)  # bytes past the last batch
+    handle.close()
+    before = snapshot(directory)
+    with pytest.raises(PartitionLogError) as error:
+        PartitionLog.open(directory, LogConfig(), now_ms=0)
+    assert error.value.code is Errors.CORRUPT_MESSAGE
+    assert file_name(0, ".log") in str(error.value)
+    assert snapshot(directory) == before
+    assert CLEAN_SHUTDOWN_FILE in directory.list()
+
+
+def test_leftover_temporary_and_orphan_index_files_are_removed_on_open() -> None:
+    directory = MemoryDirectory()
+    log = PartitionLog.open(directory, SMALL, now_ms=0)
+    log.append_as_leader(batch(1), 0, now_ms=0)
+    log.close()
+    end = log.log_end_offset
+    for name in (
+        RECOVERY_POINT_FILE + ".tmp",
+        file_name(1, ".snapshot.tmp"),
+        file_name(end, ".index"),  # where the next roll puts its segment
+        file_name(end, ".timeindex"),
+    ):
+        directory.create(name).close()
+    reopened = PartitionLog.open(directory, SMALL, now_ms=0)
+    assert [n for n in directory.list() if n.endswith(".tmp")] == []
+    assert file_name(end, ".index") not in directory.list()
+    for _ in range(10):  # rolls go on, at the end offset among others
+        reopened.append_as_leader(batch(3), 0, now_ms=0)
+    assert len(reopened.segment_base_offsets) > 1
+
+
+def test_segment_recovery_refuses_a_cut_below_the_durable_offset() -> None:
+    from partition_log.segment import Segment
+
+    directory = MemoryDirectory()
+    segment = Segment.create(directory, 0, now_ms=0)
+    segment.append(batch(2, base=0))
+    segment.append(batch(2, base=2))
+    segment.close()
+    handle = directory.open(file_name(0, ".log"))
+    size = handle.size
+    handle.truncate(size - 1)
+    handle.close()
+    with pytest.raises(PartitionLogError) as error:
+        Segment.open(directory, file_name(0, ".log"), now_ms=0, recover=True, durable_offset=4)
+    assert "damage at offset 2" in str(error.value) and "recovery point 4" in str(error.value)
+    handle = directory.open(file_name(0, ".log"))
+    assert handle.size == size - 1  # nothing cut
+    handle.close()
+    # At or below the kept end, the torn batch is cut as before.
+    segment, result = Segment.open(
+        directory, file_name(0, ".log"), now_ms=0, recover=True, durable_offset=2
+    )
+    assert result is not None and result.next_offset == 2 and result.truncated_bytes > 0

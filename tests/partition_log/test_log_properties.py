@@ -32,6 +32,8 @@ OPERATIONS = st.lists(
         st.tuples(st.just("follower"), st.integers(1, 4), st.booleans()),
         st.tuples(st.just("truncate"), st.floats(0, 1)),
         st.tuples(st.just("flush")),
+        st.tuples(st.just("retry")),
+        st.tuples(st.just("high_watermark"), st.floats(0, 1)),
         st.tuples(st.just("reopen")),
         st.tuples(st.just("crash"), st.integers(0, 2**32)),
     ),
@@ -45,6 +47,8 @@ class Model:
     def __init__(self) -> None:
         self.batches: list[bytes] = []
         self.durable = 0  # batches that a power loss cannot take
+        # The last producer batch sent and its offsets, for a retry.
+        self.last_sent: tuple[bytes, int, int] | None = None
 
     @property
     def end(self) -> int:
@@ -107,6 +111,8 @@ def run(operations: list[tuple[object, ...]], flush_every: bool) -> None:
             )
             info = log.append_as_leader(data, epoch, now_ms=now)
             assert info.first_offset == model.end and not info.duplicate
+            if with_producer:
+                model.last_sent = (data, info.first_offset, info.last_offset)
             model.batches.append(bytes(log.read(info.first_offset, 1)))
         elif kind == "follower":
             _, count, new_epoch = operation
@@ -124,6 +130,20 @@ def run(operations: list[tuple[object, ...]], flush_every: bool) -> None:
             model.durable = min(model.durable, len(model.batches))
         elif kind == "flush":
             log.flush(now)
+        elif kind == "retry" and model.last_sent is not None:
+            # A producer's retry of its last batch: while the log still holds
+            # it, the original offsets and nothing appended.
+            data, first, last = model.last_sent
+            entry = log.producer_state.entry(1)
+            if entry is not None and entry.batches[-1].first_offset == first:
+                info = log.append_as_leader(data, log.epoch_cache.latest_epoch, now_ms=now)
+                assert (info.first_offset, info.last_offset, info.duplicate) == (first, last, True)
+        elif kind == "high_watermark":
+            target = int(float(str(operation[1])) * model.end)
+            log.maybe_increment_high_watermark(target)
+            visible = log.read(log.log_start_offset, 1 << 20, max_offset=log.high_watermark)
+            for view in split_batches(visible):
+                assert BatchHeader.parse(view).last_offset < log.high_watermark
         elif kind == "reopen":
             log.close()
             log = PartitionLog.open(directory, config, now_ms=now)

@@ -17,6 +17,7 @@ from partition_log.batch import (
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import FileDirectory, LogFile, MemoryDirectory
 from partition_log.index import OffsetIndex, TimeIndex
+from partition_log.log import AppendInfo, LogConfig, LogRecovery, PartitionLog
 from partition_log.records import Header, Record
 from partition_log.segment import RecoveryResult, Segment
 
@@ -24,15 +25,19 @@ from partition_log.segment import RecoveryResult, Segment
 # whoever does I/O (the one module of the package that does).
 
 __all__ = [
+    "AppendInfo",
     "BatchHeader",
     "BatchScanner",
     "Compression",
     "Errors",
     "FileDirectory",
     "Header",
+    "LogConfig",
     "LogFile",
+    "LogRecovery",
     "MemoryDirectory",
     "OffsetIndex",
+    "PartitionLog",
     "PartitionLogError",
     "Record",
     "RecoveryResult",

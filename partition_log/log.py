@@ -26,11 +26,22 @@ from __future__ import annotations
 
 import bisect
 import re
+import struct
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from partition_log.batch import BatchHeader, BatchScanner, set_base_offset, set_leader_epoch, verify
+from crc32c import crc32c
+
+from partition_log.batch import (
+    TIMESTAMP_TYPE_FLAG,
+    BatchHeader,
+    BatchScanner,
+    TimestampType,
+    set_base_offset,
+    set_leader_epoch,
+    verify,
+)
 from partition_log.epoch_cache import (
     CHECKPOINT_FILE_NAME,
     LeaderEpochCache,
@@ -92,6 +103,9 @@ class LogConfig:
     flush_messages: int | None = None
     flush_ms: int | None = None
     max_batch_bytes: int = 1048588  # message.max.bytes
+    # message.timestamp.type: LOG_APPEND_TIME makes the leader stamp its
+    # clock on every batch.
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME
 
     def __post_init__(self) -> None:
         checks = {
@@ -139,6 +153,25 @@ class LogRecovery:
 
 def _storage(message: str) -> PartitionLogError:
     return PartitionLogError(Errors.KAFKA_STORAGE_ERROR, message)
+
+
+# DefaultRecordBatch field positions: the CRC covers attributes .. end.
+_CRC_AT = 17
+_ATTRIBUTES_AT = 21
+_MAX_TIMESTAMP_AT = 35
+_ATTRIBUTES = struct.Struct(">h")
+_INT64 = struct.Struct(">q")
+_UINT32 = struct.Struct(">I")
+
+
+def _stamp_log_append_time(batch: bytearray, now_ms: int) -> None:
+    """Give a ``LOG_APPEND_TIME`` batch the append time as its max timestamp
+    and recompute the CRC (``DefaultRecordBatch.setMaxTimestamp`` as
+    ``LogValidator`` calls it); its records then read that timestamp."""
+    attributes = _ATTRIBUTES.unpack_from(batch, _ATTRIBUTES_AT)[0] | TIMESTAMP_TYPE_FLAG
+    _ATTRIBUTES.pack_into(batch, _ATTRIBUTES_AT, attributes)
+    _INT64.pack_into(batch, _MAX_TIMESTAMP_AT, now_ms)
+    _UINT32.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
 
 
 def _producer_batch(header: BatchHeader) -> ProducerBatch:
@@ -617,11 +650,15 @@ class PartitionLog:
         data = bytearray(batch_bytes)
         set_base_offset(data, end)
         set_leader_epoch(data, leader_epoch)
+        log_append_time = -1
+        if self.config.timestamp_type is TimestampType.LOG_APPEND_TIME:
+            _stamp_log_append_time(data, now_ms)
+            log_append_time = now_ms
         stamped = BatchHeader.parse(data)
         self._maybe_roll(len(data), stamped.last_offset, now_ms)
         self._active.append(data)
         self._after_append([stamped], now_ms)
-        return AppendInfo(end, stamped.last_offset, -1)
+        return AppendInfo(end, stamped.last_offset, log_append_time)
 
     def append_as_follower(self, batch_bytes: bytes, now_ms: int = 0) -> AppendInfo:
         """Append the leader's batches as they are (``UnifiedLog.appendAsFollower``):

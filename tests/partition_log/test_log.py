@@ -372,8 +372,7 @@ def test_clean_reopen_rescans_nothing_and_removes_the_marker() -> None:
     assert reopened.producer_state.snapshot() == log.producer_state.snapshot()
 
 
-def test_unclean_reopen_cuts_a_torn_tail_and_says_where() -> None:
-    directory = MemoryDirectory()
+def test_unclean_reopen_cuts_a_torn_tail_and_says_where(directory: FileDirectory) -> None:
     log = PartitionLog.open(directory, LogConfig(), now_ms=0)
     log.append_as_leader(batch(1), 0, now_ms=0)
     log.flush(0)
@@ -570,3 +569,20 @@ def test_segment_recovery_refuses_a_cut_below_the_durable_offset() -> None:
         directory, file_name(0, ".log"), now_ms=0, recover=True, durable_offset=2
     )
     assert result is not None and result.next_offset == 2 and result.truncated_bytes > 0
+
+
+def test_log_append_time_is_stamped_by_the_leader() -> None:
+    from partition_log.batch import TimestampType, decode_records, verify
+
+    config = LogConfig(timestamp_type=TimestampType.LOG_APPEND_TIME)
+    log = PartitionLog.open(MemoryDirectory(), config, now_ms=0)
+    info = log.append_as_leader(batch(3, timestamp=5), 2, now_ms=9000)
+    assert info.log_append_time == 9000
+    stored = log.read(0, 1 << 20)
+    header = verify(stored)  # the CRC was recomputed
+    assert header.timestamp_type is TimestampType.LOG_APPEND_TIME
+    assert [r.timestamp for r in decode_records(stored)] == [9000] * 3
+    # Under CREATE_TIME the producer's timestamps stay.
+    other = PartitionLog.open(MemoryDirectory(), LogConfig(), now_ms=0)
+    assert other.append_as_leader(batch(1, timestamp=5), 2, now_ms=9000).log_append_time == -1
+    assert decode_records(other.read(0, 1 << 20))[0].timestamp == 5

@@ -641,11 +641,11 @@ class PartitionLog:
         answer = self.producer_state.check(incoming)
         if isinstance(answer, Duplicate):
             return AppendInfo(answer.first_offset, answer.last_offset, -1, duplicate=True)
-        if leader_epoch < self.epoch_cache.latest_epoch:
+        if leader_epoch < max(self.epoch_cache.latest_epoch, 0):
             raise PartitionLogError(
                 Errors.INVALID_RECORD,
-                f"leader epoch {leader_epoch} is older than the log's latest epoch "
-                f"{self.epoch_cache.latest_epoch}",
+                f"leader epoch {leader_epoch} is negative or older than the log's latest "
+                f"epoch {self.epoch_cache.latest_epoch}",
             )
         data = bytearray(batch_bytes)
         set_base_offset(data, end)
@@ -684,6 +684,15 @@ class PartitionLog:
                     + ("" if header is headers[0] else " (following the previous batch)"),
                 )
             expected = header.next_offset
+            try:
+                _producer_batch(header)
+            except ValueError as error:
+                # Checked before the append: the producer state could not
+                # record the batch afterwards.
+                raise PartitionLogError(
+                    Errors.INVALID_RECORD,
+                    f"follower append: batch at base offset {header.base_offset}: {error}",
+                ) from None
         self._maybe_roll(len(batch_bytes), headers[-1].last_offset, now_ms)
         self._active.append(batch_bytes)
         self._after_append(headers, now_ms)

@@ -202,6 +202,9 @@ def test_leader_epoch_going_back_is_refused() -> None:
     with pytest.raises(PartitionLogError) as error:
         log.append_as_leader(batch(1), 2, now_ms=0)
     assert error.value.code is Errors.INVALID_RECORD and "epoch 2" in str(error.value)
+    with pytest.raises(PartitionLogError) as error:
+        log.append_as_leader(batch(1), -1, now_ms=0)
+    assert error.value.code is Errors.INVALID_RECORD and "epoch -1" in str(error.value)
     assert log.epoch_cache.entries == (EpochEntry(3, 0),)
 
 
@@ -276,8 +279,9 @@ def test_leader_refuses_a_wrong_crc_and_too_large_batch() -> None:
     assert snapshot(directory) == before and log.log_end_offset == 0
 
 
-def test_truncate_in_the_middle_of_a_segment_and_across_segments() -> None:
-    directory = MemoryDirectory()
+def test_truncate_in_the_middle_of_a_segment_and_across_segments(
+    directory: FileDirectory,
+) -> None:
     log = PartitionLog.open(directory, SMALL, now_ms=0)
     for n in range(15):
         epoch = n // 4
@@ -586,3 +590,15 @@ def test_log_append_time_is_stamped_by_the_leader() -> None:
     other = PartitionLog.open(MemoryDirectory(), LogConfig(), now_ms=0)
     assert other.append_as_leader(batch(1, timestamp=5), 2, now_ms=9000).log_append_time == -1
     assert decode_records(other.read(0, 1 << 20))[0].timestamp == 5
+
+
+def test_follower_refuses_a_producer_batch_without_a_sequence_before_appending() -> None:
+    directory = MemoryDirectory()
+    log = PartitionLog.open(directory, SMALL, now_ms=0)
+    log.append_as_follower(batch(1, base=0, epoch=1))
+    before = snapshot(directory)
+    bad = batch(1, base=1, epoch=1, producer=4, producer_epoch=0, sequence=-1)
+    with pytest.raises(PartitionLogError) as error:
+        log.append_as_follower(bad)
+    assert error.value.code is Errors.INVALID_RECORD and "base offset 1" in str(error.value)
+    assert snapshot(directory) == before and log.log_end_offset == 1

@@ -807,7 +807,9 @@ class PartitionLog:
         self._set_epoch_cache(self.epoch_cache.truncate_from_end(end))
         self.producer_state = self._rebuild_producer_state(end)
         self.high_watermark = min(self.high_watermark, end)
-        self.recovery_point = min(self.recovery_point, end)
+        # Everything kept is synced: the cut segment just now, older ones at
+        # their roll.
+        self.recovery_point = end
         return end
 
     def _delete_segment_files(self, base: int) -> None:

@@ -170,13 +170,13 @@ def run(operations: list[tuple[object, ...]], flush_every: bool) -> None:
     check(reopened, model)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(OPERATIONS)
 def test_random_histories_without_flush(operations: list[tuple[object, ...]]) -> None:
     run(operations, flush_every=False)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(OPERATIONS)
 def test_random_histories_with_flush_messages_one(operations: list[tuple[object, ...]]) -> None:
     run(operations, flush_every=True)

@@ -602,3 +602,18 @@ def test_follower_refuses_a_producer_batch_without_a_sequence_before_appending()
         log.append_as_follower(bad)
     assert error.value.code is Errors.INVALID_RECORD and "base offset 1" in str(error.value)
     assert snapshot(directory) == before and log.log_end_offset == 1
+
+
+def test_flush_messages_one_keeps_all_across_a_truncation_and_a_power_loss() -> None:
+    directory = MemoryDirectory()
+    config = LogConfig(flush_messages=1)
+    log = PartitionLog.open(directory, config, now_ms=0)
+    for _ in range(4):
+        log.append_as_leader(batch(1), 0, now_ms=0)
+    log.truncate_to(2)
+    assert log.recovery_point == 2
+    log.append_as_leader(batch(1), 1, now_ms=0)
+    directory.crash()
+    reopened = PartitionLog.open(directory, config, now_ms=0)
+    assert reopened.log_end_offset == 3
+    assert reopened.epoch_cache.entries == (EpochEntry(0, 0), EpochEntry(1, 2))

@@ -17,28 +17,32 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from partition_log.batch import BatchHeader, build_batch, split_batches
+from partition_log.batch import (
+    BatchHeader,
+    build_batch,
+    set_base_offset,
+    set_leader_epoch,
+    split_batches,
+)
 from partition_log.epoch_cache import derive
-from partition_log.files import MemoryDirectory
+from partition_log.files import MemoryDirectory, MemoryFile
 from partition_log.log import LogConfig, PartitionLog, _producer_batch
 from partition_log.producer_state import ProducerStateManager
 from partition_log.records import Record
 
-OPERATIONS = st.lists(
-    st.one_of(
-        st.tuples(
-            st.just("leader"), st.integers(1, 4), st.booleans(), st.booleans(), st.integers(0, 50)
-        ),
-        st.tuples(st.just("follower"), st.integers(1, 4), st.booleans()),
-        st.tuples(st.just("truncate"), st.floats(0, 1)),
-        st.tuples(st.just("flush")),
-        st.tuples(st.just("retry")),
-        st.tuples(st.just("high_watermark"), st.floats(0, 1)),
-        st.tuples(st.just("reopen")),
-        st.tuples(st.just("crash"), st.integers(0, 2**32)),
+OPERATION = st.one_of(
+    st.tuples(
+        st.just("leader"), st.integers(1, 4), st.booleans(), st.booleans(), st.integers(0, 50)
     ),
-    max_size=40,
+    st.tuples(st.just("follower"), st.integers(1, 4), st.booleans()),
+    st.tuples(st.just("truncate"), st.floats(0, 1)),
+    st.tuples(st.just("flush")),
+    st.tuples(st.just("retry")),
+    st.tuples(st.just("high_watermark"), st.floats(0, 1)),
+    st.tuples(st.just("reopen")),
+    st.tuples(st.just("crash"), st.integers(0, 2**32)),
 )
+OPERATIONS = st.lists(OPERATION, max_size=40)
 
 
 class Model:
@@ -180,3 +184,153 @@ def test_random_histories_without_flush(operations: list[tuple[object, ...]]) ->
 @given(OPERATIONS)
 def test_random_histories_with_flush_messages_one(operations: list[tuple[object, ...]]) -> None:
     run(operations, flush_every=True)
+
+
+# -- a power loss at every step of an append, a roll and a truncation ----------
+
+
+class PowerLoss(Exception):
+    """The power went at this call to the files."""
+
+
+class _Budget:
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+
+    def tick(self) -> None:
+        self.calls -= 1
+        if self.calls < 0:
+            raise PowerLoss
+
+
+class _FaultyFile:
+    def __init__(self, inner: MemoryFile, budget: _Budget) -> None:
+        self._inner = inner
+        self._budget = budget
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    @property
+    def size(self) -> int:
+        return self._inner.size
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        self._budget.tick()
+        self._inner.append(data)
+
+    def read(self, position: int, size: int) -> bytes:
+        return self._inner.read(position, size)
+
+    def truncate(self, size: int) -> None:
+        self._budget.tick()
+        self._inner.truncate(size)
+
+    def sync(self) -> None:
+        self._budget.tick()
+        self._inner.sync()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class _FaultyDirectory:
+    """The twin, but the power goes at the n-th change to its files."""
+
+    def __init__(self, inner: MemoryDirectory, budget: _Budget) -> None:
+        self._inner = inner
+        self._budget = budget
+
+    def create(self, name: str) -> _FaultyFile:
+        self._budget.tick()
+        return _FaultyFile(self._inner.create(name), self._budget)
+
+    def open(self, name: str) -> _FaultyFile:
+        return _FaultyFile(self._inner.open(name), self._budget)
+
+    def exists(self, name: str) -> bool:
+        return self._inner.exists(name)
+
+    def list(self) -> list[str]:
+        return self._inner.list()
+
+    def rename(self, old: str, new: str) -> None:
+        self._budget.tick()
+        self._inner.rename(old, new)
+
+    def delete(self, name: str) -> None:
+        self._budget.tick()
+        self._inner.delete(name)
+
+    def sync_directory(self) -> None:
+        self._budget.tick()
+        self._inner.sync_directory()
+
+
+def _history() -> list[tuple[str, int, int]]:
+    """Appends (epoch, time) over several rolls, a truncation inside a batch,
+    and appends in a new epoch."""
+    steps = [("append", n // 3, n) for n in range(8)]
+    steps.append(("truncate", 7, 0))
+    steps.extend(("append", 4, n) for n in range(8, 12))
+    return steps
+
+
+def _run_until_power_loss(
+    directory: MemoryDirectory, calls: int
+) -> tuple[list[bytes], list[bytes]]:
+    """Run the history until the power goes; the batches the log held
+    before the step that failed, and the batches it holds if that step
+    completed."""
+    config = LogConfig(segment_bytes=300, index_interval_bytes=90, flush_messages=1)
+    faulty = _FaultyDirectory(directory, _Budget(calls))
+    before: list[bytes] = []
+    after: list[bytes] = []
+    try:
+        log = PartitionLog.open(faulty, config, now_ms=0)
+        for kind, value, n in _history():
+            if kind == "append":
+                epoch = value
+                records = [Record(i, n, b"k", b"x" * 20) for i in range(2)]
+                entry = log.producer_state.entry(1)
+                sequence = 0 if entry is None else entry.last_seq + 1
+                data = build_batch(records, producer_id=1, producer_epoch=0, base_sequence=sequence)
+                # The bytes the log will store: its end offset and the epoch.
+                stored = bytearray(data)
+                set_base_offset(stored, log.log_end_offset)
+                set_leader_epoch(stored, epoch)
+                after = [*before, bytes(stored)]
+                info = log.append_as_leader(data, epoch, now_ms=n)
+                assert log.read(info.first_offset, 1) == after[-1]
+            else:
+                target = value
+                after = [b for b in before if BatchHeader.parse(b).next_offset <= target]
+                log.truncate_to(target)
+            before = after
+    except PowerLoss:
+        return before, after
+    return before, before
+
+
+def test_a_power_loss_at_every_step_keeps_a_consistent_log() -> None:
+    count = 0
+    while True:
+        directory = MemoryDirectory()
+        before, after = _run_until_power_loss(directory, count)
+        directory.crash()
+        log = PartitionLog.open(directory, LogConfig(segment_bytes=300), now_ms=0)
+        kept = read_all(log)
+        if len(after) > len(before):  # an append that did not return
+            assert kept in (before, after), count
+        elif len(after) < len(before):  # a truncation part-way: a prefix at least as long
+            assert kept == before[: len(kept)] and len(kept) >= len(after), count
+        else:
+            assert kept == before, count
+        model = Model()
+        model.batches = kept
+        check(log, model)
+        if before is after:  # the history ran to its end
+            break
+        count += 1
+    assert count > 50

@@ -318,7 +318,7 @@ def test_a_power_loss_at_every_step_keeps_a_consistent_log() -> None:
     while True:
         directory = MemoryDirectory()
         before, after = _run_until_power_loss(directory, count)
-        directory.crash()
+        directory.crash(random.Random(count))  # with a torn write of any unsynced tail
         log = PartitionLog.open(directory, LogConfig(segment_bytes=300), now_ms=0)
         kept = read_all(log)
         if len(after) > len(before):  # an append that did not return

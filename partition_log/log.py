@@ -413,17 +413,17 @@ class PartitionLog:
                 if cut is not None:
                     dropped.append(name)
                     continue
+                if expected is not None and bases[index] < expected:
+                    # Checked before the segment is opened (and maybe cut).
+                    raise PartitionLogError(
+                        Errors.CORRUPT_MESSAGE,
+                        f"segment {name} starts at offset {bases[index]}, inside the "
+                        f"previous segment, which ends at {expected}",
+                    )
                 recover = index >= first_recovered
                 segment, result = self._open_segment(
                     name, recover, recovery_point if recover else None
                 )
-                if expected is not None and segment.base_offset < expected:
-                    segment.close()
-                    raise PartitionLogError(
-                        Errors.CORRUPT_MESSAGE,
-                        f"segment {name} starts at offset {segment.base_offset}, inside the "
-                        f"previous segment, which ends at {expected}",
-                    )
                 expected = segment.next_offset
                 if result is not None and result.truncated_bytes:
                     cut = (name, result.valid_bytes, result.truncated_bytes, result.reason)

@@ -617,3 +617,25 @@ def test_flush_messages_one_keeps_all_across_a_truncation_and_a_power_loss() -> 
     reopened = PartitionLog.open(directory, config, now_ms=0)
     assert reopened.log_end_offset == 3
     assert reopened.epoch_cache.entries == (EpochEntry(0, 0), EpochEntry(1, 2))
+
+
+def test_overlapping_segments_refuse_to_open_with_the_files_unchanged() -> None:
+    from partition_log.segment import Segment
+
+    directory = MemoryDirectory()
+    log = PartitionLog.open(directory, LogConfig(), now_ms=0)
+    for _ in range(3):
+        log.append_as_leader(batch(2), 0, now_ms=0)
+    log.close()
+    directory.delete(CLEAN_SHUTDOWN_FILE)
+    overlapping = Segment.create(directory, 2, now_ms=0)
+    overlapping.append(batch(1, base=2))
+    overlapping.close()
+    handle = directory.open(file_name(2, ".log"))
+    handle.append(b"torn")  # a tail recovery would cut
+    handle.close()
+    before = snapshot(directory)
+    with pytest.raises(PartitionLogError) as error:
+        PartitionLog.open(directory, LogConfig(), now_ms=0)
+    assert file_name(2, ".log") in str(error.value) and "ends at 6" in str(error.value)
+    assert snapshot(directory) == before

@@ -426,19 +426,29 @@ def test_deny_beats_allow_and_prefixes_cover_their_topics(tmp_path: Path) -> Non
     run(go())
 
 
+async def _acl_then_records(
+    cluster: TlsMetadataCluster, binding: metadata_pb2.AclBinding, prefix: str
+) -> None:
+    """One ACL binding, then enough records after it (topics ``<prefix>0``
+    to ``<prefix>7``) for every node to snapshot past it; every node holds
+    the binding."""
+    async with cluster.client(ADMIN) as admin:
+        await admin.create_acls([binding])
+        for i in range(8):
+            await admin.create_topics([_topic(f"{prefix}{i}")])
+    await _everywhere(cluster, 1)
+
+
 def test_acls_survive_a_restart_and_a_snapshot(tmp_path: Path) -> None:
     options = replace(FAST, snapshot_every_offsets=5)
 
     async def go() -> None:
         async with tls_metadata(tmp_path, options) as cluster:
-            async with cluster.client(ADMIN) as admin:
-                await admin.create_acls(
-                    [acl_binding("CLUSTER", "kafka-cluster", "User:alice", "DESCRIBE")]
-                )
-                # Enough records after it for every node to snapshot past it.
-                for i in range(8):
-                    await admin.create_topics([_topic(f"filler-{i}")])
-            await _everywhere(cluster, 1)
+            await _acl_then_records(
+                cluster,
+                acl_binding("CLUSTER", "kafka-cluster", "User:alice", "DESCRIBE"),
+                "filler-",
+            )
             for n in list(cluster.servers):
                 await cluster.wait_for(functools.partial(_has_snapshot, cluster, n))
             for n in list(cluster.servers):
@@ -462,13 +472,11 @@ def test_a_new_node_gets_the_acls_from_the_leaders_snapshot(tmp_path: Path) -> N
 
     async def go() -> None:
         async with tls_metadata(tmp_path, options) as cluster:
-            async with cluster.client(ADMIN) as admin:
-                await admin.create_acls(
-                    [acl_binding("TOPIC", "t", "User:alice", "DESCRIBE", pattern_type="PREFIXED")]
-                )
-                for i in range(8):
-                    await admin.create_topics([_topic(f"t{i}")])
-            await _everywhere(cluster, 1)
+            await _acl_then_records(
+                cluster,
+                acl_binding("TOPIC", "t", "User:alice", "DESCRIBE", pattern_type="PREFIXED"),
+                "t",
+            )
             leader = await cluster.wait_leader()
             # The leader's log no longer starts at 0: a new node must install
             # its snapshot, not replay the ACL's record.

@@ -209,8 +209,8 @@ class _Servicer:
     ) -> None:
         await authorize_call(self.server, context, method, operation, resource_type, resource_name)
 
-    def may(self, context: Any, operation: str, resource_type: str, resource_name: str) -> bool:
-        return caller_may(self.server, context, operation, resource_type, resource_name)
+    def may(self, context: Any, operation: str, resource_type: str) -> Callable[[str], bool]:
+        return caller_may(self.server, context, operation, resource_type)
 
     async def authorize_topics(
         self,
@@ -223,7 +223,7 @@ class _Servicer:
         """``operation`` on each topic; with ``cluster_wide``, the operation
         on the cluster covers them all (Kafka's CreateTopics: CREATE on the
         cluster, or on each topic)."""
-        if cluster_wide and self.may(context, operation, "CLUSTER", CLUSTER_RESOURCE):
+        if cluster_wide and self.may(context, operation, "CLUSTER")(CLUSTER_RESOURCE):
             return
         for name in dict.fromkeys(names):
             await self.authorize(context, method, operation, "TOPIC", name)
@@ -716,8 +716,9 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
             )
             if not request.names:
                 # Every topic the caller may describe (Kafka's Metadata).
+                may_describe = self._s.may(context, "DESCRIBE", "TOPIC")
                 for name, topic_id in sorted(image.topic_ids.items()):
-                    if self._s.may(context, "DESCRIBE", "TOPIC", name):
+                    if may_describe(name):
                         out.topics.append(_topic_description(image, topic_id))
                 return out
             for i, name in enumerate(request.names):
@@ -742,13 +743,14 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     ) -> metadata_pb2.ListTopicsResponse:
         async def body() -> metadata_pb2.ListTopicsResponse:
             image = await self._s.read(context, request.linearizable)
+            may_describe = self._s.may(context, "DESCRIBE", "TOPIC")
             return metadata_pb2.ListTopicsResponse(
                 error=_wire(Errors.NONE),
                 # Only the topics the caller may describe (Kafka's Metadata).
                 topics=[
                     metadata_pb2.TopicListing(name=name, topic_id=topic_id)
                     for name, topic_id in sorted(image.topic_ids.items())
-                    if self._s.may(context, "DESCRIBE", "TOPIC", name)
+                    if may_describe(name)
                 ],
                 metadata_offset=image.offset,
             )

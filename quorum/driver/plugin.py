@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -189,12 +189,21 @@ def caller_may(
     context: Any,
     operation: str,
     resource_type: str = "CLUSTER",
-    resource_name: str = CLUSTER_RESOURCE,
-) -> bool:
-    """Whether the caller may do it, without refusing the call (to leave
-    out of a listing what the caller may not see, as Kafka's Metadata)."""
-    found = _verdict(host, context, operation, resource_type, resource_name)
-    return found is None or found[2].allowed
+) -> Callable[[str], bool]:
+    """Whether the caller may do ``operation`` on each resource of a type,
+    by name, without refusing the call (to leave out of a listing what the
+    caller may not see, as Kafka's Metadata).  The caller is read from its
+    certificate once, for the whole listing."""
+    caller = peer_identity(context)
+    if caller is None:
+        # A plaintext node: no identities, no authorization (docs/security.md).
+        return lambda name: True
+    principal, address, authorizer = caller.principal, peer_host(context), host.authorizer
+
+    def may(name: str) -> bool:
+        return authorizer.authorize(principal, address, operation, resource_type, name).allowed
+
+    return may
 
 
 def audit_refusal(

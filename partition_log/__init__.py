@@ -17,7 +17,8 @@ from partition_log.batch import (
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import FileDirectory, LogFile, MemoryDirectory
 from partition_log.index import OffsetIndex, TimeIndex
-from partition_log.log import AppendInfo, LogConfig, LogRecovery, PartitionLog
+from partition_log.log import AppendInfo, LogRecovery, PartitionLog
+from partition_log.log_config import CleanupPolicy, LogConfig
 from partition_log.records import Header, Record
 from partition_log.segment import RecoveryResult, Segment
 
@@ -28,6 +29,7 @@ __all__ = [
     "AppendInfo",
     "BatchHeader",
     "BatchScanner",
+    "CleanupPolicy",
     "Compression",
     "Errors",
     "FileDirectory",

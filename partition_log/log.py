@@ -38,6 +38,7 @@ from partition_log.batch import (
     BatchHeader,
     BatchScanner,
     TimestampType,
+    decode_records,
     set_base_offset,
     set_leader_epoch,
     verify,
@@ -50,6 +51,7 @@ from partition_log.epoch_cache import (
 )
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import FileDirectory
+from partition_log.log_config import CleanupPolicy, LogConfig
 from partition_log.producer_state import (
     Duplicate,
     ProducerBatch,
@@ -71,6 +73,7 @@ __all__ = [
     "RECOVERY_POINT_FILE",
     "SNAPSHOT_SUFFIX",
     "AppendInfo",
+    "CleanupPolicy",
     "LogConfig",
     "LogRecovery",
     "PartitionLog",
@@ -87,40 +90,6 @@ _FIXED = {CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, CHECKPOINT_FILE_NAME}
 # grow with the log).
 _OPEN_OLD_SEGMENTS = 2
 _READ_CHUNK = 1 << 20
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """The topic configs the log reads (``LogConfig``), in kq's units."""
-
-    segment_bytes: int = 1 << 30  # segment.bytes
-    segment_ms: int = 7 * 24 * 3600 * 1000  # segment.ms
-    segment_jitter_ms: int = 0  # segment.jitter.ms, already drawn for this log
-    index_interval_bytes: int = 4096  # index.interval.bytes
-    segment_index_bytes: int = 10 * 1024 * 1024  # segment.index.bytes
-    # flush.messages / flush.ms; None is Kafka's default (Long.MAX_VALUE):
-    # leave syncing to the recovery after a crash and to the roll.
-    flush_messages: int | None = None
-    flush_ms: int | None = None
-    max_batch_bytes: int = 1048588  # message.max.bytes
-    # message.timestamp.type: LOG_APPEND_TIME makes the leader stamp its
-    # clock on every batch.
-    timestamp_type: TimestampType = TimestampType.CREATE_TIME
-
-    def __post_init__(self) -> None:
-        checks = {
-            "segment_bytes": self.segment_bytes >= 64,
-            "segment_ms": self.segment_ms >= 1,
-            "segment_jitter_ms": 0 <= self.segment_jitter_ms < self.segment_ms,
-            "index_interval_bytes": self.index_interval_bytes >= 0,
-            "segment_index_bytes": self.segment_index_bytes >= 12,
-            "flush_messages": self.flush_messages is None or self.flush_messages >= 1,
-            "flush_ms": self.flush_ms is None or self.flush_ms >= 0,
-            "max_batch_bytes": self.max_batch_bytes >= 61,
-        }
-        for name, ok in checks.items():
-            if not ok:
-                raise ValueError(f"log config {name}={getattr(self, name)} is out of range")
 
 
 @dataclass(frozen=True, slots=True)
@@ -625,6 +594,17 @@ class PartitionLog:
         self._live()
         self._check_size(len(batch_bytes), "batch")
         header = verify(batch_bytes)
+        if self.config.compacts and not header.is_control:
+            # A compacted log keeps the last record per key: a record without
+            # one could never be cleaned (LogValidator.validateKey).
+            for record in decode_records(batch_bytes):
+                if record.key is None:
+                    raise PartitionLogError(
+                        Errors.INVALID_RECORD,
+                        "Compacted topic cannot accept message without key: the record "
+                        f"at offset delta {record.offset - header.base_offset} has none "
+                        f"(cleanup_policy {self.config.cleanup_policy})",
+                    )
         end = self.log_end_offset
         try:
             incoming = ProducerBatch(
@@ -697,6 +677,26 @@ class PartitionLog:
         self._active.append(batch_bytes)
         self._after_append(headers, now_ms)
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset, -1)
+
+    def maybe_assign_epoch_start_offset(self, leader_epoch: int) -> bool:
+        """A new leader records ``(leader_epoch, log end offset)`` in the epoch
+        cache before it accepts anything (``Partition.makeLeader`` calling
+        ``maybeAssignEpochStartOffset``; KIP-279: after fast failovers a
+        follower may hold batches of a later epoch than any in the new
+        leader's log, and must find where this epoch starts). Whether the
+        cache changed; an epoch older than the latest is refused."""
+        self._live()
+        if leader_epoch < max(self.epoch_cache.latest_epoch, 0):
+            raise PartitionLogError(
+                Errors.INVALID_RECORD,
+                f"leader epoch {leader_epoch} is negative or older than the log's latest "
+                f"epoch {self.epoch_cache.latest_epoch}",
+            )
+        cache = self.epoch_cache.assign(leader_epoch, self.log_end_offset)
+        if cache == self.epoch_cache:
+            return False
+        self._set_epoch_cache(cache)
+        return True
 
     def maybe_flush(self, now_ms: int) -> bool:
         """Sync by ``flush.ms`` when no append came (the log flusher's tick)."""

@@ -15,6 +15,7 @@ from partition_log.files import FileDirectory, MemoryDirectory
 from partition_log.log import (
     CLEAN_SHUTDOWN_FILE,
     RECOVERY_POINT_FILE,
+    CleanupPolicy,
     LogConfig,
     PartitionLog,
 )
@@ -509,6 +510,65 @@ def test_config_out_of_range() -> None:
         LogConfig(flush_messages=0)
     with pytest.raises(ValueError, match="segment_jitter_ms"):
         LogConfig(segment_ms=10, segment_jitter_ms=10)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("retention_ms", -2),
+        ("retention_bytes", -2),
+        ("cleanup_policy", CleanupPolicy(0)),
+        ("file_delete_delay_ms", -1),
+        ("delete_retention_ms", -1),
+        ("min_cleanable_dirty_ratio", 1.5),
+        ("min_cleanable_dirty_ratio", -0.1),
+        ("min_compaction_lag_ms", -1),
+        ("max_compaction_lag_ms", 0),
+    ],
+)
+def test_retention_and_cleanup_configs_out_of_range(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        LogConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_retention_and_cleanup_defaults_are_kafkas() -> None:
+    config = LogConfig()
+    assert config.retention_ms == 604800000
+    assert config.retention_bytes == -1
+    assert config.cleanup_policy is CleanupPolicy.DELETE
+    assert config.deletes and not config.compacts
+    assert config.file_delete_delay_ms == 60000
+    assert config.delete_retention_ms == 86400000
+    assert config.min_cleanable_dirty_ratio == 0.5
+    assert config.min_compaction_lag_ms == 0
+    assert config.max_compaction_lag_ms == 2**63 - 1
+    both = LogConfig(cleanup_policy=CleanupPolicy.DELETE | CleanupPolicy.COMPACT)
+    assert both.deletes and both.compacts
+    assert LogConfig(retention_ms=-1, retention_bytes=-1).retention_ms == -1
+
+
+@pytest.mark.parametrize(
+    "policy", [CleanupPolicy.COMPACT, CleanupPolicy.COMPACT | CleanupPolicy.DELETE]
+)
+def test_a_compacted_log_refuses_a_record_without_a_key(policy: CleanupPolicy) -> None:
+    directory = MemoryDirectory()
+    log = PartitionLog.open(directory, LogConfig(cleanup_policy=policy), now_ms=0)
+    log.append_as_leader(batch(2), 0, 0)
+    before = snapshot(directory)
+    keyless = build_batch([Record(0, 1000, b"k", b"v"), Record(1, 1000, None, b"v")])
+    with pytest.raises(PartitionLogError) as raised:
+        log.append_as_leader(keyless, 0, 0)
+    assert raised.value.code is Errors.INVALID_RECORD
+    assert "Compacted topic cannot accept message without key" in str(raised.value)
+    assert "offset delta 1" in str(raised.value)
+    assert snapshot(directory) == before
+    assert log.log_end_offset == 2
+
+
+def test_a_delete_only_log_takes_records_without_a_key() -> None:
+    log = PartitionLog.open(MemoryDirectory(), LogConfig(), now_ms=0)
+    info = log.append_as_leader(build_batch([Record(0, 1000, None, b"v")]), 0, 0)
+    assert info.last_offset == 0
 
 
 def test_a_damaged_segment_after_a_clean_shutdown_refuses_with_the_files_unchanged() -> None:

@@ -698,26 +698,6 @@ class PartitionLog:
         self._set_epoch_cache(cache)
         return True
 
-    def maybe_assign_epoch_start_offset(self, leader_epoch: int) -> bool:
-        """A new leader records ``(leader_epoch, log end offset)`` in the epoch
-        cache before it accepts anything (``Partition.makeLeader`` calling
-        ``maybeAssignEpochStartOffset``; KIP-279: after fast failovers a
-        follower may hold batches of a later epoch than any in the new
-        leader's log, and must find where this epoch starts). Whether the
-        cache changed; an epoch older than the latest is refused."""
-        self._live()
-        if leader_epoch < max(self.epoch_cache.latest_epoch, 0):
-            raise PartitionLogError(
-                Errors.INVALID_RECORD,
-                f"leader epoch {leader_epoch} is negative or older than the log's latest "
-                f"epoch {self.epoch_cache.latest_epoch}",
-            )
-        cache = self.epoch_cache.assign(leader_epoch, self.log_end_offset)
-        if cache == self.epoch_cache:
-            return False
-        self._set_epoch_cache(cache)
-        return True
-
     def maybe_flush(self, now_ms: int) -> bool:
         """Sync by ``flush.ms`` when no append came (the log flusher's tick)."""
         self._live()

@@ -52,6 +52,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("features", "kq.commands.features:register"),
     ("chaos", "kq.commands.chaos:register"),
     ("verify", "kq.commands.verify:register"),
+    ("log", "kq.commands.log:register"),
 ]
 """Every subcommand: ``(name, "module:function")``, imported only when needed."""
 

@@ -1,0 +1,303 @@
+"""partition_log.inspect: the dump of a log written by PartitionLog on real
+files equals what was appended, and check names each kind of damage (a bit
+flipped in a batch, a torn tail, an index entry off its batch, an epoch
+checkpoint that disagrees with the batches, offsets that go back or leave a
+gap, a damaged snapshot, a stray file), with the files unchanged."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from pathlib import Path
+
+import pytest
+
+from partition_log.batch import BatchHeader, build_batch
+from partition_log.epoch_cache import CHECKPOINT_FILE_NAME, EpochEntry, encode_checkpoint
+from partition_log.errors import PartitionLogError
+from partition_log.inspect import (
+    CLEANER_OFFSET_FILE,
+    Finding,
+    FindingKind,
+    check,
+    dump,
+    dump_segment,
+    readable_bytes,
+)
+from partition_log.log import LogConfig, PartitionLog
+from partition_log.os_files import OsDirectory
+from partition_log.records import Record
+from partition_log.segment import file_name
+
+CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100)
+
+
+def _records(i: int) -> list[Record]:
+    value = b"\xff\x00%d" % i if i % 3 == 0 else b"value-%d" % i
+    headers = (("h", b"x"),) if i % 2 else ()
+    return [Record(j, 1000 + i, b"key-%d" % j, value, headers) for j in range(3)]
+
+
+def write_log(path: Path, batches: int = 20) -> list[tuple[int, bytes, list[Record]]]:
+    """A log of ``batches`` leader appends (epochs 1 to 3, one idempotent
+    producer), closed cleanly: each appended batch's offset, the bytes as the
+    log holds them, and its records."""
+    path.mkdir(exist_ok=True)
+    log = PartitionLog.open(OsDirectory(path), CONFIG, now_ms=0)
+    written = []
+    for i in range(batches):
+        records = _records(i)
+        data = build_batch(records, producer_id=9, producer_epoch=0, base_sequence=3 * i)
+        info = log.append_as_leader(data, 1 + i // 8, 1000 + i)
+        stored = log.read(info.first_offset, 1)
+        written.append((info.first_offset, stored, records))
+    log.close()
+    return written
+
+
+def file_digests(path: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(path.iterdir())}
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    write_log(tmp_path / "p-0")
+    return tmp_path / "p-0"
+
+
+def test_dump_is_what_was_appended_and_check_finds_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "p-0"
+    written = write_log(path)
+    before = file_digests(path)
+    result = dump(OsDirectory(path), records=True, indexes=True, state=True)
+    batches = [b for s in result.segments for b in s.batches]
+    assert len(result.segments) > 2
+    assert [b.header.base_offset for b in batches] == [offset for offset, _, _ in written]
+    for info, (offset, stored, records) in zip(batches, written, strict=True):
+        assert info.header == BatchHeader.parse(stored)
+        assert info.crc_valid and info.records is not None
+        assert [(r.offset, r.key, r.value, r.headers) for r in info.records] == [
+            (offset + j, r.key, r.value, r.headers) for j, r in enumerate(records)
+        ]
+        assert info.header.partition_leader_epoch == 1 + (offset // 3) // 8
+        assert info.header.producer_id == 9 and info.header.base_sequence == offset
+    for segment in result.segments:
+        assert segment.reason is None and segment.stop_position == segment.size
+        assert segment.offset_index is not None and segment.time_index is not None
+    assert result.epoch_checkpoint == (EpochEntry(1, 0), EpochEntry(2, 24), EpochEntry(3, 48))
+    assert result.snapshots and all(error is None for _, _, error in result.snapshots)
+    as_json = result.to_dict()
+    first = as_json["segments"][0]["batches"][0]  # type: ignore[index]
+    assert first["records"][0]["value"] == {"hex": "ff0030"}
+    assert first["records"][0]["key"] == {"utf8": "key-0"}
+    assert check(OsDirectory(path)) == []
+    assert file_digests(path) == before
+
+
+def test_readable_bytes() -> None:
+    assert readable_bytes(None) is None
+    assert readable_bytes(b"abc") == {"utf8": "abc"}
+    assert readable_bytes(b"a\nb") == {"hex": "610a62"}
+    assert readable_bytes(b"\xc3\x28") == {"hex": "c328"}
+
+
+def _flip(path: Path, position: int, bit: int = 0) -> None:
+    data = bytearray(path.read_bytes())
+    data[position] ^= 1 << bit
+    path.write_bytes(bytes(data))
+
+
+def _only(findings: list[Finding], kind: FindingKind) -> list[Finding]:
+    assert findings, "nothing found"
+    assert {f.kind for f in findings} == {kind}, [str(f) for f in findings]
+    return findings
+
+
+def test_a_flipped_bit_in_a_batch_is_named_and_the_walk_goes_on(log_dir: Path) -> None:
+    segment = log_dir / file_name(0, ".log")
+    second = dump_segment(OsDirectory(log_dir), segment.name).batches[1]
+    _flip(segment, second.position + 70)
+    before = file_digests(log_dir)
+    findings = _only(check(OsDirectory(log_dir)), FindingKind.CORRUPT_BATCH)
+    assert len(findings) == 1
+    assert findings[0].file == segment.name and findings[0].position == second.position
+    assert findings[0].offset == second.header.base_offset and "CRC" in findings[0].what
+    batches = dump_segment(OsDirectory(log_dir), segment.name).batches
+    # The batch is shown invalid and the ones after it are still read.
+    assert [b.crc_valid for b in batches][:3] == [True, False, True]
+    assert file_digests(log_dir) == before
+
+
+def test_a_torn_tail_is_named_with_its_position(log_dir: Path) -> None:
+    names = sorted(p.name for p in log_dir.glob("*.log"))
+    last = log_dir / names[-1]
+    batches = dump_segment(OsDirectory(log_dir), last.name).batches
+    cut = batches[-1].position + 30
+    with last.open("r+b") as f:
+        f.truncate(cut)
+    findings = check(OsDirectory(log_dir))
+    torn = findings[0]
+    assert torn.kind is FindingKind.TORN_TAIL and torn.file == last.name
+    assert torn.position == batches[-1].position
+    assert torn.offset == batches[-1].header.base_offset
+    assert "30 bytes" in torn.what
+    # The index entries of the batch cut (here the index was written whole
+    # before the cut) point past the data left.
+    assert {f.kind for f in findings[1:]} <= {FindingKind.INDEX}
+    assert all("past the last whole batch" in f.what for f in findings[1:])
+    segment = dump_segment(OsDirectory(log_dir), last.name)
+    assert (
+        segment.stop_position == batches[-1].position and len(segment.batches) == len(batches) - 1
+    )
+
+
+def test_an_index_entry_off_its_batch_is_named(log_dir: Path) -> None:
+    index = log_dir / file_name(0, ".index")
+    data = bytearray(index.read_bytes())
+    assert len(data) >= 16
+    relative, position = struct.unpack_from(">ii", data, 0)
+    struct.pack_into(">ii", data, 0, relative, position + 1)
+    index.write_bytes(bytes(data))
+    findings = _only(check(OsDirectory(log_dir)), FindingKind.INDEX)
+    assert findings[0].file == index.name and findings[0].position == position + 1
+    assert "does not point at the start of a batch" in findings[0].what
+    # The right position with the wrong offset.
+    struct.pack_into(">ii", data, 0, relative - 1, position)
+    index.write_bytes(bytes(data))
+    (finding,) = _only(check(OsDirectory(log_dir)), FindingKind.INDEX)
+    assert finding.offset == relative - 1 and f"whose last offset is {relative}" in finding.what
+
+
+def test_a_time_index_entry_that_disagrees_is_named(log_dir: Path) -> None:
+    index = log_dir / file_name(0, ".timeindex")
+    data = bytearray(index.read_bytes())
+    timestamp, relative = struct.unpack_from(">qi", data, 0)
+    struct.pack_into(">qi", data, 0, timestamp - 1, relative)
+    index.write_bytes(bytes(data))
+    (finding,) = _only(check(OsDirectory(log_dir)), FindingKind.INDEX)
+    assert finding.file == index.name and finding.offset == relative
+    assert f"max timestamp {timestamp}" in finding.what
+
+
+def test_an_index_that_does_not_decode_is_named(log_dir: Path) -> None:
+    index = log_dir / file_name(0, ".index")
+    index.write_bytes(index.read_bytes() + b"\x00")
+    (finding,) = _only(check(OsDirectory(log_dir)), FindingKind.INDEX)
+    assert finding.file == index.name and "whole" in finding.what
+
+
+def test_an_epoch_checkpoint_that_disagrees_with_the_batches_is_named(log_dir: Path) -> None:
+    checkpoint = log_dir / CHECKPOINT_FILE_NAME
+    checkpoint.write_bytes(encode_checkpoint((EpochEntry(1, 0), EpochEntry(2, 25))))
+    (finding,) = _only(check(OsDirectory(log_dir)), FindingKind.EPOCH_CHECKPOINT)
+    assert finding.offset == 25
+    assert "epoch 2 from 25" in finding.what and "epoch 2 from 24" in finding.what
+    # A new leader's entry at the log end, before any batch of its epoch, is
+    # not a disagreement (KIP-279).
+    entries = (EpochEntry(1, 0), EpochEntry(2, 24), EpochEntry(3, 48), EpochEntry(5, 60))
+    checkpoint.write_bytes(encode_checkpoint(entries))
+    assert check(OsDirectory(log_dir)) == []
+    checkpoint.write_bytes(b"0\n2\n1 0\n")
+    (finding,) = _only(check(OsDirectory(log_dir)), FindingKind.EPOCH_CHECKPOINT)
+    assert "line" in finding.what
+    checkpoint.unlink()
+    (finding,) = _only(check(OsDirectory(log_dir)), FindingKind.EPOCH_CHECKPOINT)
+    assert "missing" in finding.what
+
+
+def test_offsets_that_leave_a_gap_between_segments(log_dir: Path) -> None:
+    names = sorted(p.name for p in log_dir.glob("*.log"))
+
+    def remove(name: str) -> None:
+        for suffix in (".log", ".index", ".timeindex"):
+            (log_dir / (name[:20] + suffix)).unlink()
+
+    # Offsets 27 to 38, inside epoch 2.
+    remove(names[2])
+    (finding,) = _only(check(OsDirectory(log_dir)), FindingKind.OFFSETS)
+    assert finding.file == names[3] and finding.offset == 39 and "gap" in finding.what
+    # A compacted log may leave gaps (the cleaner removed whole batches),
+    # also where an epoch started (the cache keeps its start).
+    (log_dir / CLEANER_OFFSET_FILE).write_bytes(b"0\n0\n")
+    assert check(OsDirectory(log_dir)) == []
+    remove(names[1])
+    assert check(OsDirectory(log_dir)) == []
+    # Not one outside its epoch's span.
+    checkpoint = log_dir / CHECKPOINT_FILE_NAME
+    checkpoint.write_bytes(encode_checkpoint((EpochEntry(1, 0), EpochEntry(2, 10))))
+    (finding,) = _only(check(OsDirectory(log_dir)), FindingKind.EPOCH_CHECKPOINT)
+
+
+def test_offsets_that_go_back_are_named(log_dir: Path) -> None:
+    segment = log_dir / file_name(0, ".log")
+    second = dump_segment(OsDirectory(log_dir), segment.name).batches[1]
+    data = bytearray(segment.read_bytes())
+    # The base offset is outside the CRC: only the offsets show it.
+    struct.pack_into(">q", data, second.position, 0)
+    segment.write_bytes(bytes(data))
+    findings = check(OsDirectory(log_dir))
+    offsets = [f for f in findings if f.kind is FindingKind.OFFSETS]
+    assert offsets[0].position == second.position and "below the expected 3" in offsets[0].what
+
+
+def test_a_damaged_snapshot_and_a_stray_file_are_named(log_dir: Path) -> None:
+    snapshot = sorted(log_dir.glob("*.snapshot"))[0]
+    _flip(snapshot, 10)
+    (log_dir / "notes.txt").write_text("hello")
+    findings = check(OsDirectory(log_dir))
+    kinds = {f.kind: f for f in findings}
+    assert set(kinds) == {FindingKind.SNAPSHOT, FindingKind.UNKNOWN_FILE}
+    assert kinds[FindingKind.SNAPSHOT].file == snapshot.name
+    assert "CRC" in kinds[FindingKind.SNAPSHOT].what
+    assert kinds[FindingKind.UNKNOWN_FILE].file == "notes.txt"
+
+
+def test_pending_files_of_deletion_and_compaction_are_part_of_a_log(log_dir: Path) -> None:
+    for name in (
+        file_name(0, ".log.deleted"),
+        file_name(0, ".log.cleaned"),
+        file_name(0, ".log.swap"),
+        "leader-epoch-checkpoint.tmp",
+    ):
+        (log_dir / name).write_bytes(b"")
+    assert check(OsDirectory(log_dir)) == []
+    assert file_name(0, ".log.swap") in dump(OsDirectory(log_dir)).other_files
+
+
+def test_a_single_segment_is_checked_with_its_indexes(log_dir: Path) -> None:
+    name = file_name(0, ".log")
+    assert check(OsDirectory(log_dir), name) == []
+    _flip(log_dir / name, 40)
+    (finding,) = check(OsDirectory(log_dir), name)
+    assert finding.kind is FindingKind.CORRUPT_BATCH and finding.position == 0
+
+
+def test_what_is_not_a_log_is_refused(tmp_path: Path, log_dir: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for call in (lambda: check(OsDirectory(empty)), lambda: dump(OsDirectory(empty))):
+        with pytest.raises(PartitionLogError, match="not a partition directory"):
+            call()
+    for name in ("leader-epoch-checkpoint", "00000000000000000000.index", "1.log"):
+        with pytest.raises(PartitionLogError, match="not a segment file"):
+            dump_segment(OsDirectory(log_dir), name)
+    with pytest.raises(PartitionLogError, match="not a segment file"):
+        check(OsDirectory(log_dir), file_name(999, ".log"))
+
+
+def test_a_segment_read_in_chunks_gives_the_same_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "p-0"
+    write_log(path, batches=6)
+    whole = dump(OsDirectory(path))
+    import partition_log.inspect as inspect_module
+
+    # Chunks smaller than a batch: each batch crosses a chunk's end.
+    monkeypatch.setattr(inspect_module, "CHUNK_BYTES", 50)
+    assert dump(OsDirectory(path)) == whole
+    assert check(OsDirectory(path)) == []
+    damaged = path / file_name(0, ".log")
+    _flip(damaged, 106 + 70)
+    (finding,) = check(OsDirectory(path))
+    assert finding.kind is FindingKind.CORRUPT_BATCH and finding.position == 106

@@ -17,6 +17,7 @@ one chunk and the index entries of one segment, never the whole log.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from collections.abc import Iterator
@@ -44,10 +45,16 @@ __all__ = [
     "DirectoryDump",
     "Finding",
     "FindingKind",
+    "IndexEntries",
+    "SegmentBatches",
     "SegmentDump",
     "check",
     "dump",
+    "dump_files",
+    "dump_segment",
+    "index_entries",
     "readable_bytes",
+    "segment_names",
 ]
 
 # Names a partition directory may hold besides the segments and snapshots
@@ -195,11 +202,33 @@ def _record_dict(record: Record) -> dict[str, object]:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexEntries:
+    """A segment's index entries as its files hold them (``None`` for a
+    missing file; ``*_error`` when one does not decode)."""
+
+    offset_index: tuple[OffsetPosition, ...] | None
+    offset_index_error: str | None
+    time_index: tuple[TimestampOffset, ...] | None
+    time_index_error: str | None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "offset_index": None
+            if self.offset_index is None
+            else [{"offset": e.offset, "position": e.position} for e in self.offset_index],
+            "offset_index_error": self.offset_index_error,
+            "time_index": None
+            if self.time_index is None
+            else [{"timestamp": e.timestamp, "offset": e.offset} for e in self.time_index],
+            "time_index_error": self.time_index_error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class SegmentDump:
     """A segment file: its batches up to the first that is torn or damaged
     (``end`` says which, ``stop_position`` where, ``reason`` what), and its
-    index entries when asked (``None`` when not asked or the file is
-    missing; ``*_error`` when it does not decode)."""
+    index entries when asked."""
 
     file: str
     base_offset: int
@@ -208,10 +237,7 @@ class SegmentDump:
     end: ScanEnd
     stop_position: int
     reason: str | None
-    offset_index: tuple[OffsetPosition, ...] | None = None
-    offset_index_error: str | None = None
-    time_index: tuple[TimestampOffset, ...] | None = None
-    time_index_error: str | None = None
+    indexes: IndexEntries | None = None
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {
@@ -223,20 +249,8 @@ class SegmentDump:
             "reason": self.reason,
             "batches": [b.to_dict() for b in self.batches],
         }
-        if self.offset_index is not None or self.offset_index_error is not None:
-            out["offset_index"] = (
-                None
-                if self.offset_index is None
-                else [{"offset": e.offset, "position": e.position} for e in self.offset_index]
-            )
-            out["offset_index_error"] = self.offset_index_error
-        if self.time_index is not None or self.time_index_error is not None:
-            out["time_index"] = (
-                None
-                if self.time_index is None
-                else [{"timestamp": e.timestamp, "offset": e.offset} for e in self.time_index]
-            )
-            out["time_index_error"] = self.time_index_error
+        if self.indexes is not None:
+            out.update(self.indexes.to_dict())
         return out
 
 
@@ -408,48 +422,83 @@ def _load_index(
     return True, None
 
 
+class SegmentBatches:
+    """The batches of the segment file ``name`` as :class:`BatchInfo`, read a
+    chunk at a time (and with ``records`` their records decoded), so a
+    caller that prints them as they come holds one chunk, never the
+    segment.  Once iterated, ``end``, ``stop_position`` and ``reason`` say
+    where and why the walk stopped, and ``size`` the file's size."""
+
+    def __init__(self, directory: FileDirectory, name: str, *, records: bool = False) -> None:
+        base = _segment_base(name)
+        if base is None or not directory.exists(name):
+            raise _not_a_log(
+                f"{name!r} is not a segment file (20 digits of base offset, then .log)"
+            )
+        self.name = name
+        self.base_offset = base
+        self._records = records
+        self._walk = _Walk(directory, name)
+
+    def __iter__(self) -> Iterator[BatchInfo]:
+        for position, view, header in self._walk:
+            decoded: tuple[Record, ...] | None = None
+            records_error = None
+            if self._records:
+                try:
+                    decoded = decode_records(view)
+                except PartitionLogError as error:
+                    records_error = str(error.args[0])
+            yield BatchInfo(self.name, position, header, _crc_error(view), decoded, records_error)
+
+    @property
+    def size(self) -> int:
+        return self._walk.size
+
+    @property
+    def end(self) -> ScanEnd:
+        return self._walk.end
+
+    @property
+    def stop_position(self) -> int:
+        return self._walk.position
+
+    @property
+    def reason(self) -> str | None:
+        return self._walk.reason
+
+
+def index_entries(directory: FileDirectory, base_offset: int) -> IndexEntries:
+    """The offset and time index entries of the segment at ``base_offset``."""
+    offsets, times = OffsetIndex(base_offset, 1 << 62), TimeIndex(base_offset, 1 << 62)
+    offset_entries: tuple[OffsetPosition, ...] | None = None
+    time_entries: tuple[TimestampOffset, ...] | None = None
+    found, offset_error = _load_index(directory, file_name(base_offset, INDEX_SUFFIX), offsets)
+    if found and offset_error is None:
+        offset_entries = tuple(offsets.entry(i) for i in range(len(offsets)))
+    found, time_error = _load_index(directory, file_name(base_offset, TIME_INDEX_SUFFIX), times)
+    if found and time_error is None:
+        time_entries = tuple(times.entry(i) for i in range(len(times)))
+    return IndexEntries(offset_entries, offset_error, time_entries, time_error)
+
+
 def dump_segment(
     directory: FileDirectory, name: str, *, records: bool = False, indexes: bool = False
 ) -> SegmentDump:
     """The batches of the segment file ``name`` (and with ``records`` their
-    records, with ``indexes`` its index entries)."""
-    base = _segment_base(name)
-    if base is None or not directory.exists(name):
-        raise _not_a_log(f"{name!r} is not a segment file (20 digits of base offset, then .log)")
-    walk = _Walk(directory, name)
-    batches = []
-    for position, view, header in walk:
-        decoded: tuple[Record, ...] | None = None
-        records_error = None
-        if records:
-            try:
-                decoded = decode_records(view)
-            except PartitionLogError as error:
-                records_error = str(error.args[0])
-        batches.append(BatchInfo(name, position, header, _crc_error(view), decoded, records_error))
-    offset_entries: tuple[OffsetPosition, ...] | None = None
-    time_entries: tuple[TimestampOffset, ...] | None = None
-    offset_error = time_error = None
-    if indexes:
-        offsets, times = OffsetIndex(base, 1 << 62), TimeIndex(base, 1 << 62)
-        found, offset_error = _load_index(directory, file_name(base, INDEX_SUFFIX), offsets)
-        if found and offset_error is None:
-            offset_entries = tuple(offsets.entry(i) for i in range(len(offsets)))
-        found, time_error = _load_index(directory, file_name(base, TIME_INDEX_SUFFIX), times)
-        if found and time_error is None:
-            time_entries = tuple(times.entry(i) for i in range(len(times)))
+    records, with ``indexes`` its index entries), all in memory: see
+    :class:`SegmentBatches` to stream them."""
+    walk = SegmentBatches(directory, name, records=records)
+    batches = tuple(walk)
     return SegmentDump(
         name,
-        base,
+        walk.base_offset,
         walk.size,
-        tuple(batches),
+        batches,
         walk.end,
-        walk.position,
+        walk.stop_position,
         walk.reason,
-        offset_entries,
-        offset_error,
-        time_entries,
-        time_error,
+        index_entries(directory, walk.base_offset) if indexes else None,
     )
 
 
@@ -475,6 +524,12 @@ def _classify(names: list[str]) -> tuple[list[str], list[str], list[str], list[s
     return logs, snapshots, others, unknown
 
 
+def segment_names(directory: FileDirectory) -> list[str]:
+    """The segment files of a partition directory in offset order; refuses a
+    directory without any (not a log)."""
+    return _names_of_log(directory)[0]
+
+
 def _names_of_log(directory: FileDirectory) -> tuple[list[str], list[str], list[str], list[str]]:
     classified = _classify(directory.list())
     if not classified[0]:
@@ -495,8 +550,18 @@ def dump(
     """Every segment of a partition directory, in offset order (see
     :func:`dump_segment`), its other files, and with ``state`` its
     leader-epoch checkpoint and producer snapshots."""
-    logs, snapshot_names, others, unknown = _names_of_log(directory)
-    segments = tuple(dump_segment(directory, n, records=records, indexes=indexes) for n in logs)
+    segments = tuple(
+        dump_segment(directory, name, records=records, indexes=indexes)
+        for name in segment_names(directory)
+    )
+    return dataclasses.replace(dump_files(directory, state=state), segments=segments)
+
+
+def dump_files(directory: FileDirectory, *, state: bool = False) -> DirectoryDump:
+    """A partition directory's files but the segments (``segments`` is
+    empty): the other files, and with ``state`` the leader-epoch checkpoint
+    and the producer snapshots."""
+    _, snapshot_names, others, unknown = _names_of_log(directory)
     epochs: tuple[EpochEntry, ...] | None = None
     epochs_error = None
     snapshots: list[tuple[str, ProducerSnapshot | None, str | None]] = []
@@ -512,7 +577,7 @@ def dump(
             except PartitionLogError as error:
                 snapshots.append((name, None, str(error.args[0])))
     return DirectoryDump(
-        segments, tuple(sorted(others + unknown)), epochs, epochs_error, tuple(snapshots)
+        (), tuple(sorted(others + unknown)), epochs, epochs_error, tuple(snapshots)
     )
 
 
@@ -833,17 +898,17 @@ def check(
     not the cache the batches give, producer snapshots that do not decode,
     and files that are no part of a log.  An empty list: nothing found."""
     findings: list[Finding] = []
+    if compacted is None:
+        compacted = directory.exists(CLEANER_OFFSET_FILE)
     if segment is not None:
         if _segment_base(segment) is None or not directory.exists(segment):
             raise _not_a_log(
                 f"{segment!r} is not a segment file (20 digits of base offset, then .log)"
             )
-        state = _LogState(bool(compacted), epochs=[])
+        state = _LogState(compacted, epochs=[])
         _check_segment(directory, segment, state, findings)
         return findings
     logs, snapshots, _, unknown = _names_of_log(directory)
-    if compacted is None:
-        compacted = directory.exists(CLEANER_OFFSET_FILE)
     for name in unknown:
         findings.append(
             Finding(

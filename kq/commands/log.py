@@ -26,7 +26,17 @@ from kq.commands.common import (
     print_json,
 )
 from partition_log.errors import PartitionLogError
-from partition_log.inspect import DirectoryDump, SegmentDump, check, dump, dump_segment
+from partition_log.inspect import (
+    DirectoryDump,
+    SegmentBatches,
+    SegmentDump,
+    check,
+    dump,
+    dump_files,
+    dump_segment,
+    index_entries,
+    segment_names,
+)
 from partition_log.os_files import OsDirectory
 
 __all__ = ["register"]
@@ -98,22 +108,26 @@ def _open(path_text: str) -> tuple[OsDirectory, str | None]:
 def _dump(args: argparse.Namespace) -> int:
     directory, segment = _open(args.path)
     try:
-        if segment is not None:
-            result: DirectoryDump | SegmentDump = dump_segment(
-                directory, segment, records=args.records, indexes=args.indexes
-            )
-        else:
-            result = dump(directory, records=args.records, indexes=args.indexes, state=args.state)
+        if args.json:
+            if segment is not None:
+                result: DirectoryDump | SegmentDump = dump_segment(
+                    directory, segment, records=args.records, indexes=args.indexes
+                )
+            else:
+                result = dump(
+                    directory, records=args.records, indexes=args.indexes, state=args.state
+                )
+            print_json(result.to_dict())
+            return EXIT_OK
+        # Text is printed batch by batch as the segments are read, so a large
+        # log is never held in memory.
+        names = [segment] if segment is not None else segment_names(directory)
+        for name in names:
+            _print_segment(directory, name, records=args.records, indexes=args.indexes)
+        if segment is None:
+            _print_state(dump_files(directory, state=args.state))
     except PartitionLogError as error:
         raise CommandError(f"{args.path}: {error.args[0]}") from None
-    if args.json:
-        print_json(result.to_dict())
-        return EXIT_OK
-    segments = (result,) if isinstance(result, SegmentDump) else result.segments
-    for one in segments:
-        _print_segment(one)
-    if isinstance(result, DirectoryDump):
-        _print_state(result)
     return EXIT_OK
 
 
@@ -136,34 +150,35 @@ def _text(value: object) -> str:
     return str(value)
 
 
-def _print_segment(segment: SegmentDump) -> None:
-    print(f"Dumping {segment.file} (base offset {segment.base_offset}, {segment.size} bytes)")
-    for batch in segment.batches:
+def _print_segment(directory: OsDirectory, name: str, *, records: bool, indexes: bool) -> None:
+    batches = SegmentBatches(directory, name, records=records)
+    print(f"Dumping {name} (base offset {batches.base_offset})")
+    for batch in batches:
         fields = batch.to_dict()
-        records = fields.pop("records", None)
+        decoded = fields.pop("records", None)
         print(_fields(fields))
-        if isinstance(records, list):
-            for record in records:
+        if isinstance(decoded, list):
+            for record in decoded:
                 print("| " + _fields(record))
-    if segment.reason is not None:
+    if batches.reason is not None:
         print(
-            f"Stopped at position {segment.stop_position} ({segment.end.value}): {segment.reason}"
+            f"Stopped at position {batches.stop_position} of {batches.size} bytes "
+            f"({batches.end.value}): {batches.reason}"
         )
-    data = segment.to_dict()
+    if not indexes:
+        return
+    entries = index_entries(directory, batches.base_offset).to_dict()
     for key in ("offset_index", "time_index"):
-        if f"{key}_error" in data:
-            entries = data[key]
-            error = data[f"{key}_error"]
-            label = key.replace("_", " ")
-            if error is not None:
-                print(f"{label}: does not decode: {error}")
-            elif entries is None:
-                print(f"{label}: no file")
-            else:
-                assert isinstance(entries, list)
-                print(f"{label}: {len(entries)} entries")
-                for entry in entries:
-                    print("  " + _fields(entry))
+        label = key.replace("_", " ")
+        found, error = entries[key], entries[f"{key}_error"]
+        if error is not None:
+            print(f"{label}: does not decode: {error}")
+        elif not isinstance(found, list):
+            print(f"{label}: no file")
+        else:
+            print(f"{label}: {len(found)} entries")
+            for entry in found:
+                print("  " + _fields(entry))
 
 
 def _print_state(result: DirectoryDump) -> None:

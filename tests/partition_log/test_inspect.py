@@ -83,7 +83,8 @@ def test_dump_is_what_was_appended_and_check_finds_nothing(tmp_path: Path) -> No
         assert info.header.producer_id == 9 and info.header.base_sequence == offset
     for segment in result.segments:
         assert segment.reason is None and segment.stop_position == segment.size
-        assert segment.offset_index is not None and segment.time_index is not None
+        assert segment.indexes is not None
+        assert segment.indexes.offset_index and segment.indexes.time_index
     assert result.epoch_checkpoint == (EpochEntry(1, 0), EpochEntry(2, 24), EpochEntry(3, 48))
     assert result.snapshots and all(error is None for _, _, error in result.snapshots)
     as_json = result.to_dict()

@@ -25,10 +25,10 @@ this module is pure (``tests/partition_log/test_purity.py``).
 from __future__ import annotations
 
 import bisect
-import re
+import dataclasses
 import struct
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -52,6 +52,26 @@ from partition_log.epoch_cache import (
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import FileDirectory
 from partition_log.log_config import CleanupPolicy, LogConfig
+from partition_log.log_files import (
+    CLEAN_SHUTDOWN_FILE,
+    CLEANED_SUFFIX,
+    CLEANER_OFFSET_FILE,
+    DELETED_SUFFIX,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    SNAPSHOT_SUFFIX,
+    SWAP_SUFFIX,
+    InterruptedOperations,
+    SuffixedDirectory,
+    classify,
+    decode_offset,
+    encode_offset,
+    finish_interrupted_operations,
+    read_whole,
+    segment_file_names,
+    storage,
+    write_atomically,
+)
 from partition_log.producer_state import (
     Duplicate,
     ProducerBatch,
@@ -74,18 +94,12 @@ __all__ = [
     "SNAPSHOT_SUFFIX",
     "AppendInfo",
     "CleanupPolicy",
+    "SegmentInfo",
     "LogConfig",
     "LogRecovery",
     "PartitionLog",
 ]
 
-CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
-RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
-SNAPSHOT_SUFFIX = ".snapshot"
-TMP_SUFFIX = ".tmp"
-_RECOVERY_POINT_VERSION = 0
-_NUMBERED = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.snapshot)")
-_FIXED = {CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, CHECKPOINT_FILE_NAME}
 # Older segments kept open for reads; the rest are summaries (memory must not
 # grow with the log).
 _OPEN_OLD_SEGMENTS = 2
@@ -118,10 +132,11 @@ class LogRecovery:
     truncated_bytes: int = 0
     reason: str | None = None
     dropped_segments: tuple[str, ...] = ()
+    # The leftovers of an interrupted delete or swap finished or undone.
+    interrupted: InterruptedOperations = InterruptedOperations()
 
 
-def _storage(message: str) -> PartitionLogError:
-    return PartitionLogError(Errors.KAFKA_STORAGE_ERROR, message)
+_storage = storage
 
 
 # DefaultRecordBatch field positions: the CRC covers attributes .. end.
@@ -156,40 +171,36 @@ def _producer_batch(header: BatchHeader) -> ProducerBatch:
 
 
 @dataclass(frozen=True, slots=True)
-class _Summary:
-    """An older segment when not open: its offsets."""
+class SegmentInfo:
+    """A segment as the log keeps it when it is not open: its offsets, its
+    size, its largest timestamp (-1 if none; ``LogSegment.largestTimestamp``)
+    and its first batch's max timestamp (``None`` if empty or none): what
+    retention and the cleaner's choices need, without the segment's index."""
 
     base_offset: int
     next_offset: int
+    size: int
+    max_timestamp: int
+    first_batch_timestamp: int | None
+
+    @classmethod
+    def of(cls, segment: Segment) -> SegmentInfo:
+        return cls(
+            segment.base_offset,
+            segment.next_offset,
+            segment.size,
+            segment.max_timestamp,
+            segment.first_batch_timestamp,
+        )
 
 
-def _classify(names: list[str]) -> tuple[list[str], list[int], list[str]]:
-    """The segment log names, snapshot offsets and leftover temporary files
-    of a directory; refuses a file that is no part of a log, naming it."""
-    logs: list[str] = []
-    snapshots: list[int] = []
-    temporary: list[str] = []
-    for name in names:
-        if name in _FIXED:
-            continue
-        if name.endswith(TMP_SUFFIX):
-            stem = name[: -len(TMP_SUFFIX)]
-            if stem in _FIXED or (_NUMBERED.fullmatch(stem) and stem.endswith(SNAPSHOT_SUFFIX)):
-                # A checkpoint or snapshot write a crash interrupted.
-                temporary.append(name)
-                continue
-        match = _NUMBERED.fullmatch(name)
-        if match is None:
-            raise _storage(
-                f"file {name!r} in the partition directory is not part of a log "
-                "(segment, index, snapshot or checkpoint)"
-            )
-        if match.group(2) == LOG_SUFFIX:
-            parse_log_name(name)
-            logs.append(name)
-        elif match.group(2) == SNAPSHOT_SUFFIX:
-            snapshots.append(int(match.group(1)))
-    return sorted(logs), sorted(snapshots), temporary
+_Summary = SegmentInfo
+
+
+def _read_offset_file(directory: FileDirectory, name: str) -> int | None:
+    if not directory.exists(name):
+        return None
+    return decode_offset(name, read_whole(directory, name))
 
 
 class PartitionLog:
@@ -209,11 +220,16 @@ class PartitionLog:
         self._old: list[_Summary] = []
         self._open_old: OrderedDict[int, Segment] = OrderedDict()
         self._active: Segment
+        self._log_start_offset = 0
+        self._cleaner_offset: int | None = None
         self.high_watermark = 0
         self.recovery_point = 0
         self.epoch_cache = LeaderEpochCache()
         self.producer_state = ProducerStateManager()
         self._last_flush_ms = now_ms
+        # Files renamed .deleted, removed when their time comes
+        # (file.delete.delay.ms): (due time, names), in due order.
+        self._pending_removal: list[tuple[int, tuple[str, ...]]] = []
         self.recovery: LogRecovery
         self._closed = False
 
@@ -221,7 +237,10 @@ class PartitionLog:
 
     @property
     def log_start_offset(self) -> int:
-        return self._old[0].base_offset if self._old else self._active.base_offset
+        """The first offset a read may ask for: at or above the first
+        segment's base (DeleteRecords may put it inside a segment), at most
+        the log end (``UnifiedLog.logStartOffset``)."""
+        return self._log_start_offset
 
     @property
     def log_end_offset(self) -> int:
@@ -231,6 +250,21 @@ class PartitionLog:
     def segment_base_offsets(self) -> list[int]:
         return [s.base_offset for s in self._old] + [self._active.base_offset]
 
+    @property
+    def segments(self) -> list[SegmentInfo]:
+        """Every segment's summary, the active one last."""
+        return [*self._old, SegmentInfo.of(self._active)]
+
+    @property
+    def size(self) -> int:
+        """The bytes of all segments (``UnifiedLog.size``)."""
+        return sum(s.size for s in self._old) + self._active.size
+
+    @property
+    def pending_deletions(self) -> list[str]:
+        """The ``.deleted`` files waiting for ``file.delete.delay.ms``."""
+        return [name for _, names in self._pending_removal for name in names]
+
     def _live(self) -> None:
         if self._closed:
             raise _storage("the partition log is closed")
@@ -238,29 +272,13 @@ class PartitionLog:
     # -- small files ----------------------------------------------------------
 
     def _write_atomically(self, name: str, data: bytes) -> None:
-        temporary = name + TMP_SUFFIX
-        if self.directory.exists(temporary):
-            self.directory.delete(temporary)
-        handle = self.directory.create(temporary)
-        try:
-            handle.append(data)
-            handle.sync()
-        finally:
-            handle.close()
-        self.directory.rename(temporary, name)
-        self.directory.sync_directory()
+        write_atomically(self.directory, name, data)
 
     def _read_whole(self, name: str) -> bytes:
-        handle = self.directory.open(name)
-        try:
-            return handle.read(0, handle.size)
-        finally:
-            handle.close()
+        return read_whole(self.directory, name)
 
     def _write_recovery_point(self, offset: int) -> None:
-        self._write_atomically(
-            RECOVERY_POINT_FILE, f"{_RECOVERY_POINT_VERSION}\n{offset}\n".encode("ascii")
-        )
+        self._write_atomically(RECOVERY_POINT_FILE, encode_offset(offset))
 
     def _set_epoch_cache(self, cache: LeaderEpochCache) -> None:
         """Write the checkpoint, then swap the cache in (so a failed write
@@ -274,11 +292,7 @@ class PartitionLog:
         self._write_atomically(file_name(state.map_end_offset, SNAPSHOT_SUFFIX), state.snapshot())
 
     def _snapshot_offsets(self) -> list[int]:
-        return sorted(
-            int(name[:20])
-            for name in self.directory.list()
-            if _NUMBERED.fullmatch(name) and name.endswith(SNAPSHOT_SUFFIX)
-        )
+        return classify([n for n in self.directory.list() if n.endswith(SNAPSHOT_SUFFIX)]).snapshots
 
     # -- opening --------------------------------------------------------------
 
@@ -294,34 +308,32 @@ class PartitionLog:
         """Open (or start) the log in ``directory``.
 
         A file that is not part of a log refuses the open naming it, before
-        anything is changed. With the clean-shutdown marker the segments are
-        opened as they are; without it every segment from the one holding
-        the recovery point is recovered (``LogLoader``): cut at the first
-        bad byte, later segments dropped, the epoch cache and the producer
-        state rebuilt. Damage below the recovery point refuses the open."""
-        logs, _, temporary = _classify(directory.list())
+        anything is changed. Then the leftovers of an interrupted delete or
+        segment swap are finished or undone (:func:`finish_interrupted_operations`,
+        Kafka's ``LogLoader`` does this first too). With the clean-shutdown
+        marker the segments are opened as they are; without it every segment
+        from the one holding the recovery point is recovered (``LogLoader``):
+        cut at the first bad byte, later segments dropped, the epoch cache and
+        the producer state rebuilt. Damage below the recovery point refuses
+        the open. The log start offset and cleaner checkpoint are read and
+        clamped into the log."""
+        listing = classify(directory.list())
         clean = directory.exists(CLEAN_SHUTDOWN_FILE)
-        recovery_point = 0
-        if directory.exists(RECOVERY_POINT_FILE):
-            handle = directory.open(RECOVERY_POINT_FILE)
-            try:
-                text = handle.read(0, handle.size)
-            finally:
-                handle.close()
-            lines = text.split(b"\n")
-            if (
-                len(lines) != 3
-                or lines[0] != str(_RECOVERY_POINT_VERSION).encode()
-                or lines[2] != b""
-                or not lines[1].isdigit()
-            ):
-                raise _storage(f"file {RECOVERY_POINT_FILE} is not a recovery point: {text!r}")
-            recovery_point = int(lines[1])
+        recovery_point = _read_offset_file(directory, RECOVERY_POINT_FILE) or 0
+        log_start = _read_offset_file(directory, LOG_START_OFFSET_FILE)
+        cleaner_offset = _read_offset_file(directory, CLEANER_OFFSET_FILE)
+        interrupted = InterruptedOperations()
+        if listing.deleted or listing.cleaned or listing.swap:
+            interrupted = finish_interrupted_operations(
+                directory, listing, now_ms=now_ms, max_batch_bytes=config.max_batch_bytes
+            )
+            listing = classify(directory.list())
+        logs, temporary = listing.logs, listing.temporary
         log = cls(directory, config, now_ms)
         if logs:
             # A refusal (damage below the recovery point, a damaged segment
-            # after a clean shutdown) comes before any file changes.
-            log._load(logs, clean, recovery_point)
+            # after a clean shutdown) comes before any other file changes.
+            log._load(logs, clean, recovery_point, log_start)
         # Leftovers of interrupted writes and index files without their log
         # (LogLoader removes both; an index left where the next segment
         # goes would stop the roll).
@@ -338,7 +350,12 @@ class PartitionLog:
         if not logs:
             log._active = log._create_segment(0)
             log._write_recovery_point(0)
+            log._log_start_offset = 0
             log.recovery = LogRecovery(True, 0, 0)
+        if interrupted.any:
+            log.recovery = dataclasses.replace(log.recovery, interrupted=interrupted)
+        if cleaner_offset is not None:
+            log._cleaner_offset = min(max(cleaner_offset, log.log_start_offset), log.log_end_offset)
         log.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
         return log
 
@@ -365,7 +382,9 @@ class PartitionLog:
             max_index_bytes=self.config.segment_index_bytes,
         )
 
-    def _load(self, logs: list[str], clean: bool, recovery_point: int) -> None:
+    def _load(
+        self, logs: list[str], clean: bool, recovery_point: int, log_start: int | None
+    ) -> None:
         bases = [parse_log_name(name) for name in logs]
         # The segment holding the recovery point, and every later one, is
         # recovered after an unclean shutdown.
@@ -399,7 +418,7 @@ class PartitionLog:
                 segments.append(segment)
             # All but the last are summaries.
             for segment in segments[:-1]:
-                summaries.append(_Summary(segment.base_offset, segment.next_offset))
+                summaries.append(SegmentInfo.of(segment))
                 segment.close()
         except BaseException:
             for segment in segments:
@@ -415,6 +434,10 @@ class PartitionLog:
         if dropped:
             self.directory.sync_directory()
         end = self.log_end_offset
+        # LogLoader: max(checkpoint, first segment base), and never past the
+        # end (a recovery may have cut below a start DeleteRecords set).
+        first_base = summaries[0].base_offset if summaries else self._active.base_offset
+        self._log_start_offset = min(max(log_start or 0, first_base), end)
         start_of_recovery = bases[first_recovered] if first_recovered < len(bases) else end
         if not clean:
             # The cut and the rebuilt indexes are made durable before the
@@ -534,7 +557,7 @@ class PartitionLog:
         old.flush()
         self._now_ms = now_ms
         new = self._create_segment(end)
-        self._old.append(_Summary(old.base_offset, old.next_offset))
+        self._old.append(SegmentInfo.of(old))
         old.close()
         self._active = new
         self._take_snapshot()
@@ -804,6 +827,10 @@ class PartitionLog:
             if snapshot > end:
                 self.directory.delete(file_name(snapshot, SNAPSHOT_SUFFIX))
         self.directory.sync_directory()
+        if end < self._log_start_offset:
+            # The batch holding the start went whole (UnifiedLog.truncateTo
+            # lowers the start to the truncation point).
+            self._set_log_start_offset(end)
         self._set_epoch_cache(self.epoch_cache.truncate_from_end(end))
         self.producer_state = self._rebuild_producer_state(end)
         self.high_watermark = min(self.high_watermark, end)
@@ -813,10 +840,397 @@ class PartitionLog:
         return end
 
     def _delete_segment_files(self, base: int) -> None:
+        # Truncation deletes at once, not in two phases: the segments it
+        # removes lie past the new end, where the next roll creates a segment
+        # of the same base offset straight away, and kq's reads copy bytes
+        # out under the call, so no reader is left on the files (the delay of
+        # LocalLog.deleteSegmentFiles is for readers of retention's segments).
+        # The recovery point was moved below them first, so a crash part-way
+        # recovers from there.
         for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             name = file_name(base, suffix)
             if self.directory.exists(name):
                 self.directory.delete(name)
+
+    # -- log start offset and DeleteRecords -----------------------------------
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        """Checkpoint the new start first, then move it in memory."""
+        self._write_atomically(LOG_START_OFFSET_FILE, encode_offset(offset))
+        self._log_start_offset = offset
+
+    def _maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Raise the log start offset (``UnifiedLog.maybeIncrementLogStartOffset``):
+        checkpointed, then the epoch cache truncated from the start and the
+        producers whose batches all lie below it forgotten."""
+        if offset <= self._log_start_offset:
+            return False
+        self._set_log_start_offset(offset)
+        self._set_epoch_cache(self.epoch_cache.truncate_from_start(offset))
+        self.producer_state.truncate_from_start(offset)
+        return True
+
+    def delete_records(self, offset: int, now_ms: int | None = None) -> int:
+        """Raise the log start offset to ``offset`` (DeleteRecords,
+        ``UnifiedLog.deleteRecords``): never above the high watermark; reads
+        below it are then ``OFFSET_OUT_OF_RANGE`` and the segments wholly
+        below it are deleted (in two phases, their files removed
+        ``file.delete.delay.ms`` after ``now_ms``, the latest time the log
+        was given if none). An offset at or below the start changes nothing.
+        Returns the log start offset."""
+        self._live()
+        if offset < 0:
+            raise PartitionLogError(
+                Errors.OFFSET_OUT_OF_RANGE, f"delete records offset {offset} is negative"
+            )
+        if offset > self.high_watermark:
+            raise PartitionLogError(
+                Errors.OFFSET_OUT_OF_RANGE,
+                f"cannot raise the log start offset to {offset}: it is above the high "
+                f"watermark {self.high_watermark}",
+            )
+        if now_ms is not None:
+            self._now_ms = max(self._now_ms, now_ms)
+        if self._maybe_increment_log_start_offset(offset):
+            self._delete_segments(self._start_breached(), self._now_ms)
+        return self.log_start_offset
+
+    # -- retention ------------------------------------------------------------
+
+    def _deletable(self, predicate: Callable[[SegmentInfo, int | None], bool]) -> int:
+        """How many of the oldest segments may go (``UnifiedLog.deletableSegments``):
+        from the first, while ``predicate(segment, next base)`` holds, the
+        segment lies wholly below the high watermark, and it is not the
+        active segment when that one is empty."""
+        count = 0
+        segments = self.segments
+        for index, segment in enumerate(segments):
+            following = segments[index + 1].base_offset if index + 1 < len(segments) else None
+            upper = following if following is not None else self.log_end_offset
+            last_and_empty = following is None and segment.size == 0
+            if last_and_empty or self.high_watermark < upper or not predicate(segment, following):
+                break
+            count += 1
+        return count
+
+    def _start_breached(self) -> int:
+        """Segments wholly below the log start: the next one starts at or
+        below it (``deleteLogStartOffsetBreachedSegments``)."""
+        start = self.log_start_offset
+        return self._deletable(lambda _, following: following is not None and following <= start)
+
+    def _time_breached(self, now_ms: int) -> int:
+        """Segments whose largest timestamp is more than ``retention.ms``
+        before ``now_ms`` (``deleteRetentionMsBreachedSegments``). A segment
+        without any timestamp is kept: Kafka falls back on the file's
+        modification time, which the file seam does not have."""
+        limit = self.config.retention_ms
+        if limit < 0:
+            return 0
+        return self._deletable(
+            lambda segment, _: segment.max_timestamp >= 0 and now_ms - segment.max_timestamp > limit
+        )
+
+    def _size_breached(self) -> int:
+        """The oldest segments while the log without them stays at least
+        ``retention.bytes`` (``deleteRetentionSizeBreachedSegments``)."""
+        limit = self.config.retention_bytes
+        excess = self.size - limit
+        if limit < 0 or excess <= 0:
+            return 0
+
+        def predicate(segment: SegmentInfo, _: int | None) -> bool:
+            nonlocal excess
+            if excess - segment.size < 0:
+                return False
+            excess -= segment.size
+            return True
+
+        return self._deletable(predicate)
+
+    def maybe_delete_segments(self, now_ms: int) -> bool:
+        """Retention (``UnifiedLog.deleteOldSegments``): with ``cleanup.policy``
+        including delete, the segments past ``retention.ms``, then the oldest
+        while the log stays at least ``retention.bytes``; whatever the policy,
+        the segments wholly below the log start offset. Never a segment
+        holding an offset at or above the high watermark; the active segment
+        only when every segment goes, after a roll to an empty one (Kafka's
+        rule: a log keeps at least one segment). The log start offset moves
+        to the first segment left (checkpointed before any file is renamed).
+        Whether any segment was deleted."""
+        self._live()
+        self._now_ms = max(self._now_ms, now_ms)
+        deleted = False
+        if self.config.deletes:
+            deleted |= self._delete_segments(self._time_breached(now_ms), now_ms)
+            deleted |= self._delete_segments(self._size_breached(), now_ms)
+        deleted |= self._delete_segments(self._start_breached(), now_ms)
+        return deleted
+
+    def _delete_segments(self, count: int, now_ms: int) -> bool:
+        """Delete the ``count`` oldest segments (``UnifiedLog.deleteSegments``):
+        if that is all of them, roll first; then the new start is
+        checkpointed, the files renamed ``.deleted`` with the snapshots below
+        the new start, the directory synced, and the segments dropped from
+        the log; the files go ``file.delete.delay.ms`` later."""
+        if count == 0:
+            return False
+        if count == len(self._old) + 1:
+            self._roll(now_ms)
+        bases = [segment.base_offset for segment in self._old[:count]]
+        new_first = (
+            self._old[count].base_offset if count < len(self._old) else (self._active.base_offset)
+        )
+        self._maybe_increment_log_start_offset(new_first)
+        names: list[str] = []
+        for base in bases:
+            if base in self._open_old:
+                self._open_old.pop(base).close()
+            names.extend(self._rename_deleted(segment_file_names(base)))
+        for snapshot in self._snapshot_offsets():
+            if snapshot < self.log_start_offset:
+                names.extend(self._rename_deleted([file_name(snapshot, SNAPSHOT_SUFFIX)]))
+        self.directory.sync_directory()
+        self._old = self._old[count:]
+        self._schedule_removal(names, now_ms)
+        return True
+
+    # -- two-phase deletion ---------------------------------------------------
+
+    def _rename_deleted(self, names: Sequence[str]) -> list[str]:
+        """The first phase of a delete (``LogSegment.changeFileSuffixes``):
+        each existing file renamed ``<name>.deleted``; the caller syncs the
+        directory."""
+        renamed: list[str] = []
+        for name in names:
+            if self.directory.exists(name):
+                target = name + DELETED_SUFFIX
+                if self.directory.exists(target):
+                    self.directory.delete(target)
+                self.directory.rename(name, target)
+                renamed.append(target)
+        return renamed
+
+    def _schedule_removal(self, names: Sequence[str], now_ms: int) -> None:
+        if names:
+            due = now_ms + self.config.file_delete_delay_ms
+            self._pending_removal.append((due, tuple(names)))
+            self._pending_removal.sort(key=lambda pending: pending[0])
+            if self.config.file_delete_delay_ms == 0:
+                self.maybe_remove_deleted(now_ms)
+
+    def maybe_remove_deleted(self, now_ms: int) -> bool:
+        """The second phase (the scheduled ``deleteSegmentFiles`` task): the
+        ``.deleted`` files whose ``file.delete.delay.ms`` has passed are
+        removed. Whether any was; files left at a crash or close are removed
+        when the log is next opened."""
+        self._live()
+        removed = False
+        while self._pending_removal and self._pending_removal[0][0] <= now_ms:
+            _, names = self._pending_removal.pop(0)
+            for name in names:
+                if self.directory.exists(name):
+                    self.directory.delete(name)
+                    removed = True
+        if removed:
+            self.directory.sync_directory()
+        return removed
+
+    # -- the cleaner's checkpoint ---------------------------------------------
+
+    @property
+    def cleaner_offset(self) -> int | None:
+        """The cleaner's first dirty offset (``cleaner-offset-checkpoint``),
+        ``None`` if the log was never cleaned; kept within [log start, log
+        end] (``LogCleanerManager`` resets one outside the log)."""
+        if self._cleaner_offset is None:
+            return None
+        return min(max(self._cleaner_offset, self.log_start_offset), self.log_end_offset)
+
+    @cleaner_offset.setter
+    def cleaner_offset(self, offset: int) -> None:
+        self.set_cleaner_offset(offset)
+
+    def set_cleaner_offset(self, offset: int) -> None:
+        """Checkpoint the first dirty offset (written atomically, then kept);
+        refused outside [log start, log end]."""
+        self._live()
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise PartitionLogError(
+                Errors.OFFSET_OUT_OF_RANGE,
+                f"cleaner offset {offset} is outside the log's range "
+                f"[{self.log_start_offset}, {self.log_end_offset}]",
+            )
+        self._write_atomically(CLEANER_OFFSET_FILE, encode_offset(offset))
+        self._cleaner_offset = offset
+
+    # -- the segment swap -----------------------------------------------------
+
+    def replace_segments(
+        self,
+        old_bases: Sequence[int],
+        batches: Iterable[bytes | bytearray | memoryview],
+        now_ms: int,
+    ) -> None:
+        """Replace consecutive older segments (never the active one) by new
+        ones holding exactly ``batches`` (``LocalLog.replaceSegments``, for
+        compaction): whole batches with valid CRCs, in offset order, inside
+        the replaced range ``[first old base, base of the segment after the
+        last old one)``. A new segment takes up to ``segment.bytes``; the
+        first is named by the first old base (so the bases keep covering the
+        log), each later one by its first batch's base offset.
+
+        Crash-safe in steps, the directory synced after each: the new
+        segments are written as ``<base>.log.cleaned`` (with their
+        ``.index.cleaned`` and ``.timeindex.cleaned``) and synced; renamed
+        ``.swap``, the highest segment first (KAFKA-6264, see
+        :func:`finish_interrupted_operations`); the old segments' files
+        renamed ``.deleted``; the ``.swap`` files renamed live; the
+        ``.deleted`` files removed ``file.delete.delay.ms`` later (Kafka's
+        ``asyncDelete``). Bad input is refused naming it, with the live files
+        unchanged (the ``.cleaned`` files written so far are removed)."""
+        self._live()
+        bases = self.segment_base_offsets
+        first, last = self._check_replaced(old_bases, bases)
+        low, high = bases[first], bases[last + 1]
+        view = SuffixedDirectory(self.directory, CLEANED_SUFFIX)
+        written: list[Segment] = []
+        try:
+            self._write_cleaned(view, written, batches, low, high, now_ms)
+            for segment in written:
+                segment.flush()
+        except BaseException:
+            for segment in written:
+                segment.close()
+                for name in segment_file_names(segment.base_offset):
+                    if view.exists(name):
+                        view.delete(name)
+            self.directory.sync_directory()
+            raise
+        infos = [SegmentInfo.of(segment) for segment in written]
+        for segment in written:
+            segment.close()
+        self.directory.sync_directory()
+        # .cleaned -> .swap, highest first, each segment's renames durable
+        # before the next one's start.
+        for info in reversed(infos):
+            for name in segment_file_names(info.base_offset):
+                self.directory.rename(name + CLEANED_SUFFIX, name + SWAP_SUFFIX)
+            self.directory.sync_directory()
+        # The old segments out of the way (and out of the log).
+        names: list[str] = []
+        for base in bases[first : last + 1]:
+            if base in self._open_old:
+                self._open_old.pop(base).close()
+            names.extend(self._rename_deleted(segment_file_names(base)))
+        self.directory.sync_directory()
+        for info in infos:
+            for name in segment_file_names(info.base_offset):
+                self.directory.rename(name + SWAP_SUFFIX, name)
+        self.directory.sync_directory()
+        self._old = self._old[:first] + infos + self._old[last + 1 :]
+        self._now_ms = max(self._now_ms, now_ms)
+        self._schedule_removal(names, now_ms)
+
+    def _check_replaced(self, old_bases: Sequence[int], bases: list[int]) -> tuple[int, int]:
+        """The indexes of the first and last replaced segment; refuses an
+        empty, unknown, unordered or non-consecutive list, or the active
+        segment."""
+        if not old_bases:
+            raise PartitionLogError(Errors.INVALID_RECORD, "replace segments: no old segment")
+        active = self._active.base_offset
+        if active in old_bases:
+            raise PartitionLogError(
+                Errors.INVALID_RECORD,
+                f"replace segments: {active} is the active segment, which is never replaced",
+            )
+        positions = {base: index for index, base in enumerate(bases[:-1])}
+        for base in old_bases:
+            if base not in positions:
+                raise PartitionLogError(
+                    Errors.INVALID_RECORD,
+                    f"replace segments: no older segment has base offset {base} (segments {bases})",
+                )
+        first = positions[old_bases[0]]
+        if [positions[b] for b in old_bases] != list(range(first, first + len(old_bases))):
+            raise PartitionLogError(
+                Errors.INVALID_RECORD,
+                f"replace segments: {list(old_bases)} are not consecutive segments in order "
+                f"(segments {bases})",
+            )
+        return first, first + len(old_bases) - 1
+
+    def _write_cleaned(
+        self,
+        view: SuffixedDirectory,
+        written: list[Segment],
+        batches: Iterable[bytes | bytearray | memoryview],
+        low: int,
+        high: int,
+        now_ms: int,
+    ) -> None:
+        """Write ``batches`` into new ``.cleaned`` segments, appended to
+        ``written`` as they are created; refuses anything not whole valid
+        batches in order inside ``[low, high)``."""
+        config = self.config
+        previous = low - 1
+        segment: Segment | None = None
+        for item in batches:
+            scanner = BatchScanner(item, max_batch_bytes=config.max_batch_bytes)
+            for batch in scanner:
+                header = batch.header
+                where = f"replace segments: batch at offsets {header.base_offset}.."
+                where += f"{header.last_offset}"
+                if header.base_offset <= previous:
+                    raise PartitionLogError(
+                        Errors.INVALID_RECORD,
+                        f"{where} is not after the previous batch (offset {previous})"
+                        if previous >= low
+                        else f"{where} is below the replaced range [{low}, {high})",
+                    )
+                if header.last_offset >= high:
+                    raise PartitionLogError(
+                        Errors.INVALID_RECORD,
+                        f"{where} reaches past the replaced range [{low}, {high})",
+                    )
+                data = memoryview(item)[batch.position : batch.end]
+                if (
+                    segment is not None
+                    and segment.size > 0
+                    and segment.should_roll(
+                        config.segment_bytes,
+                        len(data),
+                        now_ms,
+                        # Age plays no part: the batches are old.
+                        age_limit_ms=(1 << 62),
+                        incoming_last_offset=header.last_offset,
+                    )
+                ):
+                    segment = None
+                if segment is None:
+                    base = low if not written else header.base_offset
+                    segment = self._cleaned_segment(view, base, now_ms)
+                    written.append(segment)
+                segment.append(data, allow_gaps=True)
+                previous = header.last_offset
+            if scanner.error is not None:
+                raise PartitionLogError(
+                    Errors.CORRUPT_MESSAGE,
+                    f"replace segments: not whole valid batches after offset {previous}: "
+                    f"{scanner.error.args[0]}",
+                )
+        if not written:
+            # Everything was cleaned away: one empty segment keeps the range.
+            written.append(self._cleaned_segment(view, low, now_ms))
+
+    def _cleaned_segment(self, view: SuffixedDirectory, base: int, now_ms: int) -> Segment:
+        return Segment.create(
+            view,
+            base,
+            now_ms=now_ms,
+            index_interval_bytes=self.config.index_interval_bytes,
+            max_index_bytes=self.config.segment_index_bytes,
+        )
 
     # -- closing --------------------------------------------------------------
 

@@ -415,6 +415,11 @@ class Segment:
         return self._builder.max_timestamp
 
     @property
+    def first_batch_timestamp(self) -> int | None:
+        """The first batch's max timestamp (``None`` if empty or without one)."""
+        return self._first_timestamp
+
+    @property
     def offset_of_max_timestamp(self) -> int:
         return self._builder.offset_of_max_timestamp
 
@@ -425,9 +430,12 @@ class Segment:
 
     # -- appends ----------------------------------------------------------------
 
-    def append(self, batches: bytes | bytearray | memoryview) -> None:
+    def append(
+        self, batches: bytes | bytearray | memoryview, *, allow_gaps: bool = False
+    ) -> None:
         """Append whole, verified batches whose offsets follow on from the
-        segment's next offset.  Checked before any byte is written: a refusal
+        segment's next offset (with ``allow_gaps``, as a compacted segment's
+        do, at or past it).  Checked before any byte is written: a refusal
         leaves the file as it was."""
         log = self._live()
         scanner = BatchScanner(batches, check_crc=False)
@@ -435,7 +443,9 @@ class Segment:
         expected = self.next_offset
         for batch in scanner:
             header = batch.header
-            if header.base_offset != expected:
+            if header.base_offset < expected or (
+                header.base_offset != expected and not allow_gaps
+            ):
                 raise PartitionLogError(
                     Errors.INVALID_RECORD,
                     f"segment {self.name}: batch base offset {header.base_offset}, "

@@ -46,6 +46,7 @@ from partition_log.records import (
     INT64_MAX,
     INT64_MIN,
     Record,
+    check_records_section,
     decode_records_section,
     encode_records_section,
 )
@@ -539,7 +540,17 @@ def verify(
     (``DefaultRecordBatch.ensureValid`` and its iterator's checks)."""
     header = _header_of(batch, check_crc=True)
     if records:
-        _records_of(batch, header, max_records_bytes)
+        # The same checks as decoding, without building records nobody keeps.
+        section = _decompress(
+            header.compression, bytes(batch[HEADER_SIZE:]), header.base_offset, max_records_bytes
+        )
+        check_records_section(
+            section,
+            header.records_count,
+            header.base_offset,
+            header.base_timestamp,
+            header.last_offset_delta,
+        )
     return header
 
 

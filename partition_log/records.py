@@ -27,6 +27,7 @@ from partition_log.errors import Errors, PartitionLogError
 __all__ = [
     "Header",
     "Record",
+    "check_records_section",
     "decode_varint",
     "decode_records_section",
     "encode_records_section",
@@ -313,6 +314,127 @@ def decode_records_section(
             f"{count} records (record count {count} is wrong or the records are damaged)",
         )
     return tuple(records)
+
+
+def check_records_section(
+    data: bytes,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    last_offset_delta: int,
+) -> None:
+    """Accept exactly what :func:`decode_records_section` accepts, without
+    building the records: a leader checks every record of a batch it appends
+    (``LogValidator``'s record iteration) and keeps none of them.
+
+    Speed: the walk below only reads varints and skips keys and values
+    (no ``Record``, no slices of the data); whenever it meets what it does
+    not handle inline (headers) or anything wrong, the decoder runs and
+    raises its own error naming the record, so both give the same answers
+    and messages."""
+    if not _records_fit(data, count, last_offset_delta):
+        decode_records_section(data, count, base_offset, base_timestamp, last_offset_delta)
+
+
+def _records_fit(data: bytes, count: int, last_offset_delta: int) -> bool:
+    """Whether the records are well formed as the decoder checks them, for
+    records without headers; ``False`` means "ask the decoder" (a record with
+    headers, or damage).  One- and two-byte varints (every length below 8 KiB
+    and most deltas) are read inline: a call per field would cost more than
+    the rest of the walk."""
+    varint = decode_varint
+    pos = 0
+    end = len(data)
+    previous_delta = -1
+    try:
+        for _ in range(count):
+            # The record's length, bounded by the section's end.
+            if pos >= end:
+                return False
+            b = data[pos]
+            if b < 0x80:
+                length = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif pos + 1 < end and data[pos + 1] < 0x80:
+                z = (b & 0x7F) | (data[pos + 1] << 7)
+                length = (z >> 1) ^ -(z & 1)
+                pos += 2
+            else:
+                length, pos = varint(data, pos, end)
+            if length < 3 or length > end - pos:
+                # Under 3 bytes (attributes, two deltas) only the decoder
+                # knows which field is missing.
+                return False
+            record_end = pos + length
+            # Attributes (unused), then the timestamp delta, which has no
+            # constraint: only its bytes are skipped.
+            pos += 1
+            if data[pos] < 0x80:
+                pos += 1
+            elif pos + 1 < record_end and data[pos + 1] < 0x80:
+                pos += 2
+            else:
+                _, pos = varint(data, pos, record_end, 10)
+            if pos >= record_end:
+                return False
+            b = data[pos]
+            if b < 0x80:
+                offset_delta = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif pos + 1 < record_end and data[pos + 1] < 0x80:
+                z = (b & 0x7F) | (data[pos + 1] << 7)
+                offset_delta = (z >> 1) ^ -(z & 1)
+                pos += 2
+            else:
+                offset_delta, pos = varint(data, pos, record_end)
+            if offset_delta <= previous_delta or offset_delta > last_offset_delta:
+                return False
+            previous_delta = offset_delta
+            # The key: a length (-1 for null) and its bytes.
+            if pos >= record_end:
+                return False
+            b = data[pos]
+            if b < 0x80:
+                size = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif pos + 1 < record_end and data[pos + 1] < 0x80:
+                z = (b & 0x7F) | (data[pos + 1] << 7)
+                size = (z >> 1) ^ -(z & 1)
+                pos += 2
+            else:
+                size, pos = varint(data, pos, record_end)
+            if size > 0:
+                if size > record_end - pos:
+                    return False
+                pos += size
+            elif size < -1:
+                return False
+            # The value, the same way.
+            if pos >= record_end:
+                return False
+            b = data[pos]
+            if b < 0x80:
+                size = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif pos + 1 < record_end and data[pos + 1] < 0x80:
+                z = (b & 0x7F) | (data[pos + 1] << 7)
+                size = (z >> 1) ^ -(z & 1)
+                pos += 2
+            else:
+                size, pos = varint(data, pos, record_end)
+            if size > 0:
+                if size > record_end - pos:
+                    return False
+                pos += size
+            elif size < -1:
+                return False
+            # No headers (a count of zero) and nothing after them.
+            if pos + 1 != record_end or data[pos] != 0:
+                return False
+            pos = record_end
+    except _Malformed:
+        return False
+    return pos == end
 
 
 def _decode_bytes(field: str, data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:

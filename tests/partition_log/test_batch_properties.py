@@ -24,7 +24,13 @@ from partition_log.batch import (
     verify,
 )
 from partition_log.errors import Errors, PartitionLogError
-from partition_log.records import Record
+from partition_log.records import (
+    Record,
+    _records_fit,
+    check_records_section,
+    decode_records_section,
+    encode_records_section,
+)
 
 INT16 = st.integers(-(2**15), 2**15 - 1)
 INT32 = st.integers(-(2**31), 2**31 - 1)
@@ -212,3 +218,100 @@ def test_scanner_cuts_exactly_at_a_damaged_or_torn_batch(
     scanned = list(scanner)
     assert [bytes(buffer[b.position : b.end]) for b in scanned] == parts[:victim]
     assert (scanner.end, scanner.position) == (expected_end, starts[victim])
+
+
+@st.composite
+def sections(draw: st.DrawFn) -> tuple[bytes, int, int, int, bool]:
+    """An uncompressed records section (lengths of one, two and more varint
+    bytes, some records with headers), then its count, base timestamp, last
+    offset delta and whether it is valid without headers."""
+    # Mostly short, so damage often hits a field rather than a value's bytes.
+    sizes = st.sampled_from([0, 0, 1, 1, 2, 63, 64, 100, 9000])
+    count = draw(st.integers(0, 6))
+    base_timestamp = draw(TIMESTAMP)
+    records, offset = [], 0
+    for _ in range(count):
+        offset += draw(st.integers(1, 200))
+        key = draw(st.none() | sizes.map(bytes))
+        value = draw(st.none() | sizes.map(lambda n: b"v" * n))
+        headers = draw(st.just(()) | HEADERS)
+        delta = draw(st.sampled_from([0, 1, 100, 10_000, 2**40, -5]))
+        records.append(Record(offset, base_timestamp + delta, key, value, headers))
+    section = encode_records_section(records, 0, base_timestamp)
+    # Sometimes below the last record's delta, which decoding refuses.
+    last_delta = max(0, offset + draw(st.integers(-2, 2)))
+    whole = last_delta >= offset and not any(r.headers for r in records)
+    return section, len(records), base_timestamp, last_delta, whole
+
+
+def _outcome(call: Any) -> tuple[str, Any]:
+    """("ok", None) or ("error", (code, message))."""
+    try:
+        call()
+    except PartitionLogError as error:
+        return "error", (error.code, str(error.args[0]))
+    return "ok", None
+
+
+@settings(max_examples=500, suppress_health_check=[HealthCheck.too_slow])
+@given(sections(), st.data())
+def test_the_record_check_accepts_exactly_what_the_decoder_accepts(
+    section: tuple[bytes, int, int, int, bool], data: st.DataObject
+) -> None:
+    """verify() walks the records without building them (check_records_section):
+    on whole and on damaged sections it answers as decoding does, with the
+    decoder's message, and its fast walk never accepts what decoding refuses."""
+    raw, count, base_timestamp, last_delta, whole = section
+    damaged = bytearray(raw)
+    for _ in range(data.draw(st.integers(0, 3))):
+        kind = data.draw(st.sampled_from(["set", "cut", "insert", "delete"]))
+        at = data.draw(st.integers(0, max(0, len(damaged) - 1)))
+        if kind == "set" and damaged:
+            # Small values and the varint continuation bit most often.
+            damaged[at] = data.draw(
+                st.sampled_from([0, 1, 2, 3, 0x7F, 0x80, 0xFF]) | st.integers(0, 255)
+            )
+        elif kind == "cut":
+            del damaged[at:]
+        elif kind == "insert":
+            damaged[at:at] = data.draw(st.binary(min_size=1, max_size=3))
+        elif damaged:
+            del damaged[at : at + data.draw(st.integers(1, 3))]
+    count += data.draw(st.sampled_from([0, 0, 0, -1, 1]))
+    candidate = bytes(damaged)
+    decoded = _outcome(
+        lambda: decode_records_section(candidate, count, 7, base_timestamp, last_delta)
+    )
+    checked = _outcome(
+        lambda: check_records_section(candidate, count, 7, base_timestamp, last_delta)
+    )
+    assert checked == decoded
+    fits = _records_fit(candidate, count, last_delta)
+    if fits:
+        assert decoded[0] == "ok"
+    if candidate == raw and count == section[1] and whole:
+        # The fast walk takes every whole section without headers.
+        assert fits
+
+
+def test_the_record_check_answers_as_the_decoder_for_every_byte_damaged() -> None:
+    # Every byte of a small section set to each of a few telling values
+    # (zero, small, the varint continuation bit), with the count and last
+    # offset delta right and off by one.
+    records = [
+        Record(0, 5, None, b"", ()),
+        Record(1, 70, b"k" * 70, b"v" * 3, ()),
+        Record(3, 6, b"", None, ()),
+    ]
+    section = encode_records_section(records, 0, 5)
+    for at in range(len(section)):
+        for value in (0, 1, 2, 3, 0x40, 0x7F, 0x80, 0xFF):
+            damaged = bytearray(section)
+            damaged[at] = value
+            candidate = bytes(damaged)
+            for count, last_delta in ((3, 3), (2, 3), (4, 3), (3, 2)):
+                args = (candidate, count, 0, 5, last_delta)
+                decoded = _outcome(lambda a=args: decode_records_section(*a))
+                checked = _outcome(lambda a=args: check_records_section(*a))
+                assert checked == decoded, (at, value, count, last_delta)
+                assert not _records_fit(candidate, count, last_delta) or decoded[0] == "ok"

@@ -1,0 +1,90 @@
+"""The data plane's error codes, with the names and numbers of Kafka's
+``Errors.java`` (brokers.md §6.3), so that a broker answers with the code a
+Kafka client knows.
+
+Every member of :class:`partition_log.errors.Errors` is here under the same
+name and number (tested), and :func:`from_partition_log_error` maps a
+refusal of the log to the code the broker answers with. The metadata layer's
+own codes (``metadata.errors``) are kq's, not Kafka's; AlterPartition errors
+reach the replica state machine under the Kafka names below
+(:func:`from_name`).
+"""
+
+from __future__ import annotations
+
+import enum
+
+from partition_log.errors import PartitionLogError
+
+__all__ = ["Errors", "ReplicaError", "from_name", "from_partition_log_error"]
+
+
+class Errors(enum.IntEnum):
+    """Kafka's error codes (Errors.java) that brokers answer or handle."""
+
+    UNKNOWN_SERVER_ERROR = -1
+    NONE = 0
+    # Fetch below the log start or past the LEO; an epoch whose end the
+    # leader cannot tell (Partition.readRecords).
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    RECORD_LIST_TOO_LARGE = 18
+    # acks=all refused before the append: ISR below min.insync.replicas.
+    NOT_ENOUGH_REPLICAS = 19
+    # Appended and committed, but the ISR shrank below min ISR meanwhile.
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
+    INVALID_REQUIRED_ACKS = 21
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    INVALID_REQUEST = 42
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    # AlterPartition: the controller promises it did not apply the change.
+    OPERATION_NOT_ATTEMPTED = 55
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_PRODUCER_ID = 59
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    STALE_BROKER_EPOCH = 77
+    # ListOffsets(latest) on a new leader whose HW is below its epoch start
+    # (KIP-207).
+    OFFSET_NOT_AVAILABLE = 78
+    INVALID_RECORD = 87
+    INVALID_UPDATE_VERSION = 95
+    UNKNOWN_TOPIC_ID = 100
+    INELIGIBLE_REPLICA = 107
+    NEW_LEADER_ELECTED = 108
+
+
+class ReplicaError(Exception):
+    """A refusal of the replica state machine: ``code`` says which, the
+    message what was wrong. Nothing was changed."""
+
+    def __init__(self, code: Errors, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.args[0]}"
+
+
+def from_partition_log_error(error: PartitionLogError) -> Errors:
+    """The broker's code for a refusal of the partition log: the same name
+    and number."""
+    return Errors[error.code.name]
+
+
+def from_name(name: str) -> Errors:
+    """The code named ``name`` (an error from another layer under Kafka's
+    name, e.g. an AlterPartition answer); a name Kafka's brokers do not
+    answer is refused, naming it."""
+    try:
+        return Errors[name]
+    except KeyError:
+        raise ValueError(f"no data-plane error code is named {name!r}") from None

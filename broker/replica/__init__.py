@@ -1,0 +1,42 @@
+"""The replica state machine of one partition: the leader's and the
+follower's rules of Kafka's ISR replication (``Partition.scala``,
+``ReplicaFetcherThread``), pure, over a :class:`~broker.replica.seam.ReplicaLog`."""
+
+from broker.replica.partition import LeaderAppend, PartitionReplica
+from broker.replica.seam import BrokerView, MappingBrokerView, ReplicaLog
+from broker.replica.types import (
+    AcksCheck,
+    AlterPartitionRequest,
+    AlterPartitionResult,
+    BrokerState,
+    DivergingEpoch,
+    FetchAnswer,
+    FetchRequest,
+    FollowerOutcome,
+    FollowerStep,
+    LeaderFetchOutcome,
+    ReplicaConfig,
+    Role,
+    Truncation,
+)
+
+__all__ = [
+    "AcksCheck",
+    "AlterPartitionRequest",
+    "AlterPartitionResult",
+    "BrokerState",
+    "BrokerView",
+    "DivergingEpoch",
+    "FetchAnswer",
+    "FetchRequest",
+    "FollowerOutcome",
+    "FollowerStep",
+    "LeaderAppend",
+    "LeaderFetchOutcome",
+    "MappingBrokerView",
+    "PartitionReplica",
+    "ReplicaConfig",
+    "ReplicaLog",
+    "Role",
+    "Truncation",
+]

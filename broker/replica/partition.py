@@ -1,0 +1,602 @@
+"""The replica state machine of one partition on one broker (Kafka's
+``Partition`` for the leader side, the partition's part of
+``ReplicaFetcherThread`` for the follower side).
+
+Inputs: registrations from the metadata image (:meth:`PartitionReplica.become_leader`,
+:meth:`~PartitionReplica.become_follower`), a follower's fetch
+(:meth:`~PartitionReplica.step_fetch`), a producer's batch
+(:meth:`~PartitionReplica.append_as_leader`), the answer to our fetch
+(:meth:`~PartitionReplica.step_fetch_answer`), the controller's answer to an
+AlterPartition, and time (:meth:`~PartitionReplica.tick_isr`, ``now_ms``
+arguments). Outputs are frozen dataclasses (:mod:`broker.replica.types`):
+the answer to send, the AlterPartition to send, the truncation done. The
+decisions are the pure functions of :mod:`broker.replica.leader` and
+:mod:`broker.replica.follower`; this class holds the state and applies them
+to the log. No clock, I/O or threads (``tests/broker/test_purity.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker.errors import Errors, ReplicaError, from_partition_log_error
+from broker.replica.follower import (
+    divergence_truncation,
+    follower_high_watermark,
+    is_current_fetch,
+    out_of_range,
+)
+from broker.replica.leader import (
+    AlterPartitionErrorAction,
+    ChangeKind,
+    IsrState,
+    PendingChange,
+    RemoteReplica,
+    acks_check,
+    alter_partition_error_action,
+    check_current_leader_epoch,
+    effective_min_isr,
+    fetch_divergence,
+    high_watermark_candidate,
+    is_follower_in_sync,
+    is_replica_isr_eligible,
+    out_of_sync_replicas,
+    reset_replica,
+    update_fetch_state,
+)
+from broker.replica.seam import BrokerView, ReplicaLog
+from broker.replica.types import (
+    NO_EPOCH,
+    AcksCheck,
+    AlterPartitionRequest,
+    AlterPartitionResult,
+    BrokerState,
+    FetchAnswer,
+    FetchRequest,
+    FollowerOutcome,
+    FollowerStep,
+    LeaderFetchOutcome,
+    ReplicaConfig,
+    Role,
+    Truncation,
+)
+from metadata.image import PartitionRegistration
+from metadata.records import NO_LEADER, LeaderRecoveryState
+from partition_log.errors import PartitionLogError
+from partition_log.log import AppendInfo
+
+__all__ = ["LeaderAppend", "PartitionReplica"]
+
+# ProduceRequest acks: none, the leader, the whole ISR.
+_ACKS = (0, 1, -1)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAppend:
+    """A batch appended as leader: its offsets, the leader epoch it was
+    written in (the acks=all check names it), and whether the HW moved."""
+
+    info: AppendInfo
+    leader_epoch: int
+    high_watermark_moved: bool
+
+
+class PartitionReplica:
+    """One partition's replica on broker ``broker_id``, over its ``log``."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        log: ReplicaLog,
+        config: ReplicaConfig,
+        brokers: BrokerView,
+    ) -> None:
+        self.broker_id = broker_id
+        self.log = log
+        self.config = config
+        self.brokers = brokers
+        self.role = Role.NONE
+        self.leader_id = NO_LEADER
+        self.leader_epoch = NO_EPOCH
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr_state = IsrState(())
+        # Leader side: what we know of each follower, and our LEO when this
+        # epoch began (Partition.leaderEpochStartOffsetOpt).
+        self.remotes: dict[int, RemoteReplica] = {}
+        self.leader_epoch_start_offset: int | None = None
+        # Follower side: fenced by the leader until newer metadata
+        # (onPartitionFenced), or waiting for the log to restart past the
+        # leader's log start.
+        self.fenced = False
+        self.start_at: int | None = None
+
+    # -- state ------------------------------------------------------------------
+
+    @property
+    def isr(self) -> tuple[int, ...]:
+        return self.isr_state.isr
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        return self.isr_state.maximal_isr
+
+    @property
+    def min_isr(self) -> int:
+        return effective_min_isr(self.config.min_insync_replicas, max(len(self.replicas), 1))
+
+    @property
+    def is_under_min_isr(self) -> bool:
+        """The committed ISR is below min ISR (``Partition.isUnderMinIsr``)."""
+        return len(self.isr_state.isr) < self.min_isr
+
+    def _is_stale(self, registration: PartitionRegistration, role: Role) -> bool:
+        """An image older than what we hold (``makeLeader``/``makeFollower``
+        skip a partition epoch below theirs), or the same one again."""
+        if registration.leader_epoch < self.leader_epoch:
+            return True
+        if registration.partition_epoch < self.partition_epoch:
+            return True
+        return (
+            registration.partition_epoch == self.partition_epoch
+            and registration.leader_epoch == self.leader_epoch
+            and self.role is role
+        )
+
+    def _leader_hint(self) -> tuple[int, int]:
+        return self.leader_id, self.leader_epoch
+
+    # -- metadata: become leader or follower ---------------------------------------
+
+    def become_leader(self, registration: PartitionRegistration, now_ms: int) -> bool:
+        """``Partition.makeLeader``: whether anything changed (False for a
+        stale image). At a new leader epoch the epoch is recorded at our LEO
+        in the epoch cache before anything is accepted (KIP-279), and a new
+        leader forgets its followers' LEOs. A leader elected uncleanly
+        (RECOVERING) marks its log RECOVERED and reports it in its next
+        AlterPartition (KIP-704). The HW is then re-checked (the ISR may be
+        down to us)."""
+        if registration.leader != self.broker_id:
+            raise ValueError(
+                f"broker {self.broker_id} cannot become leader of a partition led by "
+                f"{registration.leader}"
+            )
+        if self._is_stale(registration, Role.LEADER):
+            return False
+        is_new_leader = self.role is not Role.LEADER
+        if registration.leader_epoch > self.leader_epoch or is_new_leader:
+            start = self.log.log_end_offset
+            self.log.maybe_assign_epoch_start_offset(registration.leader_epoch)
+            remotes: dict[int, RemoteReplica] = {}
+            for broker_id in registration.replicas:
+                if broker_id == self.broker_id:
+                    continue
+                remotes[broker_id] = reset_replica(
+                    self.remotes.get(broker_id, RemoteReplica(broker_id)),
+                    now_ms,
+                    is_new_leader=is_new_leader,
+                    in_sync=broker_id in registration.isr,
+                )
+            self.remotes = remotes
+            self.leader_epoch_start_offset = start
+        else:
+            # Same epoch (an ISR or reassignment change): followers keep
+            # their state; replicas added get a fresh one.
+            self.remotes = {
+                b: self.remotes.get(b, RemoteReplica(b))
+                for b in registration.replicas
+                if b != self.broker_id
+            }
+        self.role = Role.LEADER
+        self.leader_id = self.broker_id
+        self.leader_epoch = registration.leader_epoch
+        self.partition_epoch = registration.partition_epoch
+        self.replicas = registration.replicas
+        # Any AlterPartition in flight is superseded by the image (its answer
+        # will no longer match the pending state and is ignored).
+        self.isr_state = IsrState(tuple(sorted(registration.isr)), LeaderRecoveryState.RECOVERED)
+        self.fenced = False
+        self.start_at = None
+        self.maybe_increment_leader_hw(now_ms)
+        return True
+
+    def become_follower(self, registration: PartitionRegistration, now_ms: int) -> bool:
+        """``Partition.makeFollower``: follow ``registration.leader`` from our
+        LEO. The log is **not** truncated to the HW (KIP-101); divergence is
+        found by fetching with our latest epoch. Whether anything changed."""
+        del now_ms  # followers keep no timers; kept for a uniform signature
+        if registration.leader == self.broker_id:
+            raise ValueError(
+                f"broker {self.broker_id} leads this partition in the registration; "
+                "call become_leader"
+            )
+        if self._is_stale(registration, Role.FOLLOWER):
+            return False
+        self.role = Role.FOLLOWER
+        self.leader_id = registration.leader
+        self.leader_epoch = registration.leader_epoch
+        self.partition_epoch = registration.partition_epoch
+        self.replicas = registration.replicas
+        self.isr_state = IsrState(
+            tuple(sorted(registration.isr)), registration.leader_recovery_state
+        )
+        self.remotes = {}
+        self.leader_epoch_start_offset = None
+        self.fenced = False
+        self.start_at = None
+        return True
+
+    # -- leader: the HW, the ISR, AlterPartition --------------------------------
+
+    def _eligible(self, replica: RemoteReplica) -> bool:
+        return is_replica_isr_eligible(replica, self.brokers)
+
+    def maybe_increment_leader_hw(self, now_ms: int) -> bool:
+        """``Partition.maybeIncrementLeaderHW``: never under min ISR
+        (KAFKA-15583); otherwise the minimum LEO over the maximal ISR and
+        caught-up eligible replicas. Whether the HW moved."""
+        if self.role is not Role.LEADER or self.is_under_min_isr:
+            return False
+        candidate = high_watermark_candidate(
+            self.log.log_end_offset,
+            self.remotes.values(),
+            self.isr_state.maximal_isr,
+            now_ms,
+            self.config.replica_lag_time_max_ms,
+            self._eligible,
+        )
+        if candidate <= self.log.high_watermark:
+            return False
+        return self.log.maybe_increment_high_watermark(candidate)
+
+    def _broker_states(self, isr: tuple[int, ...]) -> tuple[BrokerState, ...]:
+        """``addBrokerEpochToIsr``: our own registration's epoch, and each
+        follower's from its fetches (-1 when unknown)."""
+        states = []
+        for broker_id in isr:
+            if broker_id == self.broker_id:
+                registration = self.brokers.registration(broker_id)
+                epoch = registration.epoch if registration is not None else -1
+            else:
+                remote = self.remotes.get(broker_id)
+                epoch = -1 if remote is None or remote.broker_epoch is None else remote.broker_epoch
+            states.append(BrokerState(broker_id, epoch))
+        return tuple(states)
+
+    def _prepare(self, kind: ChangeKind, replicas: tuple[int, ...]) -> AlterPartitionRequest:
+        """``prepareIsrExpand``/``prepareIsrShrink``: the request, and the
+        pending state that remembers the last committed one."""
+        current = self.isr_state
+        if kind is ChangeKind.EXPAND:
+            new_isr = tuple(sorted({*current.isr, *replicas}))
+        else:
+            new_isr = tuple(b for b in current.isr if b not in replicas)
+        request = AlterPartitionRequest(
+            self.broker_id,
+            self.leader_epoch,
+            self.partition_epoch,
+            self._broker_states(new_isr),
+            current.leader_recovery_state,
+        )
+        self.isr_state = IsrState(
+            current.isr,
+            current.leader_recovery_state,
+            PendingChange(kind, replicas, request, current),
+        )
+        return request
+
+    def _maybe_expand_isr(self, replica: RemoteReplica) -> AlterPartitionRequest | None:
+        """``Partition.maybeExpandIsr``: one change in flight; an eligible
+        replica not in the ISR whose LEO reached the HW and our epoch start."""
+        state = self.isr_state
+        if (
+            state.is_inflight
+            or replica.broker_id in state.isr
+            or not self._eligible(replica)
+            or not is_follower_in_sync(
+                replica.log_end_offset, self.log.high_watermark, self.leader_epoch_start_offset
+            )
+        ):
+            return None
+        return self._prepare(ChangeKind.EXPAND, (replica.broker_id,))
+
+    def tick_isr(self, now_ms: int) -> AlterPartitionRequest | None:
+        """``Partition.maybeShrinkIsr`` (the ``isr-expiration`` task): the ISR
+        members not caught up within ``replica.lag.time.max.ms`` leave, unless
+        a change is in flight. The shrink counts for the HW only once
+        committed."""
+        if self.role is not Role.LEADER or self.isr_state.is_inflight:
+            return None
+        out = out_of_sync_replicas(
+            self.isr_state.isr,
+            self.broker_id,
+            self.remotes,
+            self.log.log_end_offset,
+            now_ms,
+            self.config.replica_lag_time_max_ms,
+        )
+        if not out:
+            return None
+        return self._prepare(ChangeKind.SHRINK, out)
+
+    def step_alter_partition_result(
+        self, request: AlterPartitionRequest, result: AlterPartitionResult, now_ms: int
+    ) -> bool:
+        """``Partition.handleAlterPartitionUpdate``: an answer for a request
+        no longer pending, with another leader epoch or an older partition
+        epoch is ignored; else the ISR is committed and the HW re-checked
+        (KAFKA-13091). Whether the HW moved."""
+        pending = self.isr_state.pending
+        if self.role is not Role.LEADER or pending is None or pending.request != request:
+            return False
+        if (
+            result.leader_epoch != self.leader_epoch
+            or result.partition_epoch < self.partition_epoch
+        ):
+            return False
+        self.isr_state = IsrState(tuple(sorted(result.isr)), result.leader_recovery_state)
+        self.partition_epoch = result.partition_epoch
+        return self.maybe_increment_leader_hw(now_ms)
+
+    def step_alter_partition_error(
+        self, request: AlterPartitionRequest, error: Errors
+    ) -> AlterPartitionRequest | None:
+        """``Partition.handleAlterPartitionError``: the request to send again
+        (retry), or None (reset to the committed ISR, or wait for new
+        metadata, or the answer was for a request no longer pending)."""
+        pending = self.isr_state.pending
+        if self.role is not Role.LEADER or pending is None or pending.request != request:
+            return None
+        action = alter_partition_error_action(error)
+        if action is AlterPartitionErrorAction.RESET:
+            self.isr_state = pending.last_committed
+            return None
+        if action is AlterPartitionErrorAction.WAIT:
+            return None
+        return request
+
+    # -- leader: fetches and produces ---------------------------------------------
+
+    def _refusal(self, error: Errors, message: str) -> LeaderFetchOutcome:
+        leader, epoch = self._leader_hint()
+        return LeaderFetchOutcome(
+            FetchAnswer(error, current_leader=leader, current_leader_epoch=epoch, message=message)
+        )
+
+    def step_fetch(self, request: FetchRequest, now_ms: int) -> LeaderFetchOutcome:
+        """Answer a follower's fetch (``Partition.fetchRecords`` then
+        ``updateFollowerFetchState``): epoch checks, the divergence check,
+        a read up to the LEO, then the follower's state, an ISR expansion and
+        the HW. The answer's HW is the one before this fetch moved it."""
+        if self.role is not Role.LEADER:
+            return self._refusal(
+                Errors.NOT_LEADER_OR_FOLLOWER,
+                f"broker {self.broker_id} does not lead this partition (leader {self.leader_id})",
+            )
+        epoch_error = check_current_leader_epoch(request.current_leader_epoch, self.leader_epoch)
+        if epoch_error is not Errors.NONE:
+            return self._refusal(
+                epoch_error,
+                f"current leader epoch {request.current_leader_epoch}, the partition's is "
+                f"{self.leader_epoch}",
+            )
+        replica = self.remotes.get(request.replica_id)
+        if replica is None:
+            # KAFKA-13837: "not yet recognized as valid, which causes the
+            # follower to retry".
+            return self._refusal(
+                Errors.UNKNOWN_LEADER_EPOCH,
+                f"replica {request.replica_id} is not a follower of this partition "
+                f"(replicas {list(self.replicas)})",
+            )
+        log = self.log
+        high_watermark = log.high_watermark
+        log_start, log_end = log.log_start_offset, log.log_end_offset
+        leader, epoch = self._leader_hint()
+        divergence = fetch_divergence(
+            log.epoch_cache,
+            log_start_offset=log_start,
+            log_end_offset=log_end,
+            fetch_offset=request.fetch_offset,
+            last_fetched_epoch=request.last_fetched_epoch,
+        )
+        if isinstance(divergence, Errors):
+            return self._refusal(
+                divergence,
+                f"fetch at {request.fetch_offset} with last fetched epoch "
+                f"{request.last_fetched_epoch}: log [{log_start}, {log_end}), epochs "
+                f"{[(e.epoch, e.start_offset) for e in log.epoch_cache.entries]}",
+            )
+        if divergence is not None:
+            # No records, and the follower's state is not updated.
+            return LeaderFetchOutcome(
+                FetchAnswer(
+                    Errors.NONE,
+                    high_watermark,
+                    log_start,
+                    log_end,
+                    diverging_epoch=divergence,
+                    current_leader=leader,
+                    current_leader_epoch=epoch,
+                )
+            )
+        try:
+            records = log.read(request.fetch_offset, request.max_bytes)
+        except PartitionLogError as error:
+            return self._refusal(from_partition_log_error(error), str(error.args[0]))
+        # Stale broker epoch (KIP-903): Replica.updateFetchStateOrThrow.
+        registration = self.brokers.registration(request.replica_id)
+        cached = None if registration is None or registration.fenced else registration.epoch
+        if request.replica_epoch != -1 and cached is not None and cached > request.replica_epoch:
+            return self._refusal(
+                Errors.NOT_LEADER_OR_FOLLOWER,
+                f"replica {request.replica_id} fetched with broker epoch {request.replica_epoch}, "
+                f"its registration has {cached}",
+            )
+        previous_end = replica.log_end_offset
+        replica = update_fetch_state(
+            replica,
+            fetch_offset=request.fetch_offset,
+            log_start_offset=request.log_start_offset,
+            fetch_time_ms=now_ms,
+            leader_end_offset=log_end,
+            broker_epoch=request.replica_epoch,
+        )
+        self.remotes[replica.broker_id] = replica
+        alter = self._maybe_expand_isr(replica)
+        moved = False
+        if previous_end != replica.log_end_offset or alter is not None:
+            moved = self.maybe_increment_leader_hw(now_ms)
+        answer = FetchAnswer(
+            Errors.NONE,
+            high_watermark,
+            log_start,
+            log_end,
+            records=records,
+            current_leader=leader,
+            current_leader_epoch=epoch,
+        )
+        return LeaderFetchOutcome(answer, alter, moved)
+
+    def append_as_leader(self, batch_bytes: bytes, required_acks: int, now_ms: int) -> LeaderAppend:
+        """``Partition.appendRecordsToLeader``: acks=all under min ISR is refused
+        before anything is written (``NOT_ENOUGH_REPLICAS``, a definite
+        failure); else the log appends it in our epoch, and the HW is
+        re-checked (the ISR may be just us)."""
+        if self.role is not Role.LEADER:
+            raise ReplicaError(
+                Errors.NOT_LEADER_OR_FOLLOWER,
+                f"broker {self.broker_id} does not lead this partition (leader {self.leader_id})",
+            )
+        if required_acks not in _ACKS:
+            raise ReplicaError(
+                Errors.INVALID_REQUIRED_ACKS, f"acks {required_acks}: must be 0, 1 or -1 (all)"
+            )
+        if required_acks == -1 and self.is_under_min_isr:
+            raise ReplicaError(
+                Errors.NOT_ENOUGH_REPLICAS,
+                f"the ISR {list(self.isr)} is smaller than min.insync.replicas {self.min_isr}",
+            )
+        try:
+            info = self.log.append_as_leader(batch_bytes, self.leader_epoch, now_ms)
+        except PartitionLogError as error:
+            raise ReplicaError(from_partition_log_error(error), str(error.args[0])) from None
+        return LeaderAppend(info, self.leader_epoch, self.maybe_increment_leader_hw(now_ms))
+
+    def check_enough_replicas_reach_offset(
+        self, required_offset: int, leader_epoch: int
+    ) -> AcksCheck:
+        """The acks=all decision for a batch appended in ``leader_epoch``
+        ending before ``required_offset``. A partition no longer led here in
+        that epoch answers ``NOT_LEADER_OR_FOLLOWER`` (indefinite: the records
+        may be on the new leader; Kafka completes the delayed produce so when
+        it becomes follower, KAFKA-13574)."""
+        if self.role is not Role.LEADER or leader_epoch != self.leader_epoch:
+            return AcksCheck(True, Errors.NOT_LEADER_OR_FOLLOWER)
+        return acks_check(
+            self.log.high_watermark, required_offset, self.min_isr, len(self.maximal_isr)
+        )
+
+    def latest_offset(self) -> int:
+        """ListOffsets(latest) for a consumer: the HW, or
+        ``OFFSET_NOT_AVAILABLE`` while a new leader's HW is below its epoch
+        start (KIP-207: "latest" never goes backwards)."""
+        if self.role is not Role.LEADER:
+            raise ReplicaError(
+                Errors.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} does not lead"
+            )
+        start = self.leader_epoch_start_offset
+        if start is not None and start > self.log.high_watermark:
+            raise ReplicaError(
+                Errors.OFFSET_NOT_AVAILABLE,
+                f"the high watermark {self.log.high_watermark} is below the leader epoch "
+                f"start offset {start}",
+            )
+        return self.log.high_watermark
+
+    # -- follower -----------------------------------------------------------------
+
+    def next_fetch_request(self, broker_epoch: int) -> FetchRequest | None:
+        """The follower's next fetch (``ReplicaFetcherThread.buildFetch``): from
+        our LEO, with the latest epoch of our log as the last fetched epoch
+        (KIP-595) and the leader epoch we believe in; None when not
+        following, fenced or waiting."""
+        if (
+            self.role is not Role.FOLLOWER
+            or self.leader_id == NO_LEADER
+            or self.fenced
+            or self.start_at is not None
+        ):
+            return None
+        log = self.log
+        return FetchRequest(
+            replica_id=self.broker_id,
+            replica_epoch=broker_epoch,
+            current_leader_epoch=self.leader_epoch,
+            fetch_offset=log.log_end_offset,
+            last_fetched_epoch=log.epoch_cache.latest_epoch,
+            log_start_offset=log.log_start_offset,
+            max_bytes=self.config.replica_fetch_max_bytes,
+        )
+
+    def _truncate(self, offset: int, completed: bool) -> Truncation:
+        before = self.log.log_end_offset
+        self.log.truncate_to(offset)
+        return Truncation(before, self.log.log_end_offset, completed)
+
+    def step_fetch_answer(
+        self, request: FetchRequest, answer: FetchAnswer, now_ms: int
+    ) -> FollowerOutcome:
+        """Handle the leader's answer to ``request`` (``processFetchRequest``)."""
+        log = self.log
+        if self.role is not Role.FOLLOWER or not is_current_fetch(
+            request, self.leader_epoch, log.log_end_offset, self.fenced
+        ):
+            return FollowerOutcome(FollowerStep.STALE)
+        error = answer.error
+        if error is Errors.NONE and answer.diverging_epoch is not None:
+            # truncateOnFetchResponse (KAFKA-10554).
+            step = divergence_truncation(
+                log.epoch_cache, log.log_end_offset, log.high_watermark, answer.diverging_epoch
+            )
+            return FollowerOutcome(FollowerStep.FETCH, self._truncate(step.offset, step.completed))
+        if error is Errors.NONE:
+            appended_to = None
+            if answer.records:
+                try:
+                    log.append_as_follower(answer.records, now_ms)
+                except PartitionLogError as refusal:
+                    return FollowerOutcome(
+                        FollowerStep.BACKOFF, error=from_partition_log_error(refusal)
+                    )
+                appended_to = log.log_end_offset
+            moved = log.maybe_increment_high_watermark(
+                follower_high_watermark(answer.high_watermark, log.log_end_offset)
+            )
+            return FollowerOutcome(
+                FollowerStep.FETCH, appended_to=appended_to, high_watermark_moved=moved
+            )
+        if error is Errors.OFFSET_OUT_OF_RANGE:
+            action = out_of_range(
+                log.log_end_offset, answer.log_start_offset, answer.log_end_offset
+            )
+            if action.truncate_to is not None:
+                try:
+                    truncation = self._truncate(action.truncate_to, True)
+                except PartitionLogError as refusal:
+                    return FollowerOutcome(
+                        FollowerStep.BACKOFF, error=from_partition_log_error(refusal)
+                    )
+                return FollowerOutcome(FollowerStep.FETCH, truncation, error=error)
+            if action.start_at is not None:
+                # The log cannot restart at an offset past its end here
+                # (truncateFullyAndStartAt); the partition waits.
+                self.start_at = action.start_at
+                return FollowerOutcome(
+                    FollowerStep.WAIT_FOR_METADATA, start_at=action.start_at, error=error
+                )
+            return FollowerOutcome(FollowerStep.FETCH, error=error)
+        if error is Errors.FENCED_LEADER_EPOCH:
+            self.fenced = True
+            return FollowerOutcome(FollowerStep.WAIT_FOR_METADATA, error=error)
+        return FollowerOutcome(FollowerStep.BACKOFF, error=error)

@@ -1,0 +1,322 @@
+"""Several replicas of one partition as objects, each a
+:class:`~broker.replica.PartitionReplica` over a :class:`PartitionLog` on a
+:class:`MemoryDirectory`, and a tiny controller that changes the partition's
+registration as kq's controller does (elections from the ISR, AlterPartition
+with its epoch checks, fencing a crashed broker out of the ISR). No network:
+a fetch is one request and its answer, delivered at once.
+
+The scenario tests (``test_scenarios.py``) and the random histories
+(``test_replica_properties.py``) drive it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from broker.errors import Errors, ReplicaError
+from broker.replica import (
+    AlterPartitionRequest,
+    AlterPartitionResult,
+    FollowerOutcome,
+    MappingBrokerView,
+    PartitionReplica,
+    ReplicaConfig,
+)
+from metadata.image import BrokerRegistration, PartitionRegistration
+from metadata.records import NO_LEADER
+from partition_log.batch import BatchScanner, build_batch
+from partition_log.files import MemoryDirectory
+from partition_log.log import LogConfig, PartitionLog
+from partition_log.records import Record
+
+# (leader epoch, CRC) of the batch at a base offset: equal batches are the
+# same write.
+BatchId = tuple[int, int]
+
+
+def batches(log: PartitionLog) -> dict[int, BatchId]:
+    """Every batch of ``log`` by base offset."""
+    found: dict[int, BatchId] = {}
+    offset = log.log_start_offset
+    while offset < log.log_end_offset:
+        data = log.read(offset, 1 << 30)
+        if not data:
+            break
+        for batch in BatchScanner(data, check_crc=False):
+            header = batch.header
+            found[header.base_offset] = (header.partition_leader_epoch, header.crc)
+            offset = header.next_offset
+    return found
+
+
+def value_batch(value: bytes) -> bytes:
+    return build_batch([Record(0, 1000, b"k", value)])
+
+
+@dataclass
+class Node:
+    broker_id: int
+    directory: MemoryDirectory
+    log: PartitionLog
+    replica: PartitionReplica
+    alive: bool = True
+
+
+@dataclass(frozen=True)
+class Acked:
+    """An acks=all produce answered NONE: its batch at ``offset``."""
+
+    offset: int
+    batch: BatchId
+
+
+class Cluster:
+    """Replicas ``0..n-1`` of one partition and its controller."""
+
+    def __init__(
+        self,
+        n: int = 3,
+        *,
+        min_isr: int = 1,
+        lag_ms: int = 10_000,
+        log_config: LogConfig | None = None,
+        leader: int = 0,
+    ) -> None:
+        self.now_ms = 1_000
+        self.log_config = log_config or LogConfig()
+        self.replica_config = ReplicaConfig(
+            replica_lag_time_max_ms=lag_ms, min_insync_replicas=min_isr
+        )
+        self.registrations: dict[int, BrokerRegistration] = {}
+        self.view = MappingBrokerView(self.registrations)
+        self._next_broker_epoch = 100
+        for b in range(n):
+            self._register(b)
+        self.nodes = [self._open(b, MemoryDirectory(), 0) for b in range(n)]
+        self.partition = PartitionRegistration(
+            replicas=tuple(range(n)), isr=tuple(range(n)), leader=leader
+        )
+        # What clients were told: acks=all successes, and waiting ones.
+        self.acked: list[Acked] = []
+        self.waiting: list[tuple[int, int, int, BatchId]] = []
+        self.refused: list[Errors] = []
+        self.publish(self.partition)
+
+    # -- brokers ------------------------------------------------------------
+
+    def _register(self, broker_id: int) -> None:
+        """A (re-)registration: a new broker epoch, unfenced."""
+        self._next_broker_epoch += 1
+        self.registrations[broker_id] = BrokerRegistration(
+            broker_id,
+            self._next_broker_epoch,
+            f"inc-{self._next_broker_epoch}",
+            (),
+            None,
+            (),
+            False,
+            False,
+        )
+
+    def broker_epoch(self, broker_id: int) -> int:
+        return self.registrations[broker_id].epoch
+
+    def _open(self, broker_id: int, directory: MemoryDirectory, high_watermark: int) -> Node:
+        log = PartitionLog.open(
+            directory, self.log_config, now_ms=self.now_ms, high_watermark=high_watermark
+        )
+        replica = PartitionReplica(broker_id, log, self.replica_config, self.view)
+        return Node(broker_id, directory, log, replica)
+
+    @property
+    def leader(self) -> Node:
+        return self.nodes[self.partition.leader]
+
+    # -- the controller --------------------------------------------------------
+
+    def publish(self, registration: PartitionRegistration) -> None:
+        """A new registration reaches every live replica (a metadata delta)."""
+        self.partition = registration
+        for node in self.nodes:
+            if not node.alive:
+                continue
+            if node.broker_id == registration.leader:
+                node.replica.become_leader(registration, self.now_ms)
+            else:
+                node.replica.become_follower(registration, self.now_ms)
+        self.check_acks()
+
+    def elect(self, leader: int, isr: tuple[int, ...] | None = None) -> None:
+        """A new leader (a clean election from the ISR, or the scenario's
+        choice), its epoch one up."""
+        p = self.partition
+        self.publish(
+            replace(
+                p,
+                leader=leader,
+                isr=p.isr if isr is None else isr,
+                leader_epoch=p.leader_epoch + 1,
+                partition_epoch=p.partition_epoch + 1,
+            )
+        )
+
+    def change_isr(self, isr: tuple[int, ...]) -> None:
+        p = self.partition
+        self.publish(replace(p, isr=isr, partition_epoch=p.partition_epoch + 1))
+
+    def alter_partition(self, request: AlterPartitionRequest) -> None:
+        """kq's AlterPartition checks (docs/metadata.md §3), answered at once."""
+        p = self.partition
+        leader = self.nodes[request.leader_id].replica
+        error = Errors.NONE
+        if request.leader_id != p.leader or request.leader_epoch < p.leader_epoch:
+            error = Errors.FENCED_LEADER_EPOCH
+        elif request.partition_epoch != p.partition_epoch:
+            error = Errors.INVALID_UPDATE_VERSION
+        else:
+            for member in request.new_isr:
+                reg = self.registrations[member.broker_id]
+                bad = (
+                    reg.fenced
+                    or reg.in_controlled_shutdown
+                    or (member.broker_epoch not in (-1, reg.epoch))
+                )
+                if bad and member.broker_id not in p.isr:
+                    error = Errors.INELIGIBLE_REPLICA
+        if error is not Errors.NONE:
+            leader.step_alter_partition_error(request, error)
+            return
+        new = replace(
+            p,
+            isr=request.isr,
+            partition_epoch=p.partition_epoch + 1,
+            leader_recovery_state=request.leader_recovery_state,
+        )
+        self.partition = new
+        leader.step_alter_partition_result(
+            request,
+            AlterPartitionResult(
+                new.leader,
+                new.leader_epoch,
+                new.partition_epoch,
+                new.isr,
+                new.leader_recovery_state,
+            ),
+            self.now_ms,
+        )
+        self.publish(new)
+
+    # -- data ------------------------------------------------------------------
+
+    def fetch(self, follower: int) -> FollowerOutcome | None:
+        """One fetch of ``follower`` from the leader, answered and handled."""
+        node = self.nodes[follower]
+        p = self.partition
+        if not node.alive or p.leader == NO_LEADER or not self.leader.alive:
+            return None
+        request = node.replica.next_fetch_request(self.broker_epoch(follower))
+        if request is None:
+            return None
+        outcome = self.leader.replica.step_fetch(request, self.now_ms)
+        if outcome.alter_partition is not None:
+            self.alter_partition(outcome.alter_partition)
+        result = node.replica.step_fetch_answer(request, outcome.answer, self.now_ms)
+        self.check_acks()
+        return result
+
+    def produce(self, value: bytes, acks: int = -1) -> Errors:
+        """A produce to the leader; acks=all waits in ``waiting``."""
+        leader = self.leader
+        try:
+            append = leader.replica.append_as_leader(value_batch(value), acks, self.now_ms)
+        except ReplicaError as error:
+            self.refused.append(error.code)
+            return error.code
+        offset = append.info.first_offset
+        if acks == -1:
+            ids = batches(leader.log)
+            self.waiting.append(
+                (offset, append.info.last_offset + 1, append.leader_epoch, ids[offset])
+            )
+        self.check_acks()
+        return Errors.NONE
+
+    def check_acks(self) -> None:
+        """The delayed produces: complete those the leader says are done."""
+        if self.partition.leader == NO_LEADER:
+            return
+        replica = self.leader.replica
+        still = []
+        for offset, required, epoch, batch in self.waiting:
+            check = replica.check_enough_replicas_reach_offset(required, epoch)
+            if not check.done:
+                still.append((offset, required, epoch, batch))
+            elif check.error is Errors.NONE:
+                self.acked.append(Acked(offset, batch))
+        self.waiting = still
+
+    def tick(self, ms: int) -> None:
+        """Time passes; the leader's ISR expiration runs."""
+        self.now_ms += ms
+        if self.partition.leader == NO_LEADER or not self.leader.alive:
+            return
+        request = self.leader.replica.tick_isr(self.now_ms)
+        if request is not None:
+            self.alter_partition(request)
+
+    def _reopen(self, broker_id: int, lose_unsynced: bool) -> None:
+        """The process restarts: a power loss keeps only what was synced (or
+        a clean close keeps all), the log is opened again with the high
+        watermark it had (Kafka's replication-offset-checkpoint), and the
+        replica starts with no state."""
+        node = self.nodes[broker_id]
+        high_watermark = node.log.high_watermark
+        if lose_unsynced:
+            node.directory.crash()
+        else:
+            node.log.close()
+        self.nodes[broker_id] = self._open(broker_id, node.directory, high_watermark)
+
+    def bounce(self, broker_id: int, *, lose_unsynced: bool = False) -> None:
+        """A restart faster than the session timeout: the registration and
+        the ISR are unchanged, and the replica learns its role again."""
+        self._reopen(broker_id, lose_unsynced)
+        self.publish(self.partition)
+
+    def kill(self, broker_id: int, *, lose_unsynced: bool = True) -> None:
+        """``broker_id`` stops (a power loss by default); the controller
+        fences it, takes it out of the ISR unless it is the last member (kq
+        keeps the last one), and elects another live ISR member if it led."""
+        self._reopen(broker_id, lose_unsynced)
+        self.nodes[broker_id].alive = False
+        self.registrations[broker_id] = replace(self.registrations[broker_id], fenced=True)
+        p = self.partition
+        isr = tuple(b for b in p.isr if b != broker_id) or p.isr
+        if p.leader == broker_id:
+            live = [b for b in isr if b != broker_id and self.nodes[b].alive]
+            self.elect(live[0] if live else NO_LEADER, isr)
+        elif isr != p.isr:
+            self.change_isr(isr)
+
+    def restart(self, broker_id: int) -> None:
+        """A killed broker comes back with a new broker epoch, unfenced; a
+        partition without a leader elects it if it is in the ISR."""
+        self.nodes[broker_id].alive = True
+        self._register(broker_id)
+        p = self.partition
+        if p.leader == NO_LEADER and broker_id in p.isr:
+            self.elect(broker_id)
+        else:
+            self.publish(replace(p, partition_epoch=p.partition_epoch + 1))
+
+    def crash(self, broker_id: int) -> None:
+        """A power loss and restart."""
+        self.kill(broker_id)
+        self.restart(broker_id)
+
+    def replicate(self, rounds: int = 3) -> None:
+        """Every follower fetches ``rounds`` times."""
+        for _ in range(rounds):
+            for node in self.nodes:
+                if node.broker_id != self.partition.leader:
+                    self.fetch(node.broker_id)

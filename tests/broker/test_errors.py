@@ -1,0 +1,70 @@
+"""The data plane's error codes have Kafka's names and numbers, and every code
+of the partition log is one of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.errors import Errors, ReplicaError, from_name, from_partition_log_error
+from partition_log.errors import Errors as LogErrors
+from partition_log.errors import PartitionLogError
+
+# Errors.java, for the codes the brief and brokers.md §6.3 name.
+KAFKA = {
+    "NONE": 0,
+    "OFFSET_OUT_OF_RANGE": 1,
+    "CORRUPT_MESSAGE": 2,
+    "UNKNOWN_TOPIC_OR_PARTITION": 3,
+    "LEADER_NOT_AVAILABLE": 5,
+    "NOT_LEADER_OR_FOLLOWER": 6,
+    "REQUEST_TIMED_OUT": 7,
+    "MESSAGE_TOO_LARGE": 10,
+    "RECORD_LIST_TOO_LARGE": 18,
+    "NOT_ENOUGH_REPLICAS": 19,
+    "NOT_ENOUGH_REPLICAS_AFTER_APPEND": 20,
+    "INVALID_REQUIRED_ACKS": 21,
+    "INVALID_REQUEST": 42,
+    "OUT_OF_ORDER_SEQUENCE_NUMBER": 45,
+    "DUPLICATE_SEQUENCE_NUMBER": 46,
+    "INVALID_PRODUCER_EPOCH": 47,
+    "OPERATION_NOT_ATTEMPTED": 55,
+    "KAFKA_STORAGE_ERROR": 56,
+    "UNKNOWN_PRODUCER_ID": 59,
+    "FENCED_LEADER_EPOCH": 74,
+    "UNKNOWN_LEADER_EPOCH": 75,
+    "UNSUPPORTED_COMPRESSION_TYPE": 76,
+    "STALE_BROKER_EPOCH": 77,
+    "OFFSET_NOT_AVAILABLE": 78,
+    "INVALID_RECORD": 87,
+    "INVALID_UPDATE_VERSION": 95,
+    "UNKNOWN_TOPIC_ID": 100,
+    "INELIGIBLE_REPLICA": 107,
+    "NEW_LEADER_ELECTED": 108,
+}
+
+
+@pytest.mark.parametrize("name", sorted(KAFKA))
+def test_kafka_numbers(name: str) -> None:
+    assert Errors[name] == KAFKA[name]
+
+
+@pytest.mark.parametrize("code", list(LogErrors), ids=lambda c: c.name)
+def test_every_partition_log_code_is_here_with_its_number(code: LogErrors) -> None:
+    assert Errors[code.name] == int(code)
+
+
+@pytest.mark.parametrize("code", list(LogErrors), ids=lambda c: c.name)
+def test_a_log_refusal_maps_to_its_code(code: LogErrors) -> None:
+    assert from_partition_log_error(PartitionLogError(code, "why")) is Errors[code.name]
+
+
+def test_from_name_refuses_an_unknown_name() -> None:
+    assert from_name("FENCED_LEADER_EPOCH") is Errors.FENCED_LEADER_EPOCH
+    with pytest.raises(ValueError, match="'NOT_A_CODE'"):
+        from_name("NOT_A_CODE")
+
+
+def test_replica_error_names_its_code() -> None:
+    assert (
+        str(ReplicaError(Errors.NOT_ENOUGH_REPLICAS, "isr [0]")) == "NOT_ENOUGH_REPLICAS: isr [0]"
+    )

@@ -7,9 +7,9 @@ outside) and as opaque bytes; the segment reads only their headers.  Every
 append has reached the OS when :meth:`Segment.append` returns (the file seam
 writes with ``os.write``); :meth:`Segment.flush` makes it durable.  The
 indexes live in memory as entry bytes and are written to their files on
-flush and close; they are never trusted over the log: a missing or suspect
-index is rebuilt from the batches, and :meth:`Segment.recover` rescans the
-whole log, cuts it at the first bad byte and rebuilds both.
+close (synced then); they are never trusted over the log: a missing or
+suspect index is rebuilt from the batches, and :meth:`Segment.recover`
+rescans the whole log, cuts it at the first bad byte and rebuilds both.
 """
 
 from __future__ import annotations
@@ -150,9 +150,12 @@ class Segment:
         # The first batch's max timestamp, which the age of the segment is
         # measured from when it has one (LogSegment.rollingBasedTimestamp).
         self._first_timestamp: int | None = None
-        # Entries of each index file known to equal the memory ones.
+        # Entries of each index file known to equal the memory ones, and
+        # whether a file may hold entries past them (after a truncation or a
+        # rebuild), to be cut when the files are written.
         self._offsets_written = 0
         self._times_written = 0
+        self._files_cut = False
         self._closed = False
 
     # -- names and opening --------------------------------------------------------
@@ -282,6 +285,7 @@ class Segment:
         self._builder.reset()
         self._offsets_written = 0
         self._times_written = 0
+        self._files_cut = True
         self._scan(0, max_batch_bytes, self._builder.add)
 
     def _scan(
@@ -581,6 +585,7 @@ class Segment:
             self.times.clear()
         self._offsets_written = min(self._offsets_written, len(self.offsets))
         self._times_written = min(self._times_written, len(self.times))
+        self._files_cut = True
         problem = self._resume(None)
         if problem is not None:  # the bytes kept were read whole before the cut
             raise _corrupt(f"segment {self.name}: {problem}")
@@ -602,6 +607,7 @@ class Segment:
         self._builder.reset()
         self._offsets_written = 0
         self._times_written = 0
+        self._files_cut = True
         scanned = self._scan(0, max_batch_bytes, self._builder.add)
         valid = scanned.position
         truncated = log.size - valid
@@ -649,7 +655,7 @@ class Segment:
 
     # -- flush and close --------------------------------------------------------
 
-    def _write_index(self, name: str, data: bytes, written: int, entry: int, sync: bool) -> None:
+    def _write_index(self, name: str, data: bytes, written: int, entry: int) -> None:
         if not self.directory.exists(name):
             handle = self.directory.create(name)
             self.directory.sync_directory()
@@ -662,31 +668,48 @@ class Segment:
                 handle.truncate(0)
                 written = 0
             handle.append(data[written * entry :])
-            if sync:
-                handle.sync()
+            handle.sync()
         finally:
             handle.close()
 
-    def _write_indexes(self, sync: bool) -> None:
-        self._write_index(
-            self.index_name, self.offsets.encode(), self._offsets_written, OFFSET_ENTRY_SIZE, sync
-        )
-        self._offsets_written = len(self.offsets)
-        self._write_index(
-            self.time_index_name, self.times.encode(), self._times_written, TIME_ENTRY_SIZE, sync
-        )
-        self._times_written = len(self.times)
+    def _write_indexes(self) -> None:
+        """Bring both index files to the entries in memory and sync them,
+        if they differ (a segment only read writes nothing)."""
+        if (
+            self._files_cut
+            or self._offsets_written != len(self.offsets)
+            or self._times_written != len(self.times)
+        ):
+            self._write_index(
+                self.index_name, self.offsets.encode(), self._offsets_written, OFFSET_ENTRY_SIZE
+            )
+            self._offsets_written = len(self.offsets)
+            self._write_index(
+                self.time_index_name, self.times.encode(), self._times_written, TIME_ENTRY_SIZE
+            )
+            self._times_written = len(self.times)
+            self._files_cut = False
 
     def flush(self) -> None:
-        """Make the log durable (fsync), then its indexes."""
+        """Make the log durable (fsync).
+
+        Only the log: the index files are written and synced on
+        :meth:`close` (a roll closes the old segment before the recovery
+        point passes it).  They are never trusted over the log: after an
+        unclean shutdown every segment from the one holding the recovery
+        point, which includes the active one, is recovered with both indexes
+        rebuilt from its batches (``LogLoader`` via ``LogSegment.recover``),
+        and an older segment's files, synced when it was closed, are checked
+        against its log on open and rebuilt if suspect.  Kafka's indexes are
+        memory-mapped and flushed with the log; with flush.messages=1 here
+        that would be three fsyncs an append instead of one."""
         self._live().sync()
-        self._write_indexes(sync=True)
 
     def close(self) -> None:
-        """Write the indexes and close the log (not synced: call
-        :meth:`flush` first for that)."""
+        """Write and sync the index files if they changed, and close the log
+        (not synced: call :meth:`flush` first for that)."""
         if self._closed:
             return
-        self._write_indexes(sync=False)
+        self._write_indexes()
         self._log.close()
         self._closed = True

@@ -378,9 +378,9 @@ def test_a_suspect_index_file_is_rebuilt_from_the_log(
     f.close()
     again, _ = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=500)
     assert again.offsets.encode() == good
-    again.flush()
-    assert file_bytes(d, segment.index_name) == good
+    again.flush()  # the log only
     again.close()
+    assert file_bytes(d, segment.index_name) == good
 
 
 def test_a_missing_index_file_is_rebuilt(make: Make) -> None:
@@ -620,22 +620,63 @@ def test_index_files_follow_truncation_and_outside_cuts(make: Make) -> None:
     segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=300)
     for part in batches([(2, 200)] * 12):
         segment.append(part)
-    segment.flush()
+    segment.close()
+    segment, _ = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=300)
     assert file_bytes(d, segment.index_name) == segment.offsets.encode()
     # After a truncation the files are cut to the entries kept.
     segment.truncate_to(10)
-    segment.flush()
+    assert len(file_bytes(d, segment.index_name)) > len(segment.offsets.encode())
+    segment.close()
     assert file_bytes(d, segment.index_name) == segment.offsets.encode()
     assert file_bytes(d, segment.time_index_name) == segment.times.encode()
     # A file cut behind the segment's back (a power loss) is rewritten whole.
+    segment, _ = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=300)
     f = d.open(segment.index_name)
     f.truncate(3)
     f.close()
     for part in batches([(2, 200)] * 4, base=segment.next_offset):
         segment.append(part)
-    segment.flush()
-    assert file_bytes(d, segment.index_name) == segment.offsets.encode()
     segment.close()
+    assert file_bytes(d, segment.index_name) == segment.offsets.encode()
+
+
+class _OpensDirectory(MemoryDirectory):
+    """The twin, recording the names opened."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened: list[str] = []
+
+    def open(self, name: str) -> MemoryFile:
+        self.opened.append(name)
+        return super().open(name)
+
+
+def test_flush_syncs_the_log_and_close_the_index_files() -> None:
+    # flush.messages=1 pays one fsync an append: the index files are written
+    # and synced on close, and a power loss before it loses them, which
+    # recovery repairs by rebuilding the indexes from the synced log.
+    d = _OpensDirectory()
+    segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=300)
+    for part in batches([(2, 200)] * 12):
+        segment.append(part)
+        segment.flush()
+    assert len(segment.offsets) > 0
+    assert d.durable_bytes(segment.name) == segment.read(0, 10**9)
+    assert d.durable_bytes(segment.index_name) == b""
+    built = segment.offsets.encode(), segment.times.encode()
+    d.crash()
+    again, result = Segment.open(d, segment.name, now_ms=0, recover=True, index_interval_bytes=300)
+    assert result is not None and result.truncated_bytes == 0
+    assert (again.offsets.encode(), again.times.encode()) == built
+    again.close()
+    assert d.durable_bytes(again.index_name) == built[0]
+    assert d.durable_bytes(again.time_index_name) == built[1]
+    # A segment only read opens no index file on close.
+    reader, _ = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=300)
+    d.opened.clear()
+    reader.close()
+    assert d.opened == []
 
 
 @pytest.mark.parametrize("which", ["not at a batch", "time past the end"])

@@ -35,10 +35,17 @@ from partition_log.epoch_cache import CHECKPOINT_FILE_NAME, EpochEntry, decode_c
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import FileDirectory
 from partition_log.index import OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset
-from partition_log.log import CLEAN_SHUTDOWN_FILE, RECOVERY_POINT_FILE, SNAPSHOT_SUFFIX
+from partition_log.log_files import (
+    CLEANER_OFFSET_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    classify,
+    decode_offset,
+    read_whole,
+)
 from partition_log.producer_state import ProducerSnapshot, decode_snapshot
 from partition_log.records import Record
-from partition_log.segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, file_name
+from partition_log.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, file_name, parse_log_name
 
 __all__ = [
     "BatchInfo",
@@ -57,25 +64,6 @@ __all__ = [
     "segment_names",
 ]
 
-# Names a partition directory may hold besides the segments and snapshots
-# (``log.py``'s files, and those of retention and compaction: Kafka's
-# ``log-start-offset-checkpoint`` and ``cleaner-offset-checkpoint``).
-LOG_START_OFFSET_FILE = "log-start-offset-checkpoint"
-CLEANER_OFFSET_FILE = "cleaner-offset-checkpoint"
-_FIXED = {
-    CLEAN_SHUTDOWN_FILE,
-    RECOVERY_POINT_FILE,
-    CHECKPOINT_FILE_NAME,
-    LOG_START_OFFSET_FILE,
-    CLEANER_OFFSET_FILE,
-}
-_NUMBERED = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.snapshot)")
-# Files part-way through a two-phase delete or a compaction swap
-# (``LogFileUtils``: ``.deleted``, ``.cleaned``, ``.swap``) and interrupted
-# atomic writes (``.tmp``): part of a log, not read as segments.
-_PENDING = re.compile(r"(\d{20})(\.log|\.index|\.timeindex|\.snapshot)(\.deleted|\.cleaned|\.swap)")
-_TMP_SUFFIX = ".tmp"
-
 # How much of a segment is read at a time (more for a larger batch).
 CHUNK_BYTES = 1 << 20
 INT32_MAX = (1 << 31) - 1
@@ -89,6 +77,7 @@ class FindingKind(enum.Enum):
     OFFSETS = "offsets"  # offsets that go back, leave a gap or leave the segment's range
     INDEX = "index"  # an index file or entry that disagrees with the log
     EPOCH_CHECKPOINT = "epoch checkpoint"  # the checkpoint is not the cache the batches give
+    CHECKPOINT = "checkpoint"  # an offset checkpoint that does not decode or is past the end
     SNAPSHOT = "producer snapshot"  # a snapshot that does not decode
     UNKNOWN_FILE = "unknown file"  # a file that is no part of a log
 
@@ -321,19 +310,11 @@ def _not_a_log(message: str) -> PartitionLogError:
     return PartitionLogError(Errors.KAFKA_STORAGE_ERROR, message)
 
 
-def _read_whole(directory: FileDirectory, name: str) -> bytes:
-    handle = directory.open(name)
-    try:
-        return handle.read(0, handle.size)
-    finally:
-        handle.close()
-
-
 def _segment_base(name: str) -> int | None:
-    match = _NUMBERED.fullmatch(name)
-    if match is None or match.group(2) != LOG_SUFFIX:
+    try:
+        return parse_log_name(name)
+    except PartitionLogError:
         return None
-    return int(match.group(1))
 
 
 class _Walk:
@@ -416,7 +397,7 @@ def _load_index(
     if not directory.exists(name):
         return False, None
     try:
-        index.load(_read_whole(directory, name))
+        index.load(read_whole(directory, name))
     except PartitionLogError as error:
         return True, str(error.args[0])
     return True, None
@@ -503,24 +484,24 @@ def dump_segment(
 
 
 def _classify(names: list[str]) -> tuple[list[str], list[str], list[str], list[str]]:
-    """Segment log names, snapshot names, other files of a log, unknown files."""
+    """Segment log names, snapshot names, the other files of a log (index
+    files, checkpoints, and the ``.deleted``, ``.cleaned``, ``.swap`` and
+    ``.tmp`` files of interrupted operations), and unknown files: by the
+    log's own rule (``log_files.classify``), one name at a time so that every
+    unknown file is named, not only the first."""
     logs, snapshots, others, unknown = [], [], [], []
     for name in names:
-        match = _NUMBERED.fullmatch(name)
-        stem = name[: -len(_TMP_SUFFIX)] if name.endswith(_TMP_SUFFIX) else None
-        if match is not None and match.group(2) == LOG_SUFFIX:
-            logs.append(name)
-        elif match is not None and match.group(2) == SNAPSHOT_SUFFIX:
-            snapshots.append(name)
-        elif (
-            match is not None
-            or name in _FIXED
-            or _PENDING.fullmatch(name)
-            or (stem is not None and (stem in _FIXED or _NUMBERED.fullmatch(stem)))
-        ):
-            others.append(name)
-        else:
+        try:
+            listing = classify([name])
+        except PartitionLogError:
             unknown.append(name)
+            continue
+        if listing.logs:
+            logs.append(name)
+        elif listing.snapshots:
+            snapshots.append(name)
+        else:
+            others.append(name)
     return logs, snapshots, others, unknown
 
 
@@ -568,12 +549,12 @@ def dump_files(directory: FileDirectory, *, state: bool = False) -> DirectoryDum
     if state:
         if directory.exists(CHECKPOINT_FILE_NAME):
             try:
-                epochs = decode_checkpoint(_read_whole(directory, CHECKPOINT_FILE_NAME))
+                epochs = decode_checkpoint(read_whole(directory, CHECKPOINT_FILE_NAME))
             except PartitionLogError as error:
                 epochs_error = str(error.args[0])
         for name in snapshot_names:
             try:
-                snapshots.append((name, decode_snapshot(_read_whole(directory, name)), None))
+                snapshots.append((name, decode_snapshot(read_whole(directory, name)), None))
             except PartitionLogError as error:
                 snapshots.append((name, None, str(error.args[0])))
     return DirectoryDump(
@@ -777,29 +758,53 @@ def _check_segment(
     state.expected = expected
 
 
-def _log_start_offset(directory: FileDirectory) -> int | None:
-    """The log start offset a ``log-start-offset-checkpoint`` of the form
-    ``0\\n<offset>\\n`` gives, or ``None`` (no file or another form)."""
-    if not directory.exists(LOG_START_OFFSET_FILE):
-        return None
-    lines = _read_whole(directory, LOG_START_OFFSET_FILE).split(b"\n")
-    if len(lines) == 3 and lines[0] == b"0" and lines[1].isdigit() and lines[2] == b"":
-        return int(lines[1])
-    return None
+def _check_offset_files(
+    directory: FileDirectory, log_end: int | None, findings: list[Finding]
+) -> int | None:
+    """The offset checkpoints decode, and the recovery point and the log start
+    offset are not past the log end (every byte below the recovery point was
+    synced; the log start never passes the end); returns the log start
+    offset, if its file is there and decodes."""
+    log_start = None
+    for name in (RECOVERY_POINT_FILE, LOG_START_OFFSET_FILE, CLEANER_OFFSET_FILE):
+        if not directory.exists(name):
+            continue
+        try:
+            offset = decode_offset(name, read_whole(directory, name))
+        except PartitionLogError as error:
+            findings.append(Finding(FindingKind.CHECKPOINT, name, str(error.args[0])))
+            continue
+        if name == LOG_START_OFFSET_FILE:
+            log_start = offset
+        if name != CLEANER_OFFSET_FILE and log_end is not None and offset > log_end:
+            findings.append(
+                Finding(
+                    FindingKind.CHECKPOINT,
+                    name,
+                    f"offset {offset} is past the log end {log_end}",
+                    offset=offset,
+                )
+            )
+    return log_start
 
 
-def _check_epochs(directory: FileDirectory, state: _LogState, findings: list[Finding]) -> None:
+def _check_epochs(
+    directory: FileDirectory, state: _LogState, log_start: int | None, findings: list[Finding]
+) -> None:
     """The leader-epoch checkpoint equals the cache derived from the batches
     (``LogLoader``'s rebuild), or that plus one entry at the log end: a new
     leader assigns its epoch at its log end before any batch (KIP-279)."""
     assert state.epochs is not None
-    start = _log_start_offset(directory)
+    # The cache follows the log start when it lies inside the first batches
+    # (DeleteRecords, retention: truncate_from_start).
+    start = log_start
     if start is None or state.first_offset is None or start < state.first_offset:
         start = None
     derived = derive(state.epochs, start).entries
     end = state.expected
+    assert end is not None  # a log has a segment
     if not directory.exists(CHECKPOINT_FILE_NAME):
-        if derived:
+        if any(e.start_offset < end for e in derived):
             findings.append(
                 Finding(
                     FindingKind.EPOCH_CHECKPOINT,
@@ -809,21 +814,13 @@ def _check_epochs(directory: FileDirectory, state: _LogState, findings: list[Fin
             )
         return
     try:
-        stored = decode_checkpoint(_read_whole(directory, CHECKPOINT_FILE_NAME))
+        stored = decode_checkpoint(read_whole(directory, CHECKPOINT_FILE_NAME))
     except PartitionLogError as error:
         findings.append(
             Finding(FindingKind.EPOCH_CHECKPOINT, CHECKPOINT_FILE_NAME, str(error.args[0]))
         )
         return
-    if stored == derived:
-        return
-    if state.compacted and _within(stored, derived):
-        return
-    if (
-        stored[:-1] == derived
-        and stored[-1].start_offset == end
-        and (not derived or stored[-1].epoch > derived[-1].epoch)
-    ):
+    if _agrees(stored, derived, end, state.compacted):
         return
     first_difference = next(
         (i for i, (a, b) in enumerate(zip(stored, derived, strict=False)) if a != b),
@@ -842,6 +839,22 @@ def _check_epochs(directory: FileDirectory, state: _LogState, findings: list[Fin
             offset=offset,
         )
     )
+
+
+def _agrees(
+    stored: tuple[EpochEntry, ...], derived: tuple[EpochEntry, ...], end: int, compacted: bool
+) -> bool:
+    """Whether the checkpoint's entries below the log end are the derived
+    ones (in a compacted log: hold them, :func:`_within`), with at most one
+    more entry, at the log end: a new leader's epoch before its first batch
+    (KIP-279), or the entry the log start moved to the end (DeleteRecords up
+    to the end), which a truncation to the end removes."""
+    kept = tuple(e for e in stored if e.start_offset < end)
+    tail = stored[len(kept) :]
+    if len(tail) > 1 or (tail and tail[0].start_offset != end):
+        return False
+    below = tuple(e for e in derived if e.start_offset < end)
+    return kept == below or (compacted and _within(kept, below))
 
 
 def _within(stored: tuple[EpochEntry, ...], derived: tuple[EpochEntry, ...]) -> bool:
@@ -871,7 +884,7 @@ def _entries_text(entries: tuple[EpochEntry, ...]) -> str:
 def _check_snapshot(directory: FileDirectory, name: str, findings: list[Finding]) -> None:
     offset = int(name[:20])
     try:
-        snapshot = decode_snapshot(_read_whole(directory, name))
+        snapshot = decode_snapshot(read_whole(directory, name))
     except PartitionLogError as error:
         findings.append(Finding(FindingKind.SNAPSHOT, name, str(error.args[0]), offset=offset))
         return
@@ -914,14 +927,15 @@ def check(
             Finding(
                 FindingKind.UNKNOWN_FILE,
                 name,
-                "no part of a log (segment, index, snapshot, checkpoint or a pending "
-                ".deleted, .cleaned, .swap or .tmp file)",
+                "no part of a log (segment, index, snapshot, checkpoint, or a .deleted, "
+                ".cleaned, .swap or .tmp file of an interrupted operation)",
             )
         )
     state = _LogState(compacted, epochs=[])
     for name in logs:
         _check_segment(directory, name, state, findings)
-    _check_epochs(directory, state, findings)
+    log_start = _check_offset_files(directory, state.expected, findings)
+    _check_epochs(directory, state, log_start, findings)
     for name in snapshots:
         _check_snapshot(directory, name, findings)
     return findings

@@ -20,7 +20,6 @@ from partition_log.epoch_cache import CHECKPOINT_FILE_NAME, EpochEntry, encode_c
 from partition_log.errors import PartitionLogError
 from partition_log.files import MemoryDirectory
 from partition_log.inspect import (
-    CLEANER_OFFSET_FILE,
     Finding,
     FindingKind,
     check,
@@ -29,6 +28,11 @@ from partition_log.inspect import (
     readable_bytes,
 )
 from partition_log.log import LogConfig, PartitionLog
+from partition_log.log_files import (
+    CLEANER_OFFSET_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+)
 from partition_log.os_files import OsDirectory
 from partition_log.records import Record
 from partition_log.segment import file_name
@@ -137,6 +141,8 @@ def test_a_torn_tail_is_named_with_its_position(log_dir: Path) -> None:
     names = sorted(p.name for p in log_dir.glob("*.log"))
     last = log_dir / names[-1]
     batches = dump_segment(OsDirectory(log_dir), last.name).batches
+    # As a crash without a flush leaves it: the recovery point at the roll.
+    (log_dir / RECOVERY_POINT_FILE).write_bytes(b"0\n%d\n" % int(last.name[:20]))
     cut = batches[-1].position + 30
     with last.open("r+b") as f:
         f.truncate(cut)
@@ -316,6 +322,7 @@ HISTORY = st.lists(
         st.tuples(st.just("follower"), st.integers(1, 4), st.booleans(), st.integers(0, 60)),
         st.tuples(st.just("truncate"), st.floats(0, 1)),
         st.tuples(st.just("new_leader")),
+        st.tuples(st.just("delete_records"), st.floats(0, 1), st.booleans()),
         st.tuples(st.just("reopen"), st.booleans()),
         st.tuples(st.just("crash"), st.integers(0, 2**32)),
     ),
@@ -329,7 +336,7 @@ def test_check_finds_nothing_in_any_log_the_log_leaves(
     history: list[tuple[object, ...]], flush: bool
 ) -> None:
     """Appends (leader and follower, new epochs), a new leader's epoch at the
-    log end, truncations, rolls, clean reopenings and power losses with torn
+    log end, DeleteRecords, truncations, rolls, clean reopenings and power losses with torn
     writes, on the twin: once the log is closed, check finds nothing and dump
     shows exactly the batches the log reads (no false finding on a log the
     log wrote)."""
@@ -356,10 +363,19 @@ def test_check_finds_nothing_in_any_log_the_log_leaves(
             data = build_batch(records, base_offset=base, partition_leader_epoch=epoch)
             log.append_as_follower(data, now_ms=now)
         elif kind == "truncate":
-            log.truncate_to(int(float(str(operation[1])) * log.log_end_offset))
+            start, end = log.log_start_offset, log.log_end_offset
+            log.truncate_to(start + int(float(str(operation[1])) * (end - start)))
         elif kind == "new_leader":
             # KIP-279: the epoch's entry at the log end, before any batch.
             log.maybe_assign_epoch_start_offset(max(log.epoch_cache.latest_epoch, 0) + 1)
+        elif kind == "delete_records":
+            # DeleteRecords up to the high watermark, maybe inside a batch;
+            # the files of deleted segments removed now or left .deleted.
+            target = int(float(str(operation[1])) * log.log_end_offset)
+            log.maybe_increment_high_watermark(target)
+            log.delete_records(target, now_ms=now)
+            if operation[2]:
+                log.maybe_remove_deleted(now + 10**9)
         elif kind == "reopen":
             log.close()
             log = PartitionLog.open(directory, config, now_ms=now)
@@ -375,6 +391,26 @@ def test_check_finds_nothing_in_any_log_the_log_leaves(
     log.close()
     assert check(directory) == [], [str(f) for f in check(directory)]
     dumped = dump(directory, records=True, indexes=True, state=True)
+    # The log reads from the batch holding its start; batches wholly below it
+    # may still be in the first segment.
     headers = [b.header for s in dumped.segments for b in s.batches]
-    assert headers == [BatchHeader.parse(b) for b in batches]
+    visible = [h for h in headers if h.next_offset > log.log_start_offset]
+    assert visible == [BatchHeader.parse(b) for b in batches]
     assert all(b.crc_valid and b.records is not None for s in dumped.segments for b in s.batches)
+
+
+def test_offset_checkpoints_that_do_not_decode_or_pass_the_end(log_dir: Path) -> None:
+    end = sum(1 for _ in range(20)) * 3
+    (log_dir / LOG_START_OFFSET_FILE).write_bytes(b"0\n%d\n" % (end + 1))
+    (log_dir / RECOVERY_POINT_FILE).write_bytes(b"0\n%d\n" % (end + 5))
+    (log_dir / CLEANER_OFFSET_FILE).write_bytes(b"1\n0\n")
+    findings = _only(check(OsDirectory(log_dir)), FindingKind.CHECKPOINT)
+    named = {f.file: f for f in findings}
+    assert set(named) == {LOG_START_OFFSET_FILE, RECOVERY_POINT_FILE, CLEANER_OFFSET_FILE}
+    assert named[RECOVERY_POINT_FILE].what == f"offset {end + 5} is past the log end {end}"
+    assert named[LOG_START_OFFSET_FILE].offset == end + 1
+    assert "not an offset checkpoint" in named[CLEANER_OFFSET_FILE].what
+    (log_dir / CLEANER_OFFSET_FILE).unlink()
+    (log_dir / LOG_START_OFFSET_FILE).write_bytes(b"0\n0\n")
+    (log_dir / RECOVERY_POINT_FILE).write_bytes(b"0\n%d\n" % end)
+    assert check(OsDirectory(log_dir)) == []

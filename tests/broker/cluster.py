@@ -81,11 +81,14 @@ class Cluster:
         lag_ms: int = 10_000,
         log_config: LogConfig | None = None,
         leader: int = 0,
+        fetch_max_bytes: int = 1 << 20,
     ) -> None:
         self.now_ms = 1_000
         self.log_config = log_config or LogConfig()
         self.replica_config = ReplicaConfig(
-            replica_lag_time_max_ms=lag_ms, min_insync_replicas=min_isr
+            replica_lag_time_max_ms=lag_ms,
+            min_insync_replicas=min_isr,
+            replica_fetch_max_bytes=fetch_max_bytes,
         )
         self.registrations: dict[int, BrokerRegistration] = {}
         self.view = MappingBrokerView(self.registrations)
@@ -208,8 +211,9 @@ class Cluster:
 
     # -- data ------------------------------------------------------------------
 
-    def fetch(self, follower: int) -> FollowerOutcome | None:
-        """One fetch of ``follower`` from the leader, answered and handled."""
+    def fetch(self, follower: int, max_bytes: int | None = None) -> FollowerOutcome | None:
+        """One fetch of ``follower`` from the leader (of at most ``max_bytes``,
+        but at least one batch), answered and handled."""
         node = self.nodes[follower]
         p = self.partition
         if not node.alive or p.leader == NO_LEADER or not self.leader.alive:
@@ -217,6 +221,8 @@ class Cluster:
         request = node.replica.next_fetch_request(self.broker_epoch(follower))
         if request is None:
             return None
+        if max_bytes is not None:
+            request = replace(request, max_bytes=max_bytes)
         outcome = self.leader.replica.step_fetch(request, self.now_ms)
         if outcome.alter_partition is not None:
             self.alter_partition(outcome.alter_partition)
@@ -313,6 +319,36 @@ class Cluster:
         """A power loss and restart."""
         self.kill(broker_id)
         self.restart(broker_id)
+
+    def committed(self) -> dict[int, BatchId]:
+        """The leader's batches below its HW: what it has told consumers and
+        producers is there for good."""
+        leader = self.leader.log
+        return {o: b for o, b in batches(leader).items() if o < leader.high_watermark}
+
+    def lost(self, expected: dict[int, BatchId]) -> dict[int, BatchId]:
+        """Those of ``expected`` the current leader does not hold at their
+        offset (everything, if there is no leader)."""
+        if self.partition.leader == NO_LEADER:
+            return {}
+        have = batches(self.leader.log)
+        return {o: b for o, b in expected.items() if have.get(o) != b}
+
+    def lost_acks(self) -> list[Acked]:
+        """acks=all successes the current leader does not hold."""
+        if self.partition.leader == NO_LEADER:
+            return []
+        have = batches(self.leader.log)
+        return [a for a in self.acked if have.get(a.offset) != a.batch]
+
+    def inconsistent(self) -> dict[int, set[BatchId]]:
+        """Offsets at which live replicas hold different batches."""
+        seen: dict[int, set[BatchId]] = {}
+        for node in self.nodes:
+            if node.alive:
+                for offset, batch in batches(node.log).items():
+                    seen.setdefault(offset, set()).add(batch)
+        return {o: b for o, b in seen.items() if len(b) > 1}
 
     def replicate(self, rounds: int = 3) -> None:
         """Every follower fetches ``rounds`` times."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -325,7 +326,12 @@ class PartitionLog:
         interrupted = InterruptedOperations()
         if listing.deleted or listing.cleaned or listing.swap:
             interrupted = finish_interrupted_operations(
-                directory, listing, now_ms=now_ms, max_batch_bytes=config.max_batch_bytes
+                directory,
+                listing,
+                now_ms=now_ms,
+                max_batch_bytes=config.max_batch_bytes,
+                index_interval_bytes=config.index_interval_bytes,
+                max_index_bytes=config.segment_index_bytes,
             )
             listing = classify(directory.list())
         logs, temporary = listing.logs, listing.temporary
@@ -497,13 +503,24 @@ class PartitionLog:
                 continue
             if offset < self.log_start_offset:
                 break
-            return ProducerStateManager.rebuild(
+            state = ProducerStateManager.rebuild(
                 data, (_producer_batch(h) for h in self._headers_from(offset))
             )
+            # A snapshot taken before the start moved may hold producers whose
+            # batches are all gone (ProducerStateManager.isProducerRetained).
+            state.truncate_from_start(self.log_start_offset)
+            return state
+        # From the batch holding the log start (which may lie inside it, after
+        # DeleteRecords), as Kafka reads from the start offset.
+        start = self.log_start_offset
+        headers = self._headers_from(start)
+        first = next(headers, None)
+        if first is None:
+            return ProducerStateManager.rebuild(None, (), start)
         return ProducerStateManager.rebuild(
             None,
-            (_producer_batch(h) for h in self._headers_from(self.log_start_offset)),
-            self.log_start_offset,
+            (_producer_batch(h) for h in itertools.chain((first,), headers)),
+            min(first.base_offset, start),
         )
 
     # -- segments -------------------------------------------------------------
@@ -769,21 +786,15 @@ class PartitionLog:
         if start_offset >= limit:
             return b""
         index = self._index_of(start_offset)
-        data = b""
         while index <= len(self._old):
             segment = self._segment_at(index)
             if start_offset < segment.next_offset:
-                data = segment.read(max(start_offset, segment.base_offset), max_bytes)
-                if data:
-                    break
+                # The segment stops before the first batch reaching the limit.
+                data = segment.read(max(start_offset, segment.base_offset), max_bytes, limit)
+                if data or segment.next_offset >= limit:
+                    return data
             index += 1
-        # Cut before the first batch reaching the limit.
-        keep = 0
-        for batch in BatchScanner(data, check_crc=False):
-            if batch.header.last_offset >= limit:
-                break
-            keep = batch.end
-        return data[:keep]
+        return b""
 
     # -- truncation -----------------------------------------------------------
 

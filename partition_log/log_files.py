@@ -255,7 +255,13 @@ def _numbered_base(name: str) -> int:
 
 
 def finish_interrupted_operations(
-    directory: FileDirectory, listing: Listing, *, now_ms: int, max_batch_bytes: int
+    directory: FileDirectory,
+    listing: Listing,
+    *,
+    now_ms: int,
+    max_batch_bytes: int,
+    index_interval_bytes: int,
+    max_index_bytes: int,
 ) -> InterruptedOperations:
     """Finish or undo what a crash interrupted, as Kafka's ``LogLoader``
     (``removeTempFilesAndCollectSwapFiles`` and ``load``):
@@ -303,6 +309,8 @@ def finish_interrupted_operations(
             name[: -len(SWAP_SUFFIX)],
             now_ms=now_ms,
             max_batch_bytes=max_batch_bytes,
+            index_interval_bytes=index_interval_bytes,
+            max_index_bytes=max_index_bytes,
         )
         try:
             start, end = segment.base_offset, max(segment.next_offset, segment.base_offset + 1)

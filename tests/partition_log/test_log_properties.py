@@ -1,7 +1,9 @@
 """Random histories over a partition log on the in-memory twin: leader and
 follower appends, truncations, rolls, flushes, clean reopenings and power
 losses (``MemoryDirectory.crash`` with torn writes), checked after every step
-against a model of the batches appended.
+against a model of the batches appended; with retention (by time and size)
+and DeleteRecords moving the log start offset, the model keeps the batches
+from the one holding it.
 
 After each power loss nothing synced is lost (with ``flush_messages=1``,
 everything whose append returned), nothing unsynced is half-visible (the log
@@ -12,6 +14,7 @@ was appended."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from hypothesis import given, settings
@@ -41,6 +44,8 @@ OPERATION = st.one_of(
     st.tuples(st.just("high_watermark"), st.floats(0, 1)),
     st.tuples(st.just("reopen")),
     st.tuples(st.just("crash"), st.integers(0, 2**32)),
+    st.tuples(st.just("delete_records"), st.floats(0, 1)),
+    st.tuples(st.just("retention"), st.sampled_from(["time", "size"]), st.integers(0, 3000)),
 )
 OPERATIONS = st.lists(OPERATION, max_size=40)
 
@@ -50,13 +55,23 @@ class Model:
 
     def __init__(self) -> None:
         self.batches: list[bytes] = []
+        # The log start offset: batches wholly below it are gone.
+        self.start = 0
         self.durable = 0  # batches that a power loss cannot take
         # The last producer batch sent and its offsets, for a retry.
         self.last_sent: tuple[bytes, int, int] | None = None
 
     @property
     def end(self) -> int:
-        return BatchHeader.parse(self.batches[-1]).next_offset if self.batches else 0
+        return BatchHeader.parse(self.batches[-1]).next_offset if self.batches else self.start
+
+    def move_start(self, start: int) -> None:
+        """The batches from the one holding ``start`` (DeleteRecords may put
+        it inside a batch)."""
+        kept = [b for b in self.batches if BatchHeader.parse(b).next_offset > start]
+        self.durable = max(0, self.durable - (len(self.batches) - len(kept)))
+        self.batches = kept
+        self.start = start
 
     def count_below(self, offset: int) -> int:
         return sum(1 for b in self.batches if BatchHeader.parse(b).next_offset <= offset)
@@ -76,19 +91,38 @@ def read_all(log: PartitionLog) -> list[bytes]:
 
 def check(log: PartitionLog, model: Model) -> None:
     assert log.log_end_offset == model.end
+    assert log.log_start_offset == model.start
     assert read_all(log) == model.batches
     headers = [BatchHeader.parse(b) for b in model.batches]
     for before, after in zip(headers, headers[1:], strict=False):
         assert after.base_offset == before.next_offset
-    assert log.epoch_cache == derive((h.base_offset, h.partition_leader_epoch) for h in headers)
+    # The cache follows the start (truncateFromStart), and may keep an entry
+    # at the end with no batch when every batch is gone.
+    derived = derive((h.base_offset, h.partition_leader_epoch) for h in headers)
+    assert log.epoch_cache.truncate_from_end(log.log_end_offset) == derived.truncate_from_start(
+        log.log_start_offset
+    )
     rebuilt = ProducerStateManager.rebuild(None, (_producer_batch(h) for h in headers))
-    assert log.producer_state.producers == rebuilt.producers
-    assert log.high_watermark <= log.log_end_offset
+    if log.log_start_offset == 0:
+        assert log.producer_state.producers == rebuilt.producers
+    else:
+        # A producer keeps its whole entry while one of its batches is at or
+        # past the start, so only its last batch is known from the log.
+        assert {p: (e.epoch, e.batches[-1]) for p, e in log.producer_state.producers.items()} == {
+            p: (e.epoch, e.batches[-1]) for p, e in rebuilt.producers.items()
+        }
+    assert log.log_start_offset <= log.high_watermark <= log.log_end_offset
+    first = log.segments[0]
+    assert first.base_offset <= log.log_start_offset
+    assert len(log.segments) == 1 or log.segments[1].base_offset > log.log_start_offset
 
 
 def run(operations: list[tuple[object, ...]], flush_every: bool) -> None:
     config = LogConfig(
-        segment_bytes=350, index_interval_bytes=90, flush_messages=1 if flush_every else None
+        segment_bytes=350,
+        index_interval_bytes=90,
+        flush_messages=1 if flush_every else None,
+        file_delete_delay_ms=25,
     )
     directory = MemoryDirectory()
     log = PartitionLog.open(directory, config, now_ms=0)
@@ -127,9 +161,10 @@ def run(operations: list[tuple[object, ...]], flush_every: bool) -> None:
             log.append_as_follower(data, now_ms=now)
             model.batches.append(data)
         elif kind == "truncate":
-            target = int(float(str(operation[1])) * model.end)
+            target = model.start + int(float(str(operation[1])) * (model.end - model.start))
             end = log.truncate_to(target)
             model.batches = model.batches[: model.count_below(target)]
+            model.start = min(model.start, model.end if model.batches else end)
             assert end == model.end
             model.durable = min(model.durable, len(model.batches))
         elif kind == "flush":
@@ -148,6 +183,24 @@ def run(operations: list[tuple[object, ...]], flush_every: bool) -> None:
             visible = log.read(log.log_start_offset, 1 << 20, max_offset=log.high_watermark)
             for view in split_batches(visible):
                 assert BatchHeader.parse(view).last_offset < log.high_watermark
+        elif kind == "delete_records":
+            hw = log.high_watermark
+            target = model.start + int(float(str(operation[1])) * (hw - model.start))
+            assert log.delete_records(target, now_ms=now) == max(target, model.start)
+            model.move_start(max(target, model.start))
+        elif kind == "retention":
+            mode, value = operation[1], operation[2]
+            limit = int(str(value))
+            if mode == "time":
+                log.config = dataclasses.replace(config, retention_ms=limit // 10)
+            else:
+                log.config = dataclasses.replace(config, retention_bytes=limit)
+            hw = log.high_watermark
+            log.maybe_delete_segments(now)
+            log.config = config
+            # Never past the high watermark; the start is a segment's base.
+            assert log.log_start_offset <= hw
+            model.move_start(log.log_start_offset)
         elif kind == "reopen":
             log.close()
             log = PartitionLog.open(directory, config, now_ms=now)
@@ -160,6 +213,10 @@ def run(operations: list[tuple[object, ...]], flush_every: bool) -> None:
             directory.crash(random.Random(str(operation[1])))
             log = PartitionLog.open(directory, config, now_ms=now)
             assert not log.recovery.clean
+            # The start was checkpointed before it moved: only a lost tail
+            # below it can pull it back (to the end).
+            assert log.log_start_offset == min(model.start, log.log_end_offset)
+            model.start = log.log_start_offset
             kept = read_all(log)
             # A prefix, byte for byte: nothing half-visible, offsets unchanged.
             assert kept == model.batches[: len(kept)]
@@ -168,6 +225,10 @@ def run(operations: list[tuple[object, ...]], flush_every: bool) -> None:
             model.durable = len(kept)
         if kind in ("flush",) or flush_every:
             model.durable = max(model.durable, model.count_below(log.recovery_point))
+        log.maybe_remove_deleted(now)
+        assert all(not name.endswith(".deleted") for name in directory.list()) or (
+            log.pending_deletions
+        )
         check(log, model)
     log.close()
     reopened = PartitionLog.open(directory, config, now_ms=now)

@@ -446,3 +446,37 @@ def test_unknown_suffixes_still_refuse_the_open(name: str) -> None:
     directory.create(name).close()
     with pytest.raises(PartitionLogError, match="not part of a log"):
         PartitionLog.open(directory, SMALL, now_ms=0)
+
+
+def test_the_producer_state_follows_the_start_across_a_power_loss() -> None:
+    directory = MemoryDirectory()
+    log = PartitionLog.open(directory, SMALL, now_ms=0)
+    # Producer 7 only below offset 3; producer 8's batch 3..5 will straddle
+    # the start; producer 9 later. Snapshots taken at the rolls hold all.
+    log.append_as_leader(batch(3, producer=7, producer_epoch=0, sequence=0), 0, 0)
+    log.append_as_leader(batch(3, producer=8, producer_epoch=0, sequence=0), 0, 0)
+    for i in range(12):
+        log.append_as_leader(batch(producer=9, producer_epoch=0, sequence=i), 0, 0)
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    log.flush(0)
+    assert len(log.segments) > 2
+    log.delete_records(4)
+    assert log.producer_state.entry(7) is None
+    assert log.producer_state.entry(8) is not None
+    expected = dict(log.producer_state.producers)
+    directory.crash()
+    # Rebuilt from a roll's snapshot, which still held producer 7.
+    log = PartitionLog.open(directory, SMALL, now_ms=0)
+    assert log.log_start_offset == 4
+    assert log.producer_state.producers == expected
+    # With no snapshot at or above the start: rebuilt from the batch
+    # holding the start, which keeps producer 8.
+    log.close()
+    for name in directory.list():
+        if name.endswith(".snapshot"):
+            directory.delete(name)
+    directory.sync_directory()
+    log = PartitionLog.open(directory, SMALL, now_ms=0)
+    assert log.producer_state.entry(7) is None
+    entry = log.producer_state.entry(8)
+    assert entry is not None and entry.batches[-1].first_offset == 3

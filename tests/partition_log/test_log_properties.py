@@ -189,8 +189,7 @@ def run(operations: list[tuple[object, ...]], flush_every: bool) -> None:
             assert log.delete_records(target, now_ms=now) == max(target, model.start)
             model.move_start(max(target, model.start))
         elif kind == "retention":
-            mode, value = operation[1], operation[2]
-            limit = int(str(value))
+            mode, limit = operation[1], int(str(operation[2]))
             if mode == "time":
                 log.config = dataclasses.replace(config, retention_ms=limit // 10)
             else:

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from partition_log.batch import BatchHeader, build_batch, split_batches
+from partition_log.cleaner import LogCleaner
 from partition_log.epoch_cache import CHECKPOINT_FILE_NAME, EpochEntry, encode_checkpoint
 from partition_log.errors import PartitionLogError
 from partition_log.files import MemoryDirectory
@@ -28,6 +29,7 @@ from partition_log.inspect import (
     readable_bytes,
 )
 from partition_log.log import LogConfig, PartitionLog
+from partition_log.log_config import CleanupPolicy
 from partition_log.log_files import (
     CLEANER_OFFSET_FILE,
     LOG_START_OFFSET_FILE,
@@ -414,3 +416,29 @@ def test_offset_checkpoints_that_do_not_decode_or_pass_the_end(log_dir: Path) ->
     (log_dir / LOG_START_OFFSET_FILE).write_bytes(b"0\n0\n")
     (log_dir / RECOVERY_POINT_FILE).write_bytes(b"0\n%d\n" % end)
     assert check(OsDirectory(log_dir)) == []
+
+
+def test_a_log_compacted_by_the_cleaner_has_no_finding(tmp_path: Path) -> None:
+    """Compaction leaves gaps in the offsets and may remove an epoch's first
+    batches; check takes both as a compacted log's (the cleaner checkpoint
+    says it is one), and still finds a gap where offsets are missing."""
+    path = tmp_path / "p-0"
+    path.mkdir()
+    config = LogConfig(
+        segment_bytes=200,
+        index_interval_bytes=90,
+        cleanup_policy=CleanupPolicy.COMPACT,
+        file_delete_delay_ms=0,
+    )
+    log = PartitionLog.open(OsDirectory(path), config, now_ms=0)
+    for i in range(24):
+        records = [Record(0, i, b"a", b"%d" % i), Record(1, i, b"b%d" % (i % 3), b"x")]
+        log.append_as_leader(build_batch(records), i // 5, now_ms=i)
+        log.maybe_increment_high_watermark(log.log_end_offset)
+    assert LogCleaner({"p": log}).maybe_clean(1000)
+    log.close()
+    segments = dump(OsDirectory(path)).segments
+    offsets = [b.header.base_offset for s in segments for b in s.batches]
+    assert offsets and offsets != list(range(0, 2 * len(offsets), 2))  # gaps
+    assert check(OsDirectory(path)) == []
+    assert [f.kind for f in check(OsDirectory(path), compacted=False)].count(FindingKind.OFFSETS)

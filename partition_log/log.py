@@ -29,7 +29,7 @@ import dataclasses
 import itertools
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -63,7 +63,6 @@ from partition_log.log_files import (
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     InterruptedOperations,
-    SuffixedDirectory,
     classify,
     decode_offset,
     encode_offset,
@@ -73,11 +72,18 @@ from partition_log.log_files import (
     storage,
     write_atomically,
 )
+from partition_log.log_swap import check_replaced, write_cleaned
 from partition_log.producer_state import (
     Duplicate,
     ProducerBatch,
     ProducerStateManager,
     decode_snapshot,
+)
+from partition_log.retention import (
+    SegmentInfo,
+    size_breached,
+    start_breached,
+    time_breached,
 )
 from partition_log.segment import (
     INDEX_SUFFIX,
@@ -169,30 +175,6 @@ def _producer_batch(header: BatchHeader) -> ProducerBatch:
         header.max_timestamp,
         header.is_transactional,
     )
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentInfo:
-    """A segment as the log keeps it when it is not open: its offsets, its
-    size, its largest timestamp (-1 if none; ``LogSegment.largestTimestamp``)
-    and its first batch's max timestamp (``None`` if empty or none): what
-    retention and the cleaner's choices need, without the segment's index."""
-
-    base_offset: int
-    next_offset: int
-    size: int
-    max_timestamp: int
-    first_batch_timestamp: int | None
-
-    @classmethod
-    def of(cls, segment: Segment) -> SegmentInfo:
-        return cls(
-            segment.base_offset,
-            segment.next_offset,
-            segment.size,
-            segment.max_timestamp,
-            segment.first_batch_timestamp,
-        )
 
 
 _Summary = SegmentInfo
@@ -908,56 +890,10 @@ class PartitionLog:
 
     # -- retention ------------------------------------------------------------
 
-    def _deletable(self, predicate: Callable[[SegmentInfo, int | None], bool]) -> int:
-        """How many of the oldest segments may go (``UnifiedLog.deletableSegments``):
-        from the first, while ``predicate(segment, next base)`` holds, the
-        segment lies wholly below the high watermark, and it is not the
-        active segment when that one is empty."""
-        count = 0
-        segments = self.segments
-        for index, segment in enumerate(segments):
-            following = segments[index + 1].base_offset if index + 1 < len(segments) else None
-            upper = following if following is not None else self.log_end_offset
-            last_and_empty = following is None and segment.size == 0
-            if last_and_empty or self.high_watermark < upper or not predicate(segment, following):
-                break
-            count += 1
-        return count
-
     def _start_breached(self) -> int:
-        """Segments wholly below the log start: the next one starts at or
-        below it (``deleteLogStartOffsetBreachedSegments``)."""
-        start = self.log_start_offset
-        return self._deletable(lambda _, following: following is not None and following <= start)
-
-    def _time_breached(self, now_ms: int) -> int:
-        """Segments whose largest timestamp is more than ``retention.ms``
-        before ``now_ms`` (``deleteRetentionMsBreachedSegments``). A segment
-        without any timestamp is kept: Kafka falls back on the file's
-        modification time, which the file seam does not have."""
-        limit = self.config.retention_ms
-        if limit < 0:
-            return 0
-        return self._deletable(
-            lambda segment, _: segment.max_timestamp >= 0 and now_ms - segment.max_timestamp > limit
+        return start_breached(
+            self.segments, self.high_watermark, self.log_end_offset, self.log_start_offset
         )
-
-    def _size_breached(self) -> int:
-        """The oldest segments while the log without them stays at least
-        ``retention.bytes`` (``deleteRetentionSizeBreachedSegments``)."""
-        limit = self.config.retention_bytes
-        excess = self.size - limit
-        if limit < 0 or excess <= 0:
-            return 0
-
-        def predicate(segment: SegmentInfo, _: int | None) -> bool:
-            nonlocal excess
-            if excess - segment.size < 0:
-                return False
-            excess -= segment.size
-            return True
-
-        return self._deletable(predicate)
 
     def maybe_delete_segments(self, now_ms: int) -> bool:
         """Retention (``UnifiedLog.deleteOldSegments``): with ``cleanup.policy``
@@ -973,8 +909,21 @@ class PartitionLog:
         self._now_ms = max(self._now_ms, now_ms)
         deleted = False
         if self.config.deletes:
-            deleted |= self._delete_segments(self._time_breached(now_ms), now_ms)
-            deleted |= self._delete_segments(self._size_breached(), now_ms)
+            count = time_breached(
+                self.segments,
+                self.high_watermark,
+                self.log_end_offset,
+                now_ms,
+                self.config.retention_ms,
+            )
+            deleted |= self._delete_segments(count, now_ms)
+            count = size_breached(
+                self.segments,
+                self.high_watermark,
+                self.log_end_offset,
+                self.config.retention_bytes,
+            )
+            deleted |= self._delete_segments(count, now_ms)
         deleted |= self._delete_segments(self._start_breached(), now_ms)
         return deleted
 
@@ -1102,26 +1051,10 @@ class PartitionLog:
         unchanged (the ``.cleaned`` files written so far are removed)."""
         self._live()
         bases = self.segment_base_offsets
-        first, last = self._check_replaced(old_bases, bases)
-        low, high = bases[first], bases[last + 1]
-        view = SuffixedDirectory(self.directory, CLEANED_SUFFIX)
-        written: list[Segment] = []
-        try:
-            self._write_cleaned(view, written, batches, low, high, now_ms)
-            for segment in written:
-                segment.flush()
-        except BaseException:
-            for segment in written:
-                segment.close()
-                for name in segment_file_names(segment.base_offset):
-                    if view.exists(name):
-                        view.delete(name)
-            self.directory.sync_directory()
-            raise
-        infos = [SegmentInfo.of(segment) for segment in written]
-        for segment in written:
-            segment.close()
-        self.directory.sync_directory()
+        first, last = check_replaced(old_bases, bases)
+        infos = write_cleaned(
+            self.directory, batches, bases[first], bases[last + 1], self.config, now_ms
+        )
         # .cleaned -> .swap, highest first, each segment's renames durable
         # before the next one's start.
         for info in reversed(infos):
@@ -1142,106 +1075,6 @@ class PartitionLog:
         self._old = self._old[:first] + infos + self._old[last + 1 :]
         self._now_ms = max(self._now_ms, now_ms)
         self._schedule_removal(names, now_ms)
-
-    def _check_replaced(self, old_bases: Sequence[int], bases: list[int]) -> tuple[int, int]:
-        """The indexes of the first and last replaced segment; refuses an
-        empty, unknown, unordered or non-consecutive list, or the active
-        segment."""
-        if not old_bases:
-            raise PartitionLogError(Errors.INVALID_RECORD, "replace segments: no old segment")
-        active = self._active.base_offset
-        if active in old_bases:
-            raise PartitionLogError(
-                Errors.INVALID_RECORD,
-                f"replace segments: {active} is the active segment, which is never replaced",
-            )
-        positions = {base: index for index, base in enumerate(bases[:-1])}
-        for base in old_bases:
-            if base not in positions:
-                raise PartitionLogError(
-                    Errors.INVALID_RECORD,
-                    f"replace segments: no older segment has base offset {base} (segments {bases})",
-                )
-        first = positions[old_bases[0]]
-        if [positions[b] for b in old_bases] != list(range(first, first + len(old_bases))):
-            raise PartitionLogError(
-                Errors.INVALID_RECORD,
-                f"replace segments: {list(old_bases)} are not consecutive segments in order "
-                f"(segments {bases})",
-            )
-        return first, first + len(old_bases) - 1
-
-    def _write_cleaned(
-        self,
-        view: SuffixedDirectory,
-        written: list[Segment],
-        batches: Iterable[bytes | bytearray | memoryview],
-        low: int,
-        high: int,
-        now_ms: int,
-    ) -> None:
-        """Write ``batches`` into new ``.cleaned`` segments, appended to
-        ``written`` as they are created; refuses anything not whole valid
-        batches in order inside ``[low, high)``."""
-        config = self.config
-        previous = low - 1
-        segment: Segment | None = None
-        for item in batches:
-            scanner = BatchScanner(item, max_batch_bytes=config.max_batch_bytes)
-            for batch in scanner:
-                header = batch.header
-                where = f"replace segments: batch at offsets {header.base_offset}.."
-                where += f"{header.last_offset}"
-                if header.base_offset <= previous:
-                    raise PartitionLogError(
-                        Errors.INVALID_RECORD,
-                        f"{where} is not after the previous batch (offset {previous})"
-                        if previous >= low
-                        else f"{where} is below the replaced range [{low}, {high})",
-                    )
-                if header.last_offset >= high:
-                    raise PartitionLogError(
-                        Errors.INVALID_RECORD,
-                        f"{where} reaches past the replaced range [{low}, {high})",
-                    )
-                data = memoryview(item)[batch.position : batch.end]
-                if (
-                    segment is not None
-                    and segment.size > 0
-                    and segment.should_roll(
-                        config.segment_bytes,
-                        len(data),
-                        now_ms,
-                        # Age plays no part: the batches are old.
-                        age_limit_ms=(1 << 62),
-                        incoming_last_offset=header.last_offset,
-                    )
-                ):
-                    segment = None
-                if segment is None:
-                    base = low if not written else header.base_offset
-                    segment = self._cleaned_segment(view, base, now_ms)
-                    written.append(segment)
-                segment.append(data, allow_gaps=True)
-                previous = header.last_offset
-            if scanner.error is not None:
-                raise PartitionLogError(
-                    Errors.CORRUPT_MESSAGE,
-                    f"replace segments: not whole valid batches after offset {previous}: "
-                    f"{scanner.error.args[0]}",
-                )
-        if not written:
-            # Everything was cleaned away: one empty segment keeps the range.
-            written.append(self._cleaned_segment(view, low, now_ms))
-
-    def _cleaned_segment(self, view: SuffixedDirectory, base: int, now_ms: int) -> Segment:
-        return Segment.create(
-            view,
-            base,
-            now_ms=now_ms,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_bytes=self.config.segment_index_bytes,
-        )
 
     # -- closing --------------------------------------------------------------
 

@@ -101,12 +101,17 @@ __all__ = [
     "SNAPSHOT_SUFFIX",
     "AppendInfo",
     "CleanupPolicy",
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
     "SegmentInfo",
     "LogConfig",
     "LogRecovery",
     "PartitionLog",
 ]
 
+# ListOffsets' special timestamps (ListOffsetsRequest).
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
 # Older segments kept open for reads; the rest are summaries (memory must not
 # grow with the log).
 _OPEN_OLD_SEGMENTS = 2
@@ -777,6 +782,48 @@ class PartitionLog:
                     return data
             index += 1
         return b""
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets for one partition (``UnifiedLog.fetchOffsetByTimestamp``):
+        the offset and timestamp of the first record at or past the log start
+        whose timestamp is at least ``timestamp``, or ``None`` if there is
+        none; ``EARLIEST_TIMESTAMP`` (-2) gives the log start and
+        ``LATEST_TIMESTAMP`` (-1) the log end, each with timestamp -1. The
+        segments are skipped by their largest timestamp and the one that may
+        hold it searched from its time index."""
+        self._live()
+        if timestamp == EARLIEST_TIMESTAMP:
+            return (self.log_start_offset, -1)
+        if timestamp == LATEST_TIMESTAMP:
+            return (self.log_end_offset, -1)
+        if timestamp < 0:
+            raise ValueError(
+                f"timestamp {timestamp} is neither a time nor EARLIEST_TIMESTAMP (-2) or "
+                "LATEST_TIMESTAMP (-1)"
+            )
+        start = self.log_start_offset
+        for index, info in enumerate(self.segments):
+            if info.next_offset <= start or info.max_timestamp < timestamp:
+                continue
+            segment = self._segment_at(index)
+            found = segment.find_offset_for_timestamp(timestamp)
+            if found is None:
+                continue
+            # The first record that late, and not below the log start (which
+            # DeleteRecords may have put inside this segment).
+            position = max(found, start)
+            while position < segment.next_offset:
+                chunk = segment.read(position, _READ_CHUNK)
+                if not chunk:
+                    break
+                for batch in BatchScanner(chunk, check_crc=False):
+                    header = batch.header
+                    if header.max_timestamp >= timestamp and header.last_offset >= position:
+                        for record in decode_records(chunk[batch.position : batch.end]):
+                            if record.offset >= position and record.timestamp >= timestamp:
+                                return (record.offset, record.timestamp)
+                    position = max(position, header.next_offset)
+        return None
 
     # -- truncation -----------------------------------------------------------
 

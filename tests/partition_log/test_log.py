@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from partition_log.batch import BatchHeader, build_batch, split_batches
+from partition_log.batch import BatchHeader, build_batch, decode_records, split_batches
 from partition_log.epoch_cache import CHECKPOINT_FILE_NAME, EpochEntry, derive
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import FileDirectory, MemoryDirectory
@@ -699,3 +699,43 @@ def test_overlapping_segments_refuse_to_open_with_the_files_unchanged() -> None:
         PartitionLog.open(directory, LogConfig(), now_ms=0)
     assert file_name(2, ".log") in str(error.value) and "ends at 6" in str(error.value)
     assert snapshot(directory) == before
+
+
+def _brute_offset_for_timestamp(log: PartitionLog, timestamp: int) -> tuple[int, int] | None:
+    for header in all_batches(log):
+        data = log.read(max(header.base_offset, log.log_start_offset), 1)
+        for record in decode_records(data[: header.size]):
+            if record.offset >= log.log_start_offset and record.timestamp >= timestamp:
+                return (record.offset, record.timestamp)
+    return None
+
+
+def test_offset_for_timestamp_finds_the_first_record_that_late() -> None:
+    import random
+
+    rng = random.Random(5)
+    log = PartitionLog.open(MemoryDirectory(), SMALL, now_ms=0)
+    # Mostly rising timestamps, some going back, several records a batch.
+    now = 1000
+    for _ in range(40):
+        now += rng.randint(-30, 60)
+        records = [Record(i, now + rng.randint(-20, 20), b"k", b"v") for i in range(3)]
+        log.append_as_leader(build_batch(records), 0, 0)
+    assert len(log.segments) > 3
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    stamps = range(900, now + 100, 7)
+    for timestamp in stamps:
+        assert log.offset_for_timestamp(timestamp) == _brute_offset_for_timestamp(log, timestamp)
+    assert log.offset_for_timestamp(now + 1000) is None
+    assert log.offset_for_timestamp(-2) == (0, -1)
+    assert log.offset_for_timestamp(-1) == (log.log_end_offset, -1)
+    # Never below the log start, even inside a segment and a batch.
+    log.delete_records(31)
+    first = _brute_offset_for_timestamp(log, 0)
+    assert first is not None and first[0] == 31
+    assert log.offset_for_timestamp(0) == first
+    for timestamp in stamps:
+        assert log.offset_for_timestamp(timestamp) == _brute_offset_for_timestamp(log, timestamp)
+    assert log.offset_for_timestamp(-2) == (31, -1)
+    with pytest.raises(ValueError, match="timestamp -3"):
+        log.offset_for_timestamp(-3)

@@ -20,6 +20,7 @@ from partition_log.index import OffsetIndex, TimeIndex
 from partition_log.log import AppendInfo, LogRecovery, PartitionLog
 from partition_log.log_config import CleanupPolicy, LogConfig
 from partition_log.records import Header, Record
+from partition_log.retention import SegmentInfo
 from partition_log.segment import RecoveryResult, Segment
 
 # The file seam on real files is partition_log.os_files, imported by name by
@@ -46,6 +47,7 @@ __all__ = [
     "ScanEnd",
     "ScannedBatch",
     "Segment",
+    "SegmentInfo",
     "TimeIndex",
     "TimestampType",
     "build_batch",

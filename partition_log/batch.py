@@ -35,7 +35,7 @@ import enum
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -111,6 +111,7 @@ _CRC_COVERED = struct.Struct(">hiqqqhii")  # Attributes .. RecordsCount
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 assert _HEADER.size == HEADER_SIZE
+_new_tuple = tuple.__new__
 
 _BASE_OFFSET_AT = 0
 _LENGTH_AT = 8
@@ -149,9 +150,14 @@ def _corrupt(message: str) -> PartitionLogError:
     return PartitionLogError(Errors.CORRUPT_MESSAGE, message)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The 61-byte header of a batch, every field as stored."""
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a batch, every field as stored.
+
+    A named tuple rather than the frozen dataclass the package uses
+    elsewhere: one is built per batch on every scan (recovery, reads by
+    offset, the epoch cache and producer state rebuilds), and a tuple is
+    built in C from ``struct.unpack_from`` in a quarter of the time a frozen
+    dataclass's ``__init__`` takes."""
 
     base_offset: int
     length: int
@@ -176,7 +182,7 @@ class BatchHeader:
                 f"a batch header takes {HEADER_SIZE} bytes, only "
                 f"{max(0, len(buffer) - position)} at position {position}"
             )
-        return cls(*_HEADER.unpack_from(buffer, position))
+        return _new_tuple(cls, _HEADER.unpack_from(buffer, position))
 
     @property
     def size(self) -> int:
@@ -565,9 +571,9 @@ class ScanEnd(enum.Enum):
     CORRUPT = "corrupt"  # a batch's length, magic, CRC or counts do not hold
 
 
-@dataclass(frozen=True, slots=True)
-class ScannedBatch:
-    """A whole, valid batch at ``position`` of the scanned buffer."""
+class ScannedBatch(NamedTuple):
+    """A whole, valid batch at ``position`` of the scanned buffer (a named
+    tuple, as :class:`BatchHeader`, being one per batch scanned)."""
 
     position: int
     header: BatchHeader

@@ -76,6 +76,8 @@ class _EntryIndex(abc.ABC):
     def __init__(self, base_offset: int, max_index_bytes: int = DEFAULT_INDEX_BYTES) -> None:
         self.base_offset = base_offset
         self.max_entries = max_index_bytes // self._ENTRY.size
+        # The bytes max_entries take: is_full compares sizes, not counts.
+        self._max_bytes = self.max_entries * self._ENTRY.size
         self._entries = bytearray()
 
     @classmethod
@@ -115,7 +117,7 @@ class _EntryIndex(abc.ABC):
 
     @property
     def is_full(self) -> bool:
-        return len(self) >= self.max_entries
+        return len(self._entries) >= self._max_bytes
 
     def clear(self) -> None:
         self._entries.clear()
@@ -123,7 +125,7 @@ class _EntryIndex(abc.ABC):
     def _relative(self, offset: int) -> int:
         """``offset`` relative to the base, for a new entry; refuses a full
         index or an offset that does not fit."""
-        if self.is_full:
+        if len(self._entries) >= self._max_bytes:
             raise _suspect(f"{self._KIND} index full at {len(self)} entries, cannot add {offset}")
         relative = offset - self.base_offset
         if not 0 <= relative <= INT32_MAX:
@@ -183,20 +185,32 @@ class OffsetIndex(_EntryIndex):
         """Add an entry past the last; refuses a full index, an offset or
         position not past the last, or an offset outside the relative range."""
         relative = self._relative(offset)
-        if len(self):
-            last = self.last
-            if offset <= last.offset or position <= last.position:
+        entries = self._entries
+        if entries:
+            # The last entry unpacked in place: this runs once per index
+            # interval of every append and every rebuild.
+            last_relative, last_position = _OFFSET_ENTRY.unpack_from(
+                entries, len(entries) - OFFSET_ENTRY_SIZE
+            )
+            if relative <= last_relative or position <= last_position:
                 raise _suspect(
                     f"offset index entry ({offset}, position {position}) does not follow "
-                    f"({last.offset}, position {last.position})"
+                    f"({self.base_offset + last_relative}, position {last_position})"
                 )
-        self._entries += _OFFSET_ENTRY.pack(relative, position)
+        entries += _OFFSET_ENTRY.pack(relative, position)
 
     def lookup(self, offset: int) -> OffsetPosition:
         """The largest entry whose offset is at most ``offset``, or (base
         offset, 0) if none: where to start scanning the log for ``offset``
         (``OffsetIndex.lookup``)."""
         i = self._floor(offset - self.base_offset, 0)
+        return self.entry(i) if i >= 0 else OffsetPosition(self.base_offset, 0)
+
+    def lookup_position(self, position: int) -> OffsetPosition:
+        """The largest entry whose file position is at most ``position``, or
+        (base offset, 0) if none: the last batch start the index knows
+        before a byte limit (a read finds where its batches end from it)."""
+        i = self._floor(position, 1)
         return self.entry(i) if i >= 0 else OffsetPosition(self.base_offset, 0)
 
     def truncate_to(self, offset: int) -> None:
@@ -245,15 +259,23 @@ class TimeIndex(_EntryIndex):
         refuses an offset that goes back or does not fit."""
         # An empty index's last timestamp is -1 (NO_TIMESTAMP), so batches
         # without timestamps add nothing (TimeIndex.maybeAppend).
-        if timestamp <= self.last.timestamp:
+        entries = self._entries
+        if entries:
+            # The last entry unpacked in place, as OffsetIndex.append does.
+            last_timestamp, last_relative = _TIME_ENTRY.unpack_from(
+                entries, len(entries) - TIME_ENTRY_SIZE
+            )
+        else:
+            last_timestamp, last_relative = NO_TIMESTAMP, -1
+        if timestamp <= last_timestamp:
             return False
         relative = self._relative(offset)
-        if len(self) and offset <= self.last.offset:
+        if relative <= last_relative:
             raise _suspect(
                 f"time index entry (timestamp {timestamp}, offset {offset}) goes back from "
-                f"offset {self.last.offset}"
+                f"offset {self.base_offset + last_relative}"
             )
-        self._entries += _TIME_ENTRY.pack(timestamp, relative)
+        entries += _TIME_ENTRY.pack(timestamp, relative)
         return True
 
     def lookup(self, timestamp: int) -> TimestampOffset:

@@ -85,6 +85,9 @@ def parse_log_name(name: str) -> int:
 
 
 _INT32 = struct.Struct(">i")
+# A batch's base offset and length, and where its last offset delta lies.
+_BASE_AND_LENGTH = struct.Struct(">qi")
+_LAST_OFFSET_DELTA_AT = 23
 
 
 def _in_file(message: str, chunk_start: int) -> str:
@@ -434,9 +437,7 @@ class Segment:
 
     # -- appends ----------------------------------------------------------------
 
-    def append(
-        self, batches: bytes | bytearray | memoryview, *, allow_gaps: bool = False
-    ) -> None:
+    def append(self, batches: bytes | bytearray | memoryview, *, allow_gaps: bool = False) -> None:
         """Append whole, verified batches whose offsets follow on from the
         segment's next offset (with ``allow_gaps``, as a compacted segment's
         do, at or past it).  Checked before any byte is written: a refusal
@@ -447,9 +448,7 @@ class Segment:
         expected = self.next_offset
         for batch in scanner:
             header = batch.header
-            if header.base_offset < expected or (
-                header.base_offset != expected and not allow_gaps
-            ):
+            if header.base_offset < expected or (header.base_offset != expected and not allow_gaps):
                 raise PartitionLogError(
                     Errors.INVALID_RECORD,
                     f"segment {self.name}: batch base offset {header.base_offset}, "
@@ -493,31 +492,59 @@ class Segment:
         """The first batch whose last offset is at least ``offset``
         (``LogSegment.translateOffset``), found from the index's entry: the
         headers from there are walked in chunks read at once (about one
-        index interval), not one read per batch."""
+        index interval), not one read per batch, reading only each batch's
+        base offset, length and last offset delta on the way."""
         position = self.offsets.lookup(offset).position
         size = self._log.size
         chunk_size = max(2 * self._builder.index_interval_bytes, 8192)
         chunk = b""
         chunk_start = position
+        head, delta = _BASE_AND_LENGTH.unpack_from, _INT32.unpack_from
         while position < size:
             at = position - chunk_start
             if at + HEADER_SIZE > len(chunk):
                 chunk_start, at = position, 0
                 chunk = self._log.read(position, min(chunk_size, size - position))
-            header = BatchHeader.parse(chunk, at)
-            if header.last_offset >= offset:
-                return position, header
-            position += header.size
+                if len(chunk) < HEADER_SIZE:
+                    BatchHeader.parse(chunk)  # refuses naming the short header
+            base, length = head(chunk, at)
+            if base + delta(chunk, at + _LAST_OFFSET_DELTA_AT)[0] >= offset:
+                return position, BatchHeader.parse(chunk, at)
+            position += length + LOG_OVERHEAD
         return None
 
-    def read(self, start_offset: int, max_bytes: int) -> bytes:
+    def _last_boundary(self, position: int, limit: int) -> int:
+        """The end of the last whole batch from ``position`` (a batch's start)
+        that ends at or before ``limit``, walking the lengths in chunks of
+        about an index interval."""
+        log = self._log
+        chunk_size = max(2 * self._builder.index_interval_bytes, 8192)
+        chunk = b""
+        chunk_start = position
+        length_of = _INT32.unpack_from
+        while position + LOG_OVERHEAD <= limit:
+            at = position - chunk_start
+            if at + LOG_OVERHEAD > len(chunk):
+                chunk_start, at = position, 0
+                chunk = log.read(position, min(chunk_size, limit - position))
+            following = position + LOG_OVERHEAD + length_of(chunk, at + 8)[0]
+            if following > limit:
+                break
+            position = following
+        return position
+
+    def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Whole batches from the one holding ``start_offset``, as many as fit
         in ``max_bytes`` but at least one (Kafka's rule, so a consumer is never
-        stuck behind a batch larger than its limit); empty at the segment's
-        end, ``OFFSET_OUT_OF_RANGE`` outside it.  One read of the file: the
-        batches were whole when appended, so their lengths are walked in the
-        bytes read."""
-        log = self._live()
+        stuck behind a batch larger than its limit), and with ``max_offset``
+        none whose last offset reaches it (empty if the first does); empty at
+        the segment's end, ``OFFSET_OUT_OF_RANGE`` outside it.
+
+        The bytes returned are read once and never copied: where the batches
+        end is found first, from the offset index entry at or before the
+        byte limit and a walk of the few batch lengths after it (the batches
+        were whole when appended), then exactly those bytes are read."""
+        self._live()
         if max_bytes < 0:
             raise PartitionLogError(Errors.INVALID_RECORD, f"max_bytes {max_bytes} is negative")
         if not self.base_offset <= start_offset <= self.next_offset:
@@ -530,15 +557,18 @@ class Segment:
         if found is None:
             return b""
         start, header = found
-        data = log.read(start, min(log.size - start, max(max_bytes, header.size)))
-        end = header.size
-        available = len(data)
-        while end + LOG_OVERHEAD <= available:
-            following = end + LOG_OVERHEAD + _INT32.unpack_from(data, end + 8)[0]
-            if following > available:
-                break
-            end = following
-        return data if end == available else data[:end]
+        limit = min(self._log.size, start + max(max_bytes, header.size))
+        if max_offset is not None and max_offset < self.next_offset:
+            if header.last_offset >= max_offset:
+                return b""
+            stop = self._position_of(max_offset)
+            if stop is not None:
+                limit = min(limit, stop[0])
+        end = start + header.size
+        if end < limit:
+            entry = self.offsets.lookup_position(limit)
+            end = self._last_boundary(max(end, entry.position), limit)
+        return self._log.read(start, end - start)
 
     def find_offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record's timestamp is at least ``timestamp``

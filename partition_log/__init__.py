@@ -14,6 +14,7 @@ from partition_log.batch import (
     split_batches,
     verify,
 )
+from partition_log.cleaner import CleanerConfig, Cleaning, LogCleaner
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import FileDirectory, LogFile, MemoryDirectory
 from partition_log.index import OffsetIndex, TimeIndex
@@ -30,11 +31,14 @@ __all__ = [
     "AppendInfo",
     "BatchHeader",
     "BatchScanner",
+    "CleanerConfig",
+    "Cleaning",
     "CleanupPolicy",
     "Compression",
     "Errors",
     "FileDirectory",
     "Header",
+    "LogCleaner",
     "LogConfig",
     "LogFile",
     "LogRecovery",

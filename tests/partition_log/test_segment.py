@@ -760,9 +760,14 @@ def test_random_histories_on_the_twin(seed: int) -> None:
 
 
 class _CountingDirectory(MemoryDirectory):
-    """The twin, recording the largest single read of any file."""
+    """The twin, recording the largest single read of any file and the
+    sizes of the reads since ``reads`` was last emptied."""
 
     largest_read = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads: list[int] = []
 
     def open(self, name: str) -> MemoryFile:
         directory = self
@@ -771,6 +776,7 @@ class _CountingDirectory(MemoryDirectory):
             def read(self, position: int, size: int) -> bytes:
                 data = super().read(position, size)
                 directory.largest_read = max(directory.largest_read, len(data))
+                directory.reads.append(len(data))
                 return data
 
         inner = super().open(name)
@@ -797,3 +803,40 @@ def test_recovery_and_opening_read_a_bounded_part_of_the_log() -> None:
     again, _ = Segment.open(d, segment.name, now_ms=0)
     assert d.largest_read <= max(len(again.offsets.encode()), len(again.times.encode()), 4096 * 2)
     again.close()
+
+
+@pytest.mark.parametrize("interval", [0, 300, 4096, 10**6])
+def test_reads_stop_at_the_byte_limit_and_max_offset_and_read_once(interval: int) -> None:
+    # Against a model: from the batch holding the start, at least one batch,
+    # then every whole batch within max_bytes, none whose last offset
+    # reaches max_offset; and the bytes returned are exactly one read of the
+    # file (where the batches end is found before reading, from the index).
+    d = _CountingDirectory()
+    rng = random.Random(interval)
+    parts = batches([(rng.randint(1, 4), rng.choice([0, 50, 400, 2000])) for _ in range(40)])
+    segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=interval)
+    for part in parts:
+        segment.append(part)
+    segment.close()  # reopened to read through the counting files
+    segment, _ = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=interval)
+    headers = [BatchHeader.parse(p) for p in parts]
+    end = segment.next_offset
+    for _ in range(300):
+        start = rng.randrange(end + 1)
+        max_bytes = rng.choice([0, 1, 100, 1000, 5000, 10**6])
+        max_offset = rng.choice([None, rng.randrange(end + 2)])
+        expected = b""
+        for part, header in zip(parts, headers, strict=True):
+            if header.last_offset < start:
+                continue
+            if max_offset is not None and header.last_offset >= max_offset:
+                break
+            if expected and len(expected) + len(part) > max_bytes:
+                break
+            expected += part
+        d.reads = []
+        assert segment.read(start, max_bytes, max_offset) == expected
+        if expected:
+            assert len(expected) in d.reads
+            assert max(d.reads) <= max(len(expected), 2 * interval, 8192)
+    segment.close()

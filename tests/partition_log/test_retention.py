@@ -6,6 +6,7 @@ completes, with a crash at every step; the cleaner's checkpoint."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,37 @@ def test_retention_rolls_before_deleting_every_segment() -> None:
     assert log.segment_base_offsets == [end]
     log.append_as_leader(batch(), 0, 0)
     assert log.log_end_offset == end + 1
+
+
+def test_an_empty_active_segment_is_kept_and_not_rolled_again() -> None:
+    # Truncated to the active segment's base: older segments and an empty
+    # active one. retention.bytes=0 takes every older segment, and the empty
+    # active one stays (no roll: it would be at the same offset).
+    config = LogConfig(segment_bytes=400, retention_bytes=0, retention_ms=-1)
+    log = filled(MemoryDirectory(), config)
+    bases = log.segment_base_offsets
+    log.truncate_to(bases[-1])
+    assert log.segments[-1].size == 0
+    assert log.maybe_delete_segments(0)
+    assert log.segment_base_offsets == [bases[-1]]
+    assert log.log_start_offset == log.log_end_offset == bases[-1]
+    assert not log.maybe_delete_segments(0)
+
+
+def test_a_compacted_log_still_deletes_segments_below_its_start() -> None:
+    directory = MemoryDirectory()
+    config = LogConfig(segment_bytes=400, cleanup_policy=CleanupPolicy.COMPACT, retention_ms=1)
+    log = filled(directory, config)
+    bases = log.segment_base_offsets
+    log.close()
+    # A start checkpointed past two segments whose deletion did not happen.
+    write_atomically(directory, LOG_START_OFFSET_FILE, encode_offset(bases[2] + 1))
+    log = PartitionLog.open(directory, config, now_ms=0, high_watermark=20)
+    assert log.segment_base_offsets == bases
+    assert log.maybe_delete_segments(100 * DAY)
+    assert log.segment_base_offsets == bases[2:]
+    assert log.log_start_offset == bases[2] + 1
+    assert not log.maybe_delete_segments(100 * DAY)
 
 
 def test_a_segment_without_timestamps_is_kept_by_time_retention() -> None:
@@ -360,7 +392,7 @@ def test_a_crash_at_every_step_of_retention_leaves_the_old_or_the_new_log() -> N
         except Crash:
             done = False
         new_start = log.segments[0].base_offset if done else -1
-        memory.crash()
+        memory.crash(random.Random(budget))  # with a torn unsynced tail
         reopened = PartitionLog.open(memory, config, now_ms=now)
         assert all(not n.endswith((".deleted", ".tmp")) for n in memory.list())
         assert reopened.log_start_offset >= old_start
@@ -396,7 +428,7 @@ def test_a_crash_at_every_step_of_delete_records() -> None:
             done = True
         except Crash:
             done = False
-        memory.crash()
+        memory.crash(random.Random(budget))  # with a torn unsynced tail
         reopened = PartitionLog.open(memory, SMALL, now_ms=0)
         start = reopened.log_start_offset
         # The old start or the new one, never a lost batch above it.

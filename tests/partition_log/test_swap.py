@@ -6,6 +6,7 @@ log holds the old segments or the new ones, never a mix that loses data."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -226,7 +227,7 @@ def crash_at_every_step(keep_last: bool, split: bool, empty: bool = False) -> in
             done = True
         except Crash:
             done = False
-        memory.crash()
+        memory.crash(random.Random(budget))  # with a torn unsynced tail
         reopened = PartitionLog.open(memory, CONFIG, now_ms=0)
         assert operation_files(memory) == []
         got = read_batches(reopened)

@@ -5,7 +5,7 @@ fails at its N-th change so a test can crash at every step."""
 from __future__ import annotations
 
 from partition_log.batch import BatchHeader, build_batch, split_batches
-from partition_log.files import LogFile, MemoryDirectory
+from partition_log.files import FileDirectory, LogFile, MemoryDirectory
 from partition_log.log import PartitionLog
 from partition_log.records import Record
 
@@ -102,12 +102,13 @@ class _CountingFile:
 
 
 class CrashingDirectory:
-    """A :class:`MemoryDirectory` whose changes (create, rename, delete,
+    """A directory (the twin, or real files: then a stop is a kill -9, all
+    written has reached the OS) whose changes (create, rename, delete,
     directory sync, and each file's append, truncate and sync) are counted;
     with ``budget`` set, the change after that many raises :class:`Crash`
     before it happens."""
 
-    def __init__(self, inner: MemoryDirectory) -> None:
+    def __init__(self, inner: FileDirectory) -> None:
         self.inner = inner
         self.budget: int | None = None
         self.calls = 0

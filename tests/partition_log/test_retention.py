@@ -512,3 +512,34 @@ def test_the_producer_state_follows_the_start_across_a_power_loss() -> None:
     assert log.producer_state.entry(7) is None
     entry = log.producer_state.entry(8)
     assert entry is not None and entry.batches[-1].first_offset == 3
+
+
+def test_a_stop_at_every_step_of_retention_on_real_files(tmp_path: Path) -> None:
+    """As a kill -9 at each change: the reopened log starts at the old start
+    or later, reads the same batches from there, and finishes the delete."""
+    config = LogConfig(segment_bytes=400, index_interval_bytes=100, retention_ms=DAY)
+    budget = 0
+    while True:
+        path = tmp_path / f"p-{budget}"
+        path.mkdir()
+        crashing = CrashingDirectory(OsDirectory(path))
+        log = filled(crashing, config, step_ms=60_000)
+        before = read_batches(log)
+        now = log.segments[2].max_timestamp + DAY + 1
+        crashing.arm(budget)
+        try:
+            log.maybe_delete_segments(now)
+            done = True
+        except Crash:
+            done = False
+        reopened = PartitionLog.open(OsDirectory(path), config, now_ms=now, high_watermark=20)
+        assert deleted_files(OsDirectory(path)) == []
+        assert read_batches(reopened) == before[reopened.log_start_offset :]
+        reopened.maybe_delete_segments(now)
+        assert reopened.segment_base_offsets[0] == reopened.log_start_offset > 0
+        assert read_batches(reopened) == before[reopened.log_start_offset :]
+        reopened.close()
+        if done:
+            break
+        budget += 1
+    assert budget > 5

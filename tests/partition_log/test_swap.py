@@ -340,3 +340,35 @@ def test_the_cleaner_checkpoint_survives_the_swap() -> None:
 
 def test_a_crash_at_every_step_when_everything_was_cleaned_away_loses_nothing() -> None:
     assert crash_at_every_step(keep_last=False, split=False, empty=True) > 20
+
+
+def test_a_stop_at_every_step_of_the_swap_on_real_files(tmp_path: Path) -> None:
+    """As a kill -9 at each change: every call made reached the OS, and the
+    reopened log reads the old segments or the new ones."""
+    budget = 0
+    while True:
+        path = tmp_path / f"p-{budget}"
+        path.mkdir()
+        crashing = CrashingDirectory(OsDirectory(path))
+        log = filled(crashing)
+        before = read_batches(log)
+        bases = log.segment_base_offsets
+        new = compacted(before, bases[1], bases[3])
+        after = in_range(before, 0, bases[1]) + new + in_range(before, bases[3], 1 << 62)
+        log.config = LogConfig(segment_bytes=150, index_interval_bytes=100)
+        crashing.arm(budget)
+        try:
+            log.replace_segments(bases[1:3], new, now_ms=0)
+            done = True
+        except Crash:
+            done = False
+        reopened = PartitionLog.open(OsDirectory(path), CONFIG, now_ms=0)
+        got = read_batches(reopened)
+        assert got in (before, after), f"budget {budget}"
+        assert operation_files(OsDirectory(path)) == []
+        reopened.close()
+        if done:
+            assert got == after
+            break
+        budget += 1
+    assert budget > 20

@@ -148,9 +148,6 @@ class LogRecovery:
     interrupted: InterruptedOperations = InterruptedOperations()
 
 
-_storage = storage
-
-
 # DefaultRecordBatch field positions: the CRC covers attributes .. end.
 _CRC_AT = 17
 _ATTRIBUTES_AT = 21
@@ -182,9 +179,6 @@ def _producer_batch(header: BatchHeader) -> ProducerBatch:
     )
 
 
-_Summary = SegmentInfo
-
-
 def _read_offset_file(directory: FileDirectory, name: str) -> int | None:
     if not directory.exists(name):
         return None
@@ -205,7 +199,7 @@ class PartitionLog:
         self.directory = directory
         self.config = config
         self._now_ms = now_ms
-        self._old: list[_Summary] = []
+        self._old: list[SegmentInfo] = []
         self._open_old: OrderedDict[int, Segment] = OrderedDict()
         self._active: Segment
         self._log_start_offset = 0
@@ -255,7 +249,7 @@ class PartitionLog:
 
     def _live(self) -> None:
         if self._closed:
-            raise _storage("the partition log is closed")
+            raise storage("the partition log is closed")
 
     # -- small files ----------------------------------------------------------
 
@@ -384,7 +378,7 @@ class PartitionLog:
         first_recovered = len(logs)
         if not clean:
             first_recovered = max(0, bisect.bisect_right(bases, recovery_point) - 1)
-        summaries: list[_Summary] = []
+        summaries: list[SegmentInfo] = []
         segments: list[Segment] = []
         cut: tuple[str, int, int, str | None] | None = None
         dropped: list[str] = []

@@ -980,9 +980,13 @@ class PartitionLog:
             self._roll(now_ms)
         bases = [segment.base_offset for segment in self._old[:count]]
         new_first = (
-            self._old[count].base_offset if count < len(self._old) else (self._active.base_offset)
+            self._old[count].base_offset if count < len(self._old) else self._active.base_offset
         )
         self._maybe_increment_log_start_offset(new_first)
+        # Out of the log first (LocalLog.removeAndDeleteSegments): a failure
+        # part-way leaves files that the next open or tick deletes, not a
+        # log that reads renamed files.
+        self._old = self._old[count:]
         names: list[str] = []
         for base in bases:
             if base in self._open_old:
@@ -992,7 +996,6 @@ class PartitionLog:
             if snapshot < self.log_start_offset:
                 names.extend(self._rename_deleted([file_name(snapshot, SNAPSHOT_SUFFIX)]))
         self.directory.sync_directory()
-        self._old = self._old[count:]
         self._schedule_removal(names, now_ms)
         return True
 

@@ -11,6 +11,7 @@ The scenario tests (``test_scenarios.py``) and the random histories
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, replace
 
 from broker.errors import Errors, ReplicaError
@@ -82,6 +83,7 @@ class Cluster:
         log_config: LogConfig | None = None,
         leader: int = 0,
         fetch_max_bytes: int = 1 << 20,
+        elr: bool = False,
     ) -> None:
         self.now_ms = 1_000
         self.log_config = log_config or LogConfig()
@@ -96,6 +98,12 @@ class Cluster:
         for b in range(n):
             self._register(b)
         self.nodes = [self._open(b, MemoryDirectory(), 0) for b in range(n)]
+        # KIP-966: with ``elr`` the controller keeps the eligible leader
+        # replicas (those that left the ISR while it was below min ISR and
+        # did not shut down uncleanly) and elects one when the ISR has no
+        # live member.
+        self.use_elr = elr
+        self.elr: set[int] = set()
         self.partition = PartitionRegistration(
             replicas=tuple(range(n)), isr=tuple(range(n)), leader=leader
         )
@@ -139,6 +147,12 @@ class Cluster:
 
     def publish(self, registration: PartitionRegistration) -> None:
         """A new registration reaches every live replica (a metadata delta)."""
+        old = self.partition
+        if len(registration.isr) >= self.replica_config.min_insync_replicas:
+            self.elr = set()
+        else:
+            # PartitionChangeBuilder.maybePopulateTargetElr
+            self.elr = (self.elr | set(old.isr)) - set(registration.isr)
         self.partition = registration
         for node in self.nodes:
             if not node.alive:
@@ -195,7 +209,6 @@ class Cluster:
             partition_epoch=p.partition_epoch + 1,
             leader_recovery_state=request.leader_recovery_state,
         )
-        self.partition = new
         leader.step_alter_partition_result(
             request,
             AlterPartitionResult(
@@ -270,7 +283,9 @@ class Cluster:
         if request is not None:
             self.alter_partition(request)
 
-    def _reopen(self, broker_id: int, lose_unsynced: bool) -> None:
+    def _reopen(
+        self, broker_id: int, lose_unsynced: bool, rng: random.Random | None = None
+    ) -> None:
         """The process restarts: a power loss keeps only what was synced (or
         a clean close keeps all), the log is opened again with the high
         watermark it had (Kafka's replication-offset-checkpoint), and the
@@ -278,7 +293,7 @@ class Cluster:
         node = self.nodes[broker_id]
         high_watermark = node.log.high_watermark
         if lose_unsynced:
-            node.directory.crash()
+            node.directory.crash(rng)
         else:
             node.log.close()
         self.nodes[broker_id] = self._open(broker_id, node.directory, high_watermark)
@@ -289,20 +304,33 @@ class Cluster:
         self._reopen(broker_id, lose_unsynced)
         self.publish(self.partition)
 
-    def kill(self, broker_id: int, *, lose_unsynced: bool = True) -> None:
+    def kill(
+        self, broker_id: int, *, lose_unsynced: bool = True, rng: random.Random | None = None
+    ) -> None:
         """``broker_id`` stops (a power loss by default); the controller
         fences it, takes it out of the ISR unless it is the last member (kq
-        keeps the last one), and elects another live ISR member if it led."""
-        self._reopen(broker_id, lose_unsynced)
+        keeps the last one), and elects another live ISR member if it led
+        (or, with ELR, an eligible leader replica). With ``rng``, a torn
+        prefix of an unsynced tail may survive; a power loss is an unclean
+        shutdown, which takes the broker out of the ELR."""
+        self._reopen(broker_id, lose_unsynced, rng)
         self.nodes[broker_id].alive = False
         self.registrations[broker_id] = replace(self.registrations[broker_id], fenced=True)
         p = self.partition
         isr = tuple(b for b in p.isr if b != broker_id) or p.isr
         if p.leader == broker_id:
             live = [b for b in isr if b != broker_id and self.nodes[b].alive]
-            self.elect(live[0] if live else NO_LEADER, isr)
+            eligible = sorted(b for b in self.elr if b != broker_id and self.nodes[b].alive)
+            if live:
+                self.elect(live[0], isr)
+            elif self.use_elr and eligible:
+                self.elect(eligible[0], (eligible[0],))
+            else:
+                self.elect(NO_LEADER, isr)
         elif isr != p.isr:
             self.change_isr(isr)
+        if lose_unsynced:
+            self.elr.discard(broker_id)
 
     def restart(self, broker_id: int) -> None:
         """A killed broker comes back with a new broker epoch, unfenced; a
@@ -312,12 +340,14 @@ class Cluster:
         p = self.partition
         if p.leader == NO_LEADER and broker_id in p.isr:
             self.elect(broker_id)
+        elif p.leader == NO_LEADER and self.use_elr and broker_id in self.elr:
+            self.elect(broker_id, (broker_id,))
         else:
             self.publish(replace(p, partition_epoch=p.partition_epoch + 1))
 
-    def crash(self, broker_id: int) -> None:
+    def crash(self, broker_id: int, rng: random.Random | None = None) -> None:
         """A power loss and restart."""
-        self.kill(broker_id)
+        self.kill(broker_id, rng=rng)
         self.restart(broker_id)
 
     def committed(self) -> dict[int, BatchId]:

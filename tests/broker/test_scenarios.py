@@ -203,7 +203,7 @@ def run_r9(elect_elr: bool) -> tuple[Cluster, dict[int, BatchId]]:
     writes alone, then loses power with nothing synced. The controller
     elects the ELR member (KIP-966), or re-elects the leader when it comes
     back (no ELR)."""
-    c = Cluster(3, min_isr=2, lag_ms=LAG)
+    c = Cluster(3, min_isr=2, lag_ms=LAG, elr=elect_elr)
     c.produce(b"r0")
     c.replicate(2)
     c.produce(b"r1")
@@ -218,11 +218,12 @@ def run_r9(elect_elr: bool) -> tuple[Cluster, dict[int, BatchId]]:
     c.produce(b"r3", acks=1)
     c.produce(b"r4", acks=1)
     committed = c.committed()
+    assert c.elr == {1}
     c.kill(0, lose_unsynced=True)
-    assert c.partition.leader == NO_LEADER
     if elect_elr:
-        c.elect(1, isr=(1,))
+        assert c.partition.leader == 1 and c.partition.isr == (1,)
     else:
+        assert c.partition.leader == NO_LEADER
         c.restart(0)
         c.replicate(2)
     return c, committed

@@ -112,6 +112,7 @@ _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 assert _HEADER.size == HEADER_SIZE
 _new_tuple = tuple.__new__
+_HEADER_UNPACK = _HEADER.unpack_from
 
 _BASE_OFFSET_AT = 0
 _LENGTH_AT = 8
@@ -656,21 +657,34 @@ class BatchScanner:
             return self._stop(
                 ScanEnd.CORRUPT, f"at position {pos}: magic {magic}, expected {MAGIC}"
             )
-        header = BatchHeader.parse(view, pos)
-        where = f"at position {pos}, batch at base offset {header.base_offset}"
+        # The buffer holds the whole header (size > left was refused above),
+        # so it is unpacked without parse's bounds check; the message naming
+        # the batch is built only for a refusal (this runs once per batch of
+        # every scan).
+        header = _new_tuple(BatchHeader, _HEADER_UNPACK(view, pos))
         if self._check_crc:
             computed = crc32c(view[pos + _ATTRIBUTES_AT : pos + size])
             if computed != header.crc:
                 return self._stop(
                     ScanEnd.CORRUPT,
-                    f"{where}: CRC stored 0x{header.crc:08x}, computed 0x{computed:08x}",
+                    f"at position {pos}, batch at base offset {header.base_offset}: "
+                    f"CRC stored 0x{header.crc:08x}, computed 0x{computed:08x}",
                 )
-        try:
-            _check_fields(header, where)
-        except PartitionLogError as error:
-            return self._stop(ScanEnd.CORRUPT, str(error.args[0]))
+        count, delta = header.records_count, header.last_offset_delta
+        if (
+            count < 0
+            or delta < 0
+            or count > delta + 1
+            or (count * 7 > length - MIN_LENGTH and not header.attributes & 0x07)
+        ):
+            try:
+                _check_fields(
+                    header, f"at position {pos}, batch at base offset {header.base_offset}"
+                )
+            except PartitionLogError as error:
+                return self._stop(ScanEnd.CORRUPT, str(error.args[0]))
         self.position = pos + size
-        return ScannedBatch(pos, header)
+        return _new_tuple(ScannedBatch, (pos, header))
 
 
 def split_batches(buffer: bytes | bytearray | memoryview) -> list[memoryview]:

@@ -84,6 +84,7 @@ __all__ = [
     "TimestampType",
     "build_batch",
     "decode_records",
+    "records_section",
     "set_base_offset",
     "set_leader_epoch",
     "split_batches",
@@ -532,6 +533,18 @@ def decode_records(
     :func:`verify` for bytes that came from outside).  A compressed section
     that expands past ``max_records_bytes`` is refused (``MESSAGE_TOO_LARGE``)."""
     return _records_of(batch, _header_of(batch, check_crc=False), max_records_bytes)
+
+
+def records_section(
+    batch: bytes | bytearray | memoryview, *, max_records_bytes: int = DEFAULT_MAX_RECORDS_BYTES
+) -> bytes:
+    """The records section of one batch, decompressed, undecoded: for
+    compaction, which reads only each record's key and whether it has a
+    value.  Checks the batch's structure as :func:`decode_records` does."""
+    header = _header_of(batch, check_crc=False)
+    return _decompress(
+        header.compression, bytes(batch[HEADER_SIZE:]), header.base_offset, max_records_bytes
+    )
 
 
 def verify(

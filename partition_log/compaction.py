@@ -40,8 +40,9 @@ from partition_log.batch import (
     TimestampType,
     build_batch,
     decode_records,
+    records_section,
 )
-from partition_log.records import INT32_MAX, Record
+from partition_log.records import INT32_MAX, decode_varint
 
 __all__ = [
     "DEFAULT_DEDUPE_BUFFER_BYTES",
@@ -102,9 +103,91 @@ class OffsetMap:
         self._offsets[key] = offset
 
 
-def _keyed(records: Iterable[Record], start_offset: int) -> list[tuple[bytes, int]]:
-    """(key, offset) of the records with a key at or past ``start_offset``."""
-    return [(r.key, r.offset) for r in records if r.key is not None and r.offset >= start_offset]
+#: (offset, key, is a tombstone) of one record.
+KeyInfo = tuple[int, bytes | None, bool]
+
+
+def _walk(data: bytes, count: int, base_offset: int) -> list[KeyInfo] | None:
+    """Each record's offset, key and whether its value is null, read from a
+    records section without building records (a record's length skips its
+    value and headers); ``None`` for anything it does not expect."""
+    varint = decode_varint
+    out: list[KeyInfo] = []
+    append = out.append
+    pos = 0
+    end = len(data)
+    for _ in range(count):
+        b = data[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:  # two bytes: lengths up to 8 KiB
+            z = (b & 0x7F) | (data[pos + 1] << 7)
+            length = (z >> 1) ^ -(z & 1)
+            pos += 2
+        else:
+            length, pos = varint(data, pos, end)
+        record_end = pos + length
+        if length < 3 or record_end > end:
+            return None
+        pos += 1  # attributes (unused); then the timestamp delta, skipped
+        if data[pos] < 0x80:
+            pos += 1
+        else:
+            _, pos = varint(data, pos, record_end, 10)
+        b = data[pos]
+        if b < 0x80:
+            offset_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            offset_delta, pos = varint(data, pos, record_end)
+        b = data[pos]
+        if b < 0x80:
+            size = (b >> 1) ^ -(b & 1)
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            z = (b & 0x7F) | (data[pos + 1] << 7)
+            size = (z >> 1) ^ -(z & 1)
+            pos += 2
+        else:
+            size, pos = varint(data, pos, record_end)
+        if size >= 0:
+            if pos + size > record_end:
+                return None
+            key: bytes | None = data[pos : pos + size]
+            pos += size
+        elif size == -1:
+            key = None
+        else:
+            return None
+        b = data[pos]
+        if b < 0x80:
+            size = (b >> 1) ^ -(b & 1)
+        elif data[pos + 1] < 0x80:
+            z = (b & 0x7F) | (data[pos + 1] << 7)
+            size = (z >> 1) ^ -(z & 1)
+        else:
+            size, _ = varint(data, pos, record_end)
+        if size < -1:
+            return None
+        append((base_offset + offset_delta, key, size == -1))
+        pos = record_end
+    return out if pos == end else None
+
+
+def _keys_of(batch: bytes | bytearray | memoryview, header: BatchHeader) -> list[KeyInfo]:
+    """(offset, key, tombstone) of each record of ``batch``, the speed of the
+    cleaner: most records are only looked up, not rewritten."""
+    section = records_section(batch)
+    try:
+        found = _walk(section, header.records_count, header.base_offset)
+    except Exception:  # the decoder below names what is wrong
+        found = None
+    if found is None:
+        # A section the walk does not take: the decoder gives its records,
+        # or refuses it naming the record and field.
+        return [(r.offset, r.key, r.value is None) for r in decode_records(batch)]
+    return found
 
 
 def build_offset_map(
@@ -124,7 +207,11 @@ def build_offset_map(
         if header.last_offset < start_offset:
             continue
         if not header.is_control:
-            keyed = _keyed(decode_records(batch), start_offset)
+            keyed = [
+                (key, offset)
+                for offset, key, _ in _keys_of(batch, header)
+                if key is not None and offset >= start_offset
+            ]
             new_keys = {key for key, _ in keyed if offset_map.get(key) is None}
             cost = sum(len(key) + ENTRY_OVERHEAD_BYTES for key in new_keys)
             mapped_any = offset_map.latest_offset >= 0
@@ -171,23 +258,24 @@ def clean_batch(
     discard = header.is_control and not _retains_deletes(header, now_ms)
     if discard and not last_of_producer:
         return None  # BatchRetention.DELETE
-    records = decode_records(batch)
+    keys = _keys_of(batch, header)
     if discard:
-        kept: list[Record] = []
+        keep = [False] * len(keys)
     elif header.is_control:
-        kept = list(records)
+        keep = [True] * len(keys)
     else:
-        kept = [r for r in records if _retains(r, header, offset_map, now_ms)]
-    if kept:
+        keep = [_retains(info, header, offset_map, now_ms) for info in keys]
+    if any(keep):
         sets_horizon = header.delete_horizon_ms is None and (
-            header.is_control or any(r.value is None for r in kept)
+            header.is_control or any(k and info[2] for k, info in zip(keep, keys, strict=True))
         )
-        if len(kept) == len(records) and not sets_horizon:
+        if all(keep) and not sets_horizon:
             return batch  # writeOriginalBatch: every record stays
         if sets_horizon:
             horizon: int | None = now_ms + delete_retention_ms
         else:
             horizon = header.delete_horizon_ms
+        kept = [r for r, k in zip(decode_records(batch), keep, strict=True) if k]
         log_append_time = header.timestamp_type is TimestampType.LOG_APPEND_TIME
         # MemoryRecords.buildRetainedRecordsInto: the original codec, epoch,
         # producer fields and last offset (the last sequence stays).
@@ -227,16 +315,17 @@ def clean_batch(
     )
 
 
-def _retains(record: Record, header: BatchHeader, offset_map: OffsetMap, now_ms: int) -> bool:
+def _retains(info: KeyInfo, header: BatchHeader, offset_map: OffsetMap, now_ms: int) -> bool:
     """``Cleaner.shouldRetainRecord`` for a data record."""
-    if record.offset > offset_map.latest_offset:
+    offset, key, tombstone = info
+    if offset > offset_map.latest_offset:
         return True  # not mapped: the map filled up before it
-    if record.key is None:
+    if key is None:
         return False  # a compacted log's record needs a key; Kafka drops it too
-    latest = offset_map.get(record.key)
-    if latest is not None and record.offset < latest:
+    latest = offset_map.get(key)
+    if latest is not None and offset < latest:
         return False  # obsolete
-    return record.value is not None or _retains_deletes(header, now_ms)
+    return not tombstone or _retains_deletes(header, now_ms)
 
 
 # -- which log, which segments ------------------------------------------------

@@ -31,12 +31,15 @@ from partition_log.compaction import (
     CleanableRange,
     OffsetMap,
     SegmentSummary,
+    _keys_of,
+    _walk,
     build_offset_map,
     choose_log,
     clean_batch,
     cleanable_range,
     group_segments_by_size,
 )
+from partition_log.errors import PartitionLogError
 from partition_log.records import Record
 
 RETENTION = 1_000
@@ -539,3 +542,46 @@ def test_group_segments_by_size_merges_small_neighbours() -> None:
     assert [len(g) for g in group_segments_by_size(wide, 100)] == [1, 1]
     empty_first = [seg(0, 0, 0), seg(0, 1 << 32, 1)]
     assert [len(g) for g in group_segments_by_size(empty_first, 100)] == [2]
+
+
+# -- the key walk the cleaner reads batches with --------------------------------
+
+WALK_BYTES = st.none() | st.binary(max_size=20) | st.binary(min_size=60, max_size=9000)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            WALK_BYTES,
+            WALK_BYTES,
+            st.lists(st.tuples(st.text(max_size=4), st.none() | st.binary(max_size=4)), max_size=2),
+            st.integers(1, 300),
+            st.integers(-(2**40), 2**40),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    st.sampled_from([Compression.NONE, Compression.LZ4, Compression.ZSTD]),
+)
+def test_the_key_walk_reads_what_the_decoder_reads(
+    fields: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes | None]], int, int]],
+    compression: Compression,
+) -> None:
+    offset = 1_000
+    records = []
+    for key, value, headers, gap, timestamp in fields:
+        offset += gap
+        records.append(Record(offset, timestamp, key, value, tuple(headers)))
+    batch = build_batch(records, base_offset=1_000, compression=compression)
+    expected = [(r.offset, r.key, r.value is None) for r in decode_records(batch)]
+    assert _keys_of(batch, BatchHeader.parse(batch)) == expected
+
+
+def test_a_damaged_section_is_refused_by_the_decoder_naming_the_record() -> None:
+    good = build_batch([Record(0, 1, b"k", b"v"), Record(1, 1, b"j", b"w")])
+    damaged = bytearray(good)
+    damaged[-5] = 0x20  # the second record's key length (16) runs past its end
+    assert _walk(bytes(damaged[61:]), 2, 0) is None
+    with pytest.raises(PartitionLogError, match="record 1 of 2 is malformed"):
+        _keys_of(bytes(damaged), BatchHeader.parse(damaged))

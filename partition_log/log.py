@@ -402,6 +402,19 @@ class PartitionLog:
                 expected = segment.next_offset
                 if result is not None and result.truncated_bytes:
                     cut = (name, result.valid_bytes, result.truncated_bytes, result.reason)
+                elif recover and index + 1 < len(logs) and bases[index + 1] > expected:
+                    # A recovered segment ending short of the next one lost
+                    # its tail (only a cleaned segment may end early, and
+                    # those lie below the recovery point): the later,
+                    # unflushed segments would leave a hole in the offsets,
+                    # so they go as after a cut.
+                    cut = (
+                        name,
+                        segment.size,
+                        0,
+                        f"the segment ends at offset {expected} but the next one starts at "
+                        f"{bases[index + 1]}: the offsets between are missing",
+                    )
                 segments.append(segment)
             # All but the last are summaries.
             for segment in segments[:-1]:

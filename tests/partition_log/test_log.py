@@ -739,3 +739,38 @@ def test_offset_for_timestamp_finds_the_first_record_that_late() -> None:
     assert log.offset_for_timestamp(-2) == (31, -1)
     with pytest.raises(ValueError, match="timestamp -3"):
         log.offset_for_timestamp(-3)
+
+
+def test_recovery_drops_the_segments_after_one_that_ends_short_of_the_next() -> None:
+    # A recovered segment that lost whole batches at its end (cut at a batch
+    # boundary, so no damaged byte to find) would leave a hole before the
+    # next segment: recovery treats it as a cut and drops the later ones.
+    directory = MemoryDirectory()
+    log = PartitionLog.open(directory, SMALL, now_ms=0)
+    for _ in range(12):
+        log.append_as_leader(batch(2), 0, now_ms=0)
+    log.flush(0)
+    bases = log.segment_base_offsets
+    assert len(bases) >= 3
+    middle = file_name(bases[1], ".log")
+    kept = [h for h in all_batches(log) if bases[1] <= h.base_offset < bases[2]][0]
+    directory.crash()
+    # Recover everything, and cut the middle segment after its first batch.
+    directory.delete(RECOVERY_POINT_FILE)
+    handle = directory.create(RECOVERY_POINT_FILE)
+    handle.append(b"0\n0\n")
+    handle.sync()
+    handle.close()
+    directory.sync_directory()
+    handle = directory.open(middle)
+    handle.truncate(kept.size)
+    handle.sync()
+    handle.close()
+    reopened = PartitionLog.open(directory, SMALL, now_ms=0)
+    assert reopened.log_end_offset == kept.next_offset
+    assert reopened.recovery.cut_segment == middle
+    assert reopened.recovery.reason is not None and "missing" in reopened.recovery.reason
+    assert reopened.recovery.dropped_segments == tuple(file_name(b, ".log") for b in bases[2:])
+    offsets = [h.base_offset for h in all_batches(reopened)]
+    assert offsets == sorted(offsets) and all_batches(reopened)[-1].next_offset == kept.next_offset
+    assert reopened.epoch_cache.entries == derived_cache(reopened)

@@ -324,3 +324,30 @@ def test_a_power_loss_at_every_step_of_a_cleaning_loses_nothing() -> None:
         assert records(reopened) == expected
         steps += 1
     assert steps > 20  # every rename, sync and write of several swaps
+
+
+def test_compact_delete_logs_are_cleaned_too() -> None:
+    config = dataclasses.replace(
+        CONFIG, cleanup_policy=CleanupPolicy.COMPACT | CleanupPolicy.DELETE
+    )
+    log = open_log(config=config)
+    fill(log, 8)
+    cleaner = LogCleaner({"p": log})
+    assert cleaner.maybe_clean(0)
+    assert {r[1]: r[2] for r in records(log)} == {b"a": b"7", b"b": b"7"}
+
+
+def test_a_log_starting_inside_a_segment_is_cleaned_from_its_start() -> None:
+    log = open_log()
+    fill(log, 8)
+    start = log.segment_base_offsets[1] + 1  # inside the second segment
+    log.delete_records(start, now_ms=0)
+    assert log.log_start_offset == start
+    before = [r for r in records(log) if r[0] >= start]
+    cleaner = LogCleaner({"p": log})
+    assert cleaner.prospects("p", 0).first_dirty_offset == start
+    assert cleaner.maybe_clean(0)
+    after = records(log)
+    assert log.log_start_offset == start
+    assert all(r[0] >= start for r in after)
+    assert {r[1]: r for r in after} == {r[1]: r for r in before}

@@ -15,6 +15,7 @@ from broker.replica import (
     MappingBrokerView,
     PartitionReplica,
     ReplicaConfig,
+    ReplicaLog,
 )
 from broker.replica.leader import (
     AlterPartitionErrorAction,
@@ -511,3 +512,9 @@ def test_latest_offset_not_available_below_the_epoch_start() -> None:
     leader.step_fetch(fetch(1, 2, epoch=3, last_fetched_epoch=0), 2_000)
     leader.step_fetch(fetch(2, 2, epoch=3, last_fetched_epoch=0), 2_000)
     assert leader.latest_offset() == 2
+
+
+def test_partition_log_is_a_replica_log() -> None:
+    # The seam is structural: mypy checks this assignment (tests are typed).
+    log: ReplicaLog = PartitionLog.open(MemoryDirectory(), LogConfig(), now_ms=0)
+    assert log.log_end_offset == 0 and log.epoch_cache.latest_epoch == -1

@@ -339,23 +339,26 @@ def check_records_section(
 def _records_fit(data: bytes, count: int, last_offset_delta: int) -> bool:
     """Whether the records are well formed as the decoder checks them, for
     records without headers; ``False`` means "ask the decoder" (a record with
-    headers, or damage).  One- and two-byte varints (every length below 8 KiB
-    and most deltas) are read inline: a call per field would cost more than
-    the rest of the walk."""
+    headers, or damage).
+
+    Speed: one- and two-byte varints (every length below 8 KiB and most
+    deltas) are read inline, a call per field costing more than the rest of
+    the walk; and a field is not checked against its record's end as it is
+    read: positions only grow, so a field running past the end leaves the
+    position past it, which the check that the record ends right after its
+    (empty) headers refuses, and a read past the whole section raises
+    IndexError, refused too."""
     varint = decode_varint
     pos = 0
     end = len(data)
     previous_delta = -1
     try:
         for _ in range(count):
-            # The record's length, bounded by the section's end.
-            if pos >= end:
-                return False
             b = data[pos]
             if b < 0x80:
                 length = (b >> 1) ^ -(b & 1)
                 pos += 1
-            elif pos + 1 < end and data[pos + 1] < 0x80:
+            elif data[pos + 1] < 0x80:
                 z = (b & 0x7F) | (data[pos + 1] << 7)
                 length = (z >> 1) ^ -(z & 1)
                 pos += 2
@@ -371,68 +374,57 @@ def _records_fit(data: bytes, count: int, last_offset_delta: int) -> bool:
             pos += 1
             if data[pos] < 0x80:
                 pos += 1
-            elif pos + 1 < record_end and data[pos + 1] < 0x80:
+            elif data[pos + 1] < 0x80:
                 pos += 2
             else:
-                _, pos = varint(data, pos, record_end, 10)
-            if pos >= record_end:
-                return False
+                _, pos = varint(data, pos, end, 10)
             b = data[pos]
             if b < 0x80:
                 offset_delta = (b >> 1) ^ -(b & 1)
                 pos += 1
-            elif pos + 1 < record_end and data[pos + 1] < 0x80:
+            elif data[pos + 1] < 0x80:
                 z = (b & 0x7F) | (data[pos + 1] << 7)
                 offset_delta = (z >> 1) ^ -(z & 1)
                 pos += 2
             else:
-                offset_delta, pos = varint(data, pos, record_end)
+                offset_delta, pos = varint(data, pos, end)
             if offset_delta <= previous_delta or offset_delta > last_offset_delta:
                 return False
             previous_delta = offset_delta
-            # The key: a length (-1 for null) and its bytes.
-            if pos >= record_end:
+            # The key, then the value: a length (-1 for null) and its bytes.
+            b = data[pos]
+            if b < 0x80:
+                size = (b >> 1) ^ -(b & 1)
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                z = (b & 0x7F) | (data[pos + 1] << 7)
+                size = (z >> 1) ^ -(z & 1)
+                pos += 2
+            else:
+                size, pos = varint(data, pos, end)
+            if size > 0:
+                pos += size
+            elif size < -1:
                 return False
             b = data[pos]
             if b < 0x80:
                 size = (b >> 1) ^ -(b & 1)
                 pos += 1
-            elif pos + 1 < record_end and data[pos + 1] < 0x80:
+            elif data[pos + 1] < 0x80:
                 z = (b & 0x7F) | (data[pos + 1] << 7)
                 size = (z >> 1) ^ -(z & 1)
                 pos += 2
             else:
-                size, pos = varint(data, pos, record_end)
+                size, pos = varint(data, pos, end)
             if size > 0:
-                if size > record_end - pos:
-                    return False
                 pos += size
             elif size < -1:
                 return False
-            # The value, the same way.
-            if pos >= record_end:
-                return False
-            b = data[pos]
-            if b < 0x80:
-                size = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif pos + 1 < record_end and data[pos + 1] < 0x80:
-                z = (b & 0x7F) | (data[pos + 1] << 7)
-                size = (z >> 1) ^ -(z & 1)
-                pos += 2
-            else:
-                size, pos = varint(data, pos, record_end)
-            if size > 0:
-                if size > record_end - pos:
-                    return False
-                pos += size
-            elif size < -1:
-                return False
-            # No headers (a count of zero) and nothing after them.
-            if pos + 1 != record_end or data[pos] != 0:
+            # No headers (a count of zero) ending the record exactly.
+            if pos + 1 != record_end or data[pos]:
                 return False
             pos = record_end
-    except _Malformed:
+    except (_Malformed, IndexError):
         return False
     return pos == end
 

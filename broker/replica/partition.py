@@ -143,6 +143,15 @@ class PartitionReplica:
             and self.role is role
         )
 
+    def _check_replica(self, registration: PartitionRegistration) -> None:
+        """A broker that is no replica of the partition stops its replica
+        instead (the broker's job); it neither leads nor follows."""
+        if self.broker_id not in registration.replicas:
+            raise ValueError(
+                f"broker {self.broker_id} is not a replica of this partition "
+                f"(replicas {list(registration.replicas)})"
+            )
+
     def _leader_hint(self) -> tuple[int, int]:
         return self.leader_id, self.leader_epoch
 
@@ -161,6 +170,7 @@ class PartitionReplica:
                 f"broker {self.broker_id} cannot become leader of a partition led by "
                 f"{registration.leader}"
             )
+        self._check_replica(registration)
         if self._is_stale(registration, Role.LEADER):
             return False
         is_new_leader = self.role is not Role.LEADER
@@ -210,6 +220,7 @@ class PartitionReplica:
                 f"broker {self.broker_id} leads this partition in the registration; "
                 "call become_leader"
             )
+        self._check_replica(registration)
         if self._is_stale(registration, Role.FOLLOWER):
             return False
         self.role = Role.FOLLOWER

@@ -518,3 +518,21 @@ def test_partition_log_is_a_replica_log() -> None:
     # The seam is structural: mypy checks this assignment (tests are typed).
     log: ReplicaLog = PartitionLog.open(MemoryDirectory(), LogConfig(), now_ms=0)
     assert log.log_end_offset == 0 and log.epoch_cache.latest_epoch == -1
+
+
+def test_roles_refused_outside_the_replicas_and_for_the_wrong_leader() -> None:
+    leader = make_leader()
+    moved = PartitionRegistration((1, 2), (1, 2), leader=1, leader_epoch=2, partition_epoch=6)
+    with pytest.raises(ValueError, match=r"broker 0 is not a replica .*\[1, 2\]"):
+        leader.become_follower(moved, 2_000)
+    led_by_1 = PartitionRegistration(
+        (0, 1, 2), (0, 1, 2), leader=1, leader_epoch=2, partition_epoch=6
+    )
+    with pytest.raises(ValueError, match="led by 1"):
+        leader.become_leader(led_by_1, 2_000)
+    led_by_0 = PartitionRegistration(
+        (0, 1, 2), (0, 1, 2), leader=0, leader_epoch=2, partition_epoch=6
+    )
+    with pytest.raises(ValueError, match="call become_leader"):
+        leader.become_follower(led_by_0, 2_000)
+    assert leader.leader_epoch == 1  # nothing changed

@@ -393,10 +393,15 @@ class PartitionReplica:
             )
         replica = self.remotes.get(request.replica_id)
         if replica is None:
-            # KAFKA-13837: "not yet recognized as valid, which causes the
-            # follower to retry".
+            # Partition.followerReplicaOrThrow (KAFKA-13837): with a leader
+            # epoch, "the tuple (replicaId, leaderEpoch) is not yet
+            # recognized as valid, which causes the follower to retry" (a
+            # replica being added); without one, an old follower that was
+            # removed.
             return self._refusal(
-                Errors.UNKNOWN_LEADER_EPOCH,
+                Errors.NOT_LEADER_OR_FOLLOWER
+                if request.current_leader_epoch in (None, NO_EPOCH)
+                else Errors.UNKNOWN_LEADER_EPOCH,
                 f"replica {request.replica_id} is not a follower of this partition "
                 f"(replicas {list(self.replicas)})",
             )

@@ -130,6 +130,9 @@ def test_unknown_replica_gets_unknown_leader_epoch() -> None:
     answer = make_leader().step_fetch(fetch(7, 0), 2_000).answer
     assert answer.error is Errors.UNKNOWN_LEADER_EPOCH
     assert "replica 7" in answer.message
+    # Without a leader epoch (an old follower): not a follower.
+    answer = make_leader().step_fetch(fetch(7, 0, epoch=None), 2_000).answer
+    assert answer.error is Errors.NOT_LEADER_OR_FOLLOWER
 
 
 def test_not_leader_answers_not_leader_or_follower() -> None:

@@ -351,3 +351,35 @@ def test_a_log_starting_inside_a_segment_is_cleaned_from_its_start() -> None:
     assert log.log_start_offset == start
     assert all(r[0] >= start for r in after)
     assert {r[1]: r for r in after} == {r[1]: r for r in before}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="PartitionLog.truncate_to keeps a cleaner checkpoint above the new end, so it "
+    "comes back once the log grows past it (Kafka lowers it to the active segment's base, "
+    "LogManager.truncateTo calling maybeTruncateCheckpoint)",
+)
+def test_a_truncation_below_the_checkpoint_lowers_it() -> None:
+    log = open_log()
+    put(log, [(b"k", b"old")])
+    for i in range(6):
+        put(log, [(b"f", b"%d" % i), (b"g", b"%d" % i)])
+    cleaner = LogCleaner({"p": log})
+    assert cleaner.maybe_clean(0)
+    checkpoint = log.cleaner_offset
+    assert checkpoint is not None
+    # A follower cuts below the checkpoint; the new leader's history deletes k.
+    log.truncate_to(checkpoint - 4)
+    put(log, [(b"k", None)])
+    for i in range(10):
+        put(log, [(b"f", b"x%d" % i), (b"g", b"x%d" % i)])
+    assert (log.cleaner_offset or 0) <= checkpoint - 4
+    now = 0
+    for step in range(4):
+        now += 2 * RETENTION
+        while cleaner.maybe_clean(now):
+            pass
+        for i in range(3):
+            put(log, [(b"f", b"y%d%d" % (step, i)), (b"g", b"y")])
+    # The deleted key never comes back.
+    assert [r for r in records(log) if r[1] == b"k" and r[2] is not None] == []

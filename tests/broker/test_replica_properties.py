@@ -31,6 +31,7 @@ from broker.replica.types import DivergingEpoch
 from metadata.image import PartitionRegistration
 from partition_log.divergence import TruncationStep
 from partition_log.epoch_cache import LeaderEpochCache
+from partition_log.log import LogConfig
 from tests.broker.cluster import BatchId, Cluster, batches
 
 LAG = 10_000
@@ -74,12 +75,17 @@ HISTORIES = given(
     ops=st.lists(OPS, min_size=10, max_size=80),
     replicas=st.sampled_from([2, 3]),
     min_isr=st.sampled_from([1, 2]),
+    synced=st.booleans(),
     rng=st.randoms(use_true_random=False),
 )
 
 
-def run_history(ops: list[Op], replicas: int, min_isr: int, rng: random.Random) -> None:
-    c = Cluster(replicas, min_isr=min_isr, lag_ms=LAG, elr=True)
+def run_history(
+    ops: list[Op], replicas: int, min_isr: int, synced: bool, rng: random.Random
+) -> None:
+    # synced: flush.messages=1, so a power loss keeps every append.
+    config = LogConfig(flush_messages=1 if synced else None)
+    c = Cluster(replicas, min_isr=min_isr, lag_ms=LAG, elr=True, log_config=config)
     committed: dict[int, BatchId] = {}
     hw_of: dict[tuple[int, int], int] = {}
     epochs = [c.partition.leader_epoch]

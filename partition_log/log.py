@@ -856,6 +856,14 @@ class PartitionLog:
         bases = self.segment_base_offsets
         self._write_recovery_point(min(self.recovery_point, bases[index]))
         self.recovery_point = min(self.recovery_point, bases[index])
+        # The cleaner's checkpoint down to the segment that will be active
+        # (LogManager.truncateTo via maybeTruncateCheckpoint): left above the
+        # new end, batches appended after the truncation would count as
+        # already clean, a later tombstone's key would never be mapped, and
+        # the older value would come back once the tombstone expires.
+        first_kept = max(bases[index], self.log_start_offset)
+        if self._cleaner_offset is not None and self._cleaner_offset > first_kept:
+            self.set_cleaner_offset(first_kept)
         for open_segment in self._open_old.values():
             open_segment.close()
         self._open_old.clear()

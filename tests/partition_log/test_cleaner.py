@@ -353,12 +353,6 @@ def test_a_log_starting_inside_a_segment_is_cleaned_from_its_start() -> None:
     assert {r[1]: r for r in after} == {r[1]: r for r in before}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="PartitionLog.truncate_to keeps a cleaner checkpoint above the new end, so it "
-    "comes back once the log grows past it (Kafka lowers it to the active segment's base, "
-    "LogManager.truncateTo calling maybeTruncateCheckpoint)",
-)
 def test_a_truncation_below_the_checkpoint_lowers_it() -> None:
     log = open_log()
     put(log, [(b"k", b"old")])

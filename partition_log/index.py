@@ -206,6 +206,10 @@ class OffsetIndex(_EntryIndex):
         i = self._floor(offset - self.base_offset, 0)
         return self.entry(i) if i >= 0 else OffsetPosition(self.base_offset, 0)
 
+    def floor_index(self, offset: int) -> int:
+        """The number of the entry :meth:`lookup` returns, or -1 if none."""
+        return self._floor(offset - self.base_offset, 0)
+
     def lookup_position(self, position: int) -> OffsetPosition:
         """The largest entry whose file position is at most ``position``, or
         (base offset, 0) if none: the last batch start the index knows

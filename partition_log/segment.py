@@ -494,12 +494,24 @@ class Segment:
         headers from there are walked in chunks read at once (about one
         index interval), not one read per batch, reading only each batch's
         base offset, length and last offset delta on the way."""
-        position = self.offsets.lookup(offset).position
+        offsets = self.offsets
+        i = offsets.floor_index(offset)
+        position = offsets.entry(i).position if i >= 0 else 0
         size = self._log.size
         chunk_size = max(2 * self._builder.index_interval_bytes, 8192)
+        head, delta = _BASE_AND_LENGTH.unpack_from, _INT32.unpack_from
+        if i + 1 < len(offsets):
+            # The next entry's batch ends past ``offset``; when it is further
+            # than a chunk (batches larger than the index interval: an entry
+            # per batch) and starts at or before ``offset``, it is the batch
+            # sought, found with one read of its header instead of a walk.
+            following = offsets.entry(i + 1).position
+            if following - position > chunk_size:
+                chunk = self._log.read(following, HEADER_SIZE)
+                if len(chunk) == HEADER_SIZE and head(chunk, 0)[0] <= offset:
+                    return following, BatchHeader.parse(chunk)
         chunk = b""
         chunk_start = position
-        head, delta = _BASE_AND_LENGTH.unpack_from, _INT32.unpack_from
         while position < size:
             at = position - chunk_start
             if at + HEADER_SIZE > len(chunk):

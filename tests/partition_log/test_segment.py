@@ -813,7 +813,10 @@ def test_reads_stop_at_the_byte_limit_and_max_offset_and_read_once(interval: int
     # file (where the batches end is found before reading, from the index).
     d = _CountingDirectory()
     rng = random.Random(interval)
-    parts = batches([(rng.randint(1, 4), rng.choice([0, 50, 400, 2000])) for _ in range(40)])
+    # Values up to 6000 bytes: batches larger than a chunk of the walk, which
+    # reads find from the next index entry when it is that far.
+    sizes = [0, 50, 400, 2000, 6000]
+    parts = batches([(rng.randint(1, 4), rng.choice(sizes)) for _ in range(40)])
     segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=interval)
     for part in parts:
         segment.append(part)

@@ -32,18 +32,27 @@ class Errors(enum.IntEnum):
     LEADER_NOT_AVAILABLE = 5
     NOT_LEADER_OR_FOLLOWER = 6
     REQUEST_TIMED_OUT = 7
+    BROKER_NOT_AVAILABLE = 8
+    REPLICA_NOT_AVAILABLE = 9
     MESSAGE_TOO_LARGE = 10
+    # A topic name outside the rules (Kafka's InvalidTopicException).
+    INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
     # acks=all refused before the append: ISR below min.insync.replicas.
     NOT_ENOUGH_REPLICAS = 19
     # Appended and committed, but the ISR shrank below min ISR meanwhile.
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_REQUIRED_ACKS = 21
+    TOPIC_AUTHORIZATION_FAILED = 29
     CLUSTER_AUTHORIZATION_FAILED = 31
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_VERSION = 35
     INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     # AlterPartition: the controller promises it did not apply the change.
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
@@ -56,8 +65,13 @@ class Errors(enum.IntEnum):
     # (KIP-207).
     OFFSET_NOT_AVAILABLE = 78
     INVALID_RECORD = 87
+    THROTTLING_QUOTA_EXCEEDED = 89
+    # A newer producer with the same transactional id took over.
+    PRODUCER_FENCED = 90
     INVALID_UPDATE_VERSION = 95
     UNKNOWN_TOPIC_ID = 100
+    # A fetch naming a topic id other than the topic's current one.
+    INCONSISTENT_TOPIC_ID = 103
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
 

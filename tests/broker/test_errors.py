@@ -6,11 +6,13 @@ from __future__ import annotations
 import pytest
 
 from broker.errors import Errors, ReplicaError, from_name, from_partition_log_error
+from kqproto import broker_pb2
 from partition_log.errors import Errors as LogErrors
 from partition_log.errors import PartitionLogError
 
 # Errors.java, for the codes the brief and brokers.md §6.3 name.
 KAFKA = {
+    "UNKNOWN_SERVER_ERROR": -1,
     "NONE": 0,
     "OFFSET_OUT_OF_RANGE": 1,
     "CORRUPT_MESSAGE": 2,
@@ -18,15 +20,24 @@ KAFKA = {
     "LEADER_NOT_AVAILABLE": 5,
     "NOT_LEADER_OR_FOLLOWER": 6,
     "REQUEST_TIMED_OUT": 7,
+    "BROKER_NOT_AVAILABLE": 8,
+    "REPLICA_NOT_AVAILABLE": 9,
     "MESSAGE_TOO_LARGE": 10,
+    "INVALID_TOPIC_EXCEPTION": 17,
     "RECORD_LIST_TOO_LARGE": 18,
     "NOT_ENOUGH_REPLICAS": 19,
     "NOT_ENOUGH_REPLICAS_AFTER_APPEND": 20,
     "INVALID_REQUIRED_ACKS": 21,
+    "TOPIC_AUTHORIZATION_FAILED": 29,
+    "CLUSTER_AUTHORIZATION_FAILED": 31,
+    "INVALID_TIMESTAMP": 32,
+    "UNSUPPORTED_VERSION": 35,
     "INVALID_REQUEST": 42,
+    "POLICY_VIOLATION": 44,
     "OUT_OF_ORDER_SEQUENCE_NUMBER": 45,
     "DUPLICATE_SEQUENCE_NUMBER": 46,
     "INVALID_PRODUCER_EPOCH": 47,
+    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED": 53,
     "OPERATION_NOT_ATTEMPTED": 55,
     "KAFKA_STORAGE_ERROR": 56,
     "UNKNOWN_PRODUCER_ID": 59,
@@ -36,8 +47,11 @@ KAFKA = {
     "STALE_BROKER_EPOCH": 77,
     "OFFSET_NOT_AVAILABLE": 78,
     "INVALID_RECORD": 87,
+    "THROTTLING_QUOTA_EXCEEDED": 89,
+    "PRODUCER_FENCED": 90,
     "INVALID_UPDATE_VERSION": 95,
     "UNKNOWN_TOPIC_ID": 100,
+    "INCONSISTENT_TOPIC_ID": 103,
     "INELIGIBLE_REPLICA": 107,
     "NEW_LEADER_ELECTED": 108,
 }
@@ -46,6 +60,14 @@ KAFKA = {
 @pytest.mark.parametrize("name", sorted(KAFKA))
 def test_kafka_numbers(name: str) -> None:
     assert Errors[name] == KAFKA[name]
+
+
+def test_every_code_is_one_of_kafkas() -> None:
+    assert {e.name: e.value for e in Errors} == KAFKA
+
+
+def test_the_wire_enum_mirrors_the_codes() -> None:
+    assert dict(broker_pb2.BrokerError.items()) == {e.name: e.value for e in Errors}
 
 
 @pytest.mark.parametrize("code", list(LogErrors), ids=lambda c: c.name)

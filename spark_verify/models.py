@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-from spark_verify.ops import CheckOp
+from spark_verify.ops import CheckOp, Exact, is_scalar
 
 __all__ = [
     "ILLEGAL",
@@ -43,8 +43,9 @@ __all__ = [
     "model_of",
 ]
 
-State = str | None
-"""A key's value: a string, or ``None`` when it holds none."""
+State = str | int | Exact | None
+"""A key's value: a JSON scalar (a string, an integer, a boolean or a decimal
+as :class:`spark_verify.ops.Exact`), or ``None`` when it holds none."""
 
 
 class _Illegal:
@@ -103,23 +104,23 @@ class Model:
         if kind == "read":
             if arg is not None:
                 out.append(f"a {op.f}'s invoke value is null, got {arg!r}")
-            if op.type == "ok" and not _str_or_none(result):
-                out.append(f"a {op.f} returns a string or null, got {result!r}")
+            if op.type == "ok" and not is_scalar(result):
+                out.append(f"a {op.f} returns a value (a JSON scalar) or null, got {result!r}")
             if op.type != "ok" and result is not None:
                 out.append(f"a {op.f}'s {op.type} value is null, got {result!r}")
         else:
-            if kind in ("write", "append") and not isinstance(arg, str):
-                out.append(f"a {op.f}'s value is a string, got {arg!r}")
+            if kind == "write" and not is_scalar(arg):
+                out.append(f"a {op.f}'s value is a JSON scalar, got {arg!r}")
+            elif kind == "append" and not isinstance(arg, str):
+                out.append(f"an {op.f}'s value is a string, got {arg!r}")
             elif kind == "append" and arg == "":
                 out.append(f"an {op.f}'s value is a non-empty string")
             elif kind == "cas" and not (
-                isinstance(arg, list)
-                and len(arg) == 2
-                and _str_or_none(arg[0])
-                and isinstance(arg[1], str)
+                isinstance(arg, list) and len(arg) == 2 and all(is_scalar(v) for v in arg)
             ):
                 out.append(
-                    f"a cas's value is [expected (string or null), new (string)], got {arg!r}"
+                    f"a cas's value is [expected, new] (JSON scalars, null for no value), "
+                    f"got {arg!r}"
                 )
             elif kind == "delete" and arg is not None:
                 out.append(f"a {op.f}'s value is null, got {arg!r}")
@@ -190,13 +191,12 @@ def _refused_cas(expected: State) -> Step:
 
 def _append(suffix: str) -> Step:
     def step(state: State) -> State | _Illegal:
-        return (state or "") + suffix
+        if state is None:
+            return suffix
+        # Appending to a value that is not a string: no such state.
+        return state + suffix if isinstance(state, str) else ILLEGAL
 
     return step
-
-
-def _str_or_none(v: Any) -> bool:
-    return v is None or isinstance(v, str)
 
 
 REGISTER: Final = Model("register", frozenset({"read", "write", "cas"}), "register")

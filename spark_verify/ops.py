@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 __all__ = [
+    "Exact",
     "KEYS_COLUMNS",
     "KEYS_SCHEMA_DDL",
     "KNOWN_MODELS",
@@ -25,6 +26,9 @@ __all__ = [
     "PAIRED_COLUMNS",
     "PAIRED_SCHEMA_DDL",
     "CheckOp",
+    "exact",
+    "is_scalar",
+    "plain",
 ]
 
 PAIRED_SCHEMA_DDL: Final = (
@@ -52,11 +56,66 @@ OUTCOMES: Final = ("ok", "fail", "info")
 
 
 @dataclass(frozen=True, slots=True)
+class Exact:
+    """A boolean or a decimal number, told apart from the integers Python equates it with.
+
+    Values are compared by value *and* type, as Jepsen's models compare them
+    (Clojure's ``=``: ``(= 1 1.0)``, ``(= 1 true)`` and ``(= 1 "1")`` are all
+    false; knossos.model/cas-register compares with ``=``).  Python's ``==``
+    says ``1 == 1.0 == True``, and a set or a dict would merge them, so
+    booleans and decimals are wrapped: an :class:`Exact` equals only an
+    :class:`Exact` of the same kind and value.  Strings, integers and null
+    need no wrapper (``1 != "1"`` already).  1 and 1.0 are different values,
+    as in Clojure: a history that writes 1 and reads 1.0 is read as the
+    store returning another value than was written, which is what the
+    reader of such a history most likely needs to see.
+    """
+
+    kind: str
+    """``boolean`` or ``decimal``."""
+    value: bool | float
+
+    def __repr__(self) -> str:
+        if self.kind == "boolean":
+            return "true" if self.value else "false"
+        return repr(self.value)
+
+
+def exact(value: Any) -> Any:
+    """A parsed JSON value with its booleans and decimals wrapped in :class:`Exact`,
+    lists turned into lists of the same (a cas's ``[expected, new]``)."""
+    if isinstance(value, bool):
+        return Exact("boolean", value)
+    if isinstance(value, float):
+        return Exact("decimal", value)
+    if isinstance(value, list):
+        return [exact(v) for v in value]
+    return value
+
+
+def plain(value: Any) -> Any:
+    """The JSON value of an :func:`exact` value."""
+    if isinstance(value, Exact):
+        return value.value
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value
+
+
+def is_scalar(value: Any) -> bool:
+    """Whether ``value`` (an :func:`exact` value) is a JSON scalar: null, a
+    string, an integer, a boolean or a decimal."""
+    return value is None or isinstance(value, str | int | Exact) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
 class CheckOp:
     """A client operation: its invoke's arguments and its completion's outcome.
 
     ``arg`` is the invoke's value and ``result`` the completion's, both parsed
-    JSON.  ``call``/``ret`` are the invoke's and the completion's times in
+    JSON with booleans and decimals as :class:`Exact` (wrapped on
+    construction, so that every checker compares values as Jepsen does).
+    ``call``/``ret`` are the invoke's and the completion's times in
     nanoseconds; ``ret`` is ``None`` for an ``info`` op (open-ended).
     ``offset``/``epoch`` are the completion's version data.
     """
@@ -78,6 +137,9 @@ class CheckOp:
     epoch: int | None = None
 
     def __post_init__(self) -> None:
+        # Frozen: the wrapped values are set once, here.
+        object.__setattr__(self, "arg", exact(self.arg))
+        object.__setattr__(self, "result", exact(self.result))
         if self.type not in OUTCOMES:
             raise ValueError(
                 f"op {self.index}: type must be one of {', '.join(OUTCOMES)}, not {self.type!r}"
@@ -143,8 +205,8 @@ class CheckOp:
             ("f", self.f),
             ("key", self.key),
             ("type", self.type),
-            ("value", self.arg),
-            ("result", self.result),
+            ("value", plain(self.arg)),
+            ("result", plain(self.result)),
             ("error", self.error),
             ("time", self.call),
             ("complete_time", self.ret),

@@ -203,10 +203,10 @@ def version_forks(ops: Iterable[CheckOp]) -> list[Anomaly]:
                     )
         if appends:
             continue
-        at: dict[str, dict[int, CheckOp]] = {}
+        at: dict[Any, dict[int, CheckOp]] = {}
         for op in versioned:
             value = _value(op)
-            if isinstance(value, str):
+            if value is not None and value is not _NO_VALUE:
                 assert op.offset is not None
                 at.setdefault(value, {}).setdefault(op.offset, op)
         for value, versions in at.items():

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from spark_verify.models import ILLEGAL, Model, State, Step, kind_of, model_of
-from spark_verify.ops import CheckOp
+from spark_verify.ops import CheckOp, is_scalar
 from spark_verify.verdict import UNKNOWN, Anomaly, Validity, validity_from_json
 
 __all__ = [
@@ -289,7 +289,7 @@ def _prune(items: list[_Item]) -> list[_Item]:
                 seen.add(it.op.arg[0])
         # One text holding every observed string, for substring tests in C;
         # a value holding the separator is at worst kept for nothing.
-        text = "\x00".join(v for v in seen if v is not None) if appends else ""
+        text = "\x00".join(v for v in seen if isinstance(v, str)) if appends else ""
         # After a delete and appends the value is a concatenation of appends
         # from scratch: a delete is observed by a value starting with one.
         fresh = (
@@ -298,7 +298,7 @@ def _prune(items: list[_Item]) -> list[_Item]:
             and any(
                 v.startswith(it.op.arg)
                 for v in seen
-                if v is not None
+                if isinstance(v, str)
                 for it in items
                 if it.kind == "append"
             )
@@ -373,7 +373,7 @@ def _shown(it: _Item) -> tuple[State, ...]:
 def _is_observed(value: State, seen: set[State], text: str, appends: bool, fresh: bool) -> bool:
     if value is None:
         return fresh or None in seen
-    return value in text if appends else value in seen
+    return value in text if appends and isinstance(value, str) else value in seen
 
 
 def _deadlines(items: Sequence[_Item]) -> tuple[list[float], list[int]]:
@@ -678,8 +678,8 @@ def find_aborted_reads(ops: Iterable[CheckOp]) -> list[Anomaly]:
         kinds = [kind_of(op.f) for op in key_ops]
         if "append" in kinds:
             continue
-        effective: set[str] = set()
-        failed: dict[str, list[CheckOp]] = {}
+        effective: set[State] = set()
+        failed: dict[State, list[CheckOp]] = {}
         for op, kind in zip(key_ops, kinds, strict=True):
             value = _written_value(op, kind)
             if value is None:
@@ -689,7 +689,7 @@ def find_aborted_reads(ops: Iterable[CheckOp]) -> list[Anomaly]:
             else:
                 effective.add(value)
         for op, kind in zip(key_ops, kinds, strict=True):
-            if kind != "read" or op.type != "ok" or not isinstance(op.result, str):
+            if kind != "read" or op.type != "ok" or op.result is None:
                 continue
             if op.result in effective:
                 continue
@@ -715,10 +715,12 @@ def find_aborted_reads(ops: Iterable[CheckOp]) -> list[Anomaly]:
     return out
 
 
-def _written_value(op: CheckOp, kind: str | None) -> str | None:
-    if kind == "write" and isinstance(op.arg, str):
-        return op.arg
+def _written_value(op: CheckOp, kind: str | None) -> State:
+    """The value a write or cas leaves (None for anything else, or a null write)."""
+    if kind == "write" and is_scalar(op.arg):
+        value: State = op.arg
+        return value
     if kind == "cas" and isinstance(op.arg, list) and len(op.arg) == 2:
         new = op.arg[1]
-        return new if isinstance(new, str) else None
+        return new if is_scalar(new) else None
     return None

@@ -202,8 +202,8 @@ BAD_LINES = [
     # 7: errors and versions in the wrong places, and a nemesis op with a key
     '{"index":6,"time":3,"type":"ok","process":"nemesis","f":"kill","key":"k","value":[1],'
     '"error":"x","offset":1,"epoch":1}',
-    # 8: a fail without error, and an invoke with a version
-    '{"index":7,"time":4,"type":"fail","process":2,"f":"read","key":"k","value":null}',
+    # 8: an info without error, and an invoke with a version
+    '{"index":7,"time":4,"type":"info","process":2,"f":"read","key":"k","value":null}',
     '{"index":8,"time":5,"type":"invoke","process":3,"f":"read","key":"k","value":null,"epoch":1}',
     # 10: missing fields, and a wrong index
     '{"index":12,"type":"invoke","f":"read","value":null}',
@@ -292,7 +292,7 @@ def test_history_problems_name_each_bad_line(spark: SparkSession, tmp_path: Path
         "a nemesis op's value must be an object, got [1]",
     ):
         assert part in messages[5]
-    assert messages[6] == "a fail needs an error saying why"
+    assert messages[6] == "an info needs an error saying why"
     assert messages[7] == "an invoke carries no offset or epoch (versions come with completions)"
     assert messages[8] == "missing field(s) time, process"
     assert messages[9] == "line 10 has index 12 where 9 was due (line i holds index i - 1, " + (

@@ -64,13 +64,15 @@ def test_kv_adds_delete_get_put_append() -> None:
         ("register", "delete", None, None, "ok", None, "register has no f 'delete'"),
         ("register", "get", None, "a", "ok", None, "register has no f 'get'"),
         ("kv", "incr", 1, 1, "ok", None, "kv has no f 'incr'"),
-        ("register", "write", 3, 3, "ok", None, "a write's value is a string, got 3"),
+        ("register", "write", [3], [3], "ok", None, "a write's value is a JSON scalar, got [3]"),
+        ("register", "write", {"a": 1}, {"a": 1}, "ok", None, "a write's value is a JSON scalar"),
         ("register", "cas", ["a"], ["a"], "ok", None, "a cas's value is [expected"),
-        ("register", "cas", ["a", None], ["a", None], "ok", None, "a cas's value is"),
+        ("register", "cas", ["a", [1]], ["a", [1]], "ok", None, "a cas's value is"),
+        ("kv", "append", 3, 3, "ok", None, "an append's value is a string, got 3"),
         ("kv", "delete", "a", "a", "ok", None, "a delete's value is null"),
         ("kv", "append", "", "", "ok", None, "non-empty string"),
         ("register", "read", "a", None, "ok", None, "invoke value is null"),
-        ("register", "read", None, 5, "ok", None, "a read returns a string or null, got 5"),
+        ("register", "read", None, [5], "ok", None, "a read returns a value (a JSON scalar)"),
         ("register", "read", None, "a", "fail", "timeout", "a read's fail value is null"),
         ("register", "write", "a", "b", "ok", None, "repeats its invoke's value 'a', got 'b'"),
         ("register", "write", "a", "a", "fail", "precondition", "belongs to a failed cas"),
@@ -175,3 +177,39 @@ def test_schema_columns() -> None:
     assert KEYS_COLUMNS == (
         "run", "key", "ops", "valid", "elapsed_ms", "states", "kind", "message", "witness",
     )  # fmt: skip
+
+
+def test_any_json_scalar_is_a_value_compared_by_value_and_type() -> None:
+    # Jepsen's register histories write integers; Clojure's = tells 1 from
+    # "1", from 1.0 and from true, and so must the models.
+    h = History()
+    ops = [
+        h.write(0, 3, 0, 1),
+        h.read(1, 3, 2, 3),
+        h.cas(0, 3, True, 4, 5),
+        h.read(1, True, 6, 7),
+        h.cas(0, True, 1.5, 8, 9),
+        h.write(2, None, 10, 11),
+    ]
+    assert [REGISTER.problems(op) for op in ops] == [[]] * len(ops)
+    read_int = REGISTER.step_of(ops[1])
+    assert read_int is not None
+    step = read_int[0]
+    assert step(3) == 3
+    for other in ("3", 3.0, True):
+        assert step(CheckOp(**{**_fields(ops[1]), "result": other}).result) is ILLEGAL
+    read_true = REGISTER.step_of(ops[3])
+    assert read_true is not None and read_true[0](1) is ILLEGAL
+    assert read_true[0](CheckOp(**{**_fields(ops[3]), "result": True}).result) is not ILLEGAL
+
+
+def test_booleans_and_decimals_keep_their_json_form_in_witnesses() -> None:
+    h = History()
+    op = h.cas(0, 1, 1.0, 0, 1)
+    assert op.to_json()["value"] == [1, 1.0]
+    assert isinstance(op.to_json()["value"][1], float)
+    assert h.write(0, True, 2, 3).to_json()["value"] is True
+
+
+def _fields(op: CheckOp) -> dict[str, object]:
+    return {name: getattr(op, name) for name in CheckOp.__slots__}

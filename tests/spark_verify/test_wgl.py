@@ -332,3 +332,35 @@ def test_aborted_reads_counts_info_and_refused_cas_right() -> None:
     h.read(2, "c", 60, 70)  # only the refused cas wrote 'c'
     found = find_aborted_reads(h.ops)
     assert [(a.kind, a.witness[0]["result"]) for a in found] == [("aborted-read", "c")]
+
+
+def test_integer_values_and_values_of_another_type() -> None:
+    # A Jepsen register history: integers written and read.
+    h = History()
+    h.write(0, 1, 0, 10)
+    h.write(1, 2, 20, 30)
+    h.read(2, 1, 40, 50)
+    stale = check_key(h.ops, "register")
+    assert stale.valid is False and "read of 1" in (stale.message or "")
+    assert indexes(stale) == [0, 2, 4]
+    for read, valid in ((2, True), ("2", False), (2.0, False), (True, False)):
+        g = History()
+        g.write(0, 1, 0, 10)
+        g.write(1, 2, 20, 30)
+        g.read(2, read, 40, 50)
+        assert check_key(g.ops, "register").valid is valid, read
+    # true and 1 are different values, also as a cas's expected value.
+    b = History()
+    b.write(0, True, 0, 10)
+    b.cas(1, 1, 5, 20, 30)
+    assert check_key(b.ops, "register").valid is False
+    b.cas(2, True, 6, 40, 50, type="fail", error="precondition")
+    assert check_key(b.ops[:1] + b.ops[2:], "register").valid is False
+
+
+def test_aborted_reads_of_integer_values() -> None:
+    h = History()
+    h.write(0, 7, 0, 10, type="fail")
+    h.read(1, 7, 20, 30)
+    found = find_aborted_reads(h.ops)
+    assert [a.kind for a in found] == ["aborted-read"]

@@ -74,6 +74,9 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
         "metadata.errors",
         "metadata.state_machine",
         "metadata.client",
+        # The config definitions (names, Kafka's defaults, validation): a
+        # broker builds each log's LogConfig from the image's configs.
+        "metadata.configs",
     ),
     # Process assembly: builds processes out of everything below it.
     "server": ("kqproto", "quorum", "kvstore", "metadata", "broker", "partition_log"),

@@ -1,0 +1,232 @@
+"""The partition logs of a broker over its log directories
+(broker/log_manager.py, Kafka's LogManager), on the in-memory twin and on
+real directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.log_dirs import MemoryLogDirectory
+from broker.log_manager import (
+    PARTITION_METADATA_FILE,
+    LogManager,
+    LogManagerError,
+    TopicConfigError,
+    decode_partition_metadata,
+    encode_partition_metadata,
+    parse_directory_name,
+    topic_log_config,
+    topic_replica_config,
+)
+from broker.os_log_dirs import OsLogDirectory
+from metadata.image import TopicIdPartition
+from metadata.records import ConfigRecord
+from partition_log.batch import TimestampType, build_batch
+from partition_log.log_config import CleanupPolicy, LogConfig
+from partition_log.records import Record
+from tests.broker.images import BROKER_RESOURCE, Metadata, remove, topic, topic_config
+
+A0 = TopicIdPartition("id-a", 0)
+CONFIG = LogConfig()
+
+
+def batch(value: bytes) -> bytes:
+    return build_batch([Record(0, 1000, b"k", value)])
+
+
+def test_directory_names_are_topic_dash_partition() -> None:
+    assert parse_directory_name("my-topic-12") == ("my-topic", 12)
+    for bad in ("topic", "-3", "topic-", "topic-x", "topic-01", "lost+found"):
+        with pytest.raises(LogManagerError, match="not a partition directory"):
+            parse_directory_name(bad)
+
+
+def test_partition_metadata_round_trips_and_refuses_other_bytes() -> None:
+    assert decode_partition_metadata("d", encode_partition_metadata("abc")) == "abc"
+    with pytest.raises(LogManagerError, match="d/partition.metadata"):
+        decode_partition_metadata("d", b"version: 1\ntopic_id: abc\n")
+
+
+def test_a_new_log_gets_its_directory_and_topic_id() -> None:
+    d = MemoryLogDirectory("data")
+    logs = LogManager([d])
+    log = logs.get_or_create(A0, "a", CONFIG, now_ms=0)
+    log.append_as_leader(batch(b"v"), 0, 0)
+    assert d.list() == ["a-0"]
+    files = d.open("a-0")
+    assert PARTITION_METADATA_FILE in files.list()
+    # The log's view hides the broker's file (the log refuses files it does
+    # not know).
+    assert PARTITION_METADATA_FILE not in log.directory.list()
+    assert logs.get_or_create(A0, "a", CONFIG, now_ms=0) is log
+    assert logs.location(A0) == ("data", "a-0")
+
+
+def test_new_logs_go_to_the_least_loaded_directory() -> None:
+    d1, d2 = MemoryLogDirectory("d1"), MemoryLogDirectory("d2")
+    logs = LogManager([d1, d2])
+    for i in range(4):
+        logs.get_or_create(TopicIdPartition("id-a", i), "a", CONFIG, now_ms=0)
+    assert d1.list() == ["a-0", "a-2"] and d2.list() == ["a-1", "a-3"]
+
+
+def test_a_directory_of_another_topic_id_is_refused() -> None:
+    d = MemoryLogDirectory("data")
+    first = LogManager([d])
+    first.get_or_create(A0, "a", CONFIG, now_ms=0)
+    first.close()
+    second = LogManager([d])
+    with pytest.raises(LogManagerError, match="holds topic id id-a, not id-b"):
+        second.get_or_create(TopicIdPartition("id-b", 0), "a", CONFIG, now_ms=0)
+    # While hosted too.
+    with pytest.raises(LogManagerError, match="holds topic id id-a, not id-b"):
+        first_again = LogManager([d])
+        first_again.get_or_create(A0, "a", CONFIG, now_ms=0)
+        first_again.get_or_create(TopicIdPartition("id-b", 0), "a", CONFIG, now_ms=0)
+
+
+def test_restart_loads_the_logs_and_sets_strays_aside() -> None:
+    md = Metadata(*topic("a", "id-a", (1, 2)), *topic("b", "id-b", (2, 3)))
+    d = MemoryLogDirectory("data")
+    logs = LogManager([d])
+    log = logs.get_or_create(A0, "a", CONFIG, now_ms=0)
+    for i in range(3):
+        log.append_as_leader(batch(b"%d" % i), 0, 0)
+    # A log of b (which broker 1 no longer holds) and a leftover deletion.
+    logs.get_or_create(TopicIdPartition("id-b", 0), "b", CONFIG, now_ms=0)
+    logs.close()
+    d.create("c-0.old-delete")
+    d.sync_directory()
+    reopened = LogManager([d])
+    result = reopened.load(md.image, 1, now_ms=10)
+    assert result.loaded == (A0,)
+    assert result.strays == ("data/b-0.id-b-stray",)
+    assert result.removed == ("data/c-0.old-delete",)
+    loaded = reopened.log(A0)
+    assert loaded is not None and loaded.log_end_offset == 3
+    assert loaded.recovery.clean
+    assert d.list() == ["a-0", "b-0.id-b-stray"]
+
+
+def test_restart_sets_aside_the_log_of_a_deleted_topic_recreated_meanwhile() -> None:
+    md = Metadata(*topic("a", "id-a", (1, 2)))
+    d = MemoryLogDirectory("data")
+    logs = LogManager([d])
+    logs.get_or_create(A0, "a", CONFIG, now_ms=0).append_as_leader(batch(b"old"), 0, 0)
+    logs.close()
+    md.step(remove("id-a"), *topic("a", "id-a2", (1, 2)))
+    reopened = LogManager([d])
+    result = reopened.load(md.image, 1, now_ms=0)
+    assert result.loaded == () and result.strays == ("data/a-0.id-a-stray",)
+    new = reopened.get_or_create(TopicIdPartition("id-a2", 0), "a", CONFIG, now_ms=0)
+    assert new.log_end_offset == 0
+
+
+def test_an_unclean_shutdown_is_recovered_on_load() -> None:
+    md = Metadata(*topic("a", "id-a", (1,)))
+    d = MemoryLogDirectory("data")
+    logs = LogManager([d])
+    log = logs.get_or_create(A0, "a", CONFIG, now_ms=0)
+    log.append_as_leader(batch(b"kept"), 0, 0)
+    log.flush(0)
+    log.append_as_leader(batch(b"lost"), 0, 0)
+    d.crash()
+    reopened = LogManager([d])
+    assert reopened.load(md.image, 1, now_ms=0).loaded == (A0,)
+    loaded = reopened.log(A0)
+    assert loaded is not None and not loaded.recovery.clean and loaded.log_end_offset == 1
+
+
+def test_a_bad_directory_name_refuses_the_load() -> None:
+    md = Metadata()
+    d = MemoryLogDirectory("data")
+    d.create("not_a_partition")
+    with pytest.raises(LogManagerError, match="'not_a_partition' is not a partition directory"):
+        LogManager([d]).load(md.image, 1, now_ms=0)
+
+
+def test_delete_renames_at_once_and_removes_after_the_delay() -> None:
+    d = MemoryLogDirectory("data")
+    logs = LogManager([d])
+    config = LogConfig(file_delete_delay_ms=1000)
+    logs.get_or_create(A0, "a", config, now_ms=0)
+    assert logs.delete(A0, now_ms=50) == "a-0.id-a-delete"
+    assert d.list() == ["a-0.id-a-delete"] and logs.log(A0) is None
+    # The name is free at once: a recreated topic gets a fresh directory.
+    logs.get_or_create(TopicIdPartition("id-a2", 0), "a", config, now_ms=60)
+    assert not logs.maybe_remove_deleted(1049)
+    assert logs.maybe_remove_deleted(1050)
+    assert d.list() == ["a-0"]
+    assert logs.delete(A0, now_ms=0) is None
+
+
+def test_a_deletion_survives_a_power_loss_once_renamed() -> None:
+    d = MemoryLogDirectory("data")
+    logs = LogManager([d])
+    logs.get_or_create(A0, "a", CONFIG, now_ms=0)
+    logs.delete(A0, now_ms=0)
+    d.crash()
+    assert d.list() == ["a-0.id-a-delete"]
+
+
+def test_topic_configs_with_kafkas_precedence_and_defaults() -> None:
+    md = Metadata(*topic("a", "id-a", (1,)))
+    assert topic_log_config(md.image, "a", 1) == LogConfig()
+    md.step(
+        topic_config("a", "segment.bytes", "1048576"),
+        topic_config("a", "cleanup.policy", "compact,delete"),
+        topic_config("a", "message.timestamp.type", "LogAppendTime"),
+        topic_config("a", "flush.messages", "1"),
+        topic_config("a", "min.insync.replicas", "2"),
+        ConfigRecord(BROKER_RESOURCE, "1", "log.retention.ms", "5000"),
+        ConfigRecord(0, "", "log.retention.ms", "9000"),
+        ConfigRecord(0, "", "replica.lag.time.max.ms", "7000"),
+    )
+    config = topic_log_config(md.image, "a", 1)
+    assert config.segment_bytes == 1048576
+    assert config.cleanup_policy == CleanupPolicy.COMPACT | CleanupPolicy.DELETE
+    assert config.timestamp_type is TimestampType.LOG_APPEND_TIME
+    assert config.flush_messages == 1 and config.flush_ms is None
+    # The broker's own default wins over the cluster's.
+    assert config.retention_ms == 5000
+    assert topic_log_config(md.image, "a", 2).retention_ms == 9000
+    replica = topic_replica_config(md.image, "a", 1)
+    assert replica.min_insync_replicas == 2 and replica.replica_lag_time_max_ms == 7000
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("retention.ms", "soon", "retention.ms='soon'"),
+        ("cleanup.policy", "archive", "cleanup.policy='archive'"),
+        # Valid for the config, too small for a log: named all the same.
+        ("segment.bytes", "20", "segment.bytes=20 cannot be used"),
+        ("max.message.bytes", "10", "max.message.bytes=10 cannot be used"),
+    ],
+)
+def test_a_bad_topic_config_is_named(key: str, value: str, message: str) -> None:
+    md = Metadata(*topic("a", "id-a", (1,)))
+    md.step(topic_config("a", key, value))
+    with pytest.raises(TopicConfigError, match=message.replace("[", r"\[")) as caught:
+        topic_log_config(md.image, "a", 1)
+    assert "topic a" in str(caught.value)
+
+
+def test_on_real_directories(tmp_path: Path) -> None:
+    md = Metadata(*topic("a", "id-a", (1,)))
+    logs = LogManager([OsLogDirectory(tmp_path)])
+    log = logs.get_or_create(A0, "a", CONFIG, now_ms=0)
+    log.append_as_leader(batch(b"v"), 0, 0)
+    logs.close()
+    (tmp_path / "meta.properties").write_text("node.id=1\n")  # files are not partitions
+    reopened = LogManager([OsLogDirectory(tmp_path)])
+    assert reopened.load(md.image, 1, now_ms=0).loaded == (A0,)
+    assert (tmp_path / "a-0" / PARTITION_METADATA_FILE).read_text() == (
+        "version: 0\ntopic_id: id-a\n"
+    )
+    reopened.delete(A0, now_ms=0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-0.id-a-delete", "meta.properties"]
+    reopened.maybe_remove_deleted(60_000)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.properties"]

@@ -19,6 +19,7 @@ the same rule the appends use, so a rebuilt index equals the incremental one.
 from __future__ import annotations
 
 import abc
+import operator
 import struct
 from dataclasses import dataclass
 from typing import ClassVar, Self
@@ -51,6 +52,29 @@ _TIME_ENTRY = struct.Struct(">qi")
 
 def _suspect(message: str) -> PartitionLogError:
     return PartitionLogError(Errors.CORRUPT_MESSAGE, message)
+
+
+def _fields_increase(
+    entry: struct.Struct, data: bytes, count: int, offset: int, other: int
+) -> bool:
+    """Whether both fields of the ``count`` entries strictly increase, and the
+    relative offset (field ``offset``) of the first is not negative.
+
+    Speed: opening a segment checks every entry of its index files (262,144
+    of each for a 1 GiB segment at one entry per 4 KiB), so the work is done
+    by C loops: one unpack of all the entries, each field a slice of it,
+    compared with its own next values by ``map(operator.lt, ...)``."""
+    if count == 0:
+        return True
+    fields = entry.format.lstrip(">")
+    every = struct.unpack(">" + fields * count, data[: count * entry.size])
+    relatives = every[offset :: len(fields)]
+    others = every[other :: len(fields)]
+    return (
+        relatives[0] >= 0
+        and all(map(operator.lt, relatives, relatives[1:]))
+        and all(map(operator.lt, others, others[1:]))
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +184,11 @@ class OffsetIndex(_EntryIndex):
     _KIND = "offset"
 
     def _check_entries(self, data: bytes, count: int) -> None:
+        if _fields_increase(_OFFSET_ENTRY, data, count, 0, 1) and (
+            count == 0 or _OFFSET_ENTRY.unpack_from(data, 0)[1] >= 0
+        ):
+            return
+        # Something is out of order: find the first entry that is, to name it.
         base_offset = self.base_offset
         last = (-1, -1)
         for i in range(count):
@@ -229,6 +258,9 @@ class TimeIndex(_EntryIndex):
     _KIND = "time"
 
     def _check_entries(self, data: bytes, count: int) -> None:
+        if _fields_increase(_TIME_ENTRY, data, count, 1, 0):
+            return
+        # Something is out of order: find the first entry that is, to name it.
         base_offset = self.base_offset
         last: TimestampOffset | None = None
         for i in range(count):

@@ -66,9 +66,17 @@ class ClusterControl:
                     f"broker {req.broker_id} is registered by another incarnation "
                     f"({old.incarnation_id}) whose session is still alive",
                 )
-            # The old registration ends: it leaves every ISR and leadership
-            # (a broker that restarted uncleanly may have lost data, KIP-966).
-            records.extend(self.replication.remove_broker_from_partitions(req.broker_id))
+            # The old registration ends: it leaves every ISR and leadership.
+            # Without its previous broker epoch the broker did not shut down
+            # cleanly and may have lost its unsynced tail: it leaves every
+            # ELR too (KIP-966; Kafka's ClusterControlManager.registerBroker
+            # and ReplicationControlManager.handleBrokerUncleanShutdown).
+            unclean = req.previous_broker_epoch != old.epoch
+            records.extend(
+                self.replication.remove_broker_from_partitions(
+                    req.broker_id, unclean_shutdown=unclean
+                )
+            )
         epoch = self.state.next_offset + len(records)
         records.append(
             RegisterBrokerRecord(

@@ -108,6 +108,13 @@ class PartitionRegistration:
     leader_epoch: int = 0
     # Grows with every change: the version AlterPartition is checked against.
     partition_epoch: int = 0
+    # KIP-966: replicas out of the ISR that hold every committed record (they
+    # left it while it was below min ISR, when the high watermark cannot
+    # move); with an empty ISR one of them may lead.  Disjoint from the isr.
+    elr: tuple[int, ...] = ()
+    # Replicas dropped from the ELR (an unclean shutdown) or from the ISR
+    # below min ISR and not eligible: what the partition last knew of them.
+    last_known_elr: tuple[int, ...] = ()
 
     @property
     def has_leader(self) -> bool:
@@ -138,6 +145,8 @@ class PartitionRegistration:
             r.leader_recovery_state,
             r.leader_epoch,
             r.partition_epoch,
+            r.elr,
+            r.last_known_elr,
         )
 
     def to_record(self, topic_id: str, partition_id: int) -> PartitionRecord:
@@ -152,6 +161,8 @@ class PartitionRegistration:
             self.leader_recovery_state,
             self.leader_epoch,
             self.partition_epoch,
+            self.elr,
+            self.last_known_elr,
         )
 
     def merge(self, change: PartitionChangeRecord) -> PartitionRegistration:
@@ -174,6 +185,8 @@ class PartitionRegistration:
             else change.leader_recovery_state,
             leader_epoch,
             self.partition_epoch + 1,
+            self.elr if c.elr is None else c.elr,
+            self.last_known_elr if c.last_known_elr is None else c.last_known_elr,
         )
 
 

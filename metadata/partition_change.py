@@ -5,6 +5,16 @@ change (a new ISR, target replicas, an election), compute the
 :class:`PartitionChangeRecord` with only the fields that change, or None
 when nothing does.  Pure: the caller says which brokers may lead or be in
 the ISR (registered, unfenced, not shutting down: KIP-841).
+
+Eligible leader replicas (KIP-966; Kafka's ``maybePopulateTargetElr``,
+``isValidNewLeader`` and ``maybeUpdateRecordElr``): brokers replicate under
+strict min ISR (the high watermark does not move while the ISR is below
+``min.insync.replicas``), so a replica that leaves the ISR while the ISR is
+below min ISR still holds every committed record.  Such replicas form the
+ELR; when the ISR is empty, an unfenced ELR member may lead in a clean
+election.  The ISR may therefore become empty; a replica that restarted
+uncleanly (it may have lost its unsynced tail) leaves the ELR for the
+last-known ELR.
 """
 
 from __future__ import annotations
@@ -25,12 +35,14 @@ __all__ = ["Election", "PartitionChange", "reassignment_replicas"]
 
 
 class Election(enum.Enum):
-    # Keep a valid leader; else the first active ISR member in replica order.
+    # Keep a valid leader; else the first active ISR member in replica order,
+    # or, with an empty ISR, the first active ELR member (KIP-966).
     ONLINE = "online"
     # The first replica, if it is an active ISR member (else as ONLINE).
     PREFERRED = "preferred"
-    # As ONLINE; if no ISR member can lead, any active replica (KIP-704:
-    # the new leader is RECOVERING and the ISR shrinks to it alone).
+    # As ONLINE; if no ISR or ELR member can lead, any active replica
+    # (KIP-704: the new leader is RECOVERING, the ISR shrinks to it alone and
+    # the ELR and last-known ELR are cleared).
     UNCLEAN = "unclean"
 
 
@@ -63,6 +75,12 @@ class PartitionChange:
     # Bump the leader epoch even if the leader stays (Kafka does when
     # replicas are removed, so the old ones notice).
     bump_leader_epoch: bool = False
+    # The topic's effective min.insync.replicas (at most its replication
+    # factor): an ISR at least this large clears the ELR (KIP-966).
+    min_isr: int = 1
+    # Brokers that re-registered after an unclean shutdown: they leave the
+    # ELR (Kafka's uncleanShutdownReplicas).
+    unclean_shutdown: tuple[int, ...] = ()
 
     def build(self) -> PartitionChangeRecord | None:
         p = self.partition
@@ -87,15 +105,20 @@ class PartitionChange:
         if any(r not in replicas for r in isr):
             isr = tuple(r for r in isr if r in replicas)
             bump = True
+        elr, last_known_elr = self._target_elr(isr, replicas)
         leader = p.leader
         recovery = p.leader_recovery_state
         if self.recovered and recovery is LeaderRecoveryState.RECOVERING:
             recovery = LeaderRecoveryState.RECOVERED
 
         def can_lead(b: int) -> bool:
-            return b in isr and b in replicas and self.is_active(b)
+            # Kafka's isValidNewLeader: an ISR member, or an ELR member when
+            # the ISR is empty; and unfenced, not shutting down.
+            in_sync = b in isr or (not isr and b in elr)
+            return in_sync and b in replicas and self.is_active(b)
 
         preferred = replicas[0] if replicas else NO_LEADER
+        unclean = False
         if self.election is Election.PREFERRED and preferred != leader and can_lead(preferred):
             leader = preferred
         elif not can_lead(leader):
@@ -106,16 +129,27 @@ class PartitionChange:
                 live = [r for r in replicas if self.is_active(r)]
                 if live:
                     leader = live[0]
-                    isr = (leader,)
-                    recovery = LeaderRecoveryState.RECOVERING
+                    unclean = True
                 else:
                     leader = NO_LEADER
             else:
                 leader = NO_LEADER
-        if leader == NO_LEADER and not isr:
-            # Kafka keeps the last ISR member rather than an empty ISR: it
-            # holds the data, and leads again when it comes back.
-            isr = p.isr[:1] if p.isr else ()
+        if leader != NO_LEADER and leader not in isr and leader in elr:
+            # A clean election from the ELR (Kafka's tryElection): the new
+            # leader is the ISR, and leaves the ELR.  (Kafka tests that the
+            # leader changed; a leader that stays is in the ISR in every
+            # change the controller makes, so this also covers a caller
+            # asking for an ISR without a leader that may still lead.)
+            isr = (leader,)
+            elr = tuple(r for r in elr if r != leader)
+        if unclean:
+            # An unclean election may lose committed records: the new leader
+            # alone is the ISR, RECOVERING until it says its log is
+            # consistent (KIP-704), and no ELR survives it (Kafka's
+            # maybeUpdateRecordElr).
+            isr = (leader,)
+            recovery = LeaderRecoveryState.RECOVERING
+            elr, last_known_elr = (), ()
 
         change = PartitionChangeRecord(
             self.topic_id,
@@ -126,6 +160,8 @@ class PartitionChange:
             removing_replicas=removing if removing != p.removing_replicas else None,
             adding_replicas=adding if adding != p.adding_replicas else None,
             leader_recovery_state=recovery if recovery != p.leader_recovery_state else None,
+            elr=elr if elr != p.elr else None,
+            last_known_elr=last_known_elr if last_known_elr != p.last_known_elr else None,
         )
         if (
             change.leader == NO_LEADER_CHANGE
@@ -134,6 +170,40 @@ class PartitionChange:
             and change.removing_replicas is None
             and change.adding_replicas is None
             and change.leader_recovery_state is None
+            and change.elr is None
+            and change.last_known_elr is None
         ):
             return None
         return change
+
+    def _target_elr(
+        self, isr: tuple[int, ...], replicas: tuple[int, ...]
+    ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(ELR, last-known ELR) for the new ISR: Kafka's
+        ``maybePopulateTargetElr``.  At min ISR both are empty.  Below it,
+        the ELR is the old ELR and the old ISR, less the new ISR and the
+        brokers that shut down uncleanly; the last-known ELR is the old one
+        and the old ISR and ELR, less the new ISR and the new ELR (so it
+        keeps the unclean ones).  A fenced broker stays eligible: fencing
+        loses nothing it wrote, it only may not lead until unfenced.  Both
+        keep only replicas of the partition (a replica reassigned away
+        cannot lead), in broker id order."""
+        p = self.partition
+        if len(isr) >= self.min_isr:
+            return (), ()
+        candidates = set(p.elr) | set(p.isr)
+        elr = tuple(
+            sorted(
+                r
+                for r in candidates
+                if r not in isr and r not in self.unclean_shutdown and r in replicas
+            )
+        )
+        last_known = tuple(
+            sorted(
+                r
+                for r in candidates | set(p.last_known_elr)
+                if r not in isr and r not in elr and r in replicas
+            )
+        )
+        return elr, last_known

@@ -62,6 +62,7 @@ __all__ = [
     "decode_record",
     "encode_record",
     "is_metadata_record",
+    "record_version",
 ]
 
 # Partition leader values (Kafka's LeaderConstants).
@@ -187,6 +188,11 @@ class PartitionRecord:
     leader_recovery_state: LeaderRecoveryState = LeaderRecoveryState.RECOVERED
     leader_epoch: int = 0
     partition_epoch: int = 0
+    # KIP-966: replicas out of the ISR that still hold every committed
+    # record (they left while the ISR was below min ISR, which freezes the
+    # high watermark), and those dropped from that set (unclean shutdown).
+    elr: tuple[int, ...] = ()
+    last_known_elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +209,9 @@ class PartitionChangeRecord:
     removing_replicas: tuple[int, ...] | None = None
     adding_replicas: tuple[int, ...] | None = None
     leader_recovery_state: LeaderRecoveryState | None = None
+    # KIP-966 (None: unchanged).
+    elr: tuple[int, ...] | None = None
+    last_known_elr: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,6 +352,7 @@ def _enc_partition(r: PartitionRecord) -> list[Any]:
         int(r.leader_recovery_state),
         r.leader_epoch,
         r.partition_epoch,
+        *([list(r.elr), list(r.last_known_elr)] if _partition_version(r) else []),
     ]
 
 
@@ -356,7 +366,20 @@ def _enc_change(r: PartitionChangeRecord) -> list[Any]:
         _ints(r.removing_replicas),
         _ints(r.adding_replicas),
         None if r.leader_recovery_state is None else int(r.leader_recovery_state),
+        *([_ints(r.elr), _ints(r.last_known_elr)] if _change_version(r) else []),
     ]
+
+
+def _partition_version(r: PartitionRecord) -> int:
+    # Version 1 adds the KIP-966 fields.  A partition that never had an ELR
+    # is written at version 0, as before, so that a log of a cluster that
+    # never went below min ISR stays readable by a build without them (Kafka
+    # picks the record version from the metadata version for the same end).
+    return 1 if r.elr or r.last_known_elr else 0
+
+
+def _change_version(r: PartitionChangeRecord) -> int:
+    return 1 if r.elr is not None or r.last_known_elr is not None else 0
 
 
 _ENCODERS: dict[type[Any], tuple[RecordType, Callable[[Any], list[Any]]]] = {
@@ -401,13 +424,23 @@ _ENCODERS: dict[type[Any], tuple[RecordType, Callable[[Any], list[Any]]]] = {
     NoOpRecord: (RecordType.NO_OP, lambda r: []),
 }
 
-# The version every record is written at by this build.
+# The version records are written at by this build, but for the partition
+# records, written at version 1 when they carry an ELR (_partition_version).
 CURRENT_VERSION = 0
+
+
+def record_version(record: Record) -> int:
+    """The version ``record`` is written at."""
+    if isinstance(record, PartitionRecord):
+        return _partition_version(record)
+    if isinstance(record, PartitionChangeRecord):
+        return _change_version(record)
+    return CURRENT_VERSION
 
 
 def encode_record(record: Record) -> bytes:
     rtype, encode = _ENCODERS[type(record)]
-    return bytes(msgpack.packb([int(rtype), CURRENT_VERSION, *encode(record)]))
+    return bytes(msgpack.packb([int(rtype), record_version(record), *encode(record)]))
 
 
 # -- decoding ---------------------------------------------------------------
@@ -523,6 +556,9 @@ def _dec_partition(f: list[Any]) -> PartitionRecord:
         _recovery(f[7]),
         _int(f[8], "leader_epoch"),
         _int(f[9], "partition_epoch"),
+        # Version 0 has no ELR: it replays as an empty one.
+        _int_tuple(f[10], "elr") if len(f) > 10 else (),
+        _int_tuple(f[11], "last_known_elr") if len(f) > 10 else (),
     )
 
 
@@ -536,6 +572,9 @@ def _dec_change(f: list[Any]) -> PartitionChangeRecord:
         _opt_int_tuple(f[5], "removing_replicas"),
         _opt_int_tuple(f[6], "adding_replicas"),
         None if f[7] is None else _recovery(f[7]),
+        # Version 0 has no ELR fields: the ELR stays as it is.
+        _opt_int_tuple(f[8], "elr") if len(f) > 8 else None,
+        _opt_int_tuple(f[9], "last_known_elr") if len(f) > 8 else None,
     )
 
 
@@ -568,7 +607,9 @@ _DECODERS: dict[tuple[int, int], tuple[int, Callable[[list[Any]], Record]]] = {
         lambda f: TopicRecord(_str(f[0], "name"), _str(f[1], "topic_id")),
     ),
     (RecordType.PARTITION, 0): (10, _dec_partition),
+    (RecordType.PARTITION, 1): (12, _dec_partition),
     (RecordType.PARTITION_CHANGE, 0): (8, _dec_change),
+    (RecordType.PARTITION_CHANGE, 1): (10, _dec_change),
     (RecordType.REMOVE_TOPIC, 0): (1, lambda f: RemoveTopicRecord(_str(f[0], "topic_id"))),
     (RecordType.CONFIG, 0): (
         4,

@@ -47,14 +47,14 @@ class ReplicationControl:
         # configs (fencing a broker decides for tens of thousands of
         # partitions).
         self._unclean: dict[str, bool] = {}
+        # Each topic's min.insync.replicas, likewise.
+        self._min_isr: dict[str, int] = {}
         self._unclean_configs: object = None
 
     def _unclean_allowed(self, topic: TopicImage) -> bool:
         # Fencing a broker decides for tens of thousands of partitions:
         # resolve each topic's setting once per version of the configs.
-        if self._unclean_configs is not self.state.image.configs:
-            self._unclean_configs = self.state.image.configs
-            self._unclean.clear()
+        self._check_configs_version()
         found = self._unclean.get(topic.name)
         if found is None:
             found = configs.as_bool(
@@ -62,6 +62,25 @@ class ReplicationControl:
             )
             self._unclean[topic.name] = found
         return found
+
+    def _check_configs_version(self) -> None:
+        if self._unclean_configs is not self.state.image.configs:
+            self._unclean_configs = self.state.image.configs
+            self._unclean.clear()
+            self._min_isr.clear()
+
+    def _min_isr_of(self, topic: TopicImage, p: PartitionRegistration) -> int:
+        """The topic's min.insync.replicas, at most its replication factor
+        (Kafka's ReplicationControlManager.getTopicEffectiveMinIsr).  The
+        topic's override, else the cluster's, else the default: a broker's
+        own override is not read, as Kafka 4 requires a cluster-level value
+        once ELR is on (KIP-966)."""
+        self._check_configs_version()
+        found = self._min_isr.get(topic.name)
+        if found is None:
+            found = configs.as_int(self.state.topic_config(topic, "min.insync.replicas"))
+            self._min_isr[topic.name] = found
+        return min(found, len(p.replicas))
 
     def _change(
         self,
@@ -74,18 +93,26 @@ class ReplicationControl:
         p = topic.partitions[partition_id]
         election = Election.UNCLEAN if self._unclean_allowed(topic) else Election.ONLINE
         change = PartitionChange(
-            topic.topic_id, partition_id, p, is_active or self.state.active, election
+            topic.topic_id,
+            partition_id,
+            p,
+            is_active or self.state.active,
+            election,
+            min_isr=self._min_isr_of(topic, p),
         )
         for key, value in kwargs.items():
             setattr(change, key, value)
         return change
 
     def remove_broker_from_partitions(
-        self, broker_id: int, only_leaderships: bool = False
+        self, broker_id: int, only_leaderships: bool = False, unclean_shutdown: bool = False
     ) -> list[Record]:
         """Changes taking ``broker_id`` out of every ISR and leadership
-        (fencing, controlled shutdown, unregistration).  With
-        ``only_leaderships`` it stays in the ISRs."""
+        (fencing, controlled shutdown, unregistration); below min ISR it
+        goes to the ELR (KIP-966).  With ``only_leaderships`` it stays in
+        the ISRs.  With ``unclean_shutdown`` (it re-registered without its
+        previous broker epoch, so it may have lost its unsynced tail) it
+        leaves the ELRs too (Kafka's handleBrokerUncleanShutdown)."""
         records: list[Record] = []
 
         def active(b: int) -> bool:
@@ -93,21 +120,29 @@ class ReplicationControl:
 
         for topic in self.state.image.topics.values():
             for i, p in enumerate(topic.partitions):
-                if p.leader != broker_id and broker_id not in p.isr:
+                in_elr = unclean_shutdown and broker_id in p.elr
+                if p.leader != broker_id and broker_id not in p.isr and not in_elr:
                     continue
                 if only_leaderships and p.leader != broker_id:
                     continue
                 target_isr = p.isr
                 if not only_leaderships and broker_id in p.isr:
                     target_isr = tuple(b for b in p.isr if b != broker_id)
-                change = self._change(topic, i, is_active=active, target_isr=target_isr).build()
+                change = self._change(
+                    topic,
+                    i,
+                    is_active=active,
+                    target_isr=target_isr,
+                    unclean_shutdown=(broker_id,) if unclean_shutdown else (),
+                ).build()
                 if change is not None:
                     records.append(change)
         return records
 
     def elect_leaderless(self, newly_active: int) -> list[Record]:
         """Elections for partitions without a leader that ``newly_active``
-        can now lead (it is in their ISR, or unclean election is allowed)."""
+        can now lead (it is in their ISR, or in their ELR with the ISR
+        empty, or unclean election is allowed)."""
         records: list[Record] = []
         for topic in self.state.image.topics.values():
             for i, p in enumerate(topic.partitions):
@@ -586,11 +621,13 @@ class ReplicationControl:
     def elections_on_activation(self) -> list[Record]:
         """Elections a predecessor decided but lost in its failover (they
         are written apart from the unfencing that triggered them): every
-        leaderless partition that an eligible ISR member can lead."""
+        leaderless partition that an eligible ISR member (or, with the ISR
+        empty, ELR member) can lead."""
         records: list[Record] = []
         for topic in self.state.image.topics.values():
             for i, p in enumerate(topic.partitions):
-                if not p.has_leader and any(self.state.active(r) for r in p.isr):
+                eligible = p.isr or p.elr
+                if not p.has_leader and any(self.state.active(r) for r in eligible):
                     change = self._change(topic, i).build()
                     if change is not None:
                         records.append(change)

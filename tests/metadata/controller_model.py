@@ -75,6 +75,7 @@ def register_request(
     rack: str | None = None,
     cluster_id: str = CLUSTER_ID,
     features: tuple[FeatureRange, ...] = FEATURES,
+    previous_broker_epoch: int = -1,
 ) -> RegisterRequest:
     return RegisterRequest(
         broker_id,
@@ -83,6 +84,7 @@ def register_request(
         endpoints(broker_id),
         rack,
         features,
+        previous_broker_epoch,
     )
 
 
@@ -150,9 +152,21 @@ class Harness:
     # -- brokers ------------------------------------------------------------------
 
     def register(
-        self, broker_id: int, *, incarnation: str | None = None, rack: str | None = None
+        self,
+        broker_id: int,
+        *,
+        incarnation: str | None = None,
+        rack: str | None = None,
+        previous_broker_epoch: int = -1,
     ) -> int:
-        req = register_request(broker_id, incarnation=incarnation, rack=rack)
+        """A registration; ``previous_broker_epoch`` -1 (the default) is a
+        restart after an unclean shutdown (KIP-966)."""
+        req = register_request(
+            broker_id,
+            incarnation=incarnation,
+            rack=rack,
+            previous_broker_epoch=previous_broker_epoch,
+        )
         return self.run(lambda c: c.register_broker(req, self.now_ms)).response
 
     def heartbeat(
@@ -308,8 +322,14 @@ def image_violations(image: MetadataImage) -> list[str]:
                     out.append(f"{where}: the leader is not a registered unfenced broker")
                 if p.leader not in isr:
                     out.append(f"{where}: the leader is not in the ISR")
-            elif not p.isr:
-                out.append(f"{where}: an empty ISR")
+            # KIP-966: the ISR may be empty (its last members are the ELR).
+            elr, last_known = set(p.elr), set(p.last_known_elr)
+            if len(elr) != len(p.elr) or len(last_known) != len(p.last_known_elr):
+                out.append(f"{where}: a broker twice in the ELR or the last-known ELR")
+            if not elr <= replicas or not last_known <= replicas:
+                out.append(f"{where}: the ELR or last-known ELR is not a subset of the replicas")
+            if elr & isr or last_known & (isr | elr):
+                out.append(f"{where}: the ISR, ELR and last-known ELR overlap")
             if p.has_leader or len(p.isr) > 1:
                 for b in p.isr:
                     reg = image.brokers.get(b)

@@ -232,13 +232,16 @@ def test_unfencing_elects_leaderless_partitions() -> None:
     h.fence(2)
     h.fence(1)
     p = h.partition("t")
-    assert p.leader == NO_LEADER and p.isr == (1,)
-    # Broker 2 is not in the ISR: it may not lead.
+    # The ISR is empty; broker 1, its last member, is eligible (KIP-966).
+    assert p.leader == NO_LEADER and p.isr == () and p.elr == (1,)
+    # Broker 2 is neither in the ISR nor in the ELR: it may not lead.
     h.heartbeat(2)
     assert h.partition("t").leader == NO_LEADER
-    # Broker 1, the last ISR member, leads again when it comes back.
+    # Broker 1 leads again when it comes back, and is the ISR again.
     h.heartbeat(1)
-    assert h.partition("t").leader == 1
+    p = h.partition("t")
+    assert (p.leader, p.isr, p.elr) == (1, (1,), ())
+    assert p.leader_recovery_state is LeaderRecoveryState.RECOVERED
     sound(h)
 
 
@@ -298,12 +301,13 @@ def test_controlled_shutdown_of_a_fenced_broker_is_immediate() -> None:
 
 
 def test_controlled_shutdown_of_the_last_isr_member() -> None:
-    # The only ISR member shuts down: the partition goes offline keeping it.
+    # The only ISR member shuts down: the partition goes offline with it in
+    # the ELR (KIP-966).
     h = three_brokers()
     h.create_topic("t", assignments={0: (1,)})
     h.heartbeat(1, want_shutdown=True)
     p = h.partition("t")
-    assert p.leader == NO_LEADER and p.isr == (1,)
+    assert p.leader == NO_LEADER and p.isr == () and p.elr == (1,)
     assert h.heartbeat(1, want_shutdown=True).should_shut_down
     sound(h)
 
@@ -385,13 +389,13 @@ def test_fencing_re_elects_from_the_isr() -> None:
     assert p.leader_epoch == 1
 
 
-def test_fencing_keeps_the_last_isr_member_when_the_partition_goes_offline() -> None:
+def test_fencing_moves_the_last_isr_member_to_the_elr() -> None:
     h = three_brokers()
     h.create_topic("t", assignments={0: (1, 2)})
     h.alter_partition("t", 0, [1])
     h.fence(1)
     p = h.partition("t")
-    assert p.leader == NO_LEADER and p.isr == (1,)
+    assert p.leader == NO_LEADER and p.isr == () and p.elr == (1,)
     assert p.leader_recovery_state is LeaderRecoveryState.RECOVERED
     sound(h)
 
@@ -420,8 +424,9 @@ def test_unclean_election_only_when_enabled(
     if unclean:
         assert p.leader == 2 and p.isr == (2,)
         assert p.leader_recovery_state is LeaderRecoveryState.RECOVERING
+        assert p.elr == () and p.last_known_elr == ()
     else:
-        assert p.leader == NO_LEADER and p.isr == (1,)
+        assert p.leader == NO_LEADER and p.isr == () and p.elr == (1,)
     sound(h)
 
 

@@ -122,17 +122,17 @@ def test_unclean_election() -> None:
     assert change(p, [], election=Election.UNCLEAN).build() is None
 
 
-def test_the_last_isr_member_is_kept_when_the_partition_goes_offline() -> None:
-    # The only ISR member leaves: no leader, but the ISR keeps it (it holds
-    # the data and leads again when it comes back).
+def test_the_last_isr_members_go_to_the_elr_when_the_partition_goes_offline() -> None:
+    # KIP-966 replaces Kafka's old "keep the last ISR member": the ISR may be
+    # empty, and the members that left it below min ISR are the ELR.
     p = PartitionRegistration((1, 2), (1,), leader=1, leader_epoch=1)
     new = after(p, [2], target_isr=())
-    assert new.leader == NO_LEADER and new.isr == (1,)
+    assert new.leader == NO_LEADER and new.isr == () and new.elr == (1,)
     assert new.leader_epoch == 2
-    # With two members leaving at once, the first of the old ISR stays.
+    # With two members leaving at once, both are eligible.
     p = PartitionRegistration((1, 2, 3), (2, 1), leader=2)
     new = after(p, [3], target_isr=())
-    assert new.leader == NO_LEADER and new.isr == (2,)
+    assert new.leader == NO_LEADER and new.isr == () and new.elr == (1, 2)
 
 
 def test_recovered_leader() -> None:
@@ -222,7 +222,12 @@ def test_a_reassignment_does_not_complete_into_an_empty_isr() -> None:
 @st.composite
 def partitions(draw: st.DrawFn) -> tuple[PartitionRegistration, set[int]]:
     replicas = tuple(draw(st.lists(st.integers(0, 5), min_size=1, max_size=4, unique=True)))
-    isr = tuple(b for b in replicas if draw(st.booleans())) or replicas[:1]
+    isr = tuple(b for b in replicas if draw(st.booleans()))
+    if draw(st.booleans()):
+        isr = isr or replicas[:1]
+    # KIP-966: the ELR is disjoint from the ISR, the last-known ELR from both.
+    elr = tuple(b for b in replicas if b not in isr and draw(st.booleans()))
+    last_known = tuple(b for b in replicas if b not in isr + elr and draw(st.booleans()))
     live = set(draw(st.lists(st.integers(0, 5), max_size=6, unique=True)))
     leader = draw(st.sampled_from([NO_LEADER, *(b for b in isr if b in live)]))
     return (
@@ -232,21 +237,34 @@ def partitions(draw: st.DrawFn) -> tuple[PartitionRegistration, set[int]]:
             leader=leader,
             leader_epoch=draw(st.integers(0, 9)),
             partition_epoch=draw(st.integers(0, 9)),
+            elr=elr,
+            last_known_elr=last_known,
         ),
         live,
     )
 
 
 @settings(max_examples=300, deadline=None)
-@given(partitions(), st.sampled_from(Election), st.data())
+@given(partitions(), st.sampled_from(Election), st.integers(1, 4), st.data())
 def test_every_change_keeps_the_invariants(
-    state: tuple[PartitionRegistration, set[int]], election: Election, data: st.DataObject
+    state: tuple[PartitionRegistration, set[int]],
+    election: Election,
+    min_isr: int,
+    data: st.DataObject,
 ) -> None:
     p, live = state
     target_isr = None
     if data.draw(st.booleans()):
         target_isr = tuple(b for b in p.isr if data.draw(st.booleans()))
-    record = change(p, live, election=election, target_isr=target_isr).build()
+    unclean_shutdown = tuple(b for b in p.replicas if data.draw(st.booleans()))
+    record = change(
+        p,
+        live,
+        election=election,
+        target_isr=target_isr,
+        min_isr=min_isr,
+        unclean_shutdown=unclean_shutdown,
+    ).build()
     if record is None:
         return
     new = p.merge(record)
@@ -255,11 +273,24 @@ def test_every_change_keeps_the_invariants(
     if new.leader != p.leader:
         assert new.leader_epoch == p.leader_epoch + 1
     assert set(new.isr) <= set(new.replicas)
-    assert new.isr, "the ISR never becomes empty"
+    assert set(new.elr) <= set(new.replicas) and set(new.last_known_elr) <= set(new.replicas)
+    assert not set(new.elr) & set(new.isr), "the ELR and the ISR are disjoint"
+    assert not set(new.last_known_elr) & (set(new.isr) | set(new.elr))
+    assert not set(new.elr) - set(p.elr) - set(p.isr), "the ELR only takes old ISR members"
+    asked_isr = target_isr if target_isr is not None else p.isr
+    elected_from_elr = new.has_leader and new.leader not in asked_isr
+    if len(new.isr) >= min_isr and not elected_from_elr:
+        # (After an election from the ELR, Kafka leaves the others in it:
+        # the next change clears them.)
+        assert new.elr == () and new.last_known_elr == ()
     if new.has_leader:
         assert new.leader in new.isr
         assert new.leader in live
     if election is not Election.UNCLEAN:
-        # A clean election never grows the ISR.
-        assert set(new.isr) <= set(p.isr)
+        # A clean election never grows the ISR beyond the old ISR and ELR,
+        # and elects from the ELR only when the ISR is empty.
+        assert set(new.isr) <= set(p.isr) | set(p.elr)
+        if new.leader != p.leader and new.has_leader and new.leader not in p.isr:
+            assert new.leader in p.elr and new.isr == (new.leader,)
+            assert not asked_isr
         assert new.leader_recovery_state is p.leader_recovery_state

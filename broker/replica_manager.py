@@ -1,0 +1,390 @@
+"""The replicas of one broker (Kafka's ``ReplicaManager`` without its
+threads): applies each metadata image's local changes to the
+:class:`~broker.replica.PartitionReplica` of every partition it holds, and
+routes the leader-side requests to them.
+
+:meth:`ReplicaManager.apply_delta` follows ``ReplicaManager.applyDelta``:
+the deletions first (a topic recreated under its name reuses its directory
+name, so the old one must be out of the way), then the stops, then the
+partitions to lead (``applyLocalLeadersDelta``: ``Partition.makeLeader``
+records the new epoch at the LEO and forgets the followers' positions; no
+more fetching), then the ones to follow (``applyLocalFollowersDelta``:
+``Partition.makeFollower`` never truncates to the HW, KIP-101; a follower
+with a new leader or leader epoch starts fetching from its LEO and finds any
+divergence by epoch, KIP-279/KIP-595). What the driver must do comes back as
+data (:class:`ApplyResult`): the partitions to fetch from each leader with
+their fetch offsets, those that stopped or moved between leaders, and the
+partitions that could not be served (Kafka marks them offline and goes on).
+
+A partition whose log cannot be opened (a foreign topic id, a bad topic
+config) fails alone. A fenced broker stops leading
+(:mod:`broker.local_changes`); :meth:`ReplicaManager.shutdown` stops every
+replica and closes the logs.
+
+No I/O but through the log manager's seams; time only as ``now_ms``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from broker.errors import Errors, ReplicaError
+from broker.local_changes import LocalChanges, LocalPartition, local_changes
+from broker.log_manager import (
+    LogManager,
+    LogManagerError,
+    TopicConfigError,
+    topic_log_config,
+    topic_replica_config,
+)
+from broker.replica import (
+    AlterPartitionRequest,
+    FetchAnswer,
+    FetchRequest,
+    FollowerOutcome,
+    LeaderAppend,
+    LeaderFetchOutcome,
+    MappingBrokerView,
+    PartitionReplica,
+    Role,
+)
+from broker.replica.types import NO_EPOCH
+from metadata.image import EMPTY_IMAGE, MetadataImage, TopicIdPartition
+from metadata.records import NO_LEADER
+from partition_log.errors import PartitionLogError
+
+__all__ = [
+    "ApplyResult",
+    "FetchTarget",
+    "NotLeaderError",
+    "ReplicaManager",
+]
+
+
+class NotLeaderError(ReplicaError):
+    """A request for a partition this broker does not lead
+    (``NOT_LEADER_OR_FOLLOWER``) or does not know
+    (``UNKNOWN_TOPIC_OR_PARTITION``), with the leader and leader epoch of the
+    image so the client needs no metadata round trip (KIP-951)."""
+
+    def __init__(self, code: Errors, message: str, leader: int, leader_epoch: int) -> None:
+        super().__init__(code, message)
+        self.current_leader = leader
+        self.current_leader_epoch = leader_epoch
+
+
+@dataclass(frozen=True, slots=True)
+class FetchTarget:
+    """One partition a follower fetches: from ``leader`` in ``leader_epoch``,
+    starting at ``fetch_offset`` (its LEO when the fetching started;
+    ``InitialFetchState``)."""
+
+    leader: int
+    leader_epoch: int
+    fetch_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyResult:
+    """What applying one image changed, for the driver."""
+
+    changes: LocalChanges
+    # Every partition to fetch after the change, per leader broker: one
+    # stream per follower-leader pair carries them all.
+    fetchers: Mapping[int, Mapping[TopicIdPartition, FetchTarget]]
+    # Partitions whose fetching (re)starts at the given offset (a new
+    # leader, a new leader epoch, a new follower).
+    started: Mapping[TopicIdPartition, FetchTarget]
+    # Partitions no longer fetched (led here, stopped, deleted).
+    stopped: frozenset[TopicIdPartition]
+    # Partitions now fetched from another leader: (old leader, new leader).
+    moved: Mapping[TopicIdPartition, tuple[int, int]]
+    # Partitions that could not be served, with why (Kafka: offline).
+    failed: Mapping[TopicIdPartition, str]
+    # Directories renamed for deletion.
+    deleted: tuple[str, ...] = ()
+
+
+@dataclass
+class ReplicaManager:
+    """The replicas of broker ``broker_id`` over ``logs``."""
+
+    broker_id: int
+    logs: LogManager
+    image: MetadataImage = EMPTY_IMAGE
+    replicas: dict[TopicIdPartition, PartitionReplica] = field(default_factory=dict)
+    fetching: dict[TopicIdPartition, FetchTarget] = field(default_factory=dict)
+    # Partitions whose log could not be opened (offline here), with why.
+    offline: dict[TopicIdPartition, str] = field(default_factory=dict)
+    brokers: MappingBrokerView = field(init=False)
+    shut_down: bool = False
+
+    def __post_init__(self) -> None:
+        self.brokers = MappingBrokerView(self.image.brokers)
+
+    # -- the fetcher plan ---------------------------------------------------------
+
+    def fetchers(self) -> dict[int, dict[TopicIdPartition, FetchTarget]]:
+        """The partitions fetched from each leader."""
+        plan: dict[int, dict[TopicIdPartition, FetchTarget]] = {}
+        for key, target in sorted(self.fetching.items()):
+            plan.setdefault(target.leader, {})[key] = target
+        return plan
+
+    # -- metadata --------------------------------------------------------------
+
+    def _replica(
+        self, key: TopicIdPartition, local: LocalPartition, now_ms: int
+    ) -> PartitionReplica:
+        """The partition's replica, its log opened or created with the
+        topic's configs (``getOrCreatePartition`` then
+        ``createLogIfNotExists``)."""
+        replica = self.replicas.get(key)
+        replica_config = topic_replica_config(self.image, local.topic_name, self.broker_id)
+        if replica is not None:
+            replica.config = replica_config
+            return replica
+        config = topic_log_config(self.image, local.topic_name, self.broker_id)
+        log = self.logs.get_or_create(key, local.topic_name, config, now_ms)
+        replica = PartitionReplica(self.broker_id, log, replica_config, self.brokers)
+        self.replicas[key] = replica
+        return replica
+
+    def apply_delta(
+        self, image: MetadataImage, now_ms: int, changes: LocalChanges | None = None
+    ) -> ApplyResult:
+        """Move to ``image``: its local changes against the image held
+        (computed here unless given), in Kafka's order."""
+        if self.shut_down:
+            raise RuntimeError("the replica manager is shut down")
+        if changes is None:
+            changes = local_changes(self.image, image, self.broker_id)
+        previous = self.image
+        self.image = image
+        self.brokers.brokers = image.brokers
+        before = dict(self.fetching)
+        stopped: set[TopicIdPartition] = set()
+        started: dict[TopicIdPartition, FetchTarget] = {}
+        failed: dict[TopicIdPartition, str] = {}
+        deleted: list[str] = []
+
+        def stop_fetching(key: TopicIdPartition) -> None:
+            if self.fetching.pop(key, None) is not None:
+                stopped.add(key)
+
+        # 1. Stop and delete (ReplicaManager.stopPartitions with
+        # deleteLocalLog): before anything is created under a reused name.
+        for key in sorted(changes.deletes):
+            stop_fetching(key)
+            self.replicas.pop(key, None)
+            self.offline.pop(key, None)
+            name = self.logs.delete(key, now_ms)
+            if name is not None:
+                deleted.append(name)
+
+        # 2. Stop without deleting: no leader, or this broker fenced. A fresh
+        # replica (role none) over the kept log refuses produces and fetches.
+        for key, local in sorted(changes.stops.items()):
+            stop_fetching(key)
+            try:
+                replica = self._replica(key, local, now_ms)
+            except (LogManagerError, TopicConfigError, PartitionLogError, ValueError) as error:
+                failed[key] = str(error)
+                continue
+            if replica.role is not Role.NONE:
+                self.replicas[key] = PartitionReplica(
+                    self.broker_id, replica.log, replica.config, self.brokers
+                )
+
+        # 3. Lead (applyLocalLeadersDelta): fetching stops first.
+        for key, local in sorted(changes.leaders.items()):
+            stop_fetching(key)
+            try:
+                self._replica(key, local, now_ms).become_leader(local.registration, now_ms)
+            except (LogManagerError, TopicConfigError, PartitionLogError, ValueError) as error:
+                failed[key] = str(error)
+
+        # 4. Follow (applyLocalFollowersDelta): a new leader or leader epoch
+        # (re)starts fetching from the LEO; an ISR-only change does not.
+        for key, local in sorted(changes.followers.items()):
+            registration = local.registration
+            try:
+                replica = self._replica(key, local, now_ms)
+                replica.become_follower(registration, now_ms)
+            except (LogManagerError, TopicConfigError, PartitionLogError, ValueError) as error:
+                stop_fetching(key)
+                failed[key] = str(error)
+                continue
+            current = self.fetching.get(key)
+            if (
+                current is None
+                or current.leader != registration.leader
+                or current.leader_epoch != registration.leader_epoch
+            ):
+                target = FetchTarget(
+                    registration.leader, registration.leader_epoch, replica.log.log_end_offset
+                )
+                self.fetching[key] = target
+                started[key] = target
+                stopped.discard(key)
+
+        # 5. Topic config changes reach the logs already open
+        # (DynamicConfigPublisher -> LogManager.updateTopicConfig).
+        if image.configs is not previous.configs:
+            self._update_configs(failed)
+
+        for key, why in failed.items():
+            self.offline[key] = why
+        for key in (*changes.leaders, *changes.followers, *changes.stops):
+            if key not in failed:
+                self.offline.pop(key, None)
+        moved = {
+            key: (before[key].leader, target.leader)
+            for key, target in started.items()
+            if key in before and before[key].leader != target.leader
+        }
+        return ApplyResult(
+            changes,
+            self.fetchers(),
+            started,
+            frozenset(stopped),
+            moved,
+            failed,
+            tuple(deleted),
+        )
+
+    def _update_configs(self, failed: dict[TopicIdPartition, str]) -> None:
+        by_topic: dict[str, list[TopicIdPartition]] = {}
+        for key in self.replicas:
+            topic = self.image.topics.get(key.topic_id)
+            if topic is not None:
+                by_topic.setdefault(topic.name, []).append(key)
+        for name, keys in by_topic.items():
+            try:
+                config = topic_log_config(self.image, name, self.broker_id)
+                replica_config = topic_replica_config(self.image, name, self.broker_id)
+            except TopicConfigError as error:
+                # The logs keep running on the configs they have.
+                for key in keys:
+                    failed.setdefault(key, str(error))
+                continue
+            for key in keys:
+                self.logs.update_config(key, config)
+                self.replicas[key].config = replica_config
+
+    def shutdown(self) -> ApplyResult:
+        """Stop every replica (no more leading or fetching) and close the
+        logs cleanly (``ReplicaManager.shutdown`` then ``LogManager.shutdown``)."""
+        stopped = frozenset(self.fetching)
+        self.fetching.clear()
+        self.replicas.clear()
+        self.logs.close()
+        self.shut_down = True
+        empty = LocalChanges({}, {}, frozenset(), {}, {})
+        return ApplyResult(empty, {}, {}, stopped, {}, {})
+
+    # -- routing (the leader side) ---------------------------------------------
+
+    def _not_here(self, key: TopicIdPartition) -> NotLeaderError:
+        registration = self.image.partition(key.topic_id, key.partition)
+        if registration is None:
+            return NotLeaderError(
+                Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                f"partition {key.partition} of topic id {key.topic_id} does not exist",
+                NO_LEADER,
+                NO_EPOCH,
+            )
+        offline = self.offline.get(key)
+        why = f" (its log is offline here: {offline})" if offline else ""
+        return NotLeaderError(
+            Errors.NOT_LEADER_OR_FOLLOWER,
+            f"broker {self.broker_id} does not lead partition {key.partition} of topic id "
+            f"{key.topic_id}; the leader is {registration.leader} in epoch "
+            f"{registration.leader_epoch}{why}",
+            registration.leader,
+            registration.leader_epoch,
+        )
+
+    def resolve(self, topic: str, partition: int) -> TopicIdPartition:
+        """A partition named by topic name (older requests), or refused
+        ``UNKNOWN_TOPIC_OR_PARTITION``."""
+        found = self.image.topic_by_name(topic)
+        if found is None or found.partition(partition) is None:
+            raise NotLeaderError(
+                Errors.UNKNOWN_TOPIC_OR_PARTITION,
+                f"topic {topic!r} has no partition {partition}",
+                NO_LEADER,
+                NO_EPOCH,
+            )
+        return TopicIdPartition(found.topic_id, partition)
+
+    def leader_replica(self, key: TopicIdPartition) -> PartitionReplica:
+        """The replica that answers a produce or fetch for ``key``
+        (``ReplicaManager.getPartitionOrError`` then ``Partition.leaderLogIfLocal``),
+        or :class:`NotLeaderError` with the image's leader and epoch."""
+        replica = self.replicas.get(key)
+        if replica is None or replica.role is not Role.LEADER:
+            raise self._not_here(key)
+        return replica
+
+    def append(
+        self, key: TopicIdPartition, batch: bytes, required_acks: int, now_ms: int
+    ) -> LeaderAppend:
+        """A producer's batch (``appendRecordsToLeader``)."""
+        return self.leader_replica(key).append_as_leader(batch, required_acks, now_ms)
+
+    def step_fetch(
+        self, key: TopicIdPartition, request: FetchRequest, now_ms: int
+    ) -> LeaderFetchOutcome:
+        """A follower's fetch of ``key``; a partition not led here is answered
+        with the error and the image's leader hint."""
+        try:
+            replica = self.leader_replica(key)
+        except NotLeaderError as error:
+            return LeaderFetchOutcome(
+                FetchAnswer(
+                    error.code,
+                    current_leader=error.current_leader,
+                    current_leader_epoch=error.current_leader_epoch,
+                    message=str(error.args[0]),
+                )
+            )
+        return replica.step_fetch(request, now_ms)
+
+    def tick_isr(self, now_ms: int) -> list[tuple[TopicIdPartition, AlterPartitionRequest]]:
+        """The ``isr-expiration`` task over every partition led here: the
+        AlterPartition requests to send."""
+        found = []
+        for key, replica in sorted(self.replicas.items()):
+            if replica.role is Role.LEADER:
+                request = replica.tick_isr(now_ms)
+                if request is not None:
+                    found.append((key, request))
+        return found
+
+    # -- the follower side -----------------------------------------------------
+
+    def next_fetch_requests(
+        self, broker_epoch: int
+    ) -> dict[int, dict[TopicIdPartition, FetchRequest]]:
+        """Per leader, the fetch of every partition fetched from it (one
+        request per follower-leader pair; ``AbstractFetcherThread.buildFetch``).
+        Partitions waiting (fenced by their leader, or to restart past its
+        log start) are left out."""
+        found: dict[int, dict[TopicIdPartition, FetchRequest]] = {}
+        for key, target in sorted(self.fetching.items()):
+            request = self.replicas[key].next_fetch_request(broker_epoch)
+            if request is not None:
+                found.setdefault(target.leader, {})[key] = request
+        return found
+
+    def step_fetch_answer(
+        self, key: TopicIdPartition, request: FetchRequest, answer: FetchAnswer, now_ms: int
+    ) -> FollowerOutcome | None:
+        """The leader's answer for one partition of our fetch; None if the
+        partition is no longer fetched here (the answer is dropped)."""
+        replica = self.replicas.get(key)
+        if replica is None or key not in self.fetching:
+            return None
+        return replica.step_fetch_answer(request, answer, now_ms)

@@ -24,6 +24,10 @@ topic's log (Kafka's ``InconsistentTopicIdException``).
   a topic recreated under the name gets a fresh directory) and removed
   ``file.delete.delay.ms`` later by :meth:`LogManager.maybe_remove_deleted`
   (or at the next start).
+- :meth:`LogManager.checkpoint_high_watermarks` writes each changed HW to
+  the partition's ``replication-offset-checkpoint`` (Kafka keeps one such
+  file per log directory); a log is opened with it, so a restarted
+  replica's HW does not start from zero.
 - :func:`topic_log_config` and :func:`topic_replica_config` build a
   partition's :class:`LogConfig` and :class:`ReplicaConfig` from the
   image's configs with Kafka's precedence (topic, broker, cluster, default);
@@ -46,10 +50,17 @@ from partition_log.batch import TimestampType
 from partition_log.files import FileDirectory, LogFile, Names
 from partition_log.log import PartitionLog
 from partition_log.log_config import CleanupPolicy, LogConfig
-from partition_log.log_files import TMP_SUFFIX, read_whole, write_atomically
+from partition_log.log_files import (
+    TMP_SUFFIX,
+    decode_offset,
+    encode_offset,
+    read_whole,
+    write_atomically,
+)
 
 __all__ = [
     "DELETE_SUFFIX",
+    "HIGH_WATERMARK_FILE",
     "PARTITION_METADATA_FILE",
     "STRAY_SUFFIX",
     "LoadResult",
@@ -64,6 +75,10 @@ __all__ = [
 ]
 
 PARTITION_METADATA_FILE = "partition.metadata"
+# The replica's HW (Kafka's replication-offset-checkpoint, one per log
+# directory there; one per partition here, as the partition log keeps its
+# recovery point, so a partition directory is self-contained).
+HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
 STRAY_SUFFIX = "-stray"
 _METADATA_VERSION = 0
@@ -117,7 +132,14 @@ def decode_partition_metadata(where: str, data: bytes) -> str:
     return lines[1][len("topic_id: ") :]
 
 
-_HIDDEN = frozenset({PARTITION_METADATA_FILE, PARTITION_METADATA_FILE + TMP_SUFFIX})
+_HIDDEN = frozenset(
+    {
+        PARTITION_METADATA_FILE,
+        PARTITION_METADATA_FILE + TMP_SUFFIX,
+        HIGH_WATERMARK_FILE,
+        HIGH_WATERMARK_FILE + TMP_SUFFIX,
+    }
+)
 
 
 class _LogView:
@@ -148,6 +170,12 @@ class _LogView:
 
     def sync_directory(self) -> None:
         self._inner.sync_directory()
+
+
+def _read_high_watermark(directory: FileDirectory) -> int:
+    if not directory.exists(HIGH_WATERMARK_FILE):
+        return 0
+    return decode_offset(HIGH_WATERMARK_FILE, read_whole(directory, HIGH_WATERMARK_FILE))
 
 
 def _read_topic_id(directory: FileDirectory, where: str) -> str | None:
@@ -276,6 +304,9 @@ class _Hosted:
     directory: LogDirectory
     name: str
     topic_id: str
+    files: FileDirectory
+    # The HW last written to the checkpoint.
+    checkpointed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,8 +415,7 @@ class LogManager:
                         directory, PARTITION_METADATA_FILE, encode_partition_metadata(key.topic_id)
                     )
                 config = topic_log_config(image, topic_name, broker_id)
-                log = PartitionLog.open(_LogView(directory), config, now_ms=now_ms)
-                self._logs[key] = _Hosted(log, log_dir, name, key.topic_id)
+                self._open(key, log_dir, name, directory, config, now_ms)
                 loaded.append(key)
             if changed:
                 log_dir.sync_directory()
@@ -429,9 +459,7 @@ class LogManager:
                     write_atomically(
                         directory, PARTITION_METADATA_FILE, encode_partition_metadata(key.topic_id)
                     )
-                log = PartitionLog.open(_LogView(directory), config, now_ms=now_ms)
-                self._logs[key] = _Hosted(log, log_dir, name, key.topic_id)
-                return log
+                return self._open(key, log_dir, name, directory, config, now_ms)
         log_dir = self._least_loaded()
         directory = log_dir.create(name)
         # The id first: a directory never exists without it after the sync.
@@ -439,9 +467,38 @@ class LogManager:
             directory, PARTITION_METADATA_FILE, encode_partition_metadata(key.topic_id)
         )
         log_dir.sync_directory()
-        log = PartitionLog.open(_LogView(directory), config, now_ms=now_ms)
-        self._logs[key] = _Hosted(log, log_dir, name, key.topic_id)
+        return self._open(key, log_dir, name, directory, config, now_ms)
+
+    def _open(
+        self,
+        key: TopicIdPartition,
+        log_dir: LogDirectory,
+        name: str,
+        directory: FileDirectory,
+        config: LogConfig,
+        now_ms: int,
+    ) -> PartitionLog:
+        """Open the log with the checkpointed HW (``Partition.createLog``
+        reads ``highWatermarkCheckpoints``; the log clamps it into itself)."""
+        high_watermark = _read_high_watermark(directory)
+        log = PartitionLog.open(
+            _LogView(directory), config, now_ms=now_ms, high_watermark=high_watermark
+        )
+        self._logs[key] = _Hosted(log, log_dir, name, key.topic_id, directory, high_watermark)
         return log
+
+    def checkpoint_high_watermarks(self) -> int:
+        """Write the HW of every log whose HW changed since its last
+        checkpoint (``ReplicaManager.checkpointHighWatermarks``, every
+        ``replica.high.watermark.checkpoint.interval.ms``); how many."""
+        written = 0
+        for hosted in self._logs.values():
+            high_watermark = hosted.log.high_watermark
+            if high_watermark != hosted.checkpointed:
+                write_atomically(hosted.files, HIGH_WATERMARK_FILE, encode_offset(high_watermark))
+                hosted.checkpointed = high_watermark
+                written += 1
+        return written
 
     def update_config(self, key: TopicIdPartition, config: LogConfig) -> None:
         """A topic config changed (``LogManager.updateTopicConfig``): the log
@@ -482,7 +539,9 @@ class LogManager:
 
     def close(self) -> None:
         """A clean shutdown: every log closed (``LogManager.shutdown``); their
-        clean-shutdown markers make the next start skip recovery."""
+        clean-shutdown markers make the next start skip recovery. The HWs
+        are checkpointed first (``ReplicaManager.shutdown``)."""
+        self.checkpoint_high_watermarks()
         hosted, self._logs = list(self._logs.values()), {}
         for h in hosted:
             h.log.close()

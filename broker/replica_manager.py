@@ -216,6 +216,12 @@ class ReplicaManager:
                 stop_fetching(key)
                 failed[key] = str(error)
                 continue
+            if registration.leader not in image.brokers:
+                # No registration, so no endpoint to fetch from
+                # (applyLocalFollowersDelta stops fetching when the leader's
+                # node is not in the image).
+                stop_fetching(key)
+                continue
             current = self.fetching.get(key)
             if (
                 current is None

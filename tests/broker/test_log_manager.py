@@ -230,3 +230,33 @@ def test_on_real_directories(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-0.id-a-delete", "meta.properties"]
     reopened.maybe_remove_deleted(60_000)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["meta.properties"]
+
+
+def test_high_watermarks_are_checkpointed_and_restored() -> None:
+    md = Metadata(*topic("a", "id-a", (1,)))
+    d = MemoryLogDirectory("data")
+    logs = LogManager([d])
+    log = logs.get_or_create(A0, "a", CONFIG, now_ms=0)
+    for i in range(3):
+        log.append_as_leader(batch(b"%d" % i), 0, 0)
+    assert logs.checkpoint_high_watermarks() == 0
+    log.maybe_increment_high_watermark(2)
+    assert logs.checkpoint_high_watermarks() == 1
+    assert logs.checkpoint_high_watermarks() == 0
+    # The log never sees the broker's files.
+    assert "replication-offset-checkpoint" in d.open("a-0").list()
+    assert "replication-offset-checkpoint" not in log.directory.list()
+    # A power loss keeps the checkpointed HW (written and synced).
+    log.flush(0)
+    d.crash()
+    reopened = LogManager([d])
+    reopened.load(md.image, 1, now_ms=0)
+    loaded = reopened.log(A0)
+    assert loaded is not None and loaded.high_watermark == 2
+    # A clean shutdown checkpoints the last HW.
+    loaded.maybe_increment_high_watermark(3)
+    reopened.close()
+    last = LogManager([d])
+    last.load(md.image, 1, now_ms=0)
+    final = last.log(A0)
+    assert final is not None and final.high_watermark == 3

@@ -286,3 +286,15 @@ def test_a_shut_down_manager_refuses_images() -> None:
     late = ReplicaManager(4, LogManager([MemoryLogDirectory()]))
     c.md.step(register(4))
     assert late.apply_delta(c.md.image, 0).changes.empty
+
+
+def test_a_follower_of_an_unregistered_leader_does_not_fetch() -> None:
+    c = Cluster()
+    c.step(*topic("a", "id-a", (4, 1)))
+    # Broker 4 is named leader but not registered: broker 1 follows it
+    # without fetching; once registered, fetching starts.
+    assert c.brokers[1].replicas[A0].role is Role.FOLLOWER
+    assert c.brokers[1].fetching == {}
+    c.md.step(register(4))
+    c.step(change("id-a", 0, isr=(4, 1)))
+    assert c.results[1].started == {A0: FetchTarget(4, 0, 0)}

@@ -28,6 +28,8 @@ topic's log (Kafka's ``InconsistentTopicIdException``).
   the partition's ``replication-offset-checkpoint`` (Kafka keeps one such
   file per log directory); a log is opened with it, so a restarted
   replica's HW does not start from zero.
+- :meth:`LogManager.tick` runs the scheduled work: retention, flushes by
+  ``flush.ms``, file removals and one cleaning of the dirtiest compacted log.
 - :func:`topic_log_config` and :func:`topic_replica_config` build a
   partition's :class:`LogConfig` and :class:`ReplicaConfig` from the
   image's configs with Kafka's precedence (topic, broker, cluster, default);
@@ -47,6 +49,8 @@ from metadata.configs import LONG_MAX, ResourceType, resolve, validate
 from metadata.errors import ApiError
 from metadata.image import TOPIC_RESOURCE, MetadataImage, TopicIdPartition
 from partition_log.batch import TimestampType
+from partition_log.cleaner import LogCleaner
+from partition_log.errors import PartitionLogError
 from partition_log.files import FileDirectory, LogFile, Names
 from partition_log.log import PartitionLog
 from partition_log.log_config import CleanupPolicy, LogConfig
@@ -64,6 +68,7 @@ __all__ = [
     "PARTITION_METADATA_FILE",
     "STRAY_SUFFIX",
     "LoadResult",
+    "LogTick",
     "LogManager",
     "LogManagerError",
     "TopicConfigError",
@@ -327,6 +332,22 @@ class _Deletion:
     name: str
 
 
+@dataclass(frozen=True, slots=True)
+class LogTick:
+    """What one :meth:`LogManager.tick` did."""
+
+    retained: tuple[TopicIdPartition, ...] = ()
+    flushed: tuple[TopicIdPartition, ...] = ()
+    cleaned: bool = False
+    removed_directories: bool = False
+    # Logs whose files refused a step (KAFKA_STORAGE_ERROR), with why.
+    failed: Mapping[TopicIdPartition, str] = field(default_factory=dict)
+
+
+def _cleaner_name(key: TopicIdPartition) -> str:
+    return f"{key.topic_id}/{key.partition}"
+
+
 @dataclass
 class LogManager:
     """The partition logs of one broker (``LogManager``)."""
@@ -334,6 +355,7 @@ class LogManager:
     log_dirs: Sequence[LogDirectory]
     _logs: dict[TopicIdPartition, _Hosted] = field(default_factory=dict)
     _deletions: list[_Deletion] = field(default_factory=list)
+    cleaner: LogCleaner = field(default_factory=LogCleaner)
 
     def __post_init__(self) -> None:
         if not self.log_dirs:
@@ -485,7 +507,39 @@ class LogManager:
             _LogView(directory), config, now_ms=now_ms, high_watermark=high_watermark
         )
         self._logs[key] = _Hosted(log, log_dir, name, key.topic_id, directory, high_watermark)
+        self.cleaner.add_log(_cleaner_name(key), log)
         return log
+
+    def tick(self, now_ms: int) -> LogTick:
+        """The log manager's scheduled tasks in one step (Kafka's
+        ``kafka-log-retention``, ``kafka-log-flusher``, the segment and log
+        deletions and one ``LogCleaner`` cleaning): retention below the HW,
+        a sync of the logs whose ``flush.ms`` has passed, the ``.deleted``
+        files and ``-delete`` directories whose delay has passed, and the
+        dirtiest compacted log cleaned once. A log whose files fail is
+        reported and the others go on (Kafka takes its log directory
+        offline)."""
+        retained: list[TopicIdPartition] = []
+        flushed: list[TopicIdPartition] = []
+        failed: dict[TopicIdPartition, str] = {}
+        for key, hosted in sorted(self._logs.items()):
+            log = hosted.log
+            try:
+                if log.maybe_delete_segments(now_ms):
+                    retained.append(key)
+                if log.maybe_flush(now_ms):
+                    flushed.append(key)
+                log.maybe_remove_deleted(now_ms)
+            except PartitionLogError as error:
+                failed[key] = str(error)
+        try:
+            cleaned = self.cleaner.maybe_clean(now_ms)
+        except PartitionLogError:
+            # The cleaner's log is left as its crash-safe swap leaves it;
+            # Kafka marks the partition uncleanable and goes on.
+            cleaned = False
+        removed = self.maybe_remove_deleted(now_ms)
+        return LogTick(tuple(retained), tuple(flushed), cleaned, removed, failed)
 
     def checkpoint_high_watermarks(self) -> int:
         """Write the HW of every log whose HW changed since its last
@@ -514,6 +568,7 @@ class LogManager:
         hosted = self._logs.pop(key, None)
         if hosted is None:
             return None
+        self.cleaner.remove_log(_cleaner_name(key))
         delay = hosted.log.config.file_delete_delay_ms
         hosted.log.close()
         target = f"{hosted.name}.{hosted.topic_id}{DELETE_SUFFIX}"
@@ -543,5 +598,6 @@ class LogManager:
         are checkpointed first (``ReplicaManager.shutdown``)."""
         self.checkpoint_high_watermarks()
         hosted, self._logs = list(self._logs.values()), {}
+        self.cleaner = LogCleaner()
         for h in hosted:
             h.log.close()

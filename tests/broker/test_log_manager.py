@@ -260,3 +260,37 @@ def test_high_watermarks_are_checkpointed_and_restored() -> None:
     last.load(md.image, 1, now_ms=0)
     final = last.log(A0)
     assert final is not None and final.high_watermark == 3
+
+
+def test_tick_runs_retention_flushes_removals_and_the_cleaner() -> None:
+    d = MemoryLogDirectory("data")
+    logs = LogManager([d])
+    config = LogConfig(segment_bytes=200, retention_ms=1000, file_delete_delay_ms=0)
+    log = logs.get_or_create(A0, "a", config, now_ms=0)
+    for i in range(6):
+        log.append_as_leader(batch(b"value-%d" % i * 4), 0, 0)
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    segments = len(log.segments)
+    assert segments > 1
+    flushing = logs.get_or_create(TopicIdPartition("id-f", 0), "f", LogConfig(flush_ms=500), 0)
+    flushing.append_as_leader(batch(b"unsynced"), 0, 0)
+    early = logs.tick(now_ms=100)
+    assert early.retained == () and early.flushed == ()
+    late = logs.tick(now_ms=5000)
+    assert late.retained == (A0,) and late.flushed == (TopicIdPartition("id-f", 0),)
+    assert len(log.segments) < segments and log.pending_deletions == []
+    # A compacted log is cleaned by the tick.
+    compacted = LogConfig(
+        segment_bytes=200, cleanup_policy=CleanupPolicy.COMPACT, min_cleanable_dirty_ratio=0.0
+    )
+    other = logs.get_or_create(TopicIdPartition("id-c", 0), "c", compacted, now_ms=0)
+    for i in range(8):
+        other.append_as_leader(build_batch([Record(0, 1000, b"same", b"v%d" % i)]), 0, 0)
+    other.maybe_increment_high_watermark(other.log_end_offset)
+    size = other.size
+    assert logs.tick(now_ms=6000).cleaned
+    assert other.size < size
+    # A deleted log's directory goes with the tick too.
+    logs.delete(A0, now_ms=6000)
+    assert logs.tick(now_ms=6000).removed_directories
+    assert d.list() == ["c-0", "f-0"]

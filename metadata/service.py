@@ -375,6 +375,8 @@ def _partition_description(i: int, p: PartitionRegistration) -> metadata_pb2.Par
         adding_replicas=p.adding_replicas,
         removing_replicas=p.removing_replicas,
         leader_recovering=p.leader_recovery_state is LeaderRecoveryState.RECOVERING,
+        eligible_leader_replicas=p.elr,
+        last_known_elr=p.last_known_elr,
     )
 
 

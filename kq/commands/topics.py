@@ -277,6 +277,9 @@ def describe_lines(
                 f"\tAdding Replicas: {ids(p.adding_replicas)}"
                 f"\tRemoving Replicas: {ids(p.removing_replicas)}"
             )
+        # KIP-966, where kafka-topics.sh (4.x) prints them.
+        line += f"\tElr: {ids(p.eligible_leader_replicas)}"
+        line += f"\tLastKnownElr: {ids(p.last_known_elr)}"
         if p.leader_recovering:
             line += "\tLeaderRecovering: true"
         lines.append(line)
@@ -291,6 +294,8 @@ def partition_json(p: metadata_pb2.PartitionDescription) -> dict[str, Any]:
         "partition_epoch": p.partition_epoch,
         "replicas": list(p.replicas),
         "isr": list(p.isr),
+        "elr": list(p.eligible_leader_replicas),
+        "last_known_elr": list(p.last_known_elr),
         "adding_replicas": list(p.adding_replicas),
         "removing_replicas": list(p.removing_replicas),
         "leader_recovering": p.leader_recovering,

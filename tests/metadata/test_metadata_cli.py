@@ -68,6 +68,8 @@ def partition(
     isr: list[int],
     adding: list[int] | None = None,
     removing: list[int] | None = None,
+    elr: list[int] | None = None,
+    last_known_elr: list[int] | None = None,
 ) -> metadata_pb2.PartitionDescription:
     return metadata_pb2.PartitionDescription(
         partition=index,
@@ -78,6 +80,8 @@ def partition(
         isr=isr,
         adding_replicas=adding or [],
         removing_replicas=removing or [],
+        eligible_leader_replicas=elr or [],
+        last_known_elr=last_known_elr or [],
     )
 
 
@@ -88,7 +92,7 @@ def topics_response() -> metadata_pb2.DescribeTopicsResponse:
                 name="foo",
                 topic_id="AAAAAAAAAAAAAAAAAAAAAQ",
                 partitions=[
-                    partition(1, -1, [2, 3, 1], [2]),
+                    partition(1, -1, [2, 3, 1], [], elr=[2, 3], last_known_elr=[1]),
                     partition(0, 1, [1, 2, 3], [1, 2, 3]),
                     partition(2, 3, [3, 1, 2, 4], [3, 1, 2], adding=[4], removing=[2]),
                 ],
@@ -201,10 +205,11 @@ def test_topics_describe_in_kafka_format(
     assert capsys.readouterr().out.splitlines() == [
         "Topic: foo\tTopicId: AAAAAAAAAAAAAAAAAAAAAQ\tPartitionCount: 3\tReplicationFactor: 3\t"
         "Configs: cleanup.policy=compact,retention.ms=1000",
-        "\tTopic: foo\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2,3",
-        "\tTopic: foo\tPartition: 1\tLeader: none\tReplicas: 2,3,1\tIsr: 2",
+        "\tTopic: foo\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2,3\tElr: \tLastKnownElr: ",
+        "\tTopic: foo\tPartition: 1\tLeader: none\tReplicas: 2,3,1\tIsr: "
+        "\tElr: 2,3\tLastKnownElr: 1",
         "\tTopic: foo\tPartition: 2\tLeader: 3\tReplicas: 3,1,2,4\tIsr: 3,1,2"
-        "\tAdding Replicas: 4\tRemoving Replicas: 2",
+        "\tAdding Replicas: 4\tRemoving Replicas: 2\tElr: \tLastKnownElr: ",
     ]
     assert calls[0] == (([],), {"linearizable": True})
     assert main(["topics", "describe", "foo", "--json", *B]) == 0
@@ -212,6 +217,10 @@ def test_topics_describe_in_kafka_format(
     foo = out["topics"][0]
     assert (foo["partition_count"], foo["replication_factor"]) == (3, 3)
     assert foo["partitions"][1]["leader"] is None
+    assert foo["partitions"][1]["isr"] == []
+    assert foo["partitions"][1]["elr"] == [2, 3]
+    assert foo["partitions"][1]["last_known_elr"] == [1]
+    assert foo["partitions"][0]["elr"] == []
     assert foo["partitions"][2]["adding_replicas"] == [4]
     assert out["metadata_offset"] == 99
 

@@ -847,7 +847,12 @@ def test_brokers_fail_shut_down_and_lead(tmp_path: Path) -> None:
             try:
                 created = await create(
                     cluster,
-                    topic("flow", assignments=assignment([1, 2, 3], [2, 3, 4], [3, 4, 1])),
+                    # min ISR 3: a replica leaving the ISR is eligible (KIP-966).
+                    topic(
+                        "flow",
+                        assignments=assignment([1, 2, 3], [2, 3, 4], [3, 4, 1]),
+                        configs={"min.insync.replicas": "3"},
+                    ),
                     topic("spread", 8, 3),
                 )
                 flow_id = created.topics[0].topic_id
@@ -889,6 +894,10 @@ async def _kill_and_return(
         assert new.partition_epoch > old.partition_epoch
     assert after["flow"][0].leader == 2  # the next replica in preference order
     assert list(after["flow"][0].isr) == [2, 3]
+    # Below min ISR 3, broker 1 left the ISR holding every committed
+    # record: DescribeTopics shows it eligible.
+    assert list(after["flow"][0].eligible_leader_replicas) == [1]
+    assert list(after["flow"][0].last_known_elr) == []
     # The other brokers were not disturbed.
     live = await brokers_of(cluster)
     assert [b for b in (2, 3, 4) if live[b].fenced] == []
@@ -899,6 +908,10 @@ async def _kill_and_return(
     await brokers[1].start()
     back = await partitions(cluster, "flow")
     assert back[0].leader == 2 and 1 not in back[0].isr
+    # It registered without its previous broker epoch (an unclean
+    # shutdown): no longer eligible, only last known.
+    assert list(back[0].eligible_leader_replicas) == []
+    assert list(back[0].last_known_elr) == [1]
 
 
 async def _alter_partition_and_elect(

@@ -1,5 +1,11 @@
 """Configs (Kafka's ConfigurationControlManager): incremental alters
-(KIP-339) with conditions, all or nothing.  Pure: decisions only."""
+(KIP-339) with conditions, all or nothing.  Pure: decisions only.
+
+``min.insync.replicas`` keeps KIP-966's invariants (Kafka's KAFKA-16540):
+a broker may not override it (brokers and controller must agree on which
+partitions are below min ISR), and a change of a topic's value, or of the
+cluster's, clears the ELR of the partitions it applies to: a replica that
+was eligible under the old value may not be under the new one."""
 
 from __future__ import annotations
 
@@ -11,14 +17,18 @@ from metadata.control_state import ControlState
 from metadata.errors import ApiError, Errors
 from metadata.records import (
     ConfigRecord,
+    PartitionChangeRecord,
     Record,
 )
 from metadata.requests import (
+    MAX_RECORDS_PER_ATOMIC_OP,
     AlterConfigOp,
     ControllerResult,
     ItemResult,
     items_ok,
 )
+
+MIN_ISR = "min.insync.replicas"
 
 __all__ = ["ConfigControl"]
 
@@ -58,6 +68,13 @@ class ConfigControl:
                     if op.key in keys:
                         raise ApiError(Errors.INVALID_REQUEST, f"config {op.key} is altered twice")
                     keys.add(op.key)
+                    if rtype is ResourceType.BROKER and op.key == MIN_ISR and op.value is not None:
+                        raise ApiError(
+                            Errors.INVALID_CONFIG,
+                            f"{MIN_ISR} may not be set for one broker: set it for the cluster "
+                            "or a topic (eligible leader replicas need every broker and the "
+                            "controller to agree on it, KIP-966)",
+                        )
                     value = None
                     if op.value is not None:
                         value = configs.validate(rtype, rname, op.key, op.value)
@@ -87,4 +104,42 @@ class ConfigControl:
             results.append(ItemResult(label))
         if validate_only or not items_ok(results):
             records = []
-        return ControllerResult(records, results)
+        clear = self._clear_elr(records)
+        if len(clear) + len(records) > MAX_RECORDS_PER_ATOMIC_OP:
+            raise ApiError(
+                Errors.THROTTLING,
+                f"changing {MIN_ISR} clears the ELR of {len(clear)} partitions, more than one "
+                f"request may write ({MAX_RECORDS_PER_ATOMIC_OP})",
+            )
+        # The ELRs go in the same batch, first: never a new min ISR with an
+        # ELR chosen under the old one.
+        return ControllerResult(clear + records, results)
+
+    def _clear_elr(self, records: Sequence[Record]) -> list[Record]:
+        """Changes emptying the ELR and last-known ELR of every partition
+        whose min ISR ``records`` change (Kafka writes a ClearElrRecord)."""
+        image = self.state.image
+        topics: set[str] = set()
+        for r in records:
+            if not isinstance(r, ConfigRecord) or r.name != MIN_ISR:
+                continue
+            if image.config((r.resource_type, r.resource_name)).get(MIN_ISR) == r.value:
+                continue  # unchanged
+            if r.resource_type == int(ResourceType.TOPIC):
+                topics.add(r.resource_name)
+            elif r.resource_type == int(ResourceType.CLUSTER):
+                # Every topic without a value of its own.
+                topics.update(
+                    t.name
+                    for t in image.topics.values()
+                    if MIN_ISR not in image.config((int(ResourceType.TOPIC), t.name))
+                )
+        out: list[Record] = []
+        for name in sorted(topics):
+            topic = image.topic_by_name(name)
+            if topic is None:
+                continue
+            for i, p in enumerate(topic.partitions):
+                if p.elr or p.last_known_elr:
+                    out.append(PartitionChangeRecord(topic.topic_id, i, elr=(), last_known_elr=()))
+        return out

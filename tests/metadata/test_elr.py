@@ -417,3 +417,59 @@ def test_the_elr_survives_replay_and_snapshots() -> None:
     snapshot = replay(EMPTY_IMAGE, list(h.image.to_records()))
     assert snapshot.partition(h.topic("t").topic_id, 0) == p
     assert list(snapshot.to_records()) == list(h.image.to_records())
+
+
+# -- min.insync.replicas ------------------------------------------------------------------
+
+
+def test_a_broker_may_not_override_min_isr() -> None:
+    h = three_brokers()
+    (result,) = h.set_config(ResourceType.BROKER, "1", MIN_ISR, "2")
+    assert result.error.name == "INVALID_CONFIG" and MIN_ISR in result.message
+    assert "cluster or a topic" in result.message
+    # Removing one (left by an older log) stays possible.
+    (result,) = h.set_config(ResourceType.BROKER, "1", MIN_ISR, None)
+    assert result.error.name == "NONE"
+
+
+def with_elrs() -> tuple[Harness, str, str]:
+    """Topics t (min ISR 3, its own) and u (the cluster's, 3), each with an
+    ELR."""
+    h = Harness()
+    h.add_brokers(1, 2, 3)
+    h.set_config(ResourceType.CLUSTER, "", MIN_ISR, "3")
+    h.create_topic("t", assignments={0: (1, 2, 3)}, configs={MIN_ISR: "3"})
+    h.create_topic("u", assignments={0: (1, 2, 3)})
+    for name in ("t", "u"):
+        h.alter_partition(name, 0, [1, 2])
+        h.register(2)  # unclean: 2 goes to the last-known ELR
+        h.heartbeat(2)
+        p = h.partition(name)
+        assert (p.isr, p.elr, p.last_known_elr) == ((1,), (3,), (2,)), name
+    return h, "t", "u"
+
+
+def test_changing_a_topics_min_isr_clears_its_elr() -> None:
+    h, t, u = with_elrs()
+    # The same value again: nothing to clear.
+    before = h.partition(t)
+    h.set_config(ResourceType.TOPIC, t, MIN_ISR, "3")
+    assert h.partition(t) == before
+    h.set_config(ResourceType.TOPIC, t, MIN_ISR, "2")
+    p = h.partition(t)
+    assert (p.isr, p.elr, p.last_known_elr) == ((1,), (), ())
+    assert p.partition_epoch == before.partition_epoch + 1
+    # The other topic keeps its ELR.
+    assert h.partition(u).elr == (3,)
+    sound(h)
+
+
+def test_changing_the_clusters_min_isr_clears_the_elr_of_topics_without_their_own() -> None:
+    h, t, u = with_elrs()
+    h.set_config(ResourceType.CLUSTER, "", MIN_ISR, "2")
+    assert (h.partition(u).elr, h.partition(u).last_known_elr) == ((), ())
+    assert h.partition(t).elr == (3,)
+    # Deleting the topic's own value changes its min ISR too.
+    h.set_config(ResourceType.TOPIC, t, MIN_ISR, None)
+    assert (h.partition(t).elr, h.partition(t).last_known_elr) == ((), ())
+    sound(h)

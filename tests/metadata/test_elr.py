@@ -473,3 +473,17 @@ def test_changing_the_clusters_min_isr_clears_the_elr_of_topics_without_their_ow
     h.set_config(ResourceType.TOPIC, t, MIN_ISR, None)
     assert (h.partition(t).elr, h.partition(t).last_known_elr) == ((), ())
     sound(h)
+
+
+def test_an_unregistered_broker_coming_back_is_no_longer_eligible() -> None:
+    h = three_brokers(min_isr=3)
+    h.alter_partition("t", 0, [1, 2])
+    assert h.partition("t").elr == (3,)
+    # Unregistration keeps 3 in the ELR, as Kafka's handleBrokerUnregistered
+    # does; a registration with no registration to match is unclean.
+    h.run(lambda c: c.unregister_broker(3))
+    assert h.partition("t").elr == (3,)
+    h.register(3)
+    p = h.partition("t")
+    assert (p.elr, p.last_known_elr) == ((), (3,))
+    sound(h)

@@ -82,9 +82,7 @@ class ClusterControl:
             # (its disks may be new) is unclean too, as in Kafka; it is no
             # longer in any ISR, but may still be in ELRs.
             records.extend(
-                self.replication.remove_broker_from_partitions(
-                    req.broker_id, unclean_shutdown=True
-                )
+                self.replication.remove_broker_from_partitions(req.broker_id, unclean_shutdown=True)
             )
         epoch = self.state.next_offset + len(records)
         records.append(

@@ -1,0 +1,595 @@
+"""The producer's record accumulator (Kafka's ``RecordAccumulator`` with the
+decisions of ``Sender``), as a pure state machine the gRPC driver runs.
+
+The driver's loop, as ``Sender.runOnce``::
+
+    acc.append(...)                       # per record: a RecordFuture
+    ready = acc.ready(now_ms, leaders)    # which leaders have sendable data
+    for request in acc.drain(now_ms, leaders, ready.nodes).values():
+        send it; for each batch of it, later:
+            acc.on_answer(batch, answer, now_ms)   # or on_network_failure
+    acc.expire(now_ms)                    # delivery.timeout.ms
+
+Rules:
+
+- Per partition a queue of batches; a record goes into the last batch if it
+  has room for it (``batch.size``), else into a new one. A record larger
+  than ``max.request.size`` or ``buffer.memory`` is refused at once;
+  ``buffer.memory`` counts the bytes of every batch not complete, and an
+  append that would pass it raises :class:`BufferExhaustedError` (the
+  driver waits for completions up to ``max.block.ms``).
+- A partition's first batch is sendable (``ready``) when it is full (or
+  another batch follows it), when ``linger.ms`` passed since it was made
+  (``retry.backoff`` since its last attempt for a retry), while a flush is in
+  progress, or once the producer closes; and not before its retry backoff
+  ends, nor while the partition has ``max.in.flight.requests.per.connection``
+  batches awaiting answers. Partitions without a known leader are reported
+  for a metadata refresh.
+- ``drain`` takes, per ready leader, at most one batch per partition,
+  starting from a rotating index so that no partition starves, up to
+  ``max.request.size`` bytes; with idempotence a batch gets its sequence
+  here and retries go one at a time in sequence order (``sequencing``).
+- Answers: :meth:`on_answer` completes, retries (queued again in sequence
+  order, exponential backoff with jitter, KIP-580) or fails the batch.
+- ``delivery.timeout.ms`` after a batch was made it fails with a
+  ``TIMEOUT`` naming the partition and the time, whether queued or awaiting
+  an answer (``Sender.getExpiredInflightBatches``); a late answer to it is
+  ignored.
+- Batches are sealed with ``compression.type`` by ``build_batch``.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from broker.client.errors import (
+    CLIENT_ERROR,
+    MAY_HAVE_WRITTEN,
+    NETWORK_EXCEPTION,
+    BufferExhaustedError,
+    DeliveryError,
+    Outcome,
+    ProducerClosedError,
+    RecordTooLargeError,
+    code_name,
+)
+from broker.client.partitioner import StickyPartitioner, partition_for_key
+from broker.client.producer_batch import (
+    Acks,
+    ProducerBatch,
+    ProducerConfig,
+    RecordFuture,
+    TopicPartition,
+    record_size,
+)
+from broker.client.sequencing import Decision, Sequencing
+from broker.errors import Errors
+from partition_log.batch import HEADER_SIZE
+from partition_log.records import Header, Record
+
+__all__ = [
+    "INVALID_METADATA",
+    "AnswerResult",
+    "Flush",
+    "ProduceAnswer",
+    "ProduceRequest",
+    "ReadyCheck",
+    "RecordAccumulator",
+]
+
+# InvalidMetadataException subclasses: the client refreshes its metadata
+# (brokers.md §6.4), or takes the KIP-951 leader hint of the answer.
+INVALID_METADATA: frozenset[int] = frozenset(
+    {
+        Errors.NOT_LEADER_OR_FOLLOWER,
+        Errors.FENCED_LEADER_EPOCH,
+        Errors.UNKNOWN_TOPIC_OR_PARTITION,
+        Errors.LEADER_NOT_AVAILABLE,
+        Errors.KAFKA_STORAGE_ERROR,
+        NETWORK_EXCEPTION,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceAnswer:
+    """A broker's answer for one partition of a Produce request
+    (``ProduceResponse.PartitionResponse``)."""
+
+    error: Errors = Errors.NONE
+    base_offset: int = -1
+    log_start_offset: int = -1
+    message: str = ""
+    # KIP-951: the partition's current leader and epoch, -1 if not given.
+    current_leader: int = -1
+    current_leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    """What to send to one leader: one batch per partition, with its bytes
+    (``batch.payload``) built with the batch's producer state."""
+
+    node: int
+    acks: Acks
+    timeout_ms: int
+    batches: tuple[ProducerBatch, ...]
+
+    def payloads(self, accumulator: RecordAccumulator) -> dict[TopicPartition, bytes]:
+        return {
+            b.topic_partition: b.payload(accumulator.config.compression_type) for b in self.batches
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyCheck:
+    """``RecordAccumulator.ReadyCheckResult``."""
+
+    nodes: frozenset[int]
+    # When to look again if nothing is ready earlier (-1: nothing queued).
+    next_ready_check_ms: int
+    unknown_leader_topics: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerResult:
+    decision: Decision
+    # Ask for a metadata refresh (or use the answer's leader hint).
+    refresh_metadata: bool
+
+
+@dataclass(eq=False)
+class Flush:
+    """A ``flush()`` in progress: done once every record appended before it
+    is complete (``awaitFlushCompletion``)."""
+
+    futures: list[RecordFuture] = field(default_factory=list)
+
+    @property
+    def done(self) -> bool:
+        return all(f.done for f in self.futures)
+
+
+def _error(name: str, code: int, message: str, maybe_written: bool) -> DeliveryError:
+    return DeliveryError(name, code, message, Outcome.INFO if maybe_written else Outcome.FAIL)
+
+
+class RecordAccumulator:
+    def __init__(
+        self,
+        config: ProducerConfig,
+        rng: random.Random,
+        sequencing: Sequencing | None = None,
+    ) -> None:
+        self.config = config
+        self._rng = rng
+        self.sequencing = (
+            sequencing if sequencing is not None else Sequencing(config.enable_idempotence)
+        )
+        if self.sequencing.idempotent != config.enable_idempotence:
+            raise ValueError("the sequencing's idempotence differs from enable_idempotence")
+        self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self._sticky: dict[str, StickyPartitioner] = {}
+        # Every batch not complete: queued or awaiting an answer.
+        self._incomplete: list[ProducerBatch] = []
+        self._awaiting: dict[TopicPartition, int] = {}
+        self._drain_index: dict[int, int] = {}
+        self._flushes: list[Flush] = []
+        self._failed_by_bump: list[ProducerBatch] = []
+        self.buffered_bytes = 0
+        self.closed = False
+
+    # -- appending ------------------------------------------------------------
+
+    def choose_partition(
+        self, topic: str, key: bytes | None, partitions: int, available: Sequence[int]
+    ) -> int:
+        """murmur2 for a key; the sticky partition for none."""
+        if key is not None:
+            return partition_for_key(key, partitions)
+        sticky = self._sticky.get(topic)
+        if sticky is None:
+            sticky = StickyPartitioner(topic, self.config.batch_size, self._rng)
+            self._sticky[topic] = sticky
+        return sticky.partition(partitions, available)
+
+    def append(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        *,
+        now_ms: int,
+        partitions: int,
+        available: Sequence[int] = (),
+        partition: int | None = None,
+        headers: tuple[Header, ...] = (),
+        timestamp_ms: int | None = None,
+    ) -> RecordFuture:
+        """Queue one record; returns its future. ``partitions``: the topic's
+        partition count; ``available``: those with a leader (for the sticky
+        partitioner); ``partition`` overrides the partitioner."""
+        if self.closed:
+            raise ProducerClosedError("cannot send after the producer is closed")
+        sticky: StickyPartitioner | None = None
+        if partition is None:
+            partition = self.choose_partition(topic, key, partitions, available)
+            if key is None:
+                sticky = self._sticky[topic]
+                # A switch held back while the batch was not full is made as
+                # soon as it is (RecordAccumulator.partitionChanged).
+                if self._all_batches_full(TopicPartition(topic, partition)) and (
+                    sticky.record_appended(0, partitions, available)
+                ):
+                    partition = sticky.partition(partitions, available)
+        elif not 0 <= partition < partitions:
+            raise ValueError(
+                f"partition {partition} of topic {topic!r} is not in [0, {partitions})"
+            )
+        tp = TopicPartition(topic, partition)
+        timestamp = now_ms if timestamp_ms is None else timestamp_ms
+        alone = record_size(0, 0, key, value, headers) + HEADER_SIZE
+        # KafkaProducer.ensureValidRecordSize.
+        for name, limit in (
+            ("max_request_size", self.config.max_request_size),
+            ("buffer_memory", self.config.buffer_memory),
+        ):
+            if alone > limit:
+                raise RecordTooLargeError(
+                    f"a record for {tp} is {alone} bytes as a batch, more than {name} {limit}"
+                )
+        queue = self._queues.setdefault(tp, deque())
+        last = queue[-1] if queue and not queue[-1].closed else None
+        size = alone
+        if last is not None:
+            size = record_size(
+                len(last.records), timestamp - last.records[0].timestamp, key, value, headers
+            )
+            if not last.has_room_for(size, self.config.batch_size):
+                last.closed = True
+                last = None
+                size = alone
+        if self.buffered_bytes + size > self.config.buffer_memory:
+            raise BufferExhaustedError(
+                f"buffer_memory {self.config.buffer_memory} bytes: {self.buffered_bytes} in "
+                f"batches not yet complete, {size} more needed for {tp}"
+            )
+        if last is None:
+            last = ProducerBatch(tp, created_ms=now_ms, size_bytes=0)
+            queue.append(last)
+            self._incomplete.append(last)
+        index = len(last.records)
+        future = RecordFuture(tp, index)
+        last.records.append(Record(index, timestamp, key, value, headers))
+        last.futures.append(future)
+        last.size_bytes += size
+        self.buffered_bytes += size
+        if last.size_bytes >= self.config.batch_size:
+            last.closed = True
+        if sticky is not None:
+            # KIP-794: switch once batch.size bytes went to the partition,
+            # held back while its last batch is not full (at most to twice).
+            sticky.record_appended(
+                size, partitions, available, enable_switch=self._all_batches_full(tp)
+            )
+        return future
+
+    def _all_batches_full(self, tp: TopicPartition) -> bool:
+        # RecordAccumulator.allBatchesFull: only the last may be open.
+        queue = self._queues.get(tp)
+        return not queue or queue[-1].closed
+
+    # -- flush and close ------------------------------------------------------
+
+    def begin_flush(self) -> Flush:
+        """Make every queued batch sendable until the records appended so
+        far are complete (``beginFlush``); the driver waits for ``done``."""
+        flush = Flush([f for b in self._incomplete for f in b.futures])
+        if not flush.done:
+            self._flushes.append(flush)
+        return flush
+
+    def close(self) -> None:
+        """Take no more records; everything queued becomes sendable."""
+        self.closed = True
+
+    def abort_incomplete(self, now_ms: int) -> list[ProducerBatch]:
+        """Force close: fail every batch not complete (``abortIncompleteBatches``)."""
+        self.closed = True
+        failed = []
+        for batch in list(self._incomplete):
+            error = _error(
+                "KafkaException",
+                CLIENT_ERROR,
+                f"{batch.topic_partition}: the producer was closed forcefully with "
+                f"{batch.record_count} record(s) not acknowledged",
+                batch.maybe_written or batch.awaiting,
+            )
+            self._finish_failed(batch, error)
+            failed.append(batch)
+        return failed
+
+    @property
+    def incomplete(self) -> int:
+        """Batches not complete (queued or awaiting an answer)."""
+        return len(self._incomplete)
+
+    def queued(self, tp: TopicPartition) -> tuple[ProducerBatch, ...]:
+        return tuple(self._queues.get(tp, ()))
+
+    def awaiting(self, tp: TopicPartition) -> int:
+        return self._awaiting.get(tp, 0)
+
+    # -- ready and drain ------------------------------------------------------
+
+    def _flushing(self) -> bool:
+        self._flushes = [f for f in self._flushes if not f.done]
+        return bool(self._flushes)
+
+    def ready(self, now_ms: int, leaders: Mapping[TopicPartition, int | None]) -> ReadyCheck:
+        """The leaders with a sendable batch (``RecordAccumulator.ready``)."""
+        nodes: set[int] = set()
+        unknown: set[str] = set()
+        next_check = -1
+        flushing = self._flushing()
+        for tp, queue in self._queues.items():
+            if not queue:
+                continue
+            leader = leaders.get(tp)
+            if leader is None:
+                unknown.add(tp.topic)
+                continue
+            if self._awaiting.get(tp, 0) >= self.config.max_in_flight_requests_per_connection:
+                continue
+            first = queue[0]
+            if first.attempts > 0:
+                wait_until = first.retry_at_ms
+            else:
+                wait_until = first.created_ms + self.config.linger_ms
+            full = len(queue) > 1 or first.closed
+            if first.attempts > 0 and now_ms < first.retry_at_ms:
+                sendable = False
+            else:
+                sendable = full or now_ms >= wait_until or flushing or self.closed
+            if sendable:
+                nodes.add(leader)
+            elif next_check < 0 or wait_until < next_check:
+                next_check = wait_until
+        return ReadyCheck(frozenset(nodes), next_check, frozenset(unknown))
+
+    def drain(
+        self,
+        now_ms: int,
+        leaders: Mapping[TopicPartition, int | None],
+        nodes: Iterable[int],
+    ) -> dict[int, ProduceRequest]:
+        """The requests to send now, one per ready leader (``drain``). Call
+        :meth:`ready` first; pending epoch bumps happen here, and the batches
+        they must fail come back through :meth:`take_failed`."""
+        self._failed_by_bump.extend(self._bump(now_ms))
+        by_node: dict[int, list[TopicPartition]] = {}
+        for tp in sorted(self._queues):
+            leader = leaders.get(tp)
+            if leader is not None:
+                by_node.setdefault(leader, []).append(tp)
+        requests: dict[int, ProduceRequest] = {}
+        flushing = self._flushing()
+        for node in sorted(set(nodes)):
+            parts = by_node.get(node, [])
+            if not parts:
+                continue
+            start = self._drain_index.get(node, 0) % len(parts)
+            size = 0
+            taken: list[ProducerBatch] = []
+            for i in range(len(parts)):
+                index = (start + i) % len(parts)
+                tp = parts[index]
+                # drainBatchesForOneNode: the next drain starts here, so a
+                # partition left out for lack of room goes first next time.
+                self._drain_index[node] = index
+                queue = self._queues[tp]
+                if not queue:
+                    continue
+                first = queue[0]
+                if first.attempts > 0 and now_ms < first.retry_at_ms:
+                    continue
+                if self._awaiting.get(tp, 0) >= self.config.max_in_flight_requests_per_connection:
+                    continue
+                if first.attempts == 0 and not (
+                    len(queue) > 1
+                    or first.closed
+                    or now_ms >= first.created_ms + self.config.linger_ms
+                    or flushing
+                    or self.closed
+                ):
+                    continue
+                if taken and size + first.size_bytes > self.config.max_request_size:
+                    break
+                if not self.sequencing.may_drain(first):
+                    continue
+                queue.popleft()
+                first.closed = True
+                self.sequencing.assign(first)
+                first.attempts += 1
+                first.last_attempt_ms = now_ms
+                first.awaiting = True
+                self._awaiting[tp] = self._awaiting.get(tp, 0) + 1
+                size += first.size_bytes
+                taken.append(first)
+            if taken:
+                requests[node] = ProduceRequest(
+                    node, self.config.acks, self.config.request_timeout_ms, tuple(taken)
+                )
+        if self.config.acks is Acks.NONE:
+            # acks=0: no answer comes; the records count as sent, their
+            # offsets unknown (Sender: "complete the batch immediately").
+            for request in requests.values():
+                for batch in request.batches:
+                    self._settle(batch)
+                    self._finish_completed(batch, -1, Outcome.INFO)
+        return requests
+
+    def take_failed(self) -> list[ProducerBatch]:
+        """Batches failed by an epoch bump since the last call."""
+        failed, self._failed_by_bump = self._failed_by_bump, []
+        return failed
+
+    def _bump(self, now_ms: int) -> list[ProducerBatch]:
+        failed = []
+        for batch in self.sequencing.maybe_bump():
+            queue = self._queues.get(batch.topic_partition)
+            if queue is not None and batch in queue:
+                queue.remove(batch)
+            why = (
+                "it may already be in the log"
+                if batch.maybe_written
+                else "a later batch of the partition may already be in the log"
+            )
+            error = _error(
+                Errors.OUT_OF_ORDER_SEQUENCE_NUMBER.name,
+                int(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER),
+                f"{batch.topic_partition}: the producer's epoch was bumped and this batch of "
+                f"{batch.record_count} record(s) cannot be sent under a new sequence: {why} "
+                f"(answers {', '.join(code_name(c) for c in batch.answers) or 'none'})",
+                batch.maybe_written,
+            )
+            self._finish_failed(batch, error)
+            failed.append(batch)
+        return failed
+
+    # -- answers --------------------------------------------------------------
+
+    def _settle(self, batch: ProducerBatch) -> None:
+        if batch.awaiting:
+            batch.awaiting = False
+        tp = batch.topic_partition
+        count = self._awaiting.get(tp, 0)
+        if count <= 1:
+            self._awaiting.pop(tp, None)
+        else:
+            self._awaiting[tp] = count - 1
+
+    def on_network_failure(self, batch: ProducerBatch, now_ms: int) -> AnswerResult:
+        """The request carrying ``batch`` got no answer (a lost connection,
+        a request timeout): as Kafka's ``NETWORK_EXCEPTION``."""
+        return self._answer(batch, NETWORK_EXCEPTION, -1, -1, "no answer", now_ms)
+
+    def on_answer(self, batch: ProducerBatch, answer: ProduceAnswer, now_ms: int) -> AnswerResult:
+        """Handle the broker's answer for ``batch`` (``Sender.completeBatch``)."""
+        return self._answer(
+            batch,
+            int(answer.error),
+            answer.base_offset,
+            answer.log_start_offset,
+            answer.message,
+            now_ms,
+        )
+
+    def _answer(
+        self,
+        batch: ProducerBatch,
+        code: int,
+        base_offset: int,
+        log_start_offset: int,
+        message: str,
+        now_ms: int,
+    ) -> AnswerResult:
+        if batch.done or not batch.awaiting:
+            # Expired or failed meanwhile: the answer comes too late.
+            if code in MAY_HAVE_WRITTEN:
+                self.sequencing.mark_maybe_written(batch)
+            return AnswerResult(Decision.FAIL, False)
+        self._settle(batch)
+        may_retry = (
+            now_ms < batch.created_ms + self.config.delivery_timeout_ms
+            and batch.attempts <= self.config.retries
+        )
+        decision = self.sequencing.decide(batch, code, log_start_offset, may_retry)
+        refresh = code in INVALID_METADATA
+        if decision is Decision.COMPLETE:
+            offset = base_offset if code == Errors.NONE else -1
+            self.sequencing.completed(batch, offset)
+            self._finish_completed(batch, offset, Outcome.OK)
+        elif decision is Decision.RETRY:
+            self._reenqueue(batch, now_ms)
+        else:
+            detail = f": {message}" if message else ""
+            error = _error(
+                code_name(code),
+                code,
+                f"{batch.topic_partition}: {batch.record_count} record(s) failed after "
+                f"{batch.attempts} attempt(s){detail}",
+                batch.maybe_written,
+            )
+            self._finish_failed(batch, error)
+        return AnswerResult(decision, refresh)
+
+    def _reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
+        """``reenqueue`` with ``insertInSequenceOrder``: at the front, behind
+        queued retries of lower sequence."""
+        # KIP-580 exponential backoff with 20% jitter.
+        base = min(
+            self.config.retry_backoff_max_ms,
+            self.config.retry_backoff_ms * 2 ** min(batch.attempts - 1, 30),
+        )
+        jitter = 1.0 + self._rng.uniform(-0.2, 0.2) if base > 0 else 1.0
+        batch.retry_at_ms = now_ms + int(base * jitter)
+        queue = self._queues.setdefault(batch.topic_partition, deque())
+        position = 0
+        if batch.has_sequence:
+            while (
+                position < len(queue)
+                and queue[position].has_sequence
+                and queue[position].base_sequence < batch.base_sequence
+            ):
+                position += 1
+        queue.insert(position, batch)
+
+    def _finish_completed(self, batch: ProducerBatch, offset: int, outcome: Outcome) -> None:
+        self._release(batch)
+        batch.complete(offset, outcome)
+
+    def _finish_failed(self, batch: ProducerBatch, error: DeliveryError) -> None:
+        if batch.awaiting:
+            self._settle(batch)
+        self.sequencing.failed(batch)
+        queue = self._queues.get(batch.topic_partition)
+        if queue is not None and batch in queue:
+            queue.remove(batch)
+        self._release(batch)
+        batch.fail(error)
+
+    def _release(self, batch: ProducerBatch) -> None:
+        for i, held in enumerate(self._incomplete):
+            if held is batch:
+                del self._incomplete[i]
+                self.buffered_bytes -= batch.size_bytes
+                return
+
+    # -- delivery timeout -----------------------------------------------------
+
+    def expire(self, now_ms: int) -> list[ProducerBatch]:
+        """Fail the batches made ``delivery.timeout.ms`` ago or more
+        (``expiredBatches``, ``getExpiredInflightBatches``): ``info`` if
+        an attempt may have been written or one awaits its answer."""
+        expired = []
+        for batch in list(self._incomplete):
+            if now_ms - batch.created_ms < self.config.delivery_timeout_ms:
+                continue
+            maybe = batch.maybe_written or batch.awaiting
+            error = _error(
+                "TIMEOUT",
+                CLIENT_ERROR,
+                f"expiring {batch.record_count} record(s) for {batch.topic_partition}: "
+                f"{now_ms - batch.created_ms} ms has passed since batch creation "
+                f"(delivery_timeout_ms {self.config.delivery_timeout_ms})",
+                maybe,
+            )
+            if batch.awaiting:
+                self.sequencing.mark_maybe_written(batch)
+            self._finish_failed(batch, error)
+            expired.append(batch)
+        return expired

@@ -115,6 +115,17 @@ class ConfigControl:
         # ELR chosen under the old one.
         return ControllerResult(clear + records, results)
 
+    def broker_min_isr_removals(self) -> list[Record]:
+        """Deletions of every broker's own min.insync.replicas, written by a
+        controller taking over (Kafka removes them when the ELR is turned
+        on): one left by an older log would make that broker disagree with
+        the controller on which partitions are below min ISR."""
+        return [
+            ConfigRecord(rtype, rname, MIN_ISR, None)
+            for (rtype, rname), values in sorted(self.state.image.configs.items())
+            if rtype == int(ResourceType.BROKER) and MIN_ISR in values
+        ]
+
     def _clear_elr(self, records: Sequence[Record]) -> list[Record]:
         """Changes emptying the ELR and last-known ELR of every partition
         whose min ISR ``records`` change (Kafka writes a ClearElrRecord)."""

@@ -125,11 +125,16 @@ class Controller:
     def activate(self, committed: MetadataImage, now_ms: int) -> list[Record]:
         """Take over: the committed image, fresh sessions for every broker,
         and the records a new active controller writes (bootstrap feature
-        levels on a new cluster, elections its predecessor lost; a NoOp
+        levels on a new cluster, the removal of broker-level
+        min.insync.replicas, elections its predecessor lost; a NoOp
         otherwise, to open its term)."""
         self.state.image = committed
         self.state.heartbeats.reset(list(committed.brokers.keys()), now_ms)
-        records = self.features.bootstrap_levels() + self.replication.elections_on_activation()
+        records = (
+            self.features.bootstrap_levels()
+            + self.configs.broker_min_isr_removals()
+            + self.replication.elections_on_activation()
+        )
         return records or [NoOpRecord()]
 
     def replay(self, records: Sequence[Record], base_offset: int, epoch: int) -> None:

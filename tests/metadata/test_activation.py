@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import random
 
+from metadata.configs import ResourceType
 from metadata.controller import SUPPORTED_FEATURES, Controller, ControllerOptions
 from metadata.delta import MetadataDelta
 from metadata.image import MetadataImage
 from metadata.records import (
     NO_LEADER,
+    ConfigRecord,
     FeatureLevelRecord,
     NoOpRecord,
     PartitionChangeRecord,
@@ -60,3 +62,35 @@ def test_leaderless_partitions_an_isr_member_can_lead_are_elected() -> None:
     assert records == [PartitionChangeRecord("tid", 0, leader=1)]
     # Every broker starts on a fresh session.
     assert c.heartbeats.is_alive(1, 1) and c.heartbeats.is_alive(2, 1)
+
+
+def test_broker_level_min_isr_is_removed_on_activation() -> None:
+    # KIP-966 (Kafka's KAFKA-16540): every broker and the controller must
+    # agree on min ISR, so a broker's own value, left by an older log, goes.
+    levels = [FeatureLevelRecord(n, hi) for n, (_, hi) in SUPPORTED_FEATURES.items()]
+    broker_type = int(ResourceType.BROKER)
+    committed = image(
+        *levels,
+        ConfigRecord(broker_type, "2", "min.insync.replicas", "2"),
+        ConfigRecord(broker_type, "2", "log.retention.ms", "5"),
+        ConfigRecord(int(ResourceType.CLUSTER), "", "min.insync.replicas", "2"),
+    )
+    assert controller().activate(committed, 0) == [
+        ConfigRecord(broker_type, "2", "min.insync.replicas", None)
+    ]
+
+
+def test_leaderless_partitions_an_elr_member_can_lead_are_elected() -> None:
+    levels = [FeatureLevelRecord(n, hi) for n, (_, hi) in SUPPORTED_FEATURES.items()]
+    committed = image(
+        *levels,
+        broker(1, 1, fenced=False),
+        broker(2, 2, fenced=True),
+        TopicRecord("t", "tid"),
+        # An empty ISR: broker 1, eligible (KIP-966), came back.
+        PartitionRecord("tid", 0, (2, 1), (), leader=NO_LEADER, elr=(1, 2)),
+        # Only a fenced broker in the ELR: stays offline.
+        PartitionRecord("tid", 1, (1, 2), (), leader=NO_LEADER, elr=(2,)),
+    )
+    records = controller().activate(committed, 0)
+    assert records == [PartitionChangeRecord("tid", 0, leader=1, isr=(1,), elr=(2,))]

@@ -12,9 +12,10 @@ Rules (each cites where Kafka has it):
 
 - A fresh batch gets the partition's next sequence when it is drained
   (``RecordAccumulator.drain``). None is given while the producer has no id,
-  while the partition still has batches of an older epoch (a batch at
-  sequence 0 of the new epoch must not overtake them), or while it waits for
-  an epoch bump (``shouldStopDrainBatchesForPartition``).
+  or while the partition still has batches of an older epoch (a batch at
+  sequence 0 of the new epoch must not overtake them)
+  (``shouldStopDrainBatchesForPartition``). Nothing of a partition is sent
+  while it waits for an epoch bump.
 - A batch queued again for a retry keeps its epoch and sequence, and is sent
   only as the partition's first sequence not acknowledged: retries go one at
   a time, in order (``firstInFlightSequence``).
@@ -34,13 +35,17 @@ Rules (each cites where Kafka has it):
   and take new ones in the same order when drained again
   (``startSequencesAtBeginning``).
 
-Where kq is stricter than Kafka: a batch that may already have been written
-(an earlier attempt ended in a timeout, a lost connection,
-``NOT_LEADER_OR_FOLLOWER``...) is never given a new epoch or sequence: the
-broker could not tell the new attempt for a duplicate (the Redpanda #3039
-duplicates). Where Kafka would bump and resend it, kq fails it as ``info``
-(unknown). Kafka's "unresolved sequences" of expired batches become the same
-epoch bump.
+Where kq is stricter than Kafka: a batch is never given a new epoch or
+sequence if it may already have been written (an earlier attempt ended in a
+timeout, a lost connection, ``NOT_LEADER_OR_FOLLOWER``...), since the broker
+could not tell the new attempt for a duplicate (the Redpanda #3039
+duplicates), nor if a batch of a later sequence may be in the log (a broker
+without state for the producer takes any sequence, so the batch would land
+after it). Where Kafka would bump and resend it, kq fails it: ``info`` if it
+may have been written, else ``fail``. A batch answered
+``OUT_OF_ORDER_SEQUENCE_NUMBER`` at or below an acknowledged sequence fails
+at once (Kafka retries it until ``delivery.timeout.ms``). Kafka's
+"unresolved sequences" of expired batches become the same epoch bump.
 """
 
 from __future__ import annotations
@@ -156,9 +161,12 @@ class Sequencing:
         if not self.producer.is_valid:
             return False
         entry = self._entry(batch.topic_partition)
+        if entry.bump_required:
+            # Nothing goes under the old epoch once a new one is due: a
+            # retry would only be refused again, and would hold the bump
+            # back while it awaits its answer.
+            return False
         if not batch.has_sequence:
-            if entry.bump_required:
-                return False
             # A sequence 0 of the new epoch must not overtake them.
             return not (entry.in_flight and entry.producer != self.producer)
         # A retry goes only as the first unacknowledged sequence.

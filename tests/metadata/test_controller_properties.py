@@ -80,12 +80,18 @@ class ControllerModel(RuleBasedStateMachine):
 
     # -- brokers ------------------------------------------------------------------------
 
-    @rule(broker=st.sampled_from(BROKERS), new_incarnation=st.booleans())
-    def register(self, broker: int, new_incarnation: bool) -> None:
+    @rule(broker=st.sampled_from(BROKERS), new_incarnation=st.booleans(), clean=st.booleans())
+    def register(self, broker: int, new_incarnation: bool, clean: bool) -> None:
         if new_incarnation:
             self.incarnations[broker] += 1
+        # A clean restart names its previous broker epoch; an unclean one
+        # does not, and leaves every ELR (KIP-966).
+        old = self.image.brokers.get(broker)
         req = register_request(
-            broker, incarnation=f"b{broker}-{self.incarnations[broker]}", rack=rack(broker)
+            broker,
+            incarnation=f"b{broker}-{self.incarnations[broker]}",
+            rack=rack(broker),
+            previous_broker_epoch=old.epoch if clean and old is not None else -1,
         )
         c = self.cluster
         result = c.decide(lambda ctl: ctl.register_broker(req, c.now_ms))
@@ -94,6 +100,10 @@ class ControllerModel(RuleBasedStateMachine):
         else:
             assert self.image.brokers[broker].epoch == result.response
             assert self.image.brokers[broker].fenced
+            for _, _, p in self.image.partitions():
+                assert broker not in p.isr and p.leader != broker
+                if not clean or old is None:
+                    assert broker not in p.elr, "an unclean restart stays eligible"
 
     @rule(
         broker=st.sampled_from(BROKERS),
@@ -185,9 +195,14 @@ class ControllerModel(RuleBasedStateMachine):
         partitions=st.integers(1, 3),
         rf=st.integers(1, 3),
         unclean=st.sampled_from([None, "true", "false"]),
+        min_isr=st.sampled_from([None, "2", "3"]),
     )
-    def create_topic(self, name: str, partitions: int, rf: int, unclean: str | None) -> None:
+    def create_topic(
+        self, name: str, partitions: int, rf: int, unclean: str | None, min_isr: str | None
+    ) -> None:
         configs = {} if unclean is None else {"unclean.leader.election.enable": unclean}
+        if min_isr is not None:
+            configs["min.insync.replicas"] = min_isr
         new = NewTopic(name, partitions, rf, configs=configs)
         result = self.cluster.decide(lambda ctl: ctl.create_topics([new]))
         assert not isinstance(result, ApiError), result
@@ -336,7 +351,9 @@ class ControllerModel(RuleBasedStateMachine):
 
     @rule(
         where=st.sampled_from(["cluster", *TOPICS]),
-        key=st.sampled_from(["unclean.leader.election.enable", "retention.ms"]),
+        key=st.sampled_from(
+            ["unclean.leader.election.enable", "retention.ms", "min.insync.replicas"]
+        ),
         value=st.sampled_from([None, "true", "false", "1000"]),
         condition=st.sampled_from(["none", "absent", "current", "wrong"]),
     )
@@ -351,6 +368,8 @@ class ControllerModel(RuleBasedStateMachine):
             value = "1000"
         if value == "1000" and key == "unclean.leader.election.enable":
             value = "true"
+        if value is not None and key == "min.insync.replicas":
+            value = {"true": "2", "false": "1", "1000": "3"}[value]
         current = self.image.config((int(rtype), rname)).get(key)
         op = AlterConfigOp(key, value)
         if condition == "absent":

@@ -29,7 +29,7 @@ import dataclasses
 import itertools
 import struct
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -74,6 +74,7 @@ from partition_log.log_files import (
 )
 from partition_log.log_swap import check_replaced, write_cleaned
 from partition_log.producer_state import (
+    NO_PRODUCER_ID,
     Duplicate,
     ProducerBatch,
     ProducerStateManager,
@@ -177,6 +178,106 @@ def _producer_batch(header: BatchHeader) -> ProducerBatch:
         header.max_timestamp,
         header.is_transactional,
     )
+
+
+class _Replay:
+    """The epoch cache and the producer state rebuilt from the batch headers
+    that the open's one scan hands over in log order (Kafka's
+    ``LogSegment.recover`` takes the ``ProducerStateManager`` and the
+    ``LeaderEpochFileCache`` and updates both as it reads each batch).
+
+    The cache starts from the checkpoint truncated where the rescan starts
+    and takes the batches whose last offset is at least ``epoch_from``; the
+    producer state starts from ``snapshot`` (whose offset is
+    ``producer_from``) or, without one, from the first batch whose last
+    offset reaches ``producer_from`` (the log start, which DeleteRecords may
+    have put inside that batch), exactly as
+    :meth:`PartitionLog._rebuild_producer_state` replays them."""
+
+    __slots__ = (
+        "cache",
+        "epoch_from",
+        "producer_from",
+        "_from_snapshot",
+        "_state",
+        "_end",
+        "_last_epoch",
+        "snapshot_offset",
+        "snapshot_checked_to",
+    )
+
+    def __init__(
+        self,
+        cache: LeaderEpochCache,
+        epoch_from: int,
+        snapshot: bytes | None,
+        producer_from: int,
+        snapshot_checked_to: int,
+    ) -> None:
+        self.cache = cache
+        self.epoch_from = epoch_from
+        self.producer_from = producer_from
+        # The snapshot started from (None: the log start), chosen among
+        # those at or below snapshot_checked_to.
+        self.snapshot_offset = producer_from if snapshot is not None else None
+        self.snapshot_checked_to = snapshot_checked_to
+        self._from_snapshot = snapshot is not None
+        self._state: ProducerStateManager | None = None
+        # The producer state's end offset as the batches move it (applied to
+        # the state at the end: a batch without a producer id moves only it).
+        self._end: int | None = None
+        if snapshot is not None:
+            self._state = ProducerStateManager.rebuild(snapshot, ())
+            self._end = self._state.map_end_offset
+        # The epoch last given to the cache: a batch of the same epoch at a
+        # higher offset leaves it unchanged (LeaderEpochCache.assign), so
+        # only a change of epoch is handed on.
+        self._last_epoch: int | None = None
+
+    def visit(self, header: BatchHeader) -> None:
+        last = header.last_offset
+        if last >= self.epoch_from:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and epoch != self._last_epoch:
+                self.cache = self.cache.assign(epoch, header.base_offset)
+                self._last_epoch = epoch
+        if last >= self.producer_from:
+            end = self._end
+            if end is None:
+                end = min(header.base_offset, self.producer_from)
+                self._state = ProducerStateManager(map_end_offset=end)
+            if header.base_offset >= end:
+                if header.producer_id != NO_PRODUCER_ID:
+                    assert self._state is not None
+                    self._state.update(_producer_batch(header))
+                self._end = last + 1
+
+    def producer_state(self, log_start_offset: int) -> ProducerStateManager:
+        """The state after the last batch visited."""
+        state = self._state
+        if state is None:
+            return ProducerStateManager(map_end_offset=self.producer_from)
+        assert self._end is not None
+        state.map_end_offset = self._end
+        if self._from_snapshot:
+            # As _rebuild_producer_state: a snapshot taken before the start
+            # moved may hold producers whose batches are all gone.
+            state.truncate_from_start(log_start_offset)
+        return state
+
+
+def _segment_headers(segment: Segment, offset: int) -> Iterator[BatchHeader]:
+    """The headers of ``segment``'s batches whose last offset is at least
+    ``offset``, in order, read a chunk at a time."""
+    position = max(offset, segment.base_offset)
+    while position < segment.next_offset:
+        chunk = segment.read(position, _READ_CHUNK)
+        if not chunk:
+            break
+        for batch in BatchScanner(chunk, check_crc=False):
+            if batch.header.last_offset >= offset:
+                yield batch.header
+            position = batch.header.next_offset
 
 
 def _read_offset_file(directory: FileDirectory, name: str) -> int | None:
@@ -347,7 +448,11 @@ class PartitionLog:
         return log
 
     def _open_segment(
-        self, name: str, recover: bool, durable_offset: int | None = None
+        self,
+        name: str,
+        recover: bool,
+        durable_offset: int | None = None,
+        visit: Callable[[BatchHeader], None] | None = None,
     ) -> tuple[Segment, RecoveryResult | None]:
         return Segment.open(
             self.directory,
@@ -358,6 +463,7 @@ class PartitionLog:
             index_interval_bytes=self.config.index_interval_bytes,
             max_index_bytes=self.config.segment_index_bytes,
             durable_offset=durable_offset,
+            visit=visit,
         )
 
     def _create_segment(self, base_offset: int) -> Segment:
@@ -378,6 +484,18 @@ class PartitionLog:
         first_recovered = len(logs)
         if not clean:
             first_recovered = max(0, bisect.bisect_right(bases, recovery_point) - 1)
+        loaded = self._read_epoch_checkpoint()
+        # The log start the open will set if the log ends at or past it
+        # (checked below, else the headers are read again as before).
+        expected_start = max(log_start or 0, bases[0])
+        replay: _Replay | None = None
+        if not clean:
+            replay = self._plan_replay(
+                loaded,
+                bases[first_recovered],
+                max(bases[first_recovered], recovery_point),
+                expected_start,
+            )
         summaries: list[SegmentInfo] = []
         segments: list[Segment] = []
         cut: tuple[str, int, int, str | None] | None = None
@@ -396,8 +514,20 @@ class PartitionLog:
                         f"previous segment, which ends at {expected}",
                     )
                 recover = index >= first_recovered
+                if replay is not None and index == first_recovered:
+                    # The batches the replay needs below the recovered
+                    # segments (none when the epoch checkpoint and a
+                    # snapshot at or past the recovery point cover them).
+                    start = min(replay.epoch_from, replay.producer_from)
+                    for older in segments:
+                        if older.next_offset > start:
+                            for header in _segment_headers(older, start):
+                                replay.visit(header)
                 segment, result = self._open_segment(
-                    name, recover, recovery_point if recover else None
+                    name,
+                    recover,
+                    recovery_point if recover else None,
+                    replay.visit if recover and replay is not None else None,
                 )
                 expected = segment.next_offset
                 if result is not None and result.truncated_bytes:
@@ -436,40 +566,54 @@ class PartitionLog:
         end = self.log_end_offset
         # LogLoader: max(checkpoint, first segment base), and never past the
         # end (a recovery may have cut below a start DeleteRecords set).
-        first_base = summaries[0].base_offset if summaries else self._active.base_offset
-        self._log_start_offset = min(max(log_start or 0, first_base), end)
+        self._log_start_offset = min(expected_start, end)
         start_of_recovery = bases[first_recovered] if first_recovered < len(bases) else end
         if not clean:
             # The cut and the rebuilt indexes are made durable before the
             # recovery point moves past them.
             self._active.flush()
+        if replay is not None and expected_start > end:
+            # The log start came down to the end: replayed from the wrong
+            # start, so both are derived again (rare: a recovery cut below
+            # a start DeleteRecords had set).
+            replay = None
         # The epoch cache: the checkpoint for the part not rescanned, the
         # batches for the rest (LogLoader via LogSegment.recover).
-        loaded: LeaderEpochCache | None = None
-        if self.directory.exists(CHECKPOINT_FILE_NAME):
-            try:
-                loaded = LeaderEpochCache.from_entries(
-                    decode_checkpoint(self._read_whole(CHECKPOINT_FILE_NAME))
-                )
-            except (PartitionLogError, ValueError):
-                loaded = None
-        cache = loaded if loaded is not None else LeaderEpochCache()
-        rescan_from = start_of_recovery if loaded is not None else self.log_start_offset
-        cache = cache.truncate_from_end(rescan_from)
-        for header in self._headers_from(rescan_from):
-            if header.partition_leader_epoch >= 0:
-                cache = cache.assign(header.partition_leader_epoch, header.base_offset)
+        if replay is not None:
+            cache = replay.cache
+        else:
+            cache = loaded if loaded is not None else LeaderEpochCache()
+            rescan_from = start_of_recovery if loaded is not None else self.log_start_offset
+            cache = cache.truncate_from_end(rescan_from)
+            for header in self._headers_from(rescan_from):
+                if header.partition_leader_epoch >= 0:
+                    cache = cache.assign(header.partition_leader_epoch, header.base_offset)
         cache = cache.truncate_from_end(end)
         cache = cache.truncate_from_start(self.log_start_offset)
         if cache != loaded:
             self._write_atomically(CHECKPOINT_FILE_NAME, encode_checkpoint(cache.entries))
         self.epoch_cache = cache
         # Snapshots past the end were taken of batches that are gone.
-        for offset in self._snapshot_offsets():
+        snapshots = self._snapshot_offsets()
+        for offset in snapshots:
             if offset > end:
                 self.directory.delete(file_name(offset, SNAPSHOT_SUFFIX))
         self.directory.sync_directory()
-        self.producer_state = self._rebuild_producer_state(end)
+        if replay is not None:
+            # _rebuild_producer_state starts from the latest readable
+            # snapshot at or below the end: the replay's must be at or below
+            # it, and no readable one past the recovery point (a recovery
+            # point lowered by a truncation that crashed before removing
+            # its snapshots) may lie between.
+            checked = replay.snapshot_checked_to
+            if (replay.snapshot_offset is not None and replay.snapshot_offset > end) or any(
+                checked < o <= end and self._readable_snapshot(o) is not None for o in snapshots
+            ):
+                replay = None
+        if replay is not None:
+            self.producer_state = replay.producer_state(self.log_start_offset)
+        else:
+            self.producer_state = self._rebuild_producer_state(end)
         self.recovery_point = end
         if not clean:
             self._write_recovery_point(end)
@@ -483,6 +627,56 @@ class PartitionLog:
             cut[3] if cut else None,
             tuple(dropped),
         )
+
+    def _read_epoch_checkpoint(self) -> LeaderEpochCache | None:
+        """The epoch cache's checkpoint, ``None`` if missing or unreadable
+        (then derived from the batches)."""
+        if not self.directory.exists(CHECKPOINT_FILE_NAME):
+            return None
+        try:
+            return LeaderEpochCache.from_entries(
+                decode_checkpoint(self._read_whole(CHECKPOINT_FILE_NAME))
+            )
+        except (PartitionLogError, ValueError):
+            return None
+
+    def _readable_snapshot(self, offset: int) -> bytes | None:
+        try:
+            data = self._read_whole(file_name(offset, SNAPSHOT_SUFFIX))
+            decode_snapshot(data)
+        except PartitionLogError:
+            return None
+        return data
+
+    def _plan_replay(
+        self,
+        loaded: LeaderEpochCache | None,
+        start_of_recovery: int,
+        checked_to: int,
+        log_start: int,
+    ) -> _Replay:
+        """What the open's one scan rebuilds, decided before it: the epoch
+        cache from the checkpoint truncated at the first recovered segment
+        (or from the log start without one), and the producer state from the
+        latest readable snapshot at or below ``checked_to`` (the recovery
+        point, below which recovery cuts nothing) if it is not below the log
+        start, else from the log start: :meth:`_rebuild_producer_state`'s
+        choice whenever the log ends at or past that snapshot and no later
+        readable one lies at or below the end (checked after the scan)."""
+        if loaded is not None:
+            cache, epoch_from = loaded.truncate_from_end(start_of_recovery), start_of_recovery
+        else:
+            cache, epoch_from = LeaderEpochCache(), log_start
+        for offset in reversed(self._snapshot_offsets()):
+            if offset > checked_to:
+                continue
+            data = self._readable_snapshot(offset)
+            if data is None:
+                continue
+            if offset < log_start:
+                break
+            return _Replay(cache, epoch_from, data, offset, checked_to)
+        return _Replay(cache, epoch_from, None, log_start, checked_to)
 
     def _rebuild_producer_state(self, end: int) -> ProducerStateManager:
         """The latest readable snapshot at or below ``end`` plus the batches

@@ -218,16 +218,17 @@ class Segment:
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
         max_index_bytes: int = DEFAULT_INDEX_BYTES,
         durable_offset: int | None = None,
+        visit: Callable[[BatchHeader], None] | None = None,
     ) -> tuple[Segment, RecoveryResult | None]:
         """Open the segment whose ``.log`` file is ``name``.
 
         With ``recover`` (after an unclean shutdown) the whole log is
-        rescanned and cut at the first bad byte (:meth:`recover`), and its
-        result returned.  Without it the index files are loaded if present
-        and sane (else rebuilt from the log in memory) and only the log's tail
-        past the last index entry is read; a damaged tail is refused
-        (``CORRUPT_MESSAGE`` naming the file and position) with nothing on
-        disk changed."""
+        rescanned and cut at the first bad byte (:meth:`recover`, which calls
+        ``visit`` with each batch header kept), and its result returned.
+        Without it the index files are loaded if present and sane (else
+        rebuilt from the log in memory) and only the log's tail past the last
+        index entry is read; a damaged tail is refused (``CORRUPT_MESSAGE``
+        naming the file and position) with nothing on disk changed."""
         base_offset = parse_log_name(name)
         log = directory.open(name)
         segment = cls(
@@ -240,7 +241,9 @@ class Segment:
         )
         try:
             if recover:
-                return segment, segment.recover(max_batch_bytes, durable_offset=durable_offset)
+                return segment, segment.recover(
+                    max_batch_bytes, durable_offset=durable_offset, visit=visit
+                )
             loaded = segment._load_indexes()
             problem = None
             if loaded:
@@ -636,7 +639,11 @@ class Segment:
         return removed
 
     def recover(
-        self, max_batch_bytes: int | None = None, *, durable_offset: int | None = None
+        self,
+        max_batch_bytes: int | None = None,
+        *,
+        durable_offset: int | None = None,
+        visit: Callable[[BatchHeader], None] | None = None,
     ) -> RecoveryResult:
         """Rescan the whole log (``LogSegment.recover``): keep the batches up to
         the first one that is torn, damaged or out of order, cut the file
@@ -644,13 +651,29 @@ class Segment:
         above it damage rather than a torn tail.  With ``durable_offset``
         (the log's recovery point) damage that would cut below it refuses
         (``CORRUPT_MESSAGE`` naming the file, position and offset) and cuts
-        nothing: those bytes were synced, so the damage is not a torn write."""
+        nothing: those bytes were synced, so the damage is not a torn write.
+
+        ``visit`` is called with the header of each batch kept, in order, as
+        the scan reaches it: the log rebuilds its epoch cache and producer
+        state in this one scan, as Kafka's ``LogSegment.recover`` takes the
+        ``ProducerStateManager`` and ``LeaderEpochFileCache`` to update. A
+        batch past the cut is never visited (the scan stops at it)."""
         log = self._live()
         self._builder.reset()
         self._offsets_written = 0
         self._times_written = 0
         self._files_cut = True
-        scanned = self._scan(0, max_batch_bytes, self._builder.add)
+        add = self._builder.add
+        if visit is None:
+            scanned = self._scan(0, max_batch_bytes, add)
+        else:
+            call = visit
+
+            def add_and_visit(position: int, header: BatchHeader) -> None:
+                add(position, header)
+                call(header)
+
+            scanned = self._scan(0, max_batch_bytes, add_and_visit)
         valid = scanned.position
         truncated = log.size - valid
         kept_end = self.base_offset if scanned.last is None else scanned.last.next_offset

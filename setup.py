@@ -6,6 +6,10 @@ regenerate ``kqproto/*_pb2*.py(i)`` and ``kqproto/_proto_digest.py`` from ``prot
 with tools/gen_proto.py; generated code is never committed, so it cannot be
 stale.  The modules are generated into the source tree (where an editable
 install imports them from) and then packaged from there like any module.
+
+It also declares ``partition_log._speedups``, the C version of the leader
+append's record check (``partition_log/records.py`` is its reference).  It is
+optional: without a C compiler the install goes on and the Python code runs.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import importlib.util
 import os
 from types import ModuleType
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_py import build_py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,4 +43,11 @@ class BuildPyWithProto(build_py):
         super().run()
 
 
-setup(cmdclass={"build_py": BuildPyWithProto})
+SPEEDUPS = Extension(
+    "partition_log._speedups",
+    ["partition_log/_speedups.c"],
+    # A failed build only warns: partition_log/speedups.py falls back to Python.
+    optional=True,
+)
+
+setup(cmdclass={"build_py": BuildPyWithProto}, ext_modules=[SPEEDUPS])

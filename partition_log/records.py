@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import partition_log.speedups as speedups
 from partition_log.errors import Errors, PartitionLogError
 
 __all__ = [
@@ -33,6 +34,9 @@ __all__ = [
     "encode_records_section",
     "encode_varint",
 ]
+
+# The compiled record walk, or None for the Python one (partition_log/speedups.py).
+_compiled_records_fit = speedups.records_fit
 
 INT32_MIN = -(1 << 31)
 INT32_MAX = (1 << 31) - 1
@@ -89,7 +93,9 @@ def encode_varint(value: int) -> bytes:
     return bytes(out)
 
 
-def decode_varint(data: bytes, pos: int, end: int, max_bytes: int = 5) -> tuple[int, int]:
+def decode_varint(
+    data: bytes | bytearray | memoryview, pos: int, end: int, max_bytes: int = 5
+) -> tuple[int, int]:
     """The signed integer whose zigzag varint starts at ``data[pos]`` and the
     position after it.  ``max_bytes`` is 5 for a varint, 10 for a varlong, as
     ``ByteUtils.readVarint``/``readVarlong`` refuse longer ones."""
@@ -317,7 +323,7 @@ def decode_records_section(
 
 
 def check_records_section(
-    data: bytes,
+    data: bytes | bytearray | memoryview,
     count: int,
     base_offset: int,
     base_timestamp: int,
@@ -331,12 +337,30 @@ def check_records_section(
     (no ``Record``, no slices of the data); whenever it meets what it does
     not handle inline (headers) or anything wrong, the decoder runs and
     raises its own error naming the record, so both give the same answers
-    and messages."""
-    if not _records_fit(data, count, last_offset_delta):
-        decode_records_section(data, count, base_offset, base_timestamp, last_offset_delta)
+    and messages.
+
+    ``data`` may be any bytes-like object (a view of an uncompressed batch,
+    not a copy of its records).  The walk is compiled when
+    ``partition_log/_speedups.c`` is built (:mod:`partition_log.speedups`),
+    accepting exactly what the decoder accepts (headers included, which the
+    Python walk leaves to the decoder); a refusal still comes from the
+    decoder, so the messages are the same."""
+    fit = _compiled_records_fit
+    if fit is not None:
+        if fit(data, count, last_offset_delta):
+            return
+    elif _records_fit(data, count, last_offset_delta):
+        return
+    decode_records_section(
+        data if isinstance(data, bytes) else bytes(data),
+        count,
+        base_offset,
+        base_timestamp,
+        last_offset_delta,
+    )
 
 
-def _records_fit(data: bytes, count: int, last_offset_delta: int) -> bool:
+def _records_fit(data: bytes | bytearray | memoryview, count: int, last_offset_delta: int) -> bool:
     """Whether the records are well formed as the decoder checks them, for
     records without headers; ``False`` means "ask the decoder" (a record with
     headers, or damage).

@@ -67,7 +67,7 @@ from broker.client.producer_batch import (
 )
 from broker.client.sequencing import Decision, Sequencing
 from broker.errors import Errors
-from partition_log.batch import HEADER_SIZE
+from partition_log.batch import HEADER_SIZE, Compression
 from partition_log.records import Header, Record
 
 __all__ = [
@@ -116,12 +116,12 @@ class ProduceRequest:
     node: int
     acks: Acks
     timeout_ms: int
+    compression: Compression
     batches: tuple[ProducerBatch, ...]
 
-    def payloads(self, accumulator: RecordAccumulator) -> dict[TopicPartition, bytes]:
-        return {
-            b.topic_partition: b.payload(accumulator.config.compression_type) for b in self.batches
-        }
+    def payloads(self) -> dict[TopicPartition, bytes]:
+        """Each partition's batch bytes, built with ``compression.type``."""
+        return {b.topic_partition: b.payload(self.compression) for b in self.batches}
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +158,9 @@ def _error(name: str, code: int, message: str, maybe_written: bool) -> DeliveryE
 
 
 class RecordAccumulator:
+    """The producer's queues of batches per partition and the decisions on
+    them (module docstring); one per producer."""
+
     def __init__(
         self,
         config: ProducerConfig,
@@ -173,8 +176,9 @@ class RecordAccumulator:
             raise ValueError("the sequencing's idempotence differs from enable_idempotence")
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._sticky: dict[str, StickyPartitioner] = {}
-        # Every batch not complete: queued or awaiting an answer.
-        self._incomplete: list[ProducerBatch] = []
+        # Every batch not complete (queued or awaiting an answer), by id,
+        # oldest first.
+        self._incomplete: dict[int, ProducerBatch] = {}
         self._awaiting: dict[TopicPartition, int] = {}
         self._drain_index: dict[int, int] = {}
         self._flushes: list[Flush] = []
@@ -260,7 +264,7 @@ class RecordAccumulator:
         if last is None:
             last = ProducerBatch(tp, created_ms=now_ms, size_bytes=0)
             queue.append(last)
-            self._incomplete.append(last)
+            self._incomplete[id(last)] = last
         index = len(last.records)
         future = RecordFuture(tp, index)
         last.records.append(Record(index, timestamp, key, value, headers))
@@ -287,7 +291,7 @@ class RecordAccumulator:
     def begin_flush(self) -> Flush:
         """Make every queued batch sendable until the records appended so
         far are complete (``beginFlush``); the driver waits for ``done``."""
-        flush = Flush([f for b in self._incomplete for f in b.futures])
+        flush = Flush([f for b in self._incomplete.values() for f in b.futures])
         if not flush.done:
             self._flushes.append(flush)
         return flush
@@ -300,7 +304,7 @@ class RecordAccumulator:
         """Force close: fail every batch not complete (``abortIncompleteBatches``)."""
         self.closed = True
         failed = []
-        for batch in list(self._incomplete):
+        for batch in list(self._incomplete.values()):
             error = _error(
                 "KafkaException",
                 CLIENT_ERROR,
@@ -421,7 +425,11 @@ class RecordAccumulator:
                 taken.append(first)
             if taken:
                 requests[node] = ProduceRequest(
-                    node, self.config.acks, self.config.request_timeout_ms, tuple(taken)
+                    node,
+                    self.config.acks,
+                    self.config.request_timeout_ms,
+                    self.config.compression_type,
+                    tuple(taken),
                 )
         if self.config.acks is Acks.NONE:
             # acks=0: no answer comes; the records count as sent, their
@@ -563,11 +571,8 @@ class RecordAccumulator:
         batch.fail(error)
 
     def _release(self, batch: ProducerBatch) -> None:
-        for i, held in enumerate(self._incomplete):
-            if held is batch:
-                del self._incomplete[i]
-                self.buffered_bytes -= batch.size_bytes
-                return
+        if self._incomplete.pop(id(batch), None) is not None:
+            self.buffered_bytes -= batch.size_bytes
 
     # -- delivery timeout -----------------------------------------------------
 
@@ -576,7 +581,7 @@ class RecordAccumulator:
         (``expiredBatches``, ``getExpiredInflightBatches``): ``info`` if
         an attempt may have been written or one awaits its answer."""
         expired = []
-        for batch in list(self._incomplete):
+        for batch in list(self._incomplete.values()):
             if now_ms - batch.created_ms < self.config.delivery_timeout_ms:
                 continue
             maybe = batch.maybe_written or batch.awaiting

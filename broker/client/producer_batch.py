@@ -225,7 +225,8 @@ class ProducerBatch:
 
     @property
     def last_sequence(self) -> int:
-        return self.base_sequence + self.record_count - 1
+        # Wrapping past 2^31-1 as DefaultRecordBatch.incrementSequence.
+        return (self.base_sequence + self.record_count - 1) % (INT32_MAX + 1)
 
     def has_room_for(self, size: int, batch_size: int) -> bool:
         # MemoryRecordsBuilder.hasRoomFor: a record always fits an empty batch.

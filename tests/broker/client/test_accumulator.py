@@ -369,3 +369,16 @@ def test_defaults_are_kafkas() -> None:
     assert (config.acks, config.enable_idempotence, config.batch_size) == (Acks.ALL, True, 16384)
     assert config.max_in_flight_requests_per_connection == 5
     assert config.delivery_timeout_ms == 120_000 and config.buffer_memory == 32 * 1024 * 1024
+
+
+def test_the_sticky_switch_waits_for_a_full_batch() -> None:
+    # KIP-794: after batch.size bytes the switch is held back while the
+    # partition's last batch is not full (RecordAccumulator.allBatchesFull).
+    acc = make(batch_size=100, linger_ms=10_000)
+    first = acc.append("s", None, b"x" * 30, now_ms=0, partitions=50, available=range(50))
+    # No room for a second 30-byte record: a new batch, 182 bytes produced.
+    second = acc.append("s", None, b"y" * 30, now_ms=0, partitions=50, available=range(50))
+    assert second.topic_partition == first.topic_partition
+    sticky = acc._sticky["s"]
+    assert sticky._current == first.topic_partition.partition
+    assert sticky._produced >= 100  # past batch.size, yet no switch

@@ -340,3 +340,16 @@ def test_without_idempotence_nothing_is_sequenced() -> None:
     (batch,) = send(acc, 2)
     acc.on_answer(batch, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 3)
     assert future.outcome is Outcome.INFO  # the first attempt may have been written
+
+
+def test_sequences_wrap_after_int32_max() -> None:
+    # DefaultRecordBatch.incrementSequence: 0 follows 2^31-1.
+    seq = Sequencing(idempotent=True)
+    seq.set_producer_id(1, 0)
+    first = ProducerBatch(TP, 0)
+    first.records.extend([object(), object(), object()])  # type: ignore[list-item]
+    seq._entry(TP).next_sequence = 2**31 - 2
+    seq.assign(first)
+    assert first.base_sequence == 2**31 - 2
+    assert seq.next_sequence(TP) == 1
+    assert first.last_sequence == 0

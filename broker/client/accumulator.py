@@ -63,7 +63,8 @@ from broker.client.producer_batch import (
     ProducerConfig,
     RecordFuture,
     TopicPartition,
-    record_size,
+    fields_size,
+    placed_size,
 )
 from broker.client.sequencing import Decision, Sequencing
 from broker.errors import Errors
@@ -235,24 +236,27 @@ class RecordAccumulator:
             )
         tp = TopicPartition(topic, partition)
         timestamp = now_ms if timestamp_ms is None else timestamp_ms
-        alone = record_size(0, 0, key, value, headers) + HEADER_SIZE
+        fields = fields_size(key, value, headers)
+        alone = placed_size(fields, 0, 0) + HEADER_SIZE
+        config = self.config
         # KafkaProducer.ensureValidRecordSize.
-        for name, limit in (
-            ("max_request_size", self.config.max_request_size),
-            ("buffer_memory", self.config.buffer_memory),
-        ):
-            if alone > limit:
-                raise RecordTooLargeError(
-                    f"a record for {tp} is {alone} bytes as a batch, more than {name} {limit}"
-                )
-        queue = self._queues.setdefault(tp, deque())
+        if alone > config.max_request_size or alone > config.buffer_memory:
+            name, limit = (
+                ("max_request_size", config.max_request_size)
+                if alone > config.max_request_size
+                else ("buffer_memory", config.buffer_memory)
+            )
+            raise RecordTooLargeError(
+                f"a record for {tp} is {alone} bytes as a batch, more than {name} {limit}"
+            )
+        queue = self._queues.get(tp)
+        if queue is None:
+            queue = self._queues[tp] = deque()
         last = queue[-1] if queue and not queue[-1].closed else None
         size = alone
         if last is not None:
-            size = record_size(
-                len(last.records), timestamp - last.records[0].timestamp, key, value, headers
-            )
-            if not last.has_room_for(size, self.config.batch_size):
+            size = placed_size(fields, len(last.records), timestamp - last.records[0].timestamp)
+            if not last.has_room_for(size, config.batch_size):
                 last.closed = True
                 last = None
                 size = alone

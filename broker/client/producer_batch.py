@@ -15,6 +15,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from broker.client.errors import DeliveryError, Outcome
 from partition_log.batch import (
@@ -33,6 +34,8 @@ __all__ = [
     "ProducerConfig",
     "RecordFuture",
     "TopicPartition",
+    "fields_size",
+    "placed_size",
     "record_size",
 ]
 
@@ -48,8 +51,9 @@ class Acks(enum.IntEnum):
     ALL = -1
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class TopicPartition:
+class TopicPartition(NamedTuple):
+    """A topic's partition (a named tuple: hashed on every append)."""
+
     topic: str
     partition: int
 
@@ -122,6 +126,36 @@ class ProducerConfig:
             )
 
 
+def _varint_size(value: int) -> int:
+    """Bytes of ``value`` as a zigzag varint (one or two for most fields)."""
+    z = (value << 1) ^ (value >> 63)
+    if z < 0x80:
+        return 1
+    if z < 0x4000:
+        return 2
+    return len(encode_varint(value))
+
+
+def fields_size(key: bytes | None, value: bytes | None, headers: tuple[Header, ...]) -> int:
+    """Bytes of a record's key, value and headers in a batch (the part of
+    ``DefaultRecord.sizeInBytes`` that does not depend on its place)."""
+    size = 1 if key is None else _varint_size(len(key)) + len(key)
+    size += 1 if value is None else _varint_size(len(value)) + len(value)
+    size += _varint_size(len(headers))
+    for header_key, header_value in headers:
+        raw = header_key.encode("utf-8")
+        size += _varint_size(len(raw)) + len(raw)
+        size += 1 if header_value is None else _varint_size(len(header_value)) + len(header_value)
+    return size
+
+
+def placed_size(fields: int, offset_delta: int, timestamp_delta: int) -> int:
+    """Bytes of a record whose fields take ``fields`` bytes, at its deltas
+    (length, attributes, the two deltas, the fields)."""
+    body = 1 + _varint_size(timestamp_delta) + _varint_size(offset_delta) + fields
+    return _varint_size(body) + body
+
+
 def record_size(
     offset_delta: int,
     timestamp_delta: int,
@@ -130,17 +164,7 @@ def record_size(
     headers: tuple[Header, ...],
 ) -> int:
     """Bytes of one record in a batch, uncompressed (``DefaultRecord.sizeInBytes``)."""
-    body = 1 + len(encode_varint(timestamp_delta)) + len(encode_varint(offset_delta))
-    for part in (key, value):
-        body += 1 if part is None else len(encode_varint(len(part))) + len(part)
-    body += len(encode_varint(len(headers)))
-    for header_key, header_value in headers:
-        raw = header_key.encode("utf-8")
-        body += len(encode_varint(len(raw))) + len(raw)
-        body += (
-            1 if header_value is None else len(encode_varint(len(header_value))) + len(header_value)
-        )
-    return len(encode_varint(body)) + body
+    return placed_size(fields_size(key, value, headers), offset_delta, timestamp_delta)
 
 
 class RecordFuture:

@@ -338,7 +338,12 @@ class RecordAccumulator:
         return bool(self._flushes)
 
     def ready(self, now_ms: int, leaders: Mapping[TopicPartition, int | None]) -> ReadyCheck:
-        """The leaders with a sendable batch (``RecordAccumulator.ready``)."""
+        """The leaders with a sendable batch (``RecordAccumulator.ready``).
+        Pending epoch bumps happen first (their failed batches come back
+        through :meth:`take_failed`); a partition whose batch the
+        sequencing holds back (no producer id, a bump or an earlier sequence
+        awaited) is not ready, so a driver waits rather than spins."""
+        self._failed_by_bump.extend(self._bump(now_ms))
         nodes: set[int] = set()
         unknown: set[str] = set()
         next_check = -1
@@ -363,7 +368,8 @@ class RecordAccumulator:
             else:
                 sendable = full or now_ms >= wait_until or flushing or self.closed
             if sendable:
-                nodes.add(leader)
+                if self.sequencing.may_drain(first):
+                    nodes.add(leader)
             elif next_check < 0 or wait_until < next_check:
                 next_check = wait_until
         return ReadyCheck(frozenset(nodes), next_check, frozenset(unknown))
@@ -375,8 +381,7 @@ class RecordAccumulator:
         nodes: Iterable[int],
     ) -> dict[int, ProduceRequest]:
         """The requests to send now, one per ready leader (``drain``). Call
-        :meth:`ready` first; pending epoch bumps happen here, and the batches
-        they must fail come back through :meth:`take_failed`."""
+        :meth:`ready` first."""
         self._failed_by_bump.extend(self._bump(now_ms))
         by_node: dict[int, list[TopicPartition]] = {}
         for tp in sorted(self._queues):

@@ -284,7 +284,9 @@ def test_the_bump_waits_for_batches_awaiting_answers() -> None:
     put(acc, b"b")
     first, second = send_all(acc)
     acc.on_answer(first, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 1)
-    assert send(acc, 2) == []  # the second still awaits: no bump yet
+    # The second still awaits: no bump yet, and nothing is ready meanwhile.
+    assert acc.ready(2, LEADERS).nodes == frozenset()
+    assert send(acc, 2) == []
     assert acc.sequencing.producer.epoch == 3
     acc.on_answer(second, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 3)
     a, b = send_all(acc, 4)
@@ -308,6 +310,7 @@ def test_no_batch_is_sent_before_a_producer_id() -> None:
     acc = RecordAccumulator(ProducerConfig(linger_ms=0), random.Random(0))
     put(acc, b"a")
     assert acc.sequencing.needs_producer_id
+    assert acc.ready(0, LEADERS).nodes == frozenset()
     assert send(acc) == []
     acc.sequencing.set_producer_id(1, 0)
     assert len(send(acc)) == 1

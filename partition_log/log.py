@@ -27,6 +27,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import operator
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -278,6 +279,9 @@ def _segment_headers(segment: Segment, offset: int) -> Iterator[BatchHeader]:
             if batch.header.last_offset >= offset:
                 yield batch.header
             position = batch.header.next_offset
+
+
+_base_offset = operator.attrgetter("base_offset")
 
 
 def _read_offset_file(directory: FileDirectory, name: str) -> int | None:
@@ -731,9 +735,12 @@ class PartitionLog:
         return segment
 
     def _index_of(self, offset: int) -> int:
-        """The segment holding ``offset``: the last whose base is at most it."""
-        bases = self.segment_base_offsets
-        return max(0, bisect.bisect_right(bases, offset) - 1)
+        """The segment holding ``offset``: the last whose base is at most it,
+        by a binary search over the summaries themselves (a read builds
+        nothing that grows with the number of segments)."""
+        if offset >= self._active.base_offset:
+            return len(self._old)
+        return max(0, bisect.bisect_right(self._old, offset, key=_base_offset) - 1)
 
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """The headers of the batches whose last offset is at least
@@ -1003,7 +1010,11 @@ class PartitionLog:
                 "LATEST_TIMESTAMP (-1)"
             )
         start = self.log_start_offset
-        for index, info in enumerate(self.segments):
+        # From the segment holding the log start: those below it are skipped
+        # without a look at their summaries.
+        first = self._index_of(start)
+        for index in range(first, len(self._old) + 1):
+            info = self._old[index] if index < len(self._old) else SegmentInfo.of(self._active)
             if info.next_offset <= start or info.max_timestamp < timestamp:
                 continue
             segment = self._segment_at(index)

@@ -38,12 +38,14 @@ from pyspark.sql import functions as F
 
 from spark_verify.load import (
     RunInput,
+    RunInputError,
+    Unreadable,
     find_runs,
     history_problems,
     load_history,
     load_node_exports,
 )
-from spark_verify.logs import check_exports
+from spark_verify.logs import check_exports, check_version_collisions
 from spark_verify.ops import KEYS_SCHEMA_DDL, CheckOp
 from spark_verify.pairing import pair_ops
 from spark_verify.report import write_report
@@ -161,8 +163,9 @@ def verify(
     that hold no run."""
     opts = options or VerifyOptions()
     opts.check()
-    runs = find_runs(paths, model=opts.model)
-    return verify_runs(spark, runs, opts, progress=progress)
+    unreadable: list[Unreadable] = []
+    runs = find_runs(paths, model=opts.model, unreadable=unreadable)
+    return verify_runs(spark, runs, opts, progress=progress, unreadable=unreadable)
 
 
 _BYTES_PER_PARTITION: Final = 64 * 2**20
@@ -201,11 +204,15 @@ def verify_runs(
     options: VerifyOptions | None = None,
     *,
     progress: Callable[[str], None] | None = None,
+    unreadable: Sequence[Unreadable] = (),
 ) -> Verification:
-    """:func:`verify` of runs already found."""
+    """:func:`verify` of runs already found; ``unreadable`` are runs whose
+    history could not be read, each given the verdict "cannot verify"."""
     opts = options or VerifyOptions()
     opts.check()
     t0 = time.monotonic()
+    if not runs:
+        return _unreadable_only(spark, unreadable, opts, t0)
 
     def say(message: str) -> None:
         if progress is not None:
@@ -225,34 +232,44 @@ def verify_runs(
     problems = history_problems(history).unionByName(paired.problems)
 
     say("checking well-formedness")
-    checks: dict[str, CheckResult] = {"well-formed": _well_formed(problems)}
+    well_formed, problems_by_run = _well_formed(problems)
+    checks: dict[str, CheckResult] = {"well-formed": well_formed}
     counts = _op_counts(ops)
 
     say("checking each key (linearizability, aborted and stale reads, version forks)")
-    key_results, key_rows = _per_key(ops, models, opts.key_budget_s)
+    key_results, key_rows, keys_by_run = _per_key(ops, models, opts.key_budget_s)
     for name, result in key_results.items():
         checks[name] = _merge(checks.get(name), result)
 
-    say("checking the node exports")
-    log, changes = load_node_exports(spark, runs)
-    for result in check_exports(ops, log, changes, models):
+    if any(r.nodes for r in runs):
+        say("checking the node exports")
+        log, changes = load_node_exports(spark, runs)
+        exported = check_exports(ops, log, changes, models)
+    else:
+        # No node exports: nothing for their checks to read, and no job for it.
+        exported = _without_exports(ops, models)
+    for result in exported:
         checks[result.name] = _merge(checks.get(result.name), result)
     checks["final-metadata"] = _final_metadata(runs)
 
     ordered = tuple(checks[name] for name in CHECK_ORDER if name in checks)
+    run_rows = [
+        {
+            "name": r.name,
+            "path": str(r.path),
+            "model": r.model,
+            "ops": counts.get(r.name, {}).get("ops", 0),
+            "keys": counts.get(r.name, {}).get("keys", 0),
+            **run_verdict(r.name, ordered, problems_by_run, keys_by_run),
+        }
+        for r in runs
+    ]
+    run_rows.extend(_unreadable_row(u) for u in unreadable)
     verdict: dict[str, Any] = {
         "format": 1,
-        "valid": combine(c.valid for c in ordered),
-        "runs": [
-            {
-                "name": r.name,
-                "path": str(r.path),
-                "model": r.model,
-                "ops": counts.get(r.name, {}).get("ops", 0),
-                "keys": counts.get(r.name, {}).get("keys", 0),
-            }
-            for r in runs
-        ],
+        "valid": False if unreadable else combine(c.valid for c in ordered),
+        "verdict": overall_verdict(r["verdict"] for r in run_rows),
+        "runs": run_rows,
         "checks": {c.name: c.to_json() for c in ordered},
         "master": spark.sparkContext.master,
     }
@@ -270,7 +287,8 @@ def verify_runs(
             verdict,
             {r.name: per_run[r.name] for r in runs if r.name in per_run},
             key_rows,
-            title="kq verification: " + ", ".join(r.name for r in runs[:3])
+            title="kq verification: "
+            + ", ".join(r.name for r in runs[:3])
             + (f" and {len(runs) - 3} more" if len(runs) > 3 else ""),
         )
         verdict["report"] = str(report_path)
@@ -284,12 +302,190 @@ def verify_runs(
     return Verification(verdict, verdict_path, report_path, ordered)
 
 
+# -- each run's verdict -------------------------------------------------------------
+
+VALID: Final = "valid"
+INVALID: Final = "invalid"
+UNKNOWN_VERDICT: Final = "unknown"
+CANNOT_VERIFY: Final = "cannot-verify"
+RUN_VERDICTS: Final = (VALID, INVALID, UNKNOWN_VERDICT, CANNOT_VERIFY)
+"""A run's verdict: every check passed; an anomaly was found; some check
+could not decide (a key's budget ran out); the history could not be read
+(not well formed: no verdict is given on a history misread)."""
+
+_KEYED: Final = ("linearizable", "aborted-reads", "stale-reads", "version-forks")
+
+
+def run_verdict(
+    run: str,
+    checks: Sequence[CheckResult],
+    problems_by_run: Mapping[str, int],
+    keys_by_run: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
+    """One run's ``verdict``, ``failed`` (the checks that found anomalies in
+    it, or could not decide), ``reason`` (a sentence) and ``search_s`` (the
+    time its keys' searches took, summed).
+
+    A history that is not well formed cannot be verified: its other checks
+    read a history that is not the one recorded, so they give no verdict.
+    The per-key checks' counts are the run's own; the other checks' are
+    shared by the runs verified together, so a run is invalid under one if
+    a kept anomaly names it, and unknown if the check kept only the first of
+    its anomalies and none of them names the run."""
+    keyed = keys_by_run.get(run, {})
+    search_s = round(float(keyed.get("search_ms") or 0.0) / 1000.0, 3)
+    problems = problems_by_run.get(run, 0) + int(keyed.get("malformed") or 0)
+    if problems:
+        first = next(
+            (
+                a.message
+                for c in checks
+                if c.name == "well-formed"
+                for a in c.anomalies
+                if a.run == run
+            ),
+            "",
+        )
+        reason = f"{problems:,} problem(s) reading the history" + (f": {first}" if first else "")
+        return {
+            "verdict": CANNOT_VERIFY,
+            "failed": ["well-formed"],
+            "reason": reason,
+            "search_s": search_s,
+        }
+    invalid: list[str] = []
+    unknown: list[str] = []
+    for c in checks:
+        if c.name == "well-formed":
+            continue
+        if c.name in _KEYED and keyed:
+            column = {
+                "linearizable": "invalid",
+                "aborted-reads": "aborted",
+                "stale-reads": "stale",
+                "version-forks": "forks",
+            }[c.name]
+            if int(keyed.get(column) or 0):
+                invalid.append(c.name)
+                continue
+            if c.name == "linearizable" and int(keyed.get("unknown") or 0):
+                unknown.append(c.name)
+                continue
+            if c.name != "version-forks":
+                continue  # the cross-key version forks are checked below
+        if any(a.run == run for a in c.anomalies):
+            invalid.append(c.name)
+        elif (c.valid is False and c.count > len(c.anomalies)) or (
+            c.name == "final-metadata" and run in c.detail.get("missing", ())
+        ):
+            unknown.append(c.name)
+    if invalid:
+        return {
+            "verdict": INVALID,
+            "failed": invalid,
+            "reason": "anomalies found by " + ", ".join(invalid),
+            "search_s": search_s,
+        }
+    if unknown:
+        return {
+            "verdict": UNKNOWN_VERDICT,
+            "failed": unknown,
+            "reason": "undecided: " + ", ".join(unknown),
+            "search_s": search_s,
+        }
+    return {"verdict": VALID, "failed": [], "reason": "every check passed", "search_s": search_s}
+
+
+def overall_verdict(verdicts: Iterable[str]) -> str:
+    """The command's verdict over its runs: cannot-verify if any run could
+    not be read, else invalid if any run is, else unknown if any is, else valid."""
+    seen = set(verdicts)
+    for v in (CANNOT_VERIFY, INVALID, UNKNOWN_VERDICT):
+        if v in seen:
+            return v
+    return VALID
+
+
+def _without_exports(ops: DataFrame, models: Mapping[str, str]) -> list[CheckResult]:
+    """The export checks when no run has node exports: not applicable, with
+    no Spark job; the cross-key version forks, which read the history, still run."""
+    na = {"applicable": False, "reason": "no node exports"}
+    out = [
+        result_of(name, [], detail=na)
+        for name in (
+            "single-leader",
+            "epoch-order",
+            "log-agreement",
+            "high-watermark",
+            "lost-writes",
+            "phantom-writes",
+        )
+    ]
+    versioned = sorted(r for r, m in models.items() if m in ("register", "kv", "log"))
+    if versioned:
+        out.append(check_version_collisions(ops.where(F.col("run").isin(versioned))))
+    return out
+
+
+def _unreadable_row(u: Unreadable) -> dict[str, Any]:
+    return {
+        "name": u.name,
+        "path": str(u.path),
+        "model": None,
+        "ops": 0,
+        "keys": 0,
+        "verdict": CANNOT_VERIFY,
+        "failed": ["well-formed"],
+        "reason": u.message,
+        "search_s": 0.0,
+    }
+
+
+def _unreadable_only(
+    spark: SparkSession, unreadable: Sequence[Unreadable], opts: VerifyOptions, t0: float
+) -> Verification:
+    """No history could be read: the verdict says so, without a Spark job."""
+    if not unreadable:
+        raise RunInputError("no runs to verify")
+    well_formed = result_of(
+        "well-formed",
+        [
+            Anomaly(check="well-formed", kind="unreadable", message=u.message, run=u.name)
+            for u in unreadable
+        ],
+        detail={"problems": {"unreadable": len(unreadable)}},
+    )
+    verdict: dict[str, Any] = {
+        "format": 1,
+        "valid": False,
+        "verdict": CANNOT_VERIFY,
+        "runs": [_unreadable_row(u) for u in unreadable],
+        "checks": {"well-formed": well_formed.to_json()},
+        "master": spark.sparkContext.master,
+        "elapsed_s": round(time.monotonic() - t0, 3),
+    }
+    out = (
+        opts.out
+        if opts.out is not None
+        else Path("runs") / time.strftime("verify-%Y%m%dT%H%M%SZ", time.gmtime())
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    verdict_path = out / "verdict.json"
+    verdict_path.write_text(json.dumps(verdict, indent=2, default=str) + "\n")
+    return Verification(verdict, verdict_path, None, (well_formed,))
+
+
 # -- well-formedness --------------------------------------------------------------
 
 
-def _well_formed(problems: DataFrame) -> CheckResult:
+def _well_formed(problems: DataFrame) -> tuple[CheckResult, dict[str, int]]:
+    """The check, and each run's count of problems."""
     # One job when the history is well formed (the usual case): the counts.
-    by_kind = {r["kind"]: r["count"] for r in problems.groupBy("kind").count().collect()}
+    by_kind: dict[str, int] = {}
+    by_run: dict[str, int] = {}
+    for r in problems.groupBy("run", "kind").count().collect():
+        by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + r["count"]
+        by_run[r["run"]] = by_run.get(r["run"], 0) + r["count"]
     total = sum(by_kind.values())
     found = problems.orderBy("run", "index", "kind").limit(MAX_ANOMALIES).collect() if total else []
     anomalies = [
@@ -302,7 +498,7 @@ def _well_formed(problems: DataFrame) -> CheckResult:
         )
         for r in found
     ]
-    return result_of("well-formed", anomalies, count=total, detail={"problems": by_kind})
+    return result_of("well-formed", anomalies, count=total, detail={"problems": by_kind}), by_run
 
 
 def _op_counts(ops: DataFrame) -> dict[str, dict[str, int]]:
@@ -317,9 +513,7 @@ def _op_counts(ops: DataFrame) -> dict[str, dict[str, int]]:
 # -- per key ------------------------------------------------------------------------
 
 
-def _key_checker(
-    models: Mapping[str, str], budget_s: float
-) -> Callable[[pa.Table], pa.Table]:
+def _key_checker(models: Mapping[str, str], budget_s: float) -> Callable[[pa.Table], pa.Table]:
     """The function each executor runs on one (run, key)'s ops."""
     schema = _arrow_schema()
 
@@ -383,29 +577,50 @@ def _arrow_schema() -> pa.Schema:
 
 def _per_key(
     ops: DataFrame, models: Mapping[str, str], budget_s: float
-) -> tuple[dict[str, CheckResult], list[dict[str, Any]]]:
+) -> tuple[dict[str, CheckResult], list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The per-key checks' results, the KEYS rows for the report, and each
+    run's counts (``keys``, ``invalid``, ``unknown``, ``malformed``,
+    ``search_ms`` and the per-key anomaly counts)."""
     keyed_runs = sorted(r for r, m in models.items() if m in KEY_MODELS)
     if not keyed_runs:
         na = {"applicable": False}
-        return {
-            name: result_of(name, [], detail=na)
-            for name in ("linearizable", "aborted-reads", "stale-reads", "version-forks")
-        }, []
+        return (
+            {
+                name: result_of(name, [], detail=na)
+                for name in ("linearizable", "aborted-reads", "stale-reads", "version-forks")
+            },
+            [],
+            {},
+        )
     subset = ops.where(F.col("run").isin(keyed_runs))
     rows = (
         subset.groupBy("run", "key")
         .applyInArrow(_key_checker(dict(models), budget_s), _KEY_ROWS_DDL)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
-    totals = rows.agg(
-        F.count(F.lit(1)).alias("keys"),
-        F.sum(F.when(F.col("valid") == "false", 1).otherwise(0)).alias("invalid"),
-        F.sum(F.when(F.col("valid") == "unknown", 1).otherwise(0)).alias("unknown"),
-        F.sum("states").alias("states"),
-        F.max("elapsed_ms").alias("slowest_ms"),
-        *(F.sum(column).alias(column) for _, column in _PER_KEY),
-    ).first()
-    assert totals is not None
+    # One job: each run's counts (the run's verdict), summed for the totals.
+    per_run = [
+        r.asDict()
+        for r in rows.groupBy("run")
+        .agg(
+            F.count(F.lit(1)).alias("keys"),
+            F.sum(F.when(F.col("valid") == "false", 1).otherwise(0)).alias("invalid"),
+            F.sum(F.when(F.col("valid") == "unknown", 1).otherwise(0)).alias("unknown"),
+            F.sum(F.when(F.col("kind") == MALFORMED, 1).otherwise(0)).alias("malformed"),
+            F.sum("states").alias("states"),
+            F.max("elapsed_ms").alias("slowest_ms"),
+            F.sum("elapsed_ms").alias("search_ms"),
+            *(F.sum(column).alias(column) for _, column in _PER_KEY),
+        )
+        .collect()
+    ]
+    by_run = {r["run"]: r for r in per_run}
+    totals: dict[str, Any] = {
+        name: sum(int(r[name] or 0) for r in per_run)
+        for name in ("keys", "invalid", "unknown", "malformed", "states")
+        + tuple(c for _, c in _PER_KEY)
+    }
+    totals["slowest_ms"] = max((float(r["slowest_ms"] or 0.0) for r in per_run), default=0.0)
     bad = (
         rows.where(F.col("valid") != "true")
         .orderBy(F.col("valid").desc(), "run", "key")
@@ -421,16 +636,13 @@ def _per_key(
     )
     key_rows = [r.asDict() for r in bad] + [{**r.asDict(), "witness": "[]"} for r in good]
 
-    lin_anomalies = [
-        a for a in (keys_row_to_anomaly(r.asDict()) for r in bad[:MAX_ANOMALIES]) if a
-    ]
+    lin_anomalies = [a for a in (keys_row_to_anomaly(r.asDict()) for r in bad[:MAX_ANOMALIES]) if a]
     unknown_keys = [
         {"run": r["run"], "key": r["key"], "message": r["message"]}
         for r in bad
         if r["valid"] == "unknown"
     ][:MAX_ANOMALIES]
-    malformed = rows.where(F.col("kind") == MALFORMED)
-    malformed_count = malformed.count()
+    malformed_count = totals["malformed"]
     malformed_anomalies = [
         Anomaly(
             check="well-formed",
@@ -439,7 +651,14 @@ def _per_key(
             run=r["run"],
             key=r["key"],
         )
-        for r in malformed.orderBy("run", "key").limit(MAX_ANOMALIES).collect()
+        for r in (
+            rows.where(F.col("kind") == MALFORMED)
+            .orderBy("run", "key")
+            .limit(MAX_ANOMALIES)
+            .collect()
+            if malformed_count
+            else []
+        )
     ]
     results = {
         "linearizable": result_of(
@@ -480,7 +699,7 @@ def _per_key(
         detail={"problems": {"model": malformed_count}} if malformed_count else {},
     )
     rows.unpersist()
-    return results, key_rows
+    return results, key_rows, by_run
 
 
 def _anomaly_from_json(obj: Mapping[str, Any]) -> Anomaly:

@@ -37,7 +37,8 @@ from typing import Any, Final
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from spark_verify.ops import KNOWN_MODELS
+from spark_verify.jepsen import EdnHistory, EdnHistoryError, read_edn_history
+from spark_verify.ops import JEPSEN_MODELS, KNOWN_MODELS
 
 __all__ = [
     "CHANGES_COLUMNS",
@@ -46,7 +47,9 @@ __all__ = [
     "LOG_COLUMNS",
     "PROBLEM_COLUMNS",
     "RunInput",
+    "HistoryReadError",
     "RunInputError",
+    "Unreadable",
     "find_runs",
     "history_problems",
     "load_history",
@@ -93,13 +96,27 @@ _COUNTS: Final = ("index", "time", "node", "offset", "epoch")
 _STRINGS: Final = ("type", "f", "key", "error")
 _PER_NODE_FAULTS: Final = ("kill", "start", "pause", "resume")
 _NEMESIS: Final = "nemesis"
-_HISTORY_FILES: Final = ("history.parquet", "history.jsonl")
+_HISTORY_FILES: Final = ("history.parquet", "history.jsonl", "history.edn")
 # Hadoop expands these in a path given to a reader; a backslash escapes them.
 _GLOB = re.compile(r"([\\{}\[\]*?])")
 
 
 class RunInputError(ValueError):
     """A path that is not a readable run, runs folder or history file."""
+
+
+class HistoryReadError(RunInputError):
+    """A history file that is there but cannot be read (``history.edn`` that
+    is not EDN, an op map without its ``:type``, ...): "cannot verify"."""
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A run whose history could not be read: its verdict is "cannot verify"."""
+
+    name: str
+    path: Path
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +135,8 @@ class RunInput:
     config: dict[str, Any] | None
     model: str
     nodes: Mapping[int, Path]
+    edn: EdnHistory | None = None
+    """A Jepsen ``history.edn``, read (``fmt`` ``edn``)."""
 
 
 def find_runs(
@@ -125,6 +144,7 @@ def find_runs(
     *,
     model: str | None = None,
     known_models: Sequence[str] = KNOWN_MODELS,
+    unreadable: list[Unreadable] | None = None,
 ) -> list[RunInput]:
     """The runs under ``paths``: run folders, folders of run folders, or bare
     history files (``.jsonl``, or ``.parquet`` as a file or a Spark output
@@ -132,31 +152,53 @@ def find_runs(
 
     Raises :class:`RunInputError` naming the path for anything that cannot be
     read as a run, and for two runs with the same name (the ``run`` column
-    would mix them).
+    would mix them).  With ``unreadable``, a history that is there but
+    cannot be read (:class:`HistoryReadError`) is added to it instead, so
+    that the other runs are still verified.
     """
+    if model is not None:
+        # Jepsen's (Knossos') names of kq's models: cas-register is register.
+        model = JEPSEN_MODELS.get(model, model)
     if model is not None and model not in known_models:
         raise RunInputError(_unknown_model(model, "--model", known_models))
     if not paths:
         raise RunInputError("no run given: pass run folders, runs folders or history files")
     runs: list[RunInput] = []
+
+    def take(path: Path, read: Any) -> None:
+        try:
+            runs.append(read(path, model, known_models))
+        except HistoryReadError as exc:
+            if unreadable is None:
+                raise
+            unreadable.append(
+                Unreadable(path.stem if path.is_file() else path.name, path, str(exc))
+            )
+
     for given in paths:
         path = Path(given)
         if not path.exists():
             raise RunInputError(f"{path}: no such file or folder")
         if _is_bare_history(path):
-            runs.append(_bare_run(path, model, known_models))
+            take(path, _bare_run)
         elif path.is_dir() and _looks_like_run(path):
-            runs.append(_folder_run(path, model, known_models))
+            take(path, _folder_run)
         elif path.is_dir():
             found = sorted(p for p in path.iterdir() if p.is_dir() and _looks_like_run(p))
+            # A Jepsen store's "latest" is a link to one of the others.
+            real = {p.resolve() for p in found if not p.is_symlink()}
+            found = [p for p in found if not (p.is_symlink() and p.resolve() in real)]
             if not found:
                 raise RunInputError(
                     f"{path}: neither a run folder (config.json and history.jsonl or "
                     "history.parquet) nor a folder of run folders"
                 )
-            runs.extend(_folder_run(p, model, known_models) for p in found)
+            for p in found:
+                take(p, _folder_run)
         else:
-            raise RunInputError(f"{path}: not a history file (.jsonl or .parquet) nor a run folder")
+            raise RunInputError(
+                f"{path}: not a history file (.jsonl, .edn or .parquet) nor a run folder"
+            )
     seen: dict[str, Path] = {}
     for run in runs:
         if run.name in seen:
@@ -171,7 +213,7 @@ def find_runs(
 def _is_bare_history(path: Path) -> bool:
     if path.suffix == ".parquet":
         return True
-    return path.is_file() and path.suffix == ".jsonl"
+    return path.is_file() and path.suffix in (".jsonl", ".edn")
 
 
 def _looks_like_run(path: Path) -> bool:
@@ -182,7 +224,22 @@ def _unknown_model(model: object, where: str, known: Sequence[str]) -> str:
     return f"{where}: unknown model {model!r}; known models: {', '.join(known)}"
 
 
+def _edn_run(
+    name: str, path: Path, history: Path, config: dict[str, Any] | None, model: str | None
+) -> RunInput:
+    """A Jepsen history: read now (it is converted in the driver), its model
+    given, or else the one its ``:f`` values suggest (``kv`` with a delete,
+    get, put or append; else ``register``)."""
+    try:
+        edn = read_edn_history(history)
+    except EdnHistoryError as exc:
+        raise HistoryReadError(str(exc)) from None
+    return RunInput(name, path, history, "edn", config, model or edn.model, {}, edn)
+
+
 def _bare_run(path: Path, model: str | None, known: Sequence[str]) -> RunInput:
+    if path.suffix == ".edn":
+        return _edn_run(path.stem, path, path, None, model)
     if model is None:
         raise RunInputError(
             f"{path}: a bare history file has no config.json naming its model; pass --model "
@@ -202,6 +259,8 @@ def _folder_run(path: Path, model: str | None, known: Sequence[str]) -> RunInput
         chosen = config.get("model")
         if chosen is not None and (not isinstance(chosen, str) or chosen not in known):
             raise RunInputError(_unknown_model(chosen, str(path / "config.json"), known))
+    if history.suffix == ".edn":
+        return _edn_run(path.name, path, history, config, chosen)
     if chosen is None:
         raise RunInputError(
             f"{path}: no model in config.json (or no config.json); pass --model "
@@ -359,6 +418,20 @@ def load_history(spark: SparkSession, runs: Sequence[RunInput]) -> DataFrame:
             )
         )
     parts.extend(_read_parquet_history(spark, r) for r in runs if r.fmt == "parquet")
+    edn = [r for r in runs if r.edn is not None]
+    if edn:
+        # Read and checked in the driver (spark_verify.jepsen): its lines are
+        # kq's, renumbered, and its errors named the EDN file's lines, so
+        # file_line is NULL here (no "line i holds index i - 1" rule).
+        rows = [(r.name, line) for r in edn if r.edn is not None for line in r.edn.lines]
+        lines = spark.createDataFrame(rows, "run string, line string").withColumn(
+            "file_line", F.lit(None).cast("bigint")
+        )
+        parts.append(
+            _parse_lines(lines, ["run", "line", "file_line"]).select(
+                "run", *[n for n, _ in HISTORY_COLUMNS], "line", "file_line"
+            )
+        )
     return reduce(DataFrame.unionByName, parts)
 
 

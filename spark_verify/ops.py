@@ -19,6 +19,7 @@ from typing import Any, Final
 
 __all__ = [
     "Exact",
+    "JEPSEN_MODELS",
     "KEYS_COLUMNS",
     "KEYS_SCHEMA_DDL",
     "KNOWN_MODELS",
@@ -50,6 +51,14 @@ KEYS_COLUMNS: Final = tuple(part.split()[0] for part in KEYS_SCHEMA_DDL.split(",
 
 KNOWN_MODELS: Final = ("register", "kv", "log", "topics")
 """The history models of ``docs/history-format.md`` (``config.json``'s ``model``)."""
+
+JEPSEN_MODELS: Final[Mapping[str, str]] = {
+    "cas-register": "register",
+    "knossos.model/cas-register": "register",
+    "knossos.model/register": "register",
+}
+"""Jepsen's (Knossos') model names that mean one of kq's models (``--model``).
+Knossos' ``register`` (read and write only) is kq's ``register`` without cas."""
 
 OUTCOMES: Final = ("ok", "fail", "info")
 """A completion's type: happened, did not happen, unknown."""

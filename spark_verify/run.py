@@ -2,12 +2,15 @@
 library behind ``kq verify`` (:mod:`kq.commands.verify`), ``kq chaos run
 --verify`` and ``spark-submit`` (:mod:`spark_verify.submit`).
 
-Exit statuses (:func:`exit_status`, :class:`CannotVerify`): 0 every check
-passed (``valid`` true); 1 a check found an anomaly (``valid`` false); 3 no
-anomaly, but some check could not decide (``valid`` ``unknown``: a key's
-search ran out of its budget, say); 2 bad usage or input (no run under a
-path, an unknown model, a history with no model); 4 Spark could not run (no
-Java 17+, say).
+Exit statuses (:func:`exit_status`, :class:`CannotVerify`), over the runs
+verified together: 0 every run valid (every check passed); 1 a check found
+an anomaly in some run; 3 no anomaly, but some check could not decide for
+some run (a key's search ran out of its budget, say); 5 some run's history
+could not be read (not EDN or JSON, a field of the wrong type, an invoke
+never completed: "cannot verify", never a verdict on a misread history; it
+wins over 1 and 3, as the command's answer is then incomplete); 2 bad usage
+(no run under a path, an unknown model, a history with no model); 4 Spark
+could not run (no Java 17+, say).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ if TYPE_CHECKING:
     from spark_verify.job import Verification
 
 __all__ = [
+    "EXIT_CANNOT_VERIFY",
     "EXIT_INVALID",
     "EXIT_SPARK",
     "EXIT_UNKNOWN",
@@ -35,6 +39,14 @@ EXIT_INVALID: Final = 1
 EXIT_USAGE: Final = 2
 EXIT_UNKNOWN: Final = 3
 EXIT_SPARK: Final = 4
+EXIT_CANNOT_VERIFY: Final = 5
+
+_STATUS: Final = {
+    "valid": EXIT_VALID,
+    "invalid": EXIT_INVALID,
+    "unknown": EXIT_UNKNOWN,
+    "cannot-verify": EXIT_CANNOT_VERIFY,
+}
 
 
 class CannotVerify(Exception):
@@ -59,7 +71,8 @@ def run_verification(
     no run or a bad model under ``paths`` (``EXIT_USAGE``)."""
     # Spark is imported only here: `kq --help` must not start a JVM, and a kq
     # installed without the verify extra must say what is missing.
-    missing = [m for m in ("pyspark", "pyarrow", "pandas") if importlib.util.find_spec(m) is None]
+    needed = ("pyspark", "pyarrow", "pandas", "edn_format")
+    missing = [m for m in needed if importlib.util.find_spec(m) is None]
     if missing:
         raise CannotVerify(
             EXIT_SPARK,
@@ -69,7 +82,7 @@ def run_verification(
     from pyspark.sql import SparkSession
 
     from spark_verify.job import VerifyOptions, verify
-    from spark_verify.load import RunInputError
+    from spark_verify.load import HistoryReadError, RunInputError
     from spark_verify.session import JavaMissingError, spark_session
 
     ours = SparkSession.getActiveSession() is None
@@ -79,6 +92,8 @@ def run_verification(
         raise CannotVerify(EXIT_SPARK, str(exc)) from None
     try:
         return verify(spark, paths, VerifyOptions(**options), progress=progress)
+    except HistoryReadError as exc:
+        raise CannotVerify(EXIT_CANNOT_VERIFY, str(exc)) from None
     except (RunInputError, ValueError) as exc:
         raise CannotVerify(EXIT_USAGE, str(exc)) from None
     finally:
@@ -86,13 +101,58 @@ def run_verification(
             spark.stop()
 
 
-def exit_status(valid: object) -> int:
-    """``kq verify``'s exit status for a verdict's ``valid``."""
+def exit_status(verdict: Mapping[str, Any] | object) -> int:
+    """``kq verify``'s exit status for a verdict (its runs' ``verdict``), or
+    for a ``valid`` alone (true, false or unknown)."""
+    if isinstance(verdict, Mapping):
+        if verdict.get("verdict") in _STATUS:
+            return _STATUS[verdict["verdict"]]
+        verdict = verdict.get("valid")
+    valid = verdict
     if valid is True:
         return EXIT_VALID
     if valid is False:
         return EXIT_INVALID
     return EXIT_UNKNOWN
+
+
+_VERDICT_WORDS: Final = {
+    "valid": "valid",
+    "invalid": "INVALID",
+    "unknown": "unknown",
+    "cannot-verify": "CANNOT VERIFY",
+}
+
+
+def run_table(runs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per run (run, model, operations, keys, verdict, time), then
+    the reason of each run that is not valid."""
+    header = ("run", "model", "operations", "keys", "verdict", "time")
+    rows = [
+        (
+            str(r.get("name", "?")),
+            str(r.get("model") or "-"),
+            f"{int(r.get('ops', 0)):,}",
+            f"{int(r.get('keys', 0)):,}",
+            _VERDICT_WORDS.get(str(r.get("verdict")), "?"),
+            f"{float(r.get('search_s', 0.0)):.2f} s",
+        )
+        for r in runs
+    ]
+    widths = [max(len(x) for x in col) for col in zip(header, *rows, strict=True)]
+    right = (False, False, True, True, False, True)
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True)
+        ).rstrip()
+
+    out = ["runs:", "  " + line(header)]
+    out.extend("  " + line(row) for row in rows)
+    for r in runs:
+        if r.get("verdict") not in (None, "valid") and r.get("reason"):
+            out.append(f"  {r.get('name')}: {r.get('reason')}")
+    return out
 
 
 def _word(valid: object) -> str:
@@ -127,12 +187,13 @@ def summary_text(
         for a in check.get("anomalies", [])[:3]:
             if shown == 0:
                 lines.append("first anomalies:")
-            where = " ".join(
-                f"{k} {a[k]}" for k in ("run", "key", "node") if a.get(k) is not None
-            )
+            where = " ".join(f"{k} {a[k]}" for k in ("run", "key", "node") if a.get(k) is not None)
             lines.append(f"  {name}/{a.get('kind')}: {a.get('message')} [{where}]")
             shown += 1
-    lines.append(f"verdict: {_word(verdict.get('valid'))}")
+    lines.extend(run_table(runs))
+    overall = verdict.get("verdict")
+    word = _VERDICT_WORDS.get(str(overall), _word(verdict.get("valid")))
+    lines.append(f"verdict: {word}")
     if verdict_path is not None:
         lines.append(f"verdict file: {verdict_path}")
     if report is not None:

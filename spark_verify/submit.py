@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from spark_verify.ops import KNOWN_MODELS
+from spark_verify.ops import JEPSEN_MODELS, KNOWN_MODELS
 from spark_verify.run import CannotVerify, exit_status, run_verification, summary_text
 
 __all__ = ["add_arguments", "build_parser", "main", "run"]
@@ -40,8 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "paths",
         nargs="+",
         metavar="RUN_DIR",
-        help="run folders, folders of run folders (a runs dir), or history files "
-        "(.jsonl or .parquet) from other tools",
+        help="run folders, folders of run folders (a runs dir), Jepsen store folders "
+        "(history.edn), or history files (.jsonl, .edn or .parquet) from other tools",
     )
     parser.add_argument(
         "--master",
@@ -50,9 +50,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--model",
-        choices=KNOWN_MODELS,
+        choices=(*KNOWN_MODELS, *JEPSEN_MODELS),
         help="the model of histories whose run folder does not name one "
-        "(a history from another tool)",
+        "(a history from another tool); Jepsen's cas-register is register",
     )
     parser.add_argument(
         "--key-budget",
@@ -114,8 +114,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(verdict, indent=2, default=str))
     else:
         print(summary_text(verdict, result.verdict_path, result.report_path))
-    return exit_status(verdict["valid"])
-
+    return exit_status(verdict)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
-"""``kq verify``: check run folders with Spark and say whether they were valid.
+"""``kq verify``: check run folders and Jepsen histories with Spark, one verdict per run.
 
-    kq verify RUN_DIR... [--master local[*]|spark://HOST:PORT] [--model NAME]
+    kq verify PATH... [--master local[*]|spark://HOST:PORT] [--model NAME]
               [--key-budget SECONDS] [--out DIR] [--no-report] [--json]
 
-Exit status: 0 valid; 1 an anomaly was found; 3 unknown (a check could not
-decide); 2 bad usage or input; 4 Spark could not run (:mod:`spark_verify.run`).
+Exit status over the runs: 0 all valid; 1 an anomaly was found; 3 unknown (a
+check could not decide); 5 a history could not be read (cannot verify); 2 bad
+usage; 4 Spark could not run (:mod:`spark_verify.run`).
 The arguments are those of the ``spark-submit`` entry point
 (:mod:`spark_verify.submit`), which runs the same job.
 """
@@ -20,12 +21,14 @@ __all__ = ["register"]
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "verify",
-        help="check run folders with Spark: linearizability, lost commits, elections",
+        help="check run folders and Jepsen histories with Spark: linearizability, lost "
+        "commits, elections",
         description="Verify exported histories and node exports with PySpark: linearizability "
         "per key, aborted and stale reads, version forks, one leader per epoch, agreeing "
         "committed logs, no lost or phantom writes (docs/verification.md).",
-        epilog="Exit status: 0 valid; 1 an anomaly was found; 3 unknown (a check could not "
-        "decide); 2 bad usage or input; 4 Spark could not run.",
+        epilog="Exit status over the runs: 0 all valid; 1 an anomaly was found; 3 unknown (a "
+        "check could not decide); 5 a history could not be read (cannot verify); 2 bad usage; "
+        "4 Spark could not run.",
     )
     add_arguments(parser)
     parser.set_defaults(func=run)

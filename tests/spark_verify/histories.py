@@ -71,14 +71,14 @@ class History:
         self.ops.append(op)
         return op
 
-    def read(self, p: int, value: str | None, call: int, ret: int | None, **kw: Any) -> CheckOp:
+    def read(self, p: int, value: Any, call: int, ret: int | None, **kw: Any) -> CheckOp:
         return self.add(kw.pop("f", "read"), p, call, ret, None, value, **kw)
 
-    def write(self, p: int, value: str, call: int, ret: int | None, **kw: Any) -> CheckOp:
+    def write(self, p: int, value: Any, call: int, ret: int | None, **kw: Any) -> CheckOp:
         return self.add(kw.pop("f", "write"), p, call, ret, value, **kw)
 
     def cas(
-        self, p: int, expected: str | None, new: str, call: int, ret: int | None, **kw: Any
+        self, p: int, expected: Any, new: Any, call: int, ret: int | None, **kw: Any
     ) -> CheckOp:
         return self.add("cas", p, call, ret, [expected, new], **kw)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from spark_verify.models import ILLEGAL, KV, MODELS, REGISTER, model_of
@@ -211,5 +213,5 @@ def test_booleans_and_decimals_keep_their_json_form_in_witnesses() -> None:
     assert h.write(0, True, 2, 3).to_json()["value"] is True
 
 
-def _fields(op: CheckOp) -> dict[str, object]:
+def _fields(op: CheckOp) -> dict[str, Any]:
     return {name: getattr(op, name) for name in CheckOp.__slots__}

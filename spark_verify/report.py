@@ -23,7 +23,7 @@ import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from spark_verify.timeline import FaultInterval, RunTimeline, Timeline
 from spark_verify.verdict import UNKNOWN, Validity, validity_from_json
@@ -670,8 +670,81 @@ def _checks(verdict: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+# A check's detail, as a sentence: each known counter's phrase ({} is the
+# number, rounded), in this order; other counters follow as "name: value".
+_PHRASES: Final = (
+    ("keys", "{} keys"),
+    ("invalid", "{} invalid"),
+    ("unknown", "{} unknown"),
+    ("states", "{} states explored"),
+    ("slowest_key_ms", "slowest key {} ms"),
+    ("key_budget_s", "budget {} s per key"),
+    ("writes", "{} writes"),
+    ("checked", "{} checked"),
+    ("uncheckable", "{} not checkable"),
+    ("data_records", "{} data records"),
+    ("runs", "{} runs checked"),
+)
+_SKIPPED: Final = frozenset({"applicable", "unknown_keys", "missing"})
+
+
+def _number(x: Any) -> str:
+    """A count with thousands separators; a float to at most 3 significant digits
+    (``0.30000000000000004`` is 0.3), whole above 1,000."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return _show(x)
+    if isinstance(x, int):
+        return f"{x:,}"
+    if not math.isfinite(x):
+        return str(x)
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def _counts_text(counts: Mapping[str, Any], none: str) -> str:
+    """``{"open-invoke": 2, "index": 1}`` as "2 open-invoke, 1 index"; ``none`` if empty."""
+    shown = [f"{_number(v)} {k}" for k, v in sorted(counts.items()) if v]
+    return ", ".join(shown) if shown else none
+
+
 def _detail(detail: Mapping[str, Any]) -> str:
-    return _cut("; ".join(f"{k}: {_show(v)}" for k, v in detail.items()), 600)
+    """A check's detail as a short sentence, never a raw dictionary."""
+    if detail.get("applicable") is False:
+        reason = detail.get("reason")
+        return "not applicable" + (f" ({reason})" if isinstance(reason, str) else "")
+    parts: list[str] = []
+    for name, phrase in _PHRASES:
+        if name in detail:
+            parts.append(phrase.format(_number(detail[name])))
+    for name in ("problems", "kinds"):
+        value = detail.get(name)
+        if isinstance(value, Mapping):
+            word = "problems" if name == "problems" else "anomalies"
+            parts.append(_counts_text(value, f"no {word}"))
+    unknown_keys = detail.get("unknown_keys")
+    if isinstance(unknown_keys, list) and unknown_keys:
+        names = ", ".join(
+            _show(k.get("key")) if isinstance(k, Mapping) else _show(k) for k in unknown_keys[:5]
+        )
+        more = f" and {len(unknown_keys) - 5:,} more" if len(unknown_keys) > 5 else ""
+        parts.append(f"undecided keys: {names}{more}")
+    missing = detail.get("missing")
+    if isinstance(missing, list) and missing:
+        parts.append("no final check recorded for " + ", ".join(_show(m) for m in missing))
+    known = {n for n, _ in _PHRASES} | {"problems", "kinds"} | _SKIPPED
+    for name, value in detail.items():
+        if name in known:
+            continue
+        if name == "reason" and isinstance(value, str):
+            parts.append(value)
+        elif isinstance(value, Mapping):
+            parts.append(f"{name}: {_counts_text(value, 'none')}")
+        elif isinstance(value, list):
+            parts.append(f"{name}: " + (", ".join(_show(v) for v in value) or "none"))
+        else:
+            parts.append(f"{name}: {_number(value)}")
+    return _cut("; ".join(parts), 600) if parts else "nothing to report"
 
 
 def render_report(
@@ -735,13 +808,15 @@ def render_report(
     if runs:
         head.append(
             _table(
-                ["run", "model", "ops", "keys", "path"],
+                ["run", "model", "ops", "keys", "verdict", "search time", "path"],
                 (
                     [
                         _show(r.get("name")),
                         _show(r.get("model")),
                         _count(r.get("ops")),
                         _count(r.get("keys")),
+                        _run_verdict(r),
+                        _seconds(r.get("search_s")),
                         _show(r.get("path")),
                     ]
                     for r in runs
@@ -794,6 +869,29 @@ def render_report(
         _el("body", None, *body),
     )
     return "<!DOCTYPE html>\n" + page + "\n"
+
+
+_RUN_VERDICTS: Final = {
+    "valid": ("valid", "ok"),
+    "invalid": ("INVALID", "bad"),
+    "unknown": ("unknown", "unk"),
+    "cannot-verify": ("cannot verify", "bad"),
+}
+
+
+def _run_verdict(run: Mapping[str, Any]) -> _Markup | str:
+    word, css = _RUN_VERDICTS.get(str(run.get("verdict")), ("", ""))
+    if not word:
+        return ""
+    badge = _el("span", {"class": f"badge {css}"}, word)
+    reason = run.get("reason")
+    if run.get("verdict") != "valid" and isinstance(reason, str):
+        return _cat([badge, _Markup(" "), _Markup(html.escape(_cut(reason, 200)))])
+    return badge
+
+
+def _seconds(x: Any) -> str:
+    return f"{_number(x)} s" if isinstance(x, int | float) and not isinstance(x, bool) else ""
 
 
 def _count(x: Any) -> str:

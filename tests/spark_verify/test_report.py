@@ -191,7 +191,7 @@ def test_report_shows_the_verdict_checks_plots_and_witnesses() -> None:
     assert list(checks) == ["well-formed", "linearizable", "lost-commits", "log-agreement"]
     assert checks["well-formed"][:2] == ["valid", "0"]
     assert checks["linearizable"][:2] == ["INVALID", "250"]
-    assert checks["lost-commits"] == ["unknown", "0", "reason: node 3 exported nothing"]
+    assert checks["lost-commits"] == ["unknown", "0", "node 3 exported nothing"]
 
     # Two plots, each with one shaded rect per fault interval.
     plots = page.find("svg", "plot")
@@ -309,3 +309,41 @@ def test_write_report(tmp_path: Path) -> None:
     text = out.read_text(encoding="utf-8")
     assert text == render_report(verdict(), {RUN: Timeline(10, (run_timeline(),))}, [], title="t")
     assert [p.name for p in tmp_path.iterdir()] == ["report.html"]
+
+
+def test_details_are_sentences_with_rounded_numbers() -> None:
+    v = verdict()
+    v["runs"][0].update(
+        verdict="invalid", reason="anomalies found by linearizable", search_s=0.1 + 0.2
+    )
+    v["checks"]["well-formed"]["detail"] = {"problems": {}}
+    v["checks"]["linearizable"]["detail"] = {
+        "keys": 12345,
+        "invalid": 1,
+        "unknown": 0,
+        "unknown_keys": [],
+        "states": 2_000_000,
+        "slowest_key_ms": 0.1 + 0.2,
+        "key_budget_s": 10.0,
+    }
+    v["checks"]["log-agreement"]["detail"] = {"kinds": {"offset-conflict": 1}, "ratio": 2 / 3}
+    v["checks"]["single-leader"] = {
+        "valid": True,
+        "count": 0,
+        "anomalies": [],
+        "detail": {"applicable": False, "reason": "no node exports"},
+    }
+    page = render_report(v, {RUN: Timeline(10, (run_timeline(),))}, [], title="t")
+    text = re.sub(r"<[^>]+>", " ", page)
+    assert "0.30000000000000004" not in page and "{}" not in text
+    assert "0.6666" not in page and "ratio: 0.667" in text
+    assert "no problems" in text
+    assert (
+        "12,345 keys; 1 invalid; 0 unknown; 2,000,000 states explored; slowest key 0.3 ms; "
+        "budget 10 s per key" in text
+    )
+    assert "1 offset-conflict" in text
+    assert "not applicable (no node exports)" in text
+    assert "node 3 exported nothing" in text
+    # The runs table: each run's verdict, its reason, and its search time.
+    assert "INVALID" in text and "anomalies found by linearizable" in text and "0.3 s" in text

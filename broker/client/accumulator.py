@@ -140,6 +140,8 @@ class AnswerResult:
     decision: Decision
     # Ask for a metadata refresh (or use the answer's leader hint).
     refresh_metadata: bool
+    # KIP-951: the partition's leader and leader epoch the answer named.
+    leader_hint: tuple[int, int] | None = None
 
 
 @dataclass(eq=False)
@@ -492,10 +494,15 @@ class RecordAccumulator:
     def on_network_failure(self, batch: ProducerBatch, now_ms: int) -> AnswerResult:
         """The request carrying ``batch`` got no answer (a lost connection,
         a request timeout): as Kafka's ``NETWORK_EXCEPTION``."""
-        return self._answer(batch, NETWORK_EXCEPTION, -1, -1, "no answer", now_ms)
+        return self._answer(batch, NETWORK_EXCEPTION, -1, -1, "no answer", now_ms, None)
 
     def on_answer(self, batch: ProducerBatch, answer: ProduceAnswer, now_ms: int) -> AnswerResult:
         """Handle the broker's answer for ``batch`` (``Sender.completeBatch``)."""
+        hint = (
+            (answer.current_leader, answer.current_leader_epoch)
+            if answer.current_leader >= 0 and answer.current_leader_epoch >= 0
+            else None
+        )
         return self._answer(
             batch,
             int(answer.error),
@@ -503,6 +510,7 @@ class RecordAccumulator:
             answer.log_start_offset,
             answer.message,
             now_ms,
+            hint,
         )
 
     def _answer(
@@ -513,12 +521,13 @@ class RecordAccumulator:
         log_start_offset: int,
         message: str,
         now_ms: int,
+        hint: tuple[int, int] | None,
     ) -> AnswerResult:
         if batch.done or not batch.awaiting:
             # Expired or failed meanwhile: the answer comes too late.
             if code in MAY_HAVE_WRITTEN:
                 self.sequencing.mark_maybe_written(batch)
-            return AnswerResult(Decision.FAIL, False)
+            return AnswerResult(Decision.IGNORED, False)
         self._settle(batch)
         may_retry = (
             now_ms < batch.created_ms + self.config.delivery_timeout_ms
@@ -542,7 +551,7 @@ class RecordAccumulator:
                 batch.maybe_written,
             )
             self._finish_failed(batch, error)
-        return AnswerResult(decision, refresh)
+        return AnswerResult(decision, refresh, hint if refresh else None)
 
     def _reenqueue(self, batch: ProducerBatch, now_ms: int) -> None:
         """``reenqueue`` with ``insertInSequenceOrder``: at the front, behind

@@ -82,6 +82,7 @@ class Decision(enum.Enum):
     COMPLETE = "complete"  # resolve the futures with the offsets
     RETRY = "retry"  # queue it again in sequence order, after a backoff
     FAIL = "fail"  # fail the futures
+    IGNORED = "ignored"  # a late answer: the batch no longer awaited one
 
 
 @dataclass(slots=True)

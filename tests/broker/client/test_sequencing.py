@@ -82,7 +82,8 @@ def test_futures_resolve_once() -> None:
     (batch,) = send(acc)
     acc.on_answer(batch, ProduceAnswer(base_offset=5), 1)
     # A second answer to the same batch changes nothing.
-    acc.on_answer(batch, ProduceAnswer(Errors.MESSAGE_TOO_LARGE), 2)
+    result = acc.on_answer(batch, ProduceAnswer(Errors.MESSAGE_TOO_LARGE), 2)
+    assert result.decision is Decision.IGNORED
     assert future.offset == 5
     with pytest.raises(RuntimeError, match="resolved twice"):
         future._resolve(6, None, Outcome.OK)
@@ -119,7 +120,24 @@ def test_leadership_errors_ask_for_a_metadata_refresh(code: int) -> None:
     else:
         result = acc.on_answer(batch, ProduceAnswer(Errors(code)), 1)
     assert result.refresh_metadata
-    put(acc, b"b")
+
+
+def test_the_kip_951_leader_hint_is_passed_on() -> None:
+    acc = make()
+    put(acc, b"a")
+    (batch,) = send(acc)
+    answer = ProduceAnswer(Errors.NOT_LEADER_OR_FOLLOWER, current_leader=2, current_leader_epoch=8)
+    assert acc.on_answer(batch, answer, 1).leader_hint == (2, 8)
+
+
+def test_a_late_answer_is_ignored() -> None:
+    acc = make()
+    future = put(acc, b"a")
+    (batch,) = send(acc)
+    acc.on_network_failure(batch, 1)
+    # The real answer arrives after the batch was queued again.
+    result = acc.on_answer(batch, ProduceAnswer(base_offset=3), 2)
+    assert result.decision is Decision.IGNORED and not future.done
 
 
 @pytest.mark.parametrize(

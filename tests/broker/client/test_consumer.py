@@ -407,3 +407,16 @@ def test_random_fetch_answers_return_every_record_once_in_order(
     for tp, log in logs.items():
         assert consumed[tp] == [o for o in log.offsets if o >= start[tp]], tp
         assert c.position(tp) == log.end
+
+
+def test_poll_lets_partitions_take_turns() -> None:
+    c = core()
+    c.assign([TP0, TP1])
+    c.seek(TP0, 0)
+    c.seek(TP1, 0)
+    c.fetch_requests(LEADERS)
+    c.on_fetch_answer(TP0, FetchAnswer(0, records=records_of(list(range(4)), 0)))
+    c.on_fetch_answer(TP1, FetchAnswer(0, records=records_of(list(range(4)), 0)))
+    first = {r.partition for r in c.poll(2)}
+    second = {r.partition for r in c.poll(2)}
+    assert first == {0} and second == {1}

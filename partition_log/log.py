@@ -806,14 +806,35 @@ class PartitionLog:
             return True
         return config.flush_ms is not None and now_ms - self._last_flush_ms >= config.flush_ms
 
-    def _after_append(self, headers: list[BatchHeader], now_ms: int) -> None:
+    def _after_append(
+        self, headers: list[BatchHeader], now_ms: int, leader_batch: ProducerBatch | None = None
+    ) -> None:
+        """The bookkeeping after ``headers``' batches reached the OS.
+        ``leader_batch`` is what the producer state reads of the one batch a
+        leader appends, built already for its check."""
         cache = self.epoch_cache
         for header in headers:
-            if header.partition_leader_epoch >= 0:
-                cache = cache.assign(header.partition_leader_epoch, header.base_offset)
-        self._set_epoch_cache(cache)
+            epoch = header.partition_leader_epoch
+            if epoch >= 0:
+                # assign's own "nothing to change" test (isUpdateNeeded),
+                # without building the entry it would drop: one epoch a batch.
+                latest = cache.latest_entry
+                if (
+                    latest is None
+                    or latest.epoch != epoch
+                    or header.base_offset < latest.start_offset
+                ):
+                    cache = cache.assign(epoch, header.base_offset)
+        if cache is not self.epoch_cache:
+            self._set_epoch_cache(cache)
+        state = self.producer_state
         for header in headers:
-            self.producer_state.update(_producer_batch(header))
+            if header.producer_id == NO_PRODUCER_ID:
+                # All that ProducerStateManager.update does for a batch
+                # without a producer: its end moves past the batch.
+                state.map_end_offset = header.next_offset
+            else:
+                state.update(leader_batch if leader_batch is not None else _producer_batch(header))
         new_end = headers[-1].next_offset
         if self._flush_due(new_end, now_ms):
             # flush.messages=1 syncs before the end moves (brokers.md §2.4).
@@ -841,21 +862,25 @@ class PartitionLog:
                         f"(cleanup_policy {self.config.cleanup_policy})",
                     )
         end = self.log_end_offset
-        try:
-            incoming = ProducerBatch(
-                header.producer_id,
-                header.producer_epoch,
-                header.base_sequence,
-                header.last_offset_delta,
-                end,
-                header.max_timestamp,
-                header.is_transactional,
-            )
-        except ValueError as error:
-            raise PartitionLogError(Errors.INVALID_RECORD, f"batch: {error}") from None
-        answer = self.producer_state.check(incoming)
-        if isinstance(answer, Duplicate):
-            return AppendInfo(answer.first_offset, answer.last_offset, -1, duplicate=True)
+        incoming = None
+        if header.producer_id != NO_PRODUCER_ID:
+            # Only an idempotent producer's batch has state to check (the
+            # check answers APPEND to the others, ProducerStateManager.check).
+            try:
+                incoming = ProducerBatch(
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.last_offset_delta,
+                    end,
+                    header.max_timestamp,
+                    header.is_transactional,
+                )
+            except ValueError as error:
+                raise PartitionLogError(Errors.INVALID_RECORD, f"batch: {error}") from None
+            answer = self.producer_state.check(incoming)
+            if isinstance(answer, Duplicate):
+                return AppendInfo(answer.first_offset, answer.last_offset, -1, duplicate=True)
         if leader_epoch < max(self.epoch_cache.latest_epoch, 0):
             raise PartitionLogError(
                 Errors.INVALID_RECORD,
@@ -870,9 +895,14 @@ class PartitionLog:
             _stamp_log_append_time(data, now_ms)
             log_append_time = now_ms
         stamped = BatchHeader.parse(data)
+        if log_append_time != -1 and incoming is not None:
+            incoming = _producer_batch(stamped)  # the stamped max timestamp
         self._maybe_roll(len(data), stamped.last_offset, now_ms)
-        self._active.append(data)
-        self._after_append([stamped], now_ms)
+        # One verified batch: the segment takes its header instead of
+        # scanning the bytes again, and the producer state the batch built
+        # for its check (the same fields as the stamped header's).
+        self._active.append_batch(data, stamped)
+        self._after_append([stamped], now_ms, incoming)
         return AppendInfo(end, stamped.last_offset, log_append_time)
 
     def append_as_follower(self, batch_bytes: bytes, now_ms: int = 0) -> AppendInfo:

@@ -489,6 +489,47 @@ class Segment:
                 self._first_timestamp = header.max_timestamp
         self.next_offset = expected
 
+    def append_batch(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+        """Append one batch the caller verified, ``header`` being its parsed
+        header (a leader's append): :meth:`append`'s checks and effects
+        without scanning the bytes again for the header already in hand."""
+        log = self._live()
+        if header.size != len(batch):
+            raise PartitionLogError(
+                Errors.CORRUPT_MESSAGE,
+                f"segment {self.name}: a header of a {header.size}-byte batch with "
+                f"{len(batch)} bytes",
+            )
+        if header.base_offset != self.next_offset:
+            raise PartitionLogError(
+                Errors.INVALID_RECORD,
+                f"segment {self.name}: batch base offset {header.base_offset}, "
+                f"expected the next offset {self.next_offset}",
+            )
+        last_offset = header.base_offset + header.last_offset_delta
+        if last_offset - self.base_offset > INT32_MAX:
+            raise PartitionLogError(
+                Errors.INVALID_RECORD,
+                f"segment {self.name}: last offset {last_offset} does not fit "
+                f"relative to base {self.base_offset} (roll first)",
+            )
+        start = log.size
+        if start + len(batch) > INT32_MAX:
+            raise PartitionLogError(
+                Errors.MESSAGE_TOO_LARGE,
+                f"segment {self.name}: {len(batch)} bytes past position {start} exceed "
+                "a segment's int32 positions (roll first)",
+            )
+        if self.offsets.is_full or self.times.is_full:
+            raise PartitionLogError(
+                Errors.KAFKA_STORAGE_ERROR, f"segment {self.name}: an index is full (roll first)"
+            )
+        log.append(batch)
+        self._builder.add(start, header)
+        if self._first_timestamp is None and header.max_timestamp != NO_TIMESTAMP:
+            self._first_timestamp = header.max_timestamp
+        self.next_offset = last_offset + 1
+
     # -- reads ------------------------------------------------------------------
 
     def _position_of(self, offset: int) -> tuple[int, BatchHeader] | None:

@@ -1,0 +1,134 @@
+"""The leader append's fast path: ``Segment.append_batch`` (one verified
+batch whose header the caller has) refuses what ``Segment.append`` refuses,
+changing nothing, and the leader's producer state is the one the stamped
+batch gives, under CREATE_TIME and LOG_APPEND_TIME."""
+
+from __future__ import annotations
+
+import pytest
+
+import partition_log.segment as segment_module
+from partition_log.batch import BatchHeader, TimestampType, build_batch, verify
+from partition_log.errors import Errors, PartitionLogError
+from partition_log.files import MemoryDirectory
+from partition_log.log import PartitionLog
+from partition_log.log_config import LogConfig
+from partition_log.records import Record
+from partition_log.segment import Segment
+from tests.partition_log.log_util import batch as producer_batch
+
+
+def batch(base: int, count: int = 1, size: int = 10, stamp: int = 1000) -> bytes:
+    records = [Record(base + i, stamp + i, b"k", b"v" * size) for i in range(count)]
+    return build_batch(records, base_offset=base)
+
+
+def contents(segment: Segment) -> bytes:
+    return segment.read(segment.base_offset, 1 << 20) if segment.size else b""
+
+
+def test_append_batch_appends_as_append_does() -> None:
+    one = Segment.create(MemoryDirectory(), 0, now_ms=0, index_interval_bytes=100)
+    other = Segment.create(MemoryDirectory(), 0, now_ms=0, index_interval_bytes=100)
+    offset = 0
+    for count in (3, 1, 4, 2, 5):
+        data = batch(offset, count, size=40)
+        one.append(data)
+        other.append_batch(bytearray(data), verify(data))
+        offset += count
+    assert other.next_offset == one.next_offset == offset
+    assert contents(other) == contents(one)
+    assert other.first_batch_timestamp == one.first_batch_timestamp == 1002
+    assert other.max_timestamp == one.max_timestamp
+    assert len(other.offsets) == len(one.offsets) > 0
+    assert [other.offsets.entry(i) for i in range(len(other.offsets))] == [
+        one.offsets.entry(i) for i in range(len(one.offsets))
+    ]
+    assert other.read(7, 1) == one.read(7, 1)
+
+
+@pytest.mark.parametrize(
+    ("make", "why", "code"),
+    [
+        (lambda: (batch(5), verify(batch(5))), "base offset 5, expected the next offset 2", None),
+        (lambda: (batch(1), verify(batch(1))), "base offset 1, expected the next offset 2", None),
+        (
+            lambda: (batch(2, 2), verify(batch(2))),
+            r"a header of a \d+-byte batch with \d+ bytes",
+            Errors.CORRUPT_MESSAGE,
+        ),
+    ],
+)
+def test_append_batch_refusals_change_nothing(make: object, why: str, code: Errors | None) -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0)
+    segment.append(batch(0, 2))
+    before = contents(segment)
+    data, header = make()  # type: ignore[operator]
+    with pytest.raises(PartitionLogError, match=why) as e:
+        segment.append_batch(data, header)
+    assert segment.name in str(e.value)
+    if code is not None:
+        assert e.value.code is code
+    assert contents(segment) == before and segment.next_offset == 2
+
+
+def test_append_batch_refuses_an_offset_past_the_relative_range() -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0)
+    segment.append(build_batch([Record(0, 0, None, b"")], last_offset_delta=2**31 - 2))
+    big = build_batch([Record(2**31 - 1, 0, None, b"")], base_offset=2**31 - 1, last_offset_delta=1)
+    with pytest.raises(PartitionLogError, match="does not fit relative to base 0"):
+        segment.append_batch(big, verify(big))
+    assert segment.next_offset == 2**31 - 1
+
+
+def test_append_batch_refuses_past_int32_positions(monkeypatch: pytest.MonkeyPatch) -> None:
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0)
+    first = batch(0, size=100)
+    monkeypatch.setattr(segment_module, "INT32_MAX", len(first) + 50)
+    segment.append_batch(first, verify(first))
+    second = batch(1, size=100)
+    with pytest.raises(PartitionLogError, match="exceed a segment's int32 positions") as e:
+        segment.append_batch(second, verify(second))
+    assert e.value.code is Errors.MESSAGE_TOO_LARGE
+    assert segment.size == len(first) and segment.next_offset == 1
+
+
+def test_append_batch_refuses_when_an_index_is_full() -> None:
+    segment = Segment.create(
+        MemoryDirectory(), 0, now_ms=0, index_interval_bytes=1, max_index_bytes=16
+    )
+    for offset in range(2):
+        data = batch(offset)
+        segment.append_batch(data, verify(data))
+    assert segment.times.is_full
+    data = batch(2)
+    with pytest.raises(PartitionLogError, match="an index is full") as e:
+        segment.append_batch(data, verify(data))
+    assert e.value.code is Errors.KAFKA_STORAGE_ERROR
+    assert segment.next_offset == 2
+
+
+@pytest.mark.parametrize("timestamp_type", list(TimestampType))
+def test_the_leader_records_the_stamped_batch_in_the_producer_state(
+    timestamp_type: TimestampType,
+) -> None:
+    """The producer state keeps the batch as stamped: its offsets and, under
+    LOG_APPEND_TIME, the append time as its timestamp; a retry is a duplicate
+    with the original offsets and appends nothing."""
+    log = PartitionLog.open(MemoryDirectory(), LogConfig(timestamp_type=timestamp_type), now_ms=0)
+    log.append_as_leader(producer_batch(2), 1, now_ms=5000)
+    # A batch without a producer id only moves the producer state's end.
+    assert log.producer_state.map_end_offset == 2 and not log.producer_state.producers
+    idempotent = producer_batch(3, timestamp=7, producer=9, producer_epoch=0, sequence=0)
+    info = log.append_as_leader(idempotent, 1, now_ms=8000)
+    assert (info.first_offset, info.last_offset) == (2, 4)
+    kept = log.producer_state.producers[9].batches[-1]
+    expected_timestamp = 8000 if timestamp_type is TimestampType.LOG_APPEND_TIME else 7
+    assert (kept.first_offset, kept.last_offset, kept.timestamp) == (2, 4, expected_timestamp)
+    assert log.producer_state.map_end_offset == 5
+    retry = log.append_as_leader(idempotent, 1, now_ms=9000)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (2, 4)
+    assert log.log_end_offset == 5
+    stored = BatchHeader.parse(log.read(2, 1 << 20))
+    assert (stored.base_offset, stored.partition_leader_epoch) == (2, 1)
+    assert stored.max_timestamp == expected_timestamp

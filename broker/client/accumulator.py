@@ -130,7 +130,8 @@ class ReadyCheck:
     """``RecordAccumulator.ReadyCheckResult``."""
 
     nodes: frozenset[int]
-    # When to look again if nothing is ready earlier (-1: nothing queued).
+    # When a lingering batch becomes sendable; -1 when no batch waits on
+    # time (nothing queued, or only batches waiting for answers).
     next_ready_check_ms: int
     unknown_leader_topics: frozenset[str]
 

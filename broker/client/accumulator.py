@@ -180,6 +180,8 @@ class RecordAccumulator:
             raise ValueError("the sequencing's idempotence differs from enable_idempotence")
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._sticky: dict[str, StickyPartitioner] = {}
+        # Each topic's partition count, as the last append saw it.
+        self._partition_counts: dict[str, int] = {}
         # Every batch not complete (queued or awaiting an answer), by id,
         # oldest first.
         self._incomplete: dict[int, ProducerBatch] = {}
@@ -222,6 +224,7 @@ class RecordAccumulator:
         partitioner); ``partition`` overrides the partitioner."""
         if self.closed:
             raise ProducerClosedError("cannot send after the producer is closed")
+        self._partition_counts[topic] = partitions
         sticky: StickyPartitioner | None = None
         if partition is None:
             partition = self.choose_partition(topic, key, partitions, available)
@@ -375,7 +378,30 @@ class RecordAccumulator:
                     nodes.add(leader)
             elif next_check < 0 or wait_until < next_check:
                 next_check = wait_until
+        if self._sticky:
+            self._update_load_stats(leaders)
         return ReadyCheck(frozenset(nodes), next_check, frozenset(unknown))
+
+    def _update_load_stats(self, leaders: Mapping[TopicPartition, int | None]) -> None:
+        """KIP-794 (``RecordAccumulator.partitionReady``): the queue sizes
+        of each sticky topic's partitions with a leader weigh its next
+        partition, once every partition of the topic has had a batch (a
+        partition never queued would never be chosen)."""
+        by_topic: dict[str, list[TopicPartition]] = {}
+        for tp in self._queues:
+            if tp.topic in self._sticky:
+                by_topic.setdefault(tp.topic, []).append(tp)
+        for topic, sticky in self._sticky.items():
+            tps = sorted(by_topic.get(topic, ()))
+            if not self.config.partitioner_adaptive_partitioning_enable or len(
+                tps
+            ) < self._partition_counts.get(topic, 0):
+                sticky.update_load_stats((), ())
+                continue
+            led = [tp for tp in tps if leaders.get(tp) is not None]
+            sticky.update_load_stats(
+                [len(self._queues[tp]) for tp in led], [tp.partition for tp in led]
+            )
 
     def drain(
         self,

@@ -10,16 +10,20 @@ Records without a key: the built-in sticky partitioner of KIP-794
 were produced to it, then switch to a random partition among those with a
 leader (all partitions when none has one). Like Kafka, the switch may be
 held back while the current batch is not ready (``enable_switch``), but not
-past twice ``batch.size``. KIP-794's adaptive weighting by queue sizes
-(``partitioner.adaptive.partitioning.enable``) is not implemented: the next
-partition is uniform over the partitions with a leader, which is what Kafka
-does when it has no load statistics.
+past twice ``batch.size``. With KIP-794's adaptive partitioning
+(``partitioner.adaptive.partitioning.enable``, on by default) the next
+partition is drawn with weights from the partitions' queue sizes (a shorter
+queue is likelier, ``updatePartitionLoadStats``); without load statistics
+it is uniform over the partitions with a leader.
+``partitioner.availability.timeout.ms`` (off by default) is not
+implemented.
 
 Pure: randomness is an injected ``random.Random``.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Sequence
 
@@ -95,11 +99,38 @@ class StickyPartitioner:
         self._rng = rng
         self._current: int | None = None
         self._produced = 0
+        # KIP-794 load statistics: a cumulative frequency table and the
+        # partition ids it weighs, or None for uniform choices.
+        self._load: tuple[list[int], list[int]] | None = None
+
+    def update_load_stats(self, queue_sizes: Sequence[int], partition_ids: Sequence[int]) -> None:
+        """``updatePartitionLoadStats``: the queue sizes (in batches) of the
+        partitions with a leader weigh the next choice, a partition with a
+        longer queue less. No weighting with fewer than two partitions or
+        equal sizes."""
+        if len(queue_sizes) != len(partition_ids):
+            raise ValueError(f"{len(queue_sizes)} queue sizes for {len(partition_ids)} partitions")
+        if len(queue_sizes) < 2 or len(set(queue_sizes)) == 1:
+            self._load = None
+            return
+        # Invert the sizes (max + 1 - size) and fold them into a running
+        # sum: a random number below the last entry maps to the first entry
+        # above it, a shorter queue owning a wider range.
+        top = max(queue_sizes) + 1
+        table: list[int] = []
+        total = 0
+        for size in queue_sizes:
+            total += top - size
+            table.append(total)
+        self._load = (table, list(partition_ids))
 
     def _next_partition(self, partitions: int, available: Sequence[int]) -> int:
         # BuiltInPartitioner.nextPartition: uniform over the partitions with
         # a leader, or over all when none has one.
         choice = to_positive(self._rng.getrandbits(32))
+        if self._load is not None:
+            table, ids = self._load
+            return ids[bisect.bisect_right(table, choice % table[-1])]
         if available:
             return available[choice % len(available)]
         return choice % partitions

@@ -81,6 +81,8 @@ class ProducerConfig:
     compression_type: Compression = Compression.NONE
     max_request_size: int = 1_048_576
     max_block_ms: int = 60_000
+    # KIP-794: weigh the sticky partitioner's choices by queue sizes.
+    partitioner_adaptive_partitioning_enable: bool = True
 
     def __post_init__(self) -> None:
         for name in (

@@ -382,3 +382,28 @@ def test_the_sticky_switch_waits_for_a_full_batch() -> None:
     sticky = acc._sticky["s"]
     assert sticky._current == first.topic_partition.partition
     assert sticky._produced >= 100  # past batch.size, yet no switch
+
+
+def test_ready_weighs_the_sticky_partitioner_by_queue_sizes() -> None:
+    acc = make(batch_size=70, linger_ms=10_000)
+    leaders = {TopicPartition("s", p): 1 for p in range(3)}
+    acc.append("s", None, b"x", now_ms=0, partitions=3, available=range(3))
+    sticky = acc._sticky["s"]
+    acc.ready(0, leaders)
+    assert sticky._load is None  # not every partition has had a batch yet
+    for partition, batches in ((0, 1), (1, 3), (2, 2)):
+        for _ in range(batches - len(acc.queued(TopicPartition("s", partition)))):
+            acc.append("s", None, b"y" * 20, now_ms=0, partitions=3, partition=partition)
+    sizes = [len(acc.queued(TopicPartition("s", p))) for p in range(3)]
+    acc.ready(0, leaders)
+    assert sticky._load is not None
+    table, ids = sticky._load
+    top = max(sizes) + 1
+    assert ids == [0, 1, 2]
+    assert table == [sum(top - s for s in sizes[: i + 1]) for i in range(3)]
+    off = make(batch_size=70, linger_ms=10_000, partitioner_adaptive_partitioning_enable=False)
+    for partition in range(3):
+        off.append("s", None, b"x", now_ms=0, partitions=3, partition=partition)
+    off.append("s", None, b"x", now_ms=0, partitions=3, available=range(3))
+    off.ready(0, leaders)
+    assert off._sticky["s"]._load is None

@@ -142,3 +142,39 @@ def test_sticky_refuses_bad_arguments() -> None:
         sticky.record_appended(1, 3, [0])
     with pytest.raises(ValueError, match="0 partitions"):
         sticky.partition(0, [])
+
+
+class FixedBits(random.Random):
+    """Gives the 32-bit values it is told, in turn."""
+
+    def __init__(self, values: list[int]) -> None:
+        super().__init__(0)
+        self.values = values
+
+    def getrandbits(self, k: int) -> int:
+        return self.values.pop(0)
+
+
+def test_adaptive_weights_follow_kafkas_cumulative_table() -> None:
+    # BuiltInPartitioner's own example: queue sizes 0 3 1 invert to 4 1 3,
+    # the running sum 4 5 8; draws 0-3 pick the first, 4 the second, 5-7
+    # the third.
+    rng = FixedBits([*range(8), 0])  # a last draw for the last switch
+    sticky = StickyPartitioner("t", 1, rng)
+    sticky.update_load_stats([0, 3, 1], [10, 11, 12])
+    picks = []
+    for _ in range(8):
+        picks.append(sticky.partition(13, range(13)))
+        sticky.record_appended(1, 13, range(13))
+    assert picks == [10, 10, 10, 10, 11, 12, 12, 12]
+
+
+def test_equal_queues_or_one_partition_give_uniform_choices() -> None:
+    sticky = StickyPartitioner("t", 1, FixedBits([5]))
+    sticky.update_load_stats([2, 2, 2], [0, 1, 2])
+    assert sticky._load is None
+    sticky.update_load_stats([4], [1])
+    assert sticky._load is None
+    assert sticky.partition(3, [0, 1, 2]) == 5 % 3
+    with pytest.raises(ValueError, match="2 queue sizes for 1 partitions"):
+        sticky.update_load_stats([1, 2], [0])

@@ -25,6 +25,11 @@ Every figure is beside its floor, measured in the same run on the same disk
 
 Ratios are ours / floor in bytes per second (1.0 is as fast as the bare file
 calls; recovery's ratio is ours in seconds / floor, the issue's "within 2x").
+Each append figure has a bound row beside it: a minimal Python function
+computing the batch's CRC-32C and writing it, one call a batch, which is the
+least a checking append costs in CPython.  The leader's record check is the
+compiled one (``partition_log/_speedups.c``) when built; ``KQ_PURE_PYTHON=1``
+runs the Python reference instead (the JSON rows say which ran).
 Appends and their floor take turns a tenth of the batches at a time.  Median of ``--repeat``
 runs, each floor right after ours.  The files are in the page cache for both
 sides of every read figure.
@@ -63,6 +68,7 @@ from partition_log import (
     Record,
     build_batch,
     set_base_offset,
+    speedups,
 )
 from partition_log.os_files import OsDirectory
 
@@ -141,15 +147,19 @@ ROUNDS = 10
 
 def append_pair(
     parent: Path, batch: bytes, count: int, flush_messages: int | None
-) -> tuple[float, float]:
-    """Bytes/s of ``count`` leader appends of ``batch`` to a fresh log, and of
+) -> tuple[float, float, float]:
+    """Bytes/s of ``count`` leader appends of ``batch`` to a fresh log, of
     the same bytes with one os.write a batch (and an os.fsync after each with
-    ``flush_messages``) to a fresh file in the same directory tree.  The two
-    take turns, a tenth of the batches at a time, so both see the same disk
-    and the same load from other processes (an fsync here takes from 0.1 to
-    0.5 ms from one minute to the next)."""
+    ``flush_messages``) to a fresh file in the same directory tree, and of a
+    bound: one call of a minimal Python function a batch that computes the
+    batch's CRC-32C (what any checking append must) and does the same write
+    (and fsync), to a third file.  The three take turns, a tenth of the
+    batches at a time, so all see the same disk and the same load from other
+    processes (an fsync here takes from 0.1 to 0.5 ms from one minute to the
+    next)."""
     path = scratch(parent, "append")
     fd, name = tempfile.mkstemp(prefix="kq-bench-plog-floor-", dir=parent)
+    bound_fd, bound_name = tempfile.mkstemp(prefix="kq-bench-plog-bound-", dir=parent)
     try:
         log = PartitionLog.open(
             OsDirectory(path), LogConfig(flush_messages=flush_messages), now_ms=NOW_MS
@@ -157,7 +167,15 @@ def append_pair(
         append = log.append_as_leader
         write, fsync = os.write, os.fsync
         sync = flush_messages is not None
-        ours = floor = 0.0
+        view = memoryview(batch)
+
+        def checked_write(data: memoryview) -> None:
+            crc32c(data[21:])  # the CRC covers attributes .. end
+            write(bound_fd, data)
+            if sync:
+                fsync(bound_fd)
+
+        ours = floor = bound = 0.0
         done = 0
         for round_ in range(ROUNDS):
             n = count * (round_ + 1) // ROUNDS - done
@@ -172,11 +190,18 @@ def append_pair(
                 if sync:
                     fsync(fd)
             floor += time.perf_counter() - start
+            start = time.perf_counter()
+            for _ in range(n):
+                checked_write(view)
+            bound += time.perf_counter() - start
         log.close()
-        return count * len(batch) / ours, count * len(batch) / floor
+        size = count * len(batch)
+        return size / ours, size / floor, size / bound
     finally:
         os.close(fd)
         os.unlink(name)
+        os.close(bound_fd)
+        os.unlink(bound_name)
         shutil.rmtree(path)
 
 
@@ -186,23 +211,43 @@ def bench_appends(parent: Path, preset: Preset) -> list[dict[str, Any]]:
         batch = make_batch(value_bytes)
         for synced in (False, True):
             count = preset.synced_batches if synced else max(1, preset.append_bytes // len(batch))
-            ours, floor, ratios = [], [], []
+            ours, floor, bounds, ratios, bound_ratios = [], [], [], [], []
             for _ in range(preset.repeat):
-                rate, base = append_pair(parent, batch, count, 1 if synced else None)
+                rate, base, bound = append_pair(parent, batch, count, 1 if synced else None)
                 ours.append(rate)
                 floor.append(base)
+                bounds.append(bound)
                 ratios.append(rate / base)
+                bound_ratios.append(bound / base)
+            figure = f"append {value_bytes}-byte records" + (
+                ", flush_messages=1" if synced else ", no fsync"
+            )
+            floor_is = "os.write + os.fsync a batch" if synced else "os.write a batch"
             rows.append(
                 {
-                    "figure": f"append {value_bytes}-byte records"
-                    + (", flush_messages=1" if synced else ", no fsync"),
+                    "figure": figure,
                     "unit": "MB/s",
                     "batches": count,
                     "batch_bytes": len(batch),
+                    "records_check": "compiled" if speedups.COMPILED else "python",
                     "kq": round(median(ours) / 1e6, 2),
                     "floor": round(median(floor) / 1e6, 2),
-                    "floor_is": "os.write + os.fsync a batch" if synced else "os.write a batch",
+                    "floor_is": floor_is,
                     "ratio": round(median(ratios), 3),
+                }
+            )
+            # What no Python append can pass: one call a batch, its CRC and
+            # the write, with nothing else (no header, offsets or index).
+            rows.append(
+                {
+                    "figure": f"{figure}: bound (a Python call doing crc32c + the write)",
+                    "unit": "MB/s",
+                    "batches": count,
+                    "batch_bytes": len(batch),
+                    "kq": round(median(bounds) / 1e6, 2),
+                    "floor": round(median(floor) / 1e6, 2),
+                    "floor_is": floor_is,
+                    "ratio": round(median(bound_ratios), 3),
                 }
             )
     return rows

@@ -22,6 +22,8 @@ def test_the_small_preset_measures_every_figure_against_its_floor(
     for size in bench.RECORD_SIZES:
         assert f"append {size}-byte records, no fsync" in figures
         assert f"append {size}-byte records, flush_messages=1" in figures
+        # Each append figure has its bound (a Python call doing the CRC and the write).
+        assert sum(f.startswith(f"append {size}-byte") and "bound" in f for f in figures) == 2
         assert any(f.startswith(f"read sequential, {size}-byte") for f in figures)
         assert any(f.startswith(f"read random, {size}-byte") for f in figures)
         assert any(
@@ -29,7 +31,7 @@ def test_the_small_preset_measures_every_figure_against_its_floor(
         )
     assert any(f.startswith("resident memory, 3 logs open") for f in figures)
     assert any(f.startswith("compaction of") for f in figures)
-    assert len(rows) == 2 * 2 + 2 * 2 + 2 + 1 + 1
+    assert len(rows) == 2 * 2 * 2 + 2 * 2 + 2 + 1 + 1
     for row in rows:
         assert set(row) >= {"figure", "unit", "kq", "floor", "floor_is", "ratio"}
         assert row["kq"] > 0 and row["floor"] > 0 and row["ratio"] > 0, row

@@ -233,6 +233,8 @@ def verify_runs(
 
     say("checking well-formedness")
     well_formed, problems_by_run = _well_formed(problems)
+    if unreadable:
+        well_formed = _merge(well_formed, _unreadable_check(unreadable))
     checks: dict[str, CheckResult] = {"well-formed": well_formed}
     counts = _op_counts(ops)
 
@@ -441,13 +443,8 @@ def _unreadable_row(u: Unreadable) -> dict[str, Any]:
     }
 
 
-def _unreadable_only(
-    spark: SparkSession, unreadable: Sequence[Unreadable], opts: VerifyOptions, t0: float
-) -> Verification:
-    """No history could be read: the verdict says so, without a Spark job."""
-    if not unreadable:
-        raise RunInputError("no runs to verify")
-    well_formed = result_of(
+def _unreadable_check(unreadable: Sequence[Unreadable]) -> CheckResult:
+    return result_of(
         "well-formed",
         [
             Anomaly(check="well-formed", kind="unreadable", message=u.message, run=u.name)
@@ -455,6 +452,15 @@ def _unreadable_only(
         ],
         detail={"problems": {"unreadable": len(unreadable)}},
     )
+
+
+def _unreadable_only(
+    spark: SparkSession, unreadable: Sequence[Unreadable], opts: VerifyOptions, t0: float
+) -> Verification:
+    """No history could be read: the verdict says so, without a Spark job."""
+    if not unreadable:
+        raise RunInputError("no runs to verify")
+    well_formed = _unreadable_check(unreadable)
     verdict: dict[str, Any] = {
         "format": 1,
         "valid": False,

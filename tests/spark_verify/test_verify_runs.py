@@ -137,6 +137,7 @@ def test_one_verdict_per_run_and_the_exit_statuses(
     assert "broken.edn: line 2: not EDN" in text
     assert "open: " in text and "never completed" in text
     assert "verdict: CANNOT VERIFY" in text
+    assert "well-formed     INVALID" in text  # the unreadable and the open runs
 
     # Only unreadable histories: cannot verify, no verdict on anything.
     code, verdict = verify_json(

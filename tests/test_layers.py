@@ -31,7 +31,7 @@ LIBRARIES = (
 PACKAGES = (*LIBRARIES, "chaos", "spark_verify", "kq", "bench", "tools")
 """Every top-level package (or folder of scripts) of kq."""
 
-UNITS = (*PACKAGES, "quorum.sim", "quorum.driver", "kq.commands")
+UNITS = (*PACKAGES, "quorum.sim", "quorum.driver", "kq.commands", "broker.sim")
 """A module belongs to the longest of these that prefixes its name."""
 
 # What the metadata layer (and later the brokers) may see of the quorum: its
@@ -77,6 +77,15 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
         # The config definitions (names, Kafka's defaults, validation): a
         # broker builds each log's LogConfig from the image's configs.
         "metadata.configs",
+    ),
+    # The broker simulator: brokers and a controller stub in one process,
+    # recording histories as the quorum's simulator does.
+    "broker.sim": (
+        "broker",
+        "partition_log",
+        "metadata.records",
+        "metadata.image",
+        "history",
     ),
     # Process assembly: builds processes out of everything below it.
     "server": ("kqproto", "quorum", "kvstore", "metadata", "broker", "partition_log"),

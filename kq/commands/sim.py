@@ -13,6 +13,7 @@ import sys
 from dataclasses import asdict, replace
 from typing import Any
 
+from kq.commands import sim_brokers
 from kq.commands.common import Subparsers
 from quorum.sim.cluster import SimConfig, SimResult
 from quorum.sim.history import SimHistory
@@ -68,6 +69,19 @@ def register(subparsers: Subparsers) -> None:
         "config.json, summary.json, logs/trace.log (docs/history-format.md)",
     )
     parser.set_defaults(func=run)
+    # kq sim brokers: the broker simulation (broker.sim), its own flags.
+    targets = parser.add_subparsers(dest="sim_target", metavar="{brokers}")
+    brokers = targets.add_parser(
+        "brokers",
+        help="simulate brokers replicating partitions under a controller stub",
+        description=(
+            "Run seeded, deterministic simulations of brokers replicating partitions "
+            "(Kafka's ISR protocol) under a controller stub, with power losses, kills, "
+            "pauses, isolation, one-way cuts and message loss; every invariant is "
+            "checked after every event. --scenario runs one of Kafka's historical bugs."
+        ),
+    )
+    sim_brokers.add_arguments(brokers)
 
 
 def _positive(flag: str, low: int, high: int) -> Any:
@@ -99,6 +113,8 @@ def _faults(text: str) -> tuple[Fault, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "sim_target", None) == "brokers":
+        return sim_brokers.run(args)
     config = SimConfig(voters=args.voters, observers=args.observers)
     plan = replace(FaultPlan(), duration_ms=args.duration_ms, faults=args.faults)
     failures = 0

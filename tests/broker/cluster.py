@@ -6,7 +6,9 @@ with its epoch checks, fencing a crashed broker out of the ISR). No network:
 a fetch is one request and its answer, delivered at once.
 
 The scenario tests (``test_scenarios.py``) and the random histories
-(``test_replica_properties.py``) drive it.
+(``test_replica_properties.py``) drive it; the simulator (``broker/sim/``)
+runs the same replicas over a network, a controller stub and faults, and
+its ``broker.sim.logs`` reads the batches for both.
 """
 
 from __future__ import annotations
@@ -23,31 +25,13 @@ from broker.replica import (
     PartitionReplica,
     ReplicaConfig,
 )
+from broker.sim.logs import BatchId, batches
 from metadata.image import BrokerRegistration, PartitionRegistration
 from metadata.records import NO_LEADER
-from partition_log.batch import BatchScanner, build_batch
+from partition_log.batch import build_batch
 from partition_log.files import MemoryDirectory
 from partition_log.log import LogConfig, PartitionLog
 from partition_log.records import Record
-
-# (leader epoch, CRC) of the batch at a base offset: equal batches are the
-# same write.
-BatchId = tuple[int, int]
-
-
-def batches(log: PartitionLog) -> dict[int, BatchId]:
-    """Every batch of ``log`` by base offset."""
-    found: dict[int, BatchId] = {}
-    offset = log.log_start_offset
-    while offset < log.log_end_offset:
-        data = log.read(offset, 1 << 30)
-        if not data:
-            break
-        for batch in BatchScanner(data, check_crc=False):
-            header = batch.header
-            found[header.base_offset] = (header.partition_leader_epoch, header.crc)
-            offset = header.next_offset
-    return found
 
 
 def value_batch(value: bytes) -> bytes:

@@ -24,7 +24,7 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar, Self
 
-from partition_log.batch import BatchHeader
+from partition_log.batch import LOG_OVERHEAD, BatchHeader
 from partition_log.errors import Errors, PartitionLogError
 
 __all__ = [
@@ -361,14 +361,18 @@ class IndexBuilder:
         self.offset_of_max_timestamp = offsets.base_offset - 1
 
     def add(self, position: int, header: BatchHeader) -> None:
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
-            self.offset_of_max_timestamp = header.last_offset
+        # Once per batch of every append and rebuild (recovery): the header's
+        # fields are read once, without its computed properties.
+        last_offset = header.base_offset + header.last_offset_delta
+        timestamp = header.max_timestamp
+        if timestamp > self.max_timestamp:
+            self.max_timestamp = timestamp
+            self.offset_of_max_timestamp = last_offset
         if self.bytes_since_last_entry > self.index_interval_bytes:
-            self.offsets.append(header.last_offset, position)
+            self.offsets.append(last_offset, position)
             self.times.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self.bytes_since_last_entry = 0
-        self.bytes_since_last_entry += header.size
+        self.bytes_since_last_entry += header.length + LOG_OVERHEAD
 
     def reset(self) -> None:
         """Forget everything (before a rebuild)."""

@@ -299,43 +299,47 @@ class Segment:
         start: int,
         max_batch_bytes: int | None,
         visit: Callable[[int, BatchHeader], None],
+        also: Callable[[BatchHeader], None] | None = None,
     ) -> _Scanned:
         """Call ``visit`` with the position and header of each whole valid
-        batch from ``start``, reading a bounded chunk at a time (nothing is
-        kept per batch); then say where and why the scan stopped.  A batch
-        that goes back in offsets or whose offsets do not fit the segment is
-        damage too (``LogSegment.recover``'s offset check)."""
+        batch from ``start`` (and ``also`` with the header), reading a
+        bounded chunk at a time (nothing is kept per batch); then say where
+        and why the scan stopped.  A batch that goes back in offsets or whose
+        offsets do not fit the segment is damage too (``LogSegment.recover``'s
+        offset check)."""
         size = self._log.size
         position = start
         expected = self.base_offset
         first: int | None = None
         last: BatchHeader | None = None
         want = RECOVERY_CHUNK_BYTES
+        # The largest last offset that fits relative to the base.
+        highest = self.base_offset + INT32_MAX
         while True:
             buffer = self._log.read(position, min(want, size - position))
             scanner = BatchScanner(buffer, max_batch_bytes=max_batch_bytes)
-            for batch in scanner:
-                header = batch.header
-                at = position + batch.position
-                problem = None
-                if header.base_offset < expected:
-                    problem = (
-                        f"batch base offset {header.base_offset} below the expected {expected}"
-                    )
-                elif header.last_offset - self.base_offset > INT32_MAX:
-                    problem = (
-                        f"batch last offset {header.last_offset} does not fit "
-                        f"relative to the segment's base {self.base_offset}"
-                    )
-                if problem is not None:
+            for at, header in scanner:
+                at += position
+                base = header.base_offset
+                last_offset = base + header.last_offset_delta
+                if base < expected or last_offset > highest:
+                    if base < expected:
+                        problem = f"batch base offset {base} below the expected {expected}"
+                    else:
+                        problem = (
+                            f"batch last offset {last_offset} does not fit "
+                            f"relative to the segment's base {self.base_offset}"
+                        )
                     return _Scanned(
                         at, ScanEnd.CORRUPT, f"at position {at}: {problem}", first, last
                     )
-                expected = header.next_offset
+                expected = last_offset + 1
                 if first is None:
                     first = at
                 last = header
                 visit(at, header)
+                if also is not None:
+                    also(header)
             consumed = scanner.position
             if scanner.end is ScanEnd.COMPLETE and position + len(buffer) < size:
                 position += consumed
@@ -704,17 +708,7 @@ class Segment:
         self._offsets_written = 0
         self._times_written = 0
         self._files_cut = True
-        add = self._builder.add
-        if visit is None:
-            scanned = self._scan(0, max_batch_bytes, add)
-        else:
-            call = visit
-
-            def add_and_visit(position: int, header: BatchHeader) -> None:
-                add(position, header)
-                call(header)
-
-            scanned = self._scan(0, max_batch_bytes, add_and_visit)
+        scanned = self._scan(0, max_batch_bytes, self._builder.add, visit)
         valid = scanned.position
         truncated = log.size - valid
         kept_end = self.base_offset if scanned.last is None else scanned.last.next_offset

@@ -262,7 +262,7 @@ def verify_runs(
             "model": r.model,
             "ops": counts.get(r.name, {}).get("ops", 0),
             "keys": counts.get(r.name, {}).get("keys", 0),
-            **run_verdict(r.name, ordered, problems_by_run, keys_by_run),
+            **run_verdict(r.name, ordered, problems_by_run, keys_by_run, _locator(r)),
         }
         for r in runs
     ]
@@ -323,6 +323,7 @@ def run_verdict(
     checks: Sequence[CheckResult],
     problems_by_run: Mapping[str, int],
     keys_by_run: Mapping[str, Mapping[str, Any]],
+    locate: Callable[[Anomaly], str] | None = None,
 ) -> dict[str, Any]:
     """One run's ``verdict``, ``failed`` (the checks that found anomalies in
     it, or could not decide), ``reason`` (a sentence) and ``search_s`` (the
@@ -338,16 +339,14 @@ def run_verdict(
     search_s = round(float(keyed.get("search_ms") or 0.0) / 1000.0, 3)
     problems = problems_by_run.get(run, 0) + int(keyed.get("malformed") or 0)
     if problems:
-        first = next(
-            (
-                a.message
-                for c in checks
-                if c.name == "well-formed"
-                for a in c.anomalies
-                if a.run == run
-            ),
-            "",
+        found = next(
+            (a for c in checks if c.name == "well-formed" for a in c.anomalies if a.run == run),
+            None,
         )
+        first = ""
+        if found is not None:
+            where = locate(found) if locate is not None else ""
+            first = f"{where}: {found.message}" if where else found.message
         reason = f"{problems:,} problem(s) reading the history" + (f": {first}" if first else "")
         return {
             "verdict": CANNOT_VERIFY,
@@ -396,6 +395,26 @@ def run_verdict(
             "search_s": search_s,
         }
     return {"verdict": VALID, "failed": [], "reason": "every check passed", "search_s": search_s}
+
+
+def _locator(run: RunInput) -> Callable[[Anomaly], str]:
+    """Where a well-formedness anomaly of ``run`` is: its history file and
+    the line of the op it quotes (JSON Lines: line i + 1 holds index i; a
+    Jepsen history: the op's own line in history.edn)."""
+
+    def locate(a: Anomaly) -> str:
+        index = next((w.get("index") for w in a.witness if w.get("index") is not None), None)
+        if not isinstance(index, int) or a.message.startswith("line "):
+            return str(run.history)
+        if run.edn is not None:
+            if 0 <= index < len(run.edn.file_lines) and run.edn.file_lines[index] > 0:
+                return f"{run.history}: line {run.edn.file_lines[index]}"
+            return f"{run.history}: op {index}"
+        if run.fmt == "jsonl":
+            return f"{run.history}: line {index + 1}"
+        return f"{run.history}: the row of index {index}"
+
+    return locate
 
 
 def overall_verdict(verdicts: Iterable[str]) -> str:

@@ -56,6 +56,13 @@ def histories(tmp_path: Path) -> Path:
     # kq's format, well typed, but the run ended with an op in flight.
     open_invoke = json_equivalent().splitlines()[:-1]
     (tmp_path / "open.jsonl").write_text("\n".join(open_invoke) + "\n")
+    # A typo'd field name on lines 1 and 3 (the write's invoke and completion).
+    typo = json_equivalent().replace(
+        '"process":0,"f":"write","key":"1","value":3}',
+        '"proces":0,"f":"write","key":"1","value":3}',
+        2,
+    )
+    (tmp_path / "typo.jsonl").write_text(typo)
     return tmp_path
 
 
@@ -117,6 +124,7 @@ def test_one_verdict_per_run_and_the_exit_statuses(
             str(histories / "edn-bad"),
             str(histories / "broken.edn"),
             str(histories / "open.jsonl"),
+            str(histories / "typo.jsonl"),
             "--model",
             "register",
             "--no-report",
@@ -129,13 +137,16 @@ def test_one_verdict_per_run_and_the_exit_statuses(
     table = text[text.index("runs:") :]
     header = table.splitlines()[1].split()
     assert header == ["run", "model", "operations", "keys", "verdict", "time"]
-    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:6]}
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:7]}
     assert rows["edn-good"][1:5] == ["register", "7", "2", "valid"]
     assert rows["edn-bad"][4] == "INVALID"
     assert rows["broken"][4:6] == ["CANNOT", "VERIFY"]
     assert rows["open"][4:6] == ["CANNOT", "VERIFY"]
     assert "broken.edn: line 2: not EDN" in text
-    assert "open: " in text and "never completed" in text
+    assert rows["typo"][4:6] == ["CANNOT", "VERIFY"]
+    # Each names the file, the line and what is wrong there.
+    assert "open.jsonl: line 13: process 0's read was never completed" in text
+    assert "typo.jsonl: line 1: unknown field(s) proces" in text
     assert "verdict: CANNOT VERIFY" in text
     assert "well-formed     INVALID" in text  # the unreadable and the open runs
 

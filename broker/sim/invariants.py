@@ -6,8 +6,9 @@ nothing; :class:`InvariantChecker` runs them all and raises
 
 - ``acked-on-leader``: every acks=all record acknowledged NONE is in the
   current leader's log at its acknowledged offset, the same batch (leader
-  epoch and CRC). After an unclean election of that partition the check is
-  waived and says so (the loss design.html §4.7 accepts).
+  epoch and CRC), and below its HW once that HW reached the leader's epoch
+  start. After an unclean election of that partition the check is waived
+  (the loss design.html §4.7 accepts; the result names the partition).
 - ``consumed-on-leader``: the same for every record a consumer read.
 - ``replicas-agree``: two live replicas hold the same batch at every offset
   below the smaller of their HWs.
@@ -87,12 +88,24 @@ def _missing_on_leader(
         if leader is None or p in cluster.controller.unclean:
             continue
         have = logs.batches(leader, p)
-        if have is None:
+        log = logs.log(leader, p)
+        if have is None or log is None:
             continue
         if have.get(offset) != batch:
             problems.append(
                 f"{what} {value!r} at p{p} offset {offset} {batch} is not on leader "
                 f"{leader} (it has {have.get(offset)})"
+            )
+            continue
+        # Below the HW once the leader's HW reached its epoch start (before
+        # that a new leader's HW may lag what earlier leaders committed:
+        # KIP-207's window, where ListOffsets says OFFSET_NOT_AVAILABLE).
+        start = cluster.brokers[leader].replicas[p].leader_epoch_start_offset
+        hw = log.high_watermark
+        if start is not None and hw >= start and offset >= hw:
+            problems.append(
+                f"{what} {value!r} at p{p} offset {offset} is above leader {leader}'s "
+                f"HW {hw}, which is past its epoch start {start}"
             )
     return problems
 

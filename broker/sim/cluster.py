@@ -807,6 +807,21 @@ class SimCluster:
         self._fault("kill", {"nodes": [broker_id]})
         self.action(f"kill broker {broker_id}")
 
+    def controlled_shutdown(self, broker_id: int) -> None:
+        """SIGTERM: the broker asks the controller to shut down (if it can
+        reach it), which moves its leaderships away, then closes its logs
+        cleanly and stops."""
+        broker = self.brokers[broker_id]
+        if not broker.up:
+            return
+        if self.connected(broker_id, CONTROLLER) and self.connected(CONTROLLER, broker_id):
+            self.controller.controlled_shutdown(broker_id)
+        for log in broker.logs.values():
+            log.close()
+        broker.alive = False
+        self._fault("kill", {"nodes": [broker_id], "kind": "controlled-shutdown"})
+        self.action(f"controlled shutdown of broker {broker_id}")
+
     def restart(self, broker_id: int) -> None:
         """The broker starts again: logs reopened (recovery cuts a torn
         tail), a new registration and broker epoch, metadata from the start."""

@@ -167,6 +167,26 @@ class SimController:
             elif isr != p.isr:
                 self._change(partition, isr=isr)
 
+    def controlled_shutdown(self, broker_id: int) -> None:
+        """``BrokerHeartbeat`` with ``WantShutDown``: the broker is marked
+        shutting down (no longer eligible: KIP-841), its leaderships move to
+        other live ISR members, and it leaves every ISR (kq keeps a last
+        member); leaving below min ISR puts it in the ELR (a clean
+        shutdown keeps it eligible, KIP-966)."""
+        registration = self.registrations.get(broker_id)
+        if registration is None or not registration.active:
+            return
+        registration = replace(registration, in_controlled_shutdown=True)
+        self.registrations[broker_id] = registration
+        self.log.append(BrokerChange(registration))
+        for partition in sorted(self.partitions):
+            p = self.partitions[partition]
+            isr = tuple(b for b in p.isr if b != broker_id) or p.isr
+            if p.leader == broker_id:
+                self._elect(partition, isr)
+            elif isr != p.isr:
+                self._change(partition, isr=isr)
+
     def tick(self, now_ms: int) -> list[int]:
         """Fence the brokers whose heartbeats stopped; returns them."""
         fenced = []

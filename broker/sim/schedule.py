@@ -23,6 +23,7 @@ __all__ = ["ALL_NEMESES", "Nemesis", "SimResult", "replay_command", "run_random"
 class Nemesis(enum.Enum):
     POWER_LOSS = "power-loss"
     KILL = "kill"
+    SHUTDOWN = "shutdown"
     RESTART = "restart"
     PAUSE = "pause"
     RESUME = "resume"
@@ -135,6 +136,8 @@ def _nemesis(cluster: SimCluster, fault: Nemesis, brokers: list[int]) -> None:
             cluster.kill(victim)
     elif fault is Nemesis.KILL and alive:
         cluster.kill(rng.choice(alive))
+    elif fault is Nemesis.SHUTDOWN and alive:
+        cluster.controlled_shutdown(rng.choice(alive))
     elif fault is Nemesis.RESTART and dead:
         cluster.restart(rng.choice(dead))
     elif fault is Nemesis.PAUSE and alive:

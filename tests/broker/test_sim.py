@@ -82,21 +82,28 @@ def test_same_seed_same_run() -> None:
     assert run_random(7, 800).trace != run_random(8, 800).trace
 
 
-# Seeds whose random schedules, with one rule broken, make an invariant
-# fire. A change to the simulator changes what a seed does, so these guard
-# the neighbourhood; each bug also has its scripted scenario.
+# Random schedules with one rule broken find the loss within a few seeds;
+# the first seed that does must name the rule's invariant and hold with
+# every rule. (EXPAND_WITHOUT_EPOCH_START and NO_ELR need their scripted
+# scenarios, R4 and R9.)
 CAUGHT = [
-    (Bug.CONSUME_TO_LEO, 0, "consumer-below-hw"),
-    (Bug.NO_DIVERGENCE_CHECK, 1, "replicas-agree"),
-    (Bug.TRUNCATE_TO_HW_ON_BECOME_FOLLOWER, 2, "consumed-on-leader"),
-    (Bug.HW_UNDER_MIN_ISR, 5, "consumed-on-leader"),
-    (Bug.IGNORE_MIN_ISR, 20, "acked-on-leader"),
+    (Bug.CONSUME_TO_LEO, "consumer-below-hw"),
+    (Bug.NO_DIVERGENCE_CHECK, "replicas-agree"),
+    (Bug.TRUNCATE_BY_OFFSET, "replicas-agree"),
+    (Bug.TRUNCATE_TO_HW_ON_BECOME_FOLLOWER, "consumed-on-leader"),
+    (Bug.HW_UNDER_MIN_ISR, "consumed-on-leader"),
+    (Bug.IGNORE_MIN_ISR, "acked-on-leader"),
 ]
 
 
-@pytest.mark.parametrize(("bug", "seed", "rule"), CAUGHT, ids=[c[0].value for c in CAUGHT])
-def test_random_schedules_catch_a_broken_rule(bug: Bug, seed: int, rule: str) -> None:
-    result = run_random(seed, 2_000, SimConfig(bugs=frozenset({bug})))
+@pytest.mark.parametrize(("bug", "rule"), CAUGHT, ids=[c[0].value for c in CAUGHT])
+def test_random_schedules_catch_a_broken_rule(bug: Bug, rule: str) -> None:
+    for seed in range(40):
+        result = run_random(seed, 2_000, SimConfig(bugs=frozenset({bug})))
+        if not result.ok:
+            break
+    else:
+        pytest.fail(f"40 schedules with {bug.value} found nothing")
     assert result.rule == rule, result.violation
     assert result.violation is not None and f"seed {seed}, event" in result.violation
     assert run_random(seed, 2_000).ok
@@ -265,7 +272,7 @@ def test_kq_sim_brokers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     assert "VIOLATION consumed-on-leader" in capsys.readouterr().out
     assert kq_main(["sim", "brokers", "--scenario", "R5"]) == 0
     assert "every invariant held (as expected)" in capsys.readouterr().out
-    assert kq_main(["sim", "brokers", "--seed", "20", "--bug", "ignore-min-isr"]) == 1
+    assert kq_main(["sim", "brokers", "--seed", "0", "--bug", "ignore-min-isr"]) == 1
     assert kq_main(["sim", "brokers", "--broken"]) == 2
     with pytest.raises(SystemExit):
         kq_main(["sim", "brokers", "--bug", "no-such-bug"])

@@ -161,3 +161,16 @@ def test_alter_partition_refuses_an_isr_without_its_leader() -> None:
     c = controller()
     assert c.alter_partition(0, request(c, (1, 2))) == (None, Errors.INVALID_REQUEST)
     assert c.alter_partition(9, request(c, (0,))) == (None, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+
+
+def test_controlled_shutdown_moves_leadership_and_makes_the_broker_ineligible() -> None:
+    c = controller()
+    c.controlled_shutdown(0)
+    p = c.partitions[0]
+    assert p.leader == 1 and p.isr == (1, 2)
+    assert c.registrations[0].in_controlled_shutdown and not c.active(0)
+    # KIP-841: a shutting-down broker may not rejoin.
+    assert c.alter_partition(0, request(c, (0, 1, 2))) == (None, Errors.INELIGIBLE_REPLICA)
+    # Below min ISR a clean shutdown keeps it eligible for election (ELR).
+    c.controlled_shutdown(2)
+    assert c.partitions[0].isr == (1,) and c.partitions[0].elr == (2,)

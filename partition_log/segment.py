@@ -544,7 +544,7 @@ class Segment:
         base offset, length and last offset delta on the way."""
         offsets = self.offsets
         i = offsets.floor_index(offset)
-        position = offsets.entry(i).position if i >= 0 else 0
+        position = offsets.position_at(i) if i >= 0 else 0
         size = self._log.size
         chunk_size = max(2 * self._builder.index_interval_bytes, 8192)
         head, delta = _BASE_AND_LENGTH.unpack_from, _INT32.unpack_from
@@ -553,7 +553,7 @@ class Segment:
             # than a chunk (batches larger than the index interval: an entry
             # per batch) and starts at or before ``offset``, it is the batch
             # sought, found with one read of its header instead of a walk.
-            following = offsets.entry(i + 1).position
+            following = offsets.position_at(i + 1)
             if following - position > chunk_size:
                 chunk = self._log.read(following, HEADER_SIZE)
                 if len(chunk) == HEADER_SIZE and head(chunk, 0)[0] <= offset:
@@ -626,8 +626,14 @@ class Segment:
                 limit = min(limit, stop[0])
         end = start + header.size
         if end < limit:
-            entry = self.offsets.lookup_position(limit)
-            end = self._last_boundary(max(end, entry.position), limit)
+            # The last batch start the index knows at or before the limit
+            # (its entries point at batch starts): the walk to the last
+            # whole batch starts there.
+            offsets = self.offsets
+            j = offsets.floor_position_index(limit)
+            if j >= 0:
+                end = max(end, offsets.position_at(j))
+            end = self._last_boundary(end, limit)
         return self._log.read(start, end - start)
 
     def find_offset_for_timestamp(self, timestamp: int) -> int | None:

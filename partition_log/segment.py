@@ -160,6 +160,11 @@ class Segment:
         self._times_written = 0
         self._files_cut = False
         self._closed = False
+        # Where the last read stopped: the position and header of the batch
+        # after its bytes, when the walk to its end read that header. A
+        # consumer's next read starts there (at its base offset), found
+        # without the index or a walk; dropped when the file is cut.
+        self._read_memo: tuple[int, BatchHeader] | None = None
 
     # -- names and opening --------------------------------------------------------
 
@@ -573,10 +578,11 @@ class Segment:
             position += length + LOG_OVERHEAD
         return None
 
-    def _last_boundary(self, position: int, limit: int) -> int:
+    def _last_boundary(self, position: int, limit: int) -> tuple[int, BatchHeader | None]:
         """The end of the last whole batch from ``position`` (a batch's start)
         that ends at or before ``limit``, walking the lengths in chunks of
-        about an index interval."""
+        about an index interval; with the header of the batch starting at
+        that end when the walk read it whole (else ``None``)."""
         log = self._log
         chunk_size = max(2 * self._builder.index_interval_bytes, 8192)
         chunk = b""
@@ -586,12 +592,16 @@ class Segment:
             at = position - chunk_start
             if at + LOG_OVERHEAD > len(chunk):
                 chunk_start, at = position, 0
-                chunk = log.read(position, min(chunk_size, limit - position))
+                # A header's bytes past the limit: the header of the batch
+                # the walk stops before is then in hand for the next read.
+                chunk = log.read(position, min(chunk_size, limit - position + HEADER_SIZE))
             following = position + LOG_OVERHEAD + length_of(chunk, at + 8)[0]
             if following > limit:
+                if at + HEADER_SIZE <= len(chunk):
+                    return position, BatchHeader.parse(chunk, at)
                 break
             position = following
-        return position
+        return position, None
 
     def read(self, start_offset: int, max_bytes: int, max_offset: int | None = None) -> bytes:
         """Whole batches from the one holding ``start_offset``, as many as fit
@@ -613,10 +623,14 @@ class Segment:
                 f"segment {self.name}: offset {start_offset} outside "
                 f"[{self.base_offset}, {self.next_offset}]",
             )
-        found = self._position_of(start_offset)
-        if found is None:
-            return b""
-        start, header = found
+        memo = self._read_memo
+        if memo is not None and memo[1].base_offset <= start_offset <= memo[1].last_offset:
+            start, header = memo
+        else:
+            found = self._position_of(start_offset)
+            if found is None:
+                return b""
+            start, header = found
         limit = min(self._log.size, start + max(max_bytes, header.size))
         if max_offset is not None and max_offset < self.next_offset:
             if header.last_offset >= max_offset:
@@ -633,7 +647,9 @@ class Segment:
             j = offsets.floor_position_index(limit)
             if j >= 0:
                 end = max(end, offsets.position_at(j))
-            end = self._last_boundary(end, limit)
+            end, following = self._last_boundary(end, limit)
+            if following is not None:
+                self._read_memo = (end, following)
         return self._log.read(start, end - start)
 
     def find_offset_for_timestamp(self, timestamp: int) -> int | None:
@@ -668,6 +684,7 @@ class Segment:
             return 0
         position, header = found
         removed = log.size - position
+        self._read_memo = None
         log.truncate(position)
         self.offsets.truncate_to(header.base_offset)
         # Time entries are added beside offset entries, each with an offset at
@@ -710,6 +727,7 @@ class Segment:
         ``ProducerStateManager`` and ``LeaderEpochFileCache`` to update. A
         batch past the cut is never visited (the scan stops at it)."""
         log = self._live()
+        self._read_memo = None
         self._builder.reset()
         self._offsets_written = 0
         self._times_written = 0

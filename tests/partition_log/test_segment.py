@@ -843,3 +843,47 @@ def test_reads_stop_at_the_byte_limit_and_max_offset_and_read_once(interval: int
             assert len(expected) in d.reads
             assert max(d.reads) <= max(len(expected), 2 * interval, 8192)
     segment.close()
+
+
+def test_a_read_continuing_where_the_last_ended_skips_the_lookup() -> None:
+    # The walk to a read's end reads the next batch's header: the next read
+    # from that batch's offsets starts there, one read of the file in place of
+    # a walk from the index entry and then the read.
+    d = _CountingDirectory()
+    parts = batches([(4, 1000)] * 12)
+    segment = Segment.create(d, 0, now_ms=0, index_interval_bytes=4096)
+    for part in parts:
+        segment.append(part)
+    segment.close()
+    segment, _ = Segment.open(d, segment.name, now_ms=0, index_interval_bytes=4096)
+    max_bytes = 3 * len(parts[0]) + 200
+    offset = 0
+    reads_per_call = []
+    while offset < segment.next_offset:
+        d.reads = []
+        data = segment.read(offset, max_bytes)
+        assert data == b"".join(parts[offset // 4 : offset // 4 + 3])
+        reads_per_call.append(len(d.reads))
+        offset += 12
+    # The first looks its start up; the others walk only to their end.
+    assert reads_per_call == [3] + [2] * (len(reads_per_call) - 1)
+    # Any offset inside the remembered batch starts there too.
+    segment.read(0, max_bytes)
+    assert segment.read(14, 0) == parts[3]
+    segment.close()
+
+
+def test_a_truncation_forgets_where_the_last_read_ended() -> None:
+    parts = batches([(4, 1000)] * 6)
+    segment = Segment.create(MemoryDirectory(), 0, now_ms=0, index_interval_bytes=4096)
+    for part in parts:
+        segment.append(part)
+    assert segment.read(0, 2 * len(parts[0]) + 200) == parts[0] + parts[1]  # remembers batch 2
+    segment.truncate_to(4)
+    # Offsets 4.. again, in batches of other sizes: batch 2's old position
+    # now holds other bytes.
+    again = batches([(2, 50), (6, 300), (4, 700)], base=4)
+    for part in again:
+        segment.append(part)
+    assert segment.read(8, 0) == again[1]
+    assert segment.read(4, 10**6) == b"".join(again)

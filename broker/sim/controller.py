@@ -142,10 +142,21 @@ class SimController:
         return registration.epoch
 
     def heartbeat(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
+        """A heartbeat of the broker's current registration; one from a
+        fenced broker unfences it (``BrokerHeartbeatManager``: a live,
+        caught-up broker asks to be unfenced), and leaderless partitions may
+        then elect it. An old broker epoch is refused."""
         registration = self.registrations.get(broker_id)
-        if registration is None or registration.epoch != broker_epoch or registration.fenced:
+        if registration is None or registration.epoch != broker_epoch:
             return False
         self.last_heartbeat[broker_id] = now_ms
+        if registration.fenced and not registration.in_controlled_shutdown:
+            registration = replace(registration, fenced=False)
+            self.registrations[broker_id] = registration
+            self.log.append(BrokerChange(registration))
+            for partition in sorted(self.partitions):
+                if self.partitions[partition].leader == NO_LEADER:
+                    self._elect(partition)
         return True
 
     def fence(self, broker_id: int) -> None:

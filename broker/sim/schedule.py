@@ -161,7 +161,8 @@ def _nemesis(cluster: SimCluster, fault: Nemesis, brokers: list[int]) -> None:
 
 def _heal(cluster: SimCluster, heal_ms: int = 6_000) -> None:
     """Everything healed and up; the invariants keep being checked while
-    the replicas catch up; then every partition is read from the start."""
+    the replicas catch up; then every partition is read from the start and
+    must have recovered."""
     cluster.heal()
     for b, broker in sorted(cluster.brokers.items()):
         if broker.paused:
@@ -172,3 +173,33 @@ def _heal(cluster: SimCluster, heal_ms: int = 6_000) -> None:
     cluster.expire_produces()
     for p in sorted(cluster.assignments):
         cluster.poll(p, from_start=True)
+    _check_recovered(cluster)
+
+
+def _check_recovered(cluster: SimCluster) -> None:
+    """Liveness after healing: a partition that has a clean candidate (an
+    ISR or ELR member) has a leader serving it, and its replicas hold the
+    same log with the same HW. (One whose ISR and ELR are both empty waits
+    for an unclean election: KIP-966's offline partition.)"""
+    for p, replicas in sorted(cluster.assignments.items()):
+        registration = cluster.controller.partitions[p]
+        if not registration.isr and not registration.elr:
+            continue
+        if cluster.serving_leader(p) is None:
+            raise Violation(
+                "liveness",
+                f"p{p} has no serving leader after healing (controller: leader "
+                f"{registration.leader}, ISR {list(registration.isr)}, "
+                f"ELR {list(registration.elr)})",
+                cluster.seed,
+                cluster.events,
+            )
+        logs = {b: cluster.brokers[b].logs[p] for b in replicas}
+        ends = {b: (log.log_end_offset, log.high_watermark) for b, log in logs.items()}
+        if len(set(ends.values())) > 1:
+            raise Violation(
+                "liveness",
+                f"p{p} replicas did not converge after healing: (LEO, HW) {ends}",
+                cluster.seed,
+                cluster.events,
+            )

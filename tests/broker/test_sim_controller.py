@@ -40,7 +40,9 @@ def test_missed_heartbeats_fence_and_elect_from_the_isr() -> None:
     assert c.tick(c.config.session_timeout_ms + 1) == [0]
     p = c.partitions[0]
     assert p.leader == 1 and p.isr == (1, 2) and p.leader_epoch == 1
-    assert not c.heartbeat(0, c.registrations[0].epoch, 2_000)  # fenced
+    # A heartbeat of its registration unfences it; it stays out of the ISR.
+    assert c.heartbeat(0, c.registrations[0].epoch, 2_000)
+    assert c.active(0) and c.partitions[0].isr == (1, 2)
 
 
 def test_a_heartbeat_with_an_old_broker_epoch_is_refused() -> None:
@@ -49,6 +51,15 @@ def test_a_heartbeat_with_an_old_broker_epoch_is_refused() -> None:
     c.register(1, 10, unclean_shutdown=False)
     assert not c.heartbeat(1, old, 20)
     assert c.heartbeat(1, c.registrations[1].epoch, 20)
+
+
+def test_an_unfenced_last_isr_member_is_elected_again() -> None:
+    c = controller(min_insync_replicas=1)
+    for b in (2, 1, 0):
+        c.fence(b)
+    assert c.partitions[0].leader == NO_LEADER
+    assert c.heartbeat(0, c.registrations[0].epoch, 10)
+    assert c.partitions[0].leader == 0
 
 
 def test_the_last_isr_member_is_kept_and_leaves_the_partition_leaderless() -> None:

@@ -15,7 +15,12 @@ touching the data.  ``ratio`` is *our time / the peer's time*.
 * ``concurrency``: 100,000 operations over 1,000 keys with 2, 5, 10 and 20
   client processes per key (the linearizability search's hard part);
 * ``logs``: the node-export checks alone (``spark_verify.logs.check_exports``)
-  on the 1,000,000-operation run's three logs, against reading those logs.
+  on the 1,000,000-operation run's three logs, against reading those logs;
+* ``small``: where Spark's start-up and per-job costs dominate: one
+  1,000-operation register history, and 100 histories of 300 operations
+  (3 keys, 3 processes per key) in one verification, without node exports;
+  each warm (on this session, with the number of Spark jobs it ran) and
+  cold (the whole ``kq verify`` command, Spark's start included).
 
     .venv/bin/python bench/verify_bench.py [SECTION ...] [--master local[2]] [--big] [--json]
     .venv/bin/python bench/verify_bench.py size --cache /tmp/kq-verify-bench
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,7 +50,7 @@ from spark_verify.logs import check_exports
 from spark_verify.pairing import pair_ops
 from spark_verify.session import spark_session
 
-SECTIONS = ("size", "concurrency", "logs")
+SECTIONS = ("size", "concurrency", "logs", "small")
 
 
 def run_of(cache: Path, ops: int, keys: int, per_key: int) -> Path:
@@ -137,6 +143,80 @@ def section_logs(spark: Any, cache: Path) -> list[dict[str, Any]]:
     return [row]
 
 
+def small_runs(cache: Path, count: int, ops: int, keys: int) -> Path:
+    """``count`` register runs of ``ops`` operations without node exports, in one folder."""
+    folder = cache / f"small-{count}x{ops}-{keys}"
+    if not (folder / f"r{count - 1:03d}" / "config.json").is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(count):
+            sizes = Sizes(ops=ops, keys=keys, per_key=3, seed=100 + i, nodes=0)
+            write_register_run(folder, sizes, name=f"r{i:03d}")
+    return folder
+
+
+def jobs_and_seconds(spark: Any, paths: list[Path], out: Path) -> tuple[int, float, Any]:
+    """One warm verification (no report): the Spark jobs it ran, its time, its verdict."""
+    sc = spark.sparkContext
+    group = f"bench-{time.monotonic_ns()}"
+    sc.setJobGroup(group, "kq verify bench")
+    result: dict[str, Any] = {}
+
+    def go() -> None:
+        result["v"] = verify(spark, paths, VerifyOptions(out=out, report=False))
+
+    seconds = timed(go)
+    sc.setJobGroup("", "")
+    jobs = len(sc.statusTracker().getJobIdsForGroup(group))
+    return jobs, seconds, result["v"].verdict
+
+
+def cold_seconds(master: str, paths: list[Path], out: Path) -> float:
+    """The whole ``kq verify`` command in a new process: Spark's start included."""
+    kq = Path(sys.executable).parent / "kq"
+    command = [str(kq), "verify", *map(str, paths), "--master", master, "--no-report"]
+    t0 = time.perf_counter()
+    done = subprocess.run([*command, "--out", str(out), "--json"], capture_output=True, check=False)
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(command)}: exit {done.returncode}: {done.stderr[-2000:]!r}"
+        )
+    return seconds
+
+
+def section_small(spark: Any, cache: Path, master: str) -> list[dict[str, Any]]:
+    one = run_of_small(cache)
+    many = small_runs(cache, 100, 300, 3)
+    rows = []
+    for name, paths in (("1 run of 1,000 ops", [one]), ("100 runs of 300 ops", [many])):
+        # The first verification on a session also starts its Python workers.
+        jobs_and_seconds(spark, paths, cache / "out")
+        jobs, warm, verdict = jobs_and_seconds(spark, paths, cache / "out")
+        if verdict["verdict"] != "valid":
+            raise AssertionError(f"{name}: linearizable histories verified {verdict['verdict']}")
+        cold = cold_seconds(master, paths, cache / "out-cold")
+        row = {
+            "section": "small",
+            "what": name,
+            "runs": len(verdict["runs"]),
+            "ops": sum(r["ops"] for r in verdict["runs"]),
+            "warm_s": round(warm, 2),
+            "spark_jobs": jobs,
+            "cold_s": round(cold, 2),
+        }
+        rows.append(row)
+        print(json.dumps(row), file=sys.stderr)
+    return rows
+
+
+def run_of_small(cache: Path) -> Path:
+    run = cache / "register-1000-10-3-noexports"
+    if not (run / "config.json").is_file():
+        sizes = Sizes(ops=1_000, keys=10, per_key=3, seed=1, nodes=0)
+        write_register_run(cache, sizes, name=run.name)
+    return run
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("sections", nargs="*", metavar="SECTION", help=", ".join(SECTIONS))
@@ -158,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
             rows += section_size(spark, args.cache, args.big)
         elif section == "concurrency":
             rows += section_concurrency(spark, args.cache)
+        elif section == "small":
+            rows += section_small(spark, args.cache, args.master)
         else:
             rows += section_logs(spark, args.cache)
     spark.stop()

@@ -99,7 +99,7 @@ CHECK_ORDER: Final = (
 _KEY_ROWS_DDL: Final = (
     KEYS_SCHEMA_DDL
     + ", aborted long, stale long, forks long, aborted_json string, stale_json string,"
-    " forks_json string"
+    " forks_json string, versioned long"
 )
 _PER_KEY: Final = (
     ("aborted-reads", "aborted"),
@@ -236,10 +236,17 @@ def verify_runs(
     if unreadable:
         well_formed = _merge(well_formed, _unreadable_check(unreadable))
     checks: dict[str, CheckResult] = {"well-formed": well_formed}
-    counts = _op_counts(ops)
-
     say("checking each key (linearizability, aborted and stale reads, version forks)")
-    key_results, key_rows, keys_by_run = _per_key(ops, models, opts.key_budget_s)
+    key_results, key_rows, keys_by_run = _per_key(ops, models, opts.key_budget_s, opts.report)
+    # The keyed runs' counts come with their keys' verdicts; only runs of
+    # other models need a job of their own.
+    counts = {
+        run: {"ops": int(row.get("ops") or 0), "keys": int(row.get("named_keys") or 0)}
+        for run, row in keys_by_run.items()
+    }
+    others = sorted(r.name for r in runs if r.model not in KEY_MODELS)
+    if others:
+        counts.update(_op_counts(ops.where(F.col("run").isin(others))))
     for name, result in key_results.items():
         checks[name] = _merge(checks.get(name), result)
 
@@ -249,7 +256,8 @@ def verify_runs(
         exported = check_exports(ops, log, changes, models)
     else:
         # No node exports: nothing for their checks to read, and no job for it.
-        exported = _without_exports(ops, models)
+        versioned = sum(int(row.get("versioned") or 0) for row in keys_by_run.values())
+        exported = _without_exports(ops, models, versioned > 0 or bool(others))
     for result in exported:
         checks[result.name] = _merge(checks.get(result.name), result)
     checks["final-metadata"] = _final_metadata(runs)
@@ -427,9 +435,13 @@ def overall_verdict(verdicts: Iterable[str]) -> str:
     return VALID
 
 
-def _without_exports(ops: DataFrame, models: Mapping[str, str]) -> list[CheckResult]:
+def _without_exports(
+    ops: DataFrame, models: Mapping[str, str], versions: bool
+) -> list[CheckResult]:
     """The export checks when no run has node exports: not applicable, with
-    no Spark job; the cross-key version forks, which read the history, still run."""
+    no Spark job; the cross-key version forks, which read the history, still
+    run, unless ``versions`` is false (no op carries an offset: a history
+    from another tool), when no two writes can share a version."""
     na = {"applicable": False, "reason": "no node exports"}
     out = [
         result_of(name, [], detail=na)
@@ -443,7 +455,7 @@ def _without_exports(ops: DataFrame, models: Mapping[str, str]) -> list[CheckRes
         )
     ]
     versioned = sorted(r for r, m in models.items() if m in ("register", "kv", "log"))
-    if versioned:
+    if versioned and versions:
         out.append(check_version_collisions(ops.where(F.col("run").isin(versioned))))
     return out
 
@@ -555,6 +567,8 @@ def _key_checker(models: Mapping[str, str], budget_s: float) -> Callable[[pa.Tab
             # shape): the history is not well formed, and the key undecided.
             return pa.Table.from_pylist([_malformed_row(run, key, len(rows), exc)], schema=schema)
         out = result.to_row(run, key)
+        # Ops with a version: none in any run, and no two writes can share one.
+        out["versioned"] = sum(1 for op in ops if op.offset is not None)
         for (_, column), found in zip(
             _PER_KEY,
             (find_aborted_reads(ops), stale_reads(ops), version_forks(ops)),
@@ -588,6 +602,7 @@ def _malformed_row(run: str, key: str, ops: int, exc: Exception) -> dict[str, An
     for _, column in _PER_KEY:
         out[column] = 0
         out[column + "_json"] = "[]"
+    out["versioned"] = 0
     return out
 
 
@@ -601,11 +616,15 @@ def _arrow_schema() -> pa.Schema:
 
 
 def _per_key(
-    ops: DataFrame, models: Mapping[str, str], budget_s: float
+    ops: DataFrame, models: Mapping[str, str], budget_s: float, report: bool = True
 ) -> tuple[dict[str, CheckResult], list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """The per-key checks' results, the KEYS rows for the report, and each
-    run's counts (``keys``, ``invalid``, ``unknown``, ``malformed``,
-    ``search_ms`` and the per-key anomaly counts)."""
+    """The per-key checks' results, the KEYS rows (for the report; without
+    one, only the invalid and unknown keys'), and each run's counts
+    (``keys``, ``named_keys``, ``ops``, ``versioned``, ``invalid``,
+    ``unknown``, ``malformed``, ``search_ms`` and the per-key anomaly counts).
+
+    Jobs: one for the counts; then one for the keys the report lists, or,
+    without a report, one for the invalid and unknown keys if there are any."""
     keyed_runs = sorted(r for r, m in models.items() if m in KEY_MODELS)
     if not keyed_runs:
         na = {"applicable": False}
@@ -629,6 +648,9 @@ def _per_key(
         for r in rows.groupBy("run")
         .agg(
             F.count(F.lit(1)).alias("keys"),
+            F.count("key").alias("named_keys"),
+            F.sum("ops").alias("ops"),
+            F.sum("versioned").alias("versioned"),
             F.sum(F.when(F.col("valid") == "false", 1).otherwise(0)).alias("invalid"),
             F.sum(F.when(F.col("valid") == "unknown", 1).otherwise(0)).alias("unknown"),
             F.sum(F.when(F.col("kind") == MALFORMED, 1).otherwise(0)).alias("malformed"),
@@ -646,19 +668,26 @@ def _per_key(
         + tuple(c for _, c in _PER_KEY)
     }
     totals["slowest_ms"] = max((float(r["slowest_ms"] or 0.0) for r in per_run), default=0.0)
-    bad = (
-        rows.where(F.col("valid") != "true")
-        .orderBy(F.col("valid").desc(), "run", "key")
-        .limit(_REPORT_KEYS)
-        .collect()
-    )
-    good = (
-        rows.where(F.col("valid") == "true")
-        .drop("witness")
-        .orderBy("run", "key")
-        .limit(max(0, _REPORT_KEYS - len(bad)))
-        .collect()
-    )
+    undecided_or_bad = totals["invalid"] + totals["unknown"]
+    if report:
+        # One job: the unknown and invalid keys first, then the valid ones.
+        listed = (
+            rows.orderBy((F.col("valid") == "true").asc(), F.col("valid").desc(), "run", "key")
+            .limit(_REPORT_KEYS)
+            .collect()
+        )
+        bad = [r for r in listed if r["valid"] != "true"]
+        good = [r for r in listed if r["valid"] == "true"]
+    elif undecided_or_bad:
+        bad = (
+            rows.where(F.col("valid") != "true")
+            .orderBy(F.col("valid").desc(), "run", "key")
+            .limit(_REPORT_KEYS)
+            .collect()
+        )
+        good = []
+    else:
+        bad, good = [], []
     key_rows = [r.asDict() for r in bad] + [{**r.asDict(), "witness": "[]"} for r in good]
 
     lin_anomalies = [a for a in (keys_row_to_anomaly(r.asDict()) for r in bad[:MAX_ANOMALIES]) if a]

@@ -12,10 +12,15 @@ import pytest
 from pyspark.sql import SparkSession
 
 from kq.cli import main
+from spark_verify.job import VerifyOptions, verify
 from spark_verify.run import EXIT_CANNOT_VERIFY, EXIT_INVALID, EXIT_VALID
 from tests.spark_verify.test_jepsen import INDEPENDENT_INVALID, INDEPENDENT_VALID
 
 pytestmark = pytest.mark.spark
+
+# Reading and pairing the history, well-formedness, the per-key checks; was
+# 39 before the export checks and the key listing were skipped when idle.
+JOBS_WITHOUT_EXPORTS = 12
 
 
 def json_equivalent() -> str:
@@ -157,3 +162,22 @@ def test_one_verdict_per_run_and_the_exit_statuses(
     assert code == EXIT_CANNOT_VERIFY
     assert [r["verdict"] for r in verdict["runs"]] == ["cannot-verify"]
     assert "line 2" in verdict["runs"][0]["reason"]
+
+
+def test_a_run_without_exports_or_versions_costs_few_jobs(
+    spark: SparkSession, histories: Path
+) -> None:
+    # No node exports (their checks run no job), no offsets (no job for
+    # shared versions), a valid history and no report (no job to list keys).
+    sc = spark.sparkContext
+    group = "test-few-jobs"
+    sc.setJobGroup(group, "kq verify's jobs")
+    try:
+        done = verify(
+            spark, [histories / "edn-good"], VerifyOptions(out=histories / "o5", report=False)
+        )
+    finally:
+        sc.setJobGroup("", "")
+    assert done.verdict["verdict"] == "valid"
+    jobs = len(sc.statusTracker().getJobIdsForGroup(group))
+    assert jobs <= JOBS_WITHOUT_EXPORTS, jobs

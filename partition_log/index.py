@@ -151,7 +151,7 @@ class _EntryIndex(abc.ABC):
 
     @property
     def is_full(self) -> bool:
-        return len(self) >= self.max_entries
+        return len(self._entries) >= self._max_bytes
 
     def clear(self) -> None:
         self._entries.clear()
@@ -232,6 +232,10 @@ class OffsetIndex(_EntryIndex):
     def __len__(self) -> int:
         return len(self._relatives)
 
+    @property
+    def is_full(self) -> bool:
+        return len(self._relatives) >= self.max_entries
+
     def encode(self) -> bytes:
         both = array("i", bytes(OFFSET_ENTRY_SIZE * len(self._relatives)))
         both[0::2] = self._relatives
@@ -255,8 +259,16 @@ class OffsetIndex(_EntryIndex):
     def append(self, offset: int, position: int) -> None:
         """Add an entry past the last; refuses a full index, an offset or
         position not past the last, or an offset outside the relative range."""
-        relative = self._relative(offset)
         relatives, positions = self._relatives, self._positions
+        # _relative's checks, without its calls: this runs once per index
+        # interval of every append and every rebuild.
+        if len(relatives) >= self.max_entries:
+            raise _suspect(f"offset index full at {len(relatives)} entries, cannot add {offset}")
+        relative = offset - self.base_offset
+        if not 0 <= relative <= INT32_MAX:
+            raise _suspect(
+                f"offset {offset} does not fit as an int32 relative to base {self.base_offset}"
+            )
         if relatives and (relative <= relatives[-1] or position <= positions[-1]):
             raise _suspect(
                 f"offset index entry ({offset}, position {position}) does not follow "

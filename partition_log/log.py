@@ -36,13 +36,12 @@ from dataclasses import dataclass
 from crc32c import crc32c
 
 from partition_log.batch import (
+    CONTROL_FLAG,
     TIMESTAMP_TYPE_FLAG,
     BatchHeader,
     BatchScanner,
     TimestampType,
     decode_records,
-    set_base_offset,
-    set_leader_epoch,
     verify,
 )
 from partition_log.epoch_cache import (
@@ -118,6 +117,10 @@ LATEST_TIMESTAMP = -1
 # grow with the log).
 _OPEN_OLD_SEGMENTS = 2
 _READ_CHUNK = 1 << 20
+INT32_MAX = (1 << 31) - 1
+# A batch's base offset, length and partition leader epoch (DefaultRecordBatch).
+_BASE_LENGTH_EPOCH = struct.Struct(">qii")
+_new_tuple = tuple.__new__
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +322,8 @@ class PartitionLog:
         self._pending_removal: list[tuple[int, tuple[str, ...]]] = []
         self.recovery: LogRecovery
         self._closed = False
+        # Whether ``config`` compacts, for the config it was derived from.
+        self._compacts = (config, config.compacts)
 
     # -- state ----------------------------------------------------------------
 
@@ -846,11 +851,22 @@ class PartitionLog:
         """Append one producer batch as the leader (``UnifiedLog.appendAsLeader``):
         verified (CRC, fields, records), checked against the producer state (a
         retry gets its original offsets and appends nothing), given the next
-        offsets and ``leader_epoch``, then written. A refusal changes nothing."""
-        self._live()
-        self._check_size(len(batch_bytes), "batch")
+        offsets and ``leader_epoch``, then written. A refusal changes nothing.
+
+        Speed: this runs once a produced batch, so the checks and bookkeeping
+        of :meth:`_after_append` and :meth:`_maybe_roll` are done inline for
+        the one batch, with attributes read once into locals."""
+        if self._closed:
+            self._live()
+        config = self.config
+        if len(batch_bytes) > config.max_batch_bytes:
+            self._check_size(len(batch_bytes), "batch")
         header = verify(batch_bytes)
-        if self.config.compacts and not header.is_control:
+        compacts = self._compacts
+        if compacts[0] is not config:
+            # Derived once per config (a broker may replace the config).
+            compacts = self._compacts = (config, config.compacts)
+        if compacts[1] and not header.attributes & CONTROL_FLAG:
             # A compacted log keeps the last record per key: a record without
             # one could never be cleaned (LogValidator.validateKey).
             for record in decode_records(batch_bytes):
@@ -859,9 +875,10 @@ class PartitionLog:
                         Errors.INVALID_RECORD,
                         "Compacted topic cannot accept message without key: the record "
                         f"at offset delta {record.offset - header.base_offset} has none "
-                        f"(cleanup_policy {self.config.cleanup_policy})",
+                        f"(cleanup_policy {config.cleanup_policy})",
                     )
-        end = self.log_end_offset
+        active = self._active
+        end = active.next_offset
         incoming = None
         if header.producer_id != NO_PRODUCER_ID:
             # Only an idempotent producer's batch has state to check (the
@@ -881,29 +898,70 @@ class PartitionLog:
             answer = self.producer_state.check(incoming)
             if isinstance(answer, Duplicate):
                 return AppendInfo(answer.first_offset, answer.last_offset, -1, duplicate=True)
-        if leader_epoch < max(self.epoch_cache.latest_epoch, 0):
+        cache = self.epoch_cache
+        latest = cache.entries[-1] if cache.entries else None
+        if leader_epoch < 0 or (latest is not None and leader_epoch < latest.epoch):
             raise PartitionLogError(
                 Errors.INVALID_RECORD,
                 f"leader epoch {leader_epoch} is negative or older than the log's latest "
-                f"epoch {self.epoch_cache.latest_epoch}",
+                f"epoch {cache.latest_epoch}",
+            )
+        if not isinstance(leader_epoch, int) or leader_epoch > INT32_MAX:
+            raise PartitionLogError(
+                Errors.INVALID_RECORD, f"leader epoch {leader_epoch} does not fit an int32"
             )
         data = bytearray(batch_bytes)
-        set_base_offset(data, end)
-        set_leader_epoch(data, leader_epoch)
+        # The base offset and leader epoch in one pack (the length between
+        # them written back as it is); both lie outside the CRC.
+        _BASE_LENGTH_EPOCH.pack_into(data, 0, end, header.length, leader_epoch)
         log_append_time = -1
-        if self.config.timestamp_type is TimestampType.LOG_APPEND_TIME:
+        if config.timestamp_type is TimestampType.LOG_APPEND_TIME:
             _stamp_log_append_time(data, now_ms)
             log_append_time = now_ms
-        stamped = BatchHeader.parse(data)
-        if log_append_time != -1 and incoming is not None:
-            incoming = _producer_batch(stamped)  # the stamped max timestamp
-        self._maybe_roll(len(data), stamped.last_offset, now_ms)
+            stamped = BatchHeader.parse(data)
+            if incoming is not None:
+                incoming = _producer_batch(stamped)  # the stamped max timestamp
+        else:
+            # The verified header with the two fields stamped: the same tuple
+            # BatchHeader.parse of the stamped bytes gives, built in C.
+            stamped = _new_tuple(BatchHeader, (end, header[1], leader_epoch, *header[3:]))
+        last_offset = end + header.last_offset_delta
+        size = len(data)
+        # The roll test's common case first (Segment.should_roll): the
+        # segment has room, an entry left in each index and is young.
+        used = active.size
+        if used > 0 and (
+            used > config.segment_bytes - size
+            or active.offsets.is_full
+            or active.times.is_full
+            or last_offset - active.base_offset > INT32_MAX
+            or now_ms - active.rolling_since_ms > config.segment_ms - config.segment_jitter_ms
+        ):
+            self._maybe_roll(size, last_offset, now_ms)
+            active = self._active
         # One verified batch: the segment takes its header instead of
         # scanning the bytes again, and the producer state the batch built
         # for its check (the same fields as the stamped header's).
-        self._active.append_batch(data, stamped)
-        self._after_append([stamped], now_ms, incoming)
-        return AppendInfo(end, stamped.last_offset, log_append_time)
+        active.append_batch(data, stamped)
+        # _after_append for one batch of epoch leader_epoch starting at end.
+        if latest is None or latest.epoch != leader_epoch or end < latest.start_offset:
+            self._set_epoch_cache(cache.assign(leader_epoch, end))
+        new_end = last_offset + 1
+        if incoming is None:
+            # All that ProducerStateManager.update does for a batch without
+            # a producer: its end moves past the batch.
+            self.producer_state.map_end_offset = new_end
+        else:
+            self.producer_state.update(incoming)
+        flush_messages = config.flush_messages
+        if (flush_messages is not None and new_end - self.recovery_point >= flush_messages) or (
+            config.flush_ms is not None and now_ms - self._last_flush_ms >= config.flush_ms
+        ):
+            # flush.messages=1 syncs before the end moves (brokers.md §2.4).
+            active.flush()
+            self.recovery_point = new_end
+            self._last_flush_ms = now_ms
+        return AppendInfo(end, last_offset, log_append_time)
 
     def append_as_follower(self, batch_bytes: bytes, now_ms: int = 0) -> AppendInfo:
         """Append the leader's batches as they are (``UnifiedLog.appendAsFollower``):

@@ -439,6 +439,14 @@ class Segment:
         return self._first_timestamp
 
     @property
+    def rolling_since_ms(self) -> int:
+        """What the segment's age is measured from: its first batch's max
+        timestamp if it has one, else its creation (``LogSegment``'s
+        ``rollingBasedTimestamp``)."""
+        first = self._first_timestamp
+        return self.created_ms if first is None else first
+
+    @property
     def offset_of_max_timestamp(self) -> int:
         return self._builder.offset_of_max_timestamp
 
@@ -502,8 +510,8 @@ class Segment:
         """Append one batch the caller verified, ``header`` being its parsed
         header (a leader's append): :meth:`append`'s checks and effects
         without scanning the bytes again for the header already in hand."""
-        log = self._live()
-        if header.size != len(batch):
+        log = self._live() if self._closed else self._log
+        if header.length + LOG_OVERHEAD != len(batch):
             raise PartitionLogError(
                 Errors.CORRUPT_MESSAGE,
                 f"segment {self.name}: a header of a {header.size}-byte batch with "
@@ -765,10 +773,10 @@ class Segment:
         (age from its first batch's timestamp, else its creation); or an index
         is full; or the incoming last offset would not fit relative to the
         base."""
-        if self.size > size_limit - incoming_bytes:
+        size = self._log.size
+        if size > size_limit - incoming_bytes:
             return True
-        since = self._first_timestamp if self._first_timestamp is not None else self.created_ms
-        if self.size > 0 and now_ms - since > age_limit_ms - jitter_ms:
+        if size > 0 and now_ms - self.rolling_since_ms > age_limit_ms - jitter_ms:
             return True
         if self.offsets.is_full or self.times.is_full:
             return True

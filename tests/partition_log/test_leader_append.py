@@ -6,13 +6,15 @@ batch gives, under CREATE_TIME and LOG_APPEND_TIME."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import partition_log.segment as segment_module
 from partition_log.batch import BatchHeader, TimestampType, build_batch, verify
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import MemoryDirectory
 from partition_log.log import PartitionLog
-from partition_log.log_config import LogConfig
+from partition_log.log_config import CleanupPolicy, LogConfig
 from partition_log.records import Record
 from partition_log.segment import Segment
 from tests.partition_log.log_util import batch as producer_batch
@@ -132,3 +134,72 @@ def test_the_leader_records_the_stamped_batch_in_the_producer_state(
     stored = BatchHeader.parse(log.read(2, 1 << 20))
     assert (stored.base_offset, stored.partition_leader_epoch) == (2, 1)
     assert stored.max_timestamp == expected_timestamp
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 3), st.integers(0, 300), st.integers(0, 400)),
+        min_size=1,
+        max_size=40,
+    ),
+    st.sampled_from([None, 10**9]),
+)
+def test_a_leader_append_rolls_exactly_when_the_segment_says_so(
+    appends: list[tuple[int, int, int]], stamp: int | None
+) -> None:
+    """The leader's inline roll test agrees with Segment.should_roll on every
+    append: by size, by age (from the first batch's timestamp) and by a full
+    index, the offset index's (constant timestamps) or the time index's."""
+    config = LogConfig(
+        segment_bytes=1500,
+        segment_ms=1000,
+        segment_jitter_ms=100,
+        index_interval_bytes=1,
+        segment_index_bytes=48,
+    )
+    log = PartitionLog.open(MemoryDirectory(), config, now_ms=0)
+    now = 0
+    for count, value_bytes, step in appends:
+        now += step
+        # Values mostly small: an index fills before the segment's bytes do.
+        value = b"v" * (value_bytes if value_bytes > 250 else value_bytes // 10)
+        data = producer_batch(count, value=value, timestamp=now if stamp is None else stamp)
+        active = log._active
+        expected = active.size > 0 and active.should_roll(
+            config.segment_bytes,
+            len(data),
+            now,
+            config.segment_ms,
+            config.segment_jitter_ms,
+            incoming_last_offset=log.log_end_offset + count - 1,
+        )
+        before = log.segment_base_offsets
+        end = log.log_end_offset
+        log.append_as_leader(data, 0, now_ms=now)
+        assert log.segment_base_offsets == (before + [end] if expected else before)
+
+
+@pytest.mark.parametrize("epoch", [2**31, 1.0])
+def test_a_leader_epoch_outside_the_int32_field_is_refused(epoch: float) -> None:
+    log = PartitionLog.open(MemoryDirectory(), LogConfig(), now_ms=0)
+    log.append_as_leader(producer_batch(2), 1, now_ms=0)
+    with pytest.raises(PartitionLogError, match="does not fit an int32") as e:
+        log.append_as_leader(producer_batch(2), epoch, now_ms=0)  # type: ignore[arg-type]
+    assert e.value.code is Errors.INVALID_RECORD
+    assert log.log_end_offset == 2 and log.epoch_cache.latest_epoch == 1
+
+
+def test_a_config_replaced_on_the_log_decides_the_key_check() -> None:
+    # A broker replaces a log's config when the topic's changes: the leader's
+    # check for records without a key follows the config in place.
+    log = PartitionLog.open(MemoryDirectory(), LogConfig(), now_ms=0)
+    keyless = build_batch([Record(0, 1000, None, b"v")])
+    log.append_as_leader(keyless, 0, now_ms=0)
+    log.config = LogConfig(cleanup_policy=CleanupPolicy.COMPACT)
+    with pytest.raises(PartitionLogError, match="without key") as e:
+        log.append_as_leader(keyless, 0, now_ms=0)
+    assert e.value.code is Errors.INVALID_RECORD and log.log_end_offset == 1
+    log.config = LogConfig()
+    log.append_as_leader(keyless, 0, now_ms=0)
+    assert log.log_end_offset == 2

@@ -120,7 +120,14 @@ def _faults(cluster: SimCluster, steps: int, nemeses: tuple[Nemesis, ...]) -> No
         elif roll < 0.75 or not nemeses:
             cluster.poll(rng.choice(partitions), from_start=rng.random() < 0.15)
         else:
-            _nemesis(cluster, rng.choice(nemeses), brokers)
+            fault = rng.choice(nemeses)
+            # Faults pile up unless undone: a dead broker is restarted and
+            # the network healed often enough that the cluster keeps serving.
+            if Nemesis.RESTART in nemeses and rng.random() < 0.4:
+                fault = Nemesis.RESTART
+            elif Nemesis.HEAL in nemeses and rng.random() < 0.15:
+                fault = Nemesis.HEAL
+            _nemesis(cluster, fault, brokers)
         cluster.expire_produces()
 
 

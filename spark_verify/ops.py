@@ -74,10 +74,11 @@ class Exact:
     says ``1 == 1.0 == True``, and a set or a dict would merge them, so
     booleans and decimals are wrapped: an :class:`Exact` equals only an
     :class:`Exact` of the same kind and value.  Strings, integers and null
-    need no wrapper (``1 != "1"`` already).  1 and 1.0 are different values,
-    as in Clojure: a history that writes 1 and reads 1.0 is read as the
-    store returning another value than was written, which is what the
-    reader of such a history most likely needs to see.
+    need no wrapper (``1 != "1"`` already).  1 and 1.0 are different values
+    here, as in Clojure; but a history read through Spark comes as the
+    variant's rendering of each value, which writes a decimal with no
+    fraction as an integer (``1.0`` as ``1``), so in ``kq verify`` they meet
+    as the same value (``docs/history-format.md``, Histories from Jepsen).
     """
 
     kind: str

@@ -1,7 +1,8 @@
 """A segment's sparse offset index and time index (Kafka's ``OffsetIndex``
-and ``TimeIndex``), kept as a ``bytearray`` of fixed-size big-endian entries
-so memory is one entry per ``index.interval.bytes`` of log, never an object
-per batch.
+and ``TimeIndex``), kept as fixed-size entries (the time index a
+``bytearray`` of the file's big-endian entries, the offset index two native
+int32 arrays) so memory is one entry per ``index.interval.bytes`` of log,
+never an object per batch.
 
 Offset index entry, 8 bytes: the offset relative to the segment's base
 (int32), then the position in the ``.log`` file (int32) of a batch whose last

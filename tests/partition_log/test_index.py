@@ -233,3 +233,13 @@ def test_builder_adds_an_entry_after_the_interval() -> None:
         scanned[1].header.max_timestamp, scanned[1].header.last_offset
     )
     assert builder.max_timestamp == scanned[3].header.max_timestamp
+
+
+def test_an_offset_entry_position_outside_int32_is_refused() -> None:
+    # The entries live in int32 arrays, as in the file: a position past
+    # int32 is refused by name, and the index is unchanged.
+    index = OffsetIndex(0)
+    index.append(1, 100)
+    with pytest.raises(PartitionLogError, match="position 2147483648 does not fit an int32"):
+        index.append(2, 2**31)
+    assert index.encode() == bytes.fromhex("00000001 00000064")

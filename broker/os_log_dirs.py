@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from partition_log.files import check_name, storage_error
-from partition_log.os_files import OsDirectory
+from partition_log.os_files import OsDirectory, fsync_directory
 
 __all__ = ["OsLogDirectory"]
 
@@ -73,8 +73,4 @@ class OsLogDirectory:
             raise storage_error(f"removing {path}: {error}") from error
 
     def sync_directory(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(self.path)

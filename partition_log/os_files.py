@@ -14,7 +14,17 @@ import os
 
 from partition_log.files import Names, check_name, storage_error
 
-__all__ = ["OsDirectory", "OsFile"]
+__all__ = ["OsDirectory", "OsFile", "fsync_directory"]
+
+
+def fsync_directory(path: str) -> None:
+    """Make a directory's names durable (a create, rename or delete in it):
+    ext4 and XFS need the directory itself synced."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class OsFile:
@@ -149,8 +159,4 @@ class OsDirectory:
             raise storage_error(f"deleting {path}: {error}") from error
 
     def sync_directory(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_directory(self.path)

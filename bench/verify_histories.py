@@ -63,8 +63,15 @@ class _Writer:
             d.mkdir(parents=True, exist_ok=True)
             self.logs.append((d / "log.jsonl").open("w"))
             (d / "changes.jsonl").write_text(
-                _dump({"node": n, "time": 0, "epoch": 1, "leader": 1,
-                       "role": "leader" if n == 1 else "follower"})
+                _dump(
+                    {
+                        "node": n,
+                        "time": 0,
+                        "epoch": 1,
+                        "leader": 1,
+                        "role": "leader" if n == 1 else "follower",
+                    }
+                )
             )
         self.index = 0
         self.offset = 0
@@ -82,8 +89,11 @@ class _Writer:
         self.offset += 1
         digest = hashlib.sha256(record.encode()).hexdigest()
         for n, f in enumerate(self.logs, start=1):
-            f.write(_dump({"node": n, "offset": self.offset, "epoch": 1, "kind": "data",
-                           "hash": digest}))
+            f.write(
+                _dump(
+                    {"node": n, "offset": self.offset, "epoch": 1, "kind": "data", "hash": digest}
+                )
+            )
         return self.offset
 
     def close(self) -> None:
@@ -172,8 +182,7 @@ def write_register_run(out: Path, sizes: Sizes, name: str = "synthetic") -> Path
                 fields.update(type="fail", value=op["value"], error="precondition", node=1)
                 nxt = p
             else:
-                fields.update(type="ok", value=op["value"], node=1, offset=op["version"],
-                              epoch=1)
+                fields.update(type="ok", value=op["value"], node=1, offset=op["version"], epoch=1)
                 nxt = p
             w.op(fields)
             heapq.heappush(heap, (t + rng.randrange(100_000), _INVOKE, seq, nxt))

@@ -72,9 +72,7 @@ def test_leader_failover_keeps_acknowledged_writes(tmp_path: Path) -> None:
                 await client.put("after", b"x")
                 # The old leader comes back, catches up and agrees.
                 await cluster.start(old)
-                await cluster.wait_for(
-                    lambda: kv_of(cluster.servers[old]).get("after") is not None
-                )
+                await cluster.wait_for(lambda: kv_of(cluster.servers[old]).get("after") is not None)
                 found = kv_of(cluster.servers[old]).get("k7")
                 assert found is not None and found.value == b"7"
 

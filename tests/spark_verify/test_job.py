@@ -132,8 +132,13 @@ def test_a_malformed_history_is_reported_with_its_lines(
     victim = _first(ops, type="ok", f="write")
     # Drop the invoke of one completed write: its completion is unmatched.
     invoke = max(
-        (o for o in ops if o["type"] == "invoke" and o["process"] == victim["process"]
-         and o["index"] < victim["index"]),
+        (
+            o
+            for o in ops
+            if o["type"] == "invoke"
+            and o["process"] == victim["process"]
+            and o["index"] < victim["index"]
+        ),
         key=lambda o: o["index"],
     )
     kept = [o for o in ops if o["index"] != invoke["index"]]
@@ -157,9 +162,11 @@ def test_a_malformed_history_is_reported_with_its_lines(
 
     def rename(ops: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for o in ops:
-            if o["process"] == target["process"] and o["f"] == "write" and o["value"] == target[
-                "value"
-            ]:
+            if (
+                o["process"] == target["process"]
+                and o["f"] == "write"
+                and o["value"] == target["value"]
+            ):
                 o["f"] = "increment"
         return ops
 
@@ -188,8 +195,9 @@ def test_kq_verify_exit_codes_and_json(
     shutil.copy(clean_run / "history.jsonl", bare)
     assert main(["verify", str(bare), "--out", str(tmp_path / "o2")]) == 2
     assert "--model" in capsys.readouterr().err
-    code = main(["verify", str(bare), "--model", "register", "--no-report", "--out",
-                 str(tmp_path / "o3")])
+    code = main(
+        ["verify", str(bare), "--model", "register", "--no-report", "--out", str(tmp_path / "o3")]
+    )
     text = capsys.readouterr().out
     assert code == 0, text
     assert "linearizable" in text and "verdict: valid" in text
@@ -206,15 +214,27 @@ def test_kq_verify_exit_codes_and_json(
     # with the default one, not linearizable (exit 1).
     hard = tmp_path / "hard.jsonl"
     hard.write_text("".join(json.dumps(x) + "\n" for x in _hard_history()))
-    code = main(["verify", str(hard), "--model", "register", "--key-budget", "1e-9",
-                 "--no-report", "--out", str(tmp_path / "o4")])
+    code = main(
+        [
+            "verify",
+            str(hard),
+            "--model",
+            "register",
+            "--key-budget",
+            "1e-9",
+            "--no-report",
+            "--out",
+            str(tmp_path / "o4"),
+        ]
+    )
     capsys.readouterr()
     verdict = json.loads((tmp_path / "o4" / "verdict.json").read_text())
     assert checks(verdict)["linearizable"]["valid"] == "unknown"
     assert checks(verdict)["linearizable"]["detail"]["unknown_keys"][0]["key"] == "k"
     assert code == 3
-    code = main(["verify", str(hard), "--model", "register", "--no-report", "--out",
-                 str(tmp_path / "o5")])
+    code = main(
+        ["verify", str(hard), "--model", "register", "--no-report", "--out", str(tmp_path / "o5")]
+    )
     assert code == 1 and "verdict: INVALID" in capsys.readouterr().out
 
 
@@ -256,10 +276,24 @@ def test_spark_submit_runs_the_same_job(clean_run: Path, tmp_path: Path) -> None
         pytest.fail(f"{submit} is missing: PySpark installs it")
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-         str(ROOT / "spark_verify" / "submit.py"), str(clean_run), "--json", "--no-report",
-         "--out", str(tmp_path / "out")],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
+        [
+            str(submit),
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            str(ROOT / "spark_verify" / "submit.py"),
+            str(clean_run),
+            "--json",
+            "--no-report",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     verdict = json.loads(proc.stdout)

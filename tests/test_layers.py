@@ -77,6 +77,11 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
         # The config definitions (names, Kafka's defaults, validation): a
         # broker builds each log's LogConfig from the image's configs.
         "metadata.configs",
+        # The ACL decision (Kafka's StandardAuthorizer, pure) over the
+        # image's bindings: the broker's service authorizes every request
+        # as the controllers do.
+        "metadata.acls",
+        "metadata.authorizer",
     ),
     # The broker simulator: brokers and a controller stub in one process,
     # recording histories as the quorum's simulator does.

@@ -1,0 +1,80 @@
+"""Where delayed requests wait (Kafka's ``DelayedOperationPurgatory``): an
+acks=all produce until the ISR has the records, a long-poll fetch until
+``min_bytes`` are there. Waiters name the partitions they wait on; whoever
+changes a partition (an append, a HW move, a new image) wakes its waiters,
+which check again (``DelayedOperation.tryComplete``) and go back to wait
+until their deadline.
+
+One event loop: no locks, every call on the loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from metadata.image import TopicIdPartition
+
+__all__ = ["Purgatory"]
+
+T = TypeVar("T")
+
+
+class Purgatory:
+    """Waiters keyed by partition."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[TopicIdPartition, set[asyncio.Future[None]]] = {}
+
+    def watched(self) -> int:
+        """How many (waiter, partition) watches are open (the request queue
+        depth the metrics show)."""
+        return sum(len(futures) for futures in self._waiting.values())
+
+    def wake(self, key: TopicIdPartition) -> None:
+        """Something changed on ``key``: its waiters check again
+        (``checkAndComplete``)."""
+        for future in self._waiting.pop(key, ()):
+            if not future.done():
+                future.set_result(None)
+
+    def wake_all(self) -> None:
+        """A new image (leadership may have moved) or a shutdown: everyone
+        checks again."""
+        for key in list(self._waiting):
+            self.wake(key)
+
+    async def wait_until(
+        self,
+        keys: Iterable[TopicIdPartition],
+        check: Callable[[], T | None],
+        timeout_s: float,
+    ) -> T | None:
+        """``check()`` once it answers something other than None, re-asked
+        whenever one of ``keys`` is woken; None once ``timeout_s`` has
+        passed without an answer (the caller answers its timeout)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        watched = tuple(keys)
+        while True:
+            found = check()
+            if found is not None:
+                return found
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            future: asyncio.Future[None] = loop.create_future()
+            for key in watched:
+                self._waiting.setdefault(key, set()).add(future)
+            try:
+                await asyncio.wait_for(future, remaining)
+            except TimeoutError:
+                pass
+            finally:
+                for key in watched:
+                    futures = self._waiting.get(key)
+                    if futures is not None:
+                        futures.discard(future)
+                        if not futures:
+                            del self._waiting[key]

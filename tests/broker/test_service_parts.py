@@ -1,0 +1,86 @@
+"""The pieces under the broker's service: the purgatory where delayed
+requests wait (broker/purgatory.py) and the producer ids from blocks
+(broker/producer_ids.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from broker.producer_ids import (
+    BlockProducerIds,
+    CountingBlocks,
+    ProducerIdBlock,
+    ProducerIdsError,
+)
+from broker.purgatory import Purgatory
+from metadata.image import TopicIdPartition
+
+A = TopicIdPartition("id-a", 0)
+B = TopicIdPartition("id-b", 0)
+
+
+def test_a_waiter_is_woken_by_its_partition_only() -> None:
+    async def body() -> None:
+        purgatory = Purgatory()
+        state = {"ready": False}
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        waiter = asyncio.ensure_future(
+            purgatory.wait_until([A], lambda: True if state["ready"] else None, 10)
+        )
+        await asyncio.sleep(0.05)
+        assert purgatory.watched() == 1
+        state["ready"] = True
+        purgatory.wake(B)  # not its partition: it does not check again
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        purgatory.wake(A)
+        assert await asyncio.wait_for(waiter, 1) is True
+        assert loop.time() - started < 5
+        assert purgatory.watched() == 0
+
+    asyncio.run(body())
+
+
+def test_a_waiter_times_out_with_none_and_checks_first() -> None:
+    async def body() -> None:
+        purgatory = Purgatory()
+        never: int | None = None
+        assert await purgatory.wait_until([A], lambda: never, 0.05) is None
+        assert await purgatory.wait_until([A], lambda: 7, 0) == 7
+        assert purgatory.watched() == 0
+
+    asyncio.run(body())
+
+
+def test_producer_ids_come_from_successive_blocks() -> None:
+    async def body() -> None:
+        blocks = CountingBlocks(first=10, block_size=3)
+        ids = BlockProducerIds(blocks)
+        got = await asyncio.gather(*(ids.next_producer_id() for _ in range(7)))
+        assert sorted(got) == list(range(10, 17))
+        assert blocks.allocated == 3
+
+    asyncio.run(body())
+
+
+def test_a_block_that_goes_backwards_is_refused() -> None:
+    class Backwards:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def allocate_block(self) -> ProducerIdBlock:
+            self.calls += 1
+            return ProducerIdBlock(100 if self.calls == 1 else 50, 1)
+
+    async def body() -> None:
+        ids = BlockProducerIds(Backwards())
+        assert await ids.next_producer_id() == 100
+        with pytest.raises(ProducerIdsError, match="overlaps"):
+            await ids.next_producer_id()
+
+    asyncio.run(body())
+    with pytest.raises(ValueError, match="length > 0"):
+        ProducerIdBlock(0, 0)

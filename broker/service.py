@@ -640,7 +640,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         image: MetadataImage,
     ) -> tuple[broker_pb2.FetchResponse, int, bool]:
         """One read of every partition: (the answer, its bytes, whether a
-        partition was answered an error, which answers at once)."""
+        partition was answered an error or a divergence, which answers at
+        once)."""
         response = broker_pb2.FetchResponse()
         budget = request.max_bytes or DEFAULT_FETCH_MAX_BYTES
         size = 0
@@ -665,6 +666,10 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                     answer = self._follower_read(request, key, part, limit, now)
                 else:
                     answer = self._consumer_read(key, part, max(limit, 1), size == 0 or limit > 0)
+                if answer.diverging_epoch is not None:
+                    # The follower must truncate before anything else:
+                    # answered at once (DelayedFetch.tryComplete).
+                    errors = True
                 if answer.error is not Errors.NONE:
                     errors = True
                     if answer.current_leader != -1:

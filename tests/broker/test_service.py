@@ -673,3 +673,44 @@ def test_malformed_produces_name_the_field_and_store_nothing(certs: Certs) -> No
             assert brokers.snapshot() == before
 
     run(body)
+
+
+def test_a_diverging_follower_is_answered_at_once_and_truncates(certs: Certs) -> None:
+    # Broker 2 led epoch 1 and wrote a record broker 1 never fetched; broker
+    # 1 leads again in epoch 2: 2's fetch gets the diverging epoch at once,
+    # though it asks to wait, and truncates by it (KIP-279, KIP-595).
+    brokers = Brokers(*topic("t", "id-t", (1, 2)))
+    key = brokers.managers[1].resolve("t", 0)
+
+    async def body() -> None:
+        async with (
+            serving(brokers, certs) as address,
+            dial(address, certs.user("admin")) as client,
+            dial(address, certs.broker(2)) as replica,
+        ):
+            stub = broker_pb2_grpc.BrokerServiceStub(client)
+            await stub.Produce(produce("t", 0, batch(b"a")))
+            stream = broker_pb2_grpc.BrokerServiceStub(replica).ReplicaFetch()
+            for _ in range(2):
+                request = brokers.follower_fetch()
+                assert request is not None
+                await stream.write(request)
+                brokers.follower_answer(await stream.read())
+            brokers.step(change("id-t", 0, leader=2))
+            brokers.managers[2].append(key, batch(b"lost"), 1, brokers.now)
+            brokers.step(change("id-t", 0, leader=1))
+            assert brokers.log(2, "t").log_end_offset == 2
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            request = brokers.follower_fetch(max_wait_ms=10_000)
+            assert request is not None
+            await stream.write(request)
+            response: Any = await stream.read()
+            assert loop.time() - started < 5
+            diverging = part(response).diverging_epoch
+            assert (diverging.epoch, diverging.end_offset) == (0, 1)
+            brokers.follower_answer(response)
+            assert brokers.log(2, "t").log_end_offset == 1
+            await stream.done_writing()
+
+    run(body)

@@ -433,11 +433,11 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                     )
                     continue
                 seen.add((topic.name, part.partition))
+                appended = None
                 try:
                     key = self.replicas.resolve(topic.name, part.partition)
                     self.replicas.leader_replica(key)
                     batches = split_batches(part.records, where)
-                    appended = None
                     for batch in batches:
                         result = self.replicas.append(key, batch, acks, now)
                         if appended is None:
@@ -451,7 +451,17 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                     leaders.append(error.current_leader)
                     continue
                 except ReplicaError as error:
-                    refuse(error.code, str(error.args[0]))
+                    message = str(error.args[0])
+                    if appended is not None:
+                        # A later batch refused by the producer state after
+                        # earlier ones went in: say so (an unknown outcome).
+                        self.purgatory.wake(key)
+                        message = (
+                            f"{message} (after the batches from offset "
+                            f"{appended.info.first_offset} to {last.info.last_offset} were "
+                            "appended)"
+                        )
+                    refuse(error.code, message)
                     continue
                 assert appended is not None
                 self.purgatory.wake(key)

@@ -188,3 +188,30 @@ def test_a_damaged_second_batch_leaves_the_first_unwritten() -> None:
 
     asyncio.run(body())
     assert brokers.snapshot() == before
+
+
+def test_a_later_batch_refused_by_the_producer_state_names_what_went_in() -> None:
+    brokers = fresh()
+    first = build_batch(
+        [Record(0, 1000, b"k", b"a")], producer_id=7, producer_epoch=0, base_sequence=0
+    )
+    gap = build_batch(
+        [Record(0, 1000, b"k", b"b")], producer_id=7, producer_epoch=0, base_sequence=5
+    )
+
+    async def body() -> None:
+        request = broker_pb2.ProduceRequest(
+            acks=1,
+            topics=[
+                broker_pb2.ProduceTopicData(
+                    name="solo",
+                    partitions=[broker_pb2.ProducePartitionData(records=first + gap)],
+                )
+            ],
+        )
+        response = await brokers.service.Produce(request, PlaintextContext())
+        answer = response.topics[0].partitions[0]
+        assert answer.error == Errors.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert "after the batches from offset 1 to 1 were appended" in answer.message
+
+    asyncio.run(body())

@@ -21,11 +21,13 @@ from broker.errors import Errors
 from broker.log_dirs import MemoryLogDirectory
 from broker.log_manager import LogManager
 from broker.producer_ids import BlockProducerIds, CountingBlocks
+from broker.replica import AlterPartitionRequest
 from broker.replica_manager import ReplicaManager
 from broker.service import BrokerService, ServiceSettings
 from kqproto import broker_pb2, broker_pb2_grpc
 from metadata.acls import AclOperation, AclPermission, AclResourceType, PatternType
 from metadata.authorizer import AuthorizerSettings
+from metadata.image import TopicIdPartition
 from metadata.records import AccessControlEntryRecord
 from metadata.records import Record as MetadataRecord
 from partition_log.batch import BatchScanner, build_batch
@@ -34,7 +36,7 @@ from partition_log.records import Record
 from quorum.driver.identity import Identity, Role
 from quorum.driver.tls import TlsFiles, dial
 from server.certs import create_ca, issue
-from tests.broker.images import EPOCHS, Metadata, change, topic, topic_config
+from tests.broker.images import EPOCHS, Metadata, change, fence, topic, topic_config
 
 CLUSTER = "svc-test"
 E = Errors
@@ -88,20 +90,24 @@ def certs(tmp_path: Path) -> Certs:
 class Brokers:
     """Broker 1 (serving) and broker 2 (its follower) over one metadata log."""
 
-    def __init__(self, *records: MetadataRecord) -> None:
+    def __init__(
+        self,
+        *records: MetadataRecord,
+        super_users: frozenset[str] = frozenset({"User:admin", "Broker:2"}),
+    ) -> None:
         self.md = Metadata(*records)
         self.dirs = {b: MemoryLogDirectory(f"broker-{b}") for b in (1, 2)}
         self.managers = {b: ReplicaManager(b, LogManager([self.dirs[b]])) for b in (1, 2)}
         self.now = 1_000_000
         for manager in self.managers.values():
             manager.apply_delta(self.md.image, self.now)
-        self.alters: list[object] = []
+        self.alters: list[tuple[TopicIdPartition, AlterPartitionRequest]] = []
         self.service = BrokerService(
             self.managers[1],
             ServiceSettings(
                 CLUSTER,
-                # Brokers are super users, as Kafka's usually are.
-                authorizer=AuthorizerSettings(super_users=frozenset({"User:admin", "Broker:2"})),
+                # Brokers are super users by default, as Kafka's usually are.
+                authorizer=AuthorizerSettings(super_users=super_users),
             ),
             producer_ids=BlockProducerIds(CountingBlocks(first=5000, block_size=2)),
             on_alter_partition=lambda key, request: self.alters.append((key, request)),
@@ -583,7 +589,54 @@ def test_metadata_from_the_image(certs: Certs) -> None:
                 [1, 2],
                 [3],
             )
+            assert list(p.offline_replicas) == []
             assert nope.error == E.UNKNOWN_TOPIC_OR_PARTITION
+            brokers.step(fence(3))
+            fenced = await stub.Metadata(broker_pb2.MetadataRequest(topics=["t"]))
+            assert [b.node_id for b in fenced.brokers] == [1, 2]
+            assert list(fenced.topics[0].partitions[0].offline_replicas) == [3]
+
+    run(body)
+
+
+def test_replication_needs_cluster_action_and_hands_out_isr_expansions(certs: Certs) -> None:
+    brokers = Brokers(
+        *topic("t", "id-t", (1, 2)),
+        change("id-t", 0, isr=[1]),
+        super_users=frozenset({"User:admin"}),
+    )
+
+    async def body() -> None:
+        async with (
+            serving(brokers, certs) as address,
+            dial(address, certs.user("admin")) as client,
+            dial(address, certs.broker(2)) as replica,
+        ):
+            stub = broker_pb2_grpc.BrokerServiceStub(client)
+            await stub.Produce(produce("t", 0, batch(b"a")))
+            follower = broker_pb2_grpc.BrokerServiceStub(replica)
+            request = brokers.follower_fetch()
+            assert request is not None
+            refused = await follower.Fetch(request)
+            assert refused.error == E.CLUSTER_AUTHORIZATION_FAILED
+            assert "CLUSTER_ACTION" in refused.message
+            brokers.step(
+                acl(
+                    "c1",
+                    "Broker:2",
+                    AclOperation.CLUSTER_ACTION,
+                    "kafka-cluster",
+                    resource=AclResourceType.CLUSTER,
+                )
+            )
+            for _ in range(2):
+                request = brokers.follower_fetch()
+                assert request is not None
+                brokers.follower_answer(await follower.Fetch(request))
+            # Caught up: the leader asks the controller to add 2 to the ISR.
+            assert [(key.topic_id, alter.isr) for key, alter in brokers.alters] == [
+                ("id-t", (1, 2))
+            ]
 
     run(body)
 

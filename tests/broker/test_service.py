@@ -767,3 +767,25 @@ def test_a_diverging_follower_is_answered_at_once_and_truncates(certs: Certs) ->
             await stream.done_writing()
 
     run(body)
+
+
+def test_acks_all_waiting_when_leadership_moves_names_the_new_leader(certs: Certs) -> None:
+    brokers = Brokers(*topic("t", "id-t", (1, 2)))
+
+    async def body() -> None:
+        async with serving(brokers, certs) as address, dial(address, certs.user("admin")) as ch:
+            stub = broker_pb2_grpc.BrokerServiceStub(ch)
+            waiting = asyncio.ensure_future(stub.Produce(produce("t", 0, batch(b"x"), acks=-1)))
+            await asyncio.sleep(0.2)
+            assert not waiting.done()
+            brokers.step(change("id-t", 0, leader=2))
+            done = await asyncio.wait_for(waiting, 5)
+            answer = part(done)
+            # An unknown outcome: the record is in broker 1's log and may be
+            # on the new leader too.
+            assert answer.error == E.NOT_LEADER_OR_FOLLOWER
+            assert "offset 0" in answer.message
+            assert (answer.current_leader.leader_id, answer.current_leader.leader_epoch) == (2, 1)
+            assert [e.node_id for e in done.node_endpoints] == [2]
+
+    run(body)

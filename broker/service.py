@@ -61,8 +61,8 @@ __all__ = ["BrokerService", "ServiceSettings"]
 
 log = logging.getLogger("kq.broker.service")
 
-# ListOffsets' special timestamps (ListOffsetsRequest): the largest
-# timestamp is not answered yet (see docs/brokers.md, "RPCs").
+# ListOffsets' special timestamp for the record with the largest timestamp
+# (ListOffsetsRequest.MAX_TIMESTAMP, KIP-734).
 MAX_TIMESTAMP = -3
 # Kafka's fetch.max.bytes and max.partition.fetch.bytes defaults: what a 0
 # (proto3's "not set") stands for.
@@ -850,9 +850,6 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 elif part.timestamp < MAX_TIMESTAMP:
                     out.error = _pb(Errors.INVALID_REQUEST)
                     out.message = f"{where}.timestamp {part.timestamp} is not a time, -1, -2 or -3"
-                elif part.timestamp == MAX_TIMESTAMP:
-                    out.error = _pb(Errors.UNSUPPORTED_VERSION)
-                    out.message = f"{where}.timestamp -3 (the largest timestamp) is not supported"
                 else:
                     self._list_offset(topic.name, part, out)
         return response
@@ -887,7 +884,18 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 return
             out.leader_epoch = cache.epoch_for_offset(out.offset - 1) if out.offset else NO_EPOCH
         else:
-            hit = log_.offset_for_timestamp(part.timestamp)
+            timestamp = part.timestamp
+            if timestamp == MAX_TIMESTAMP:
+                # KIP-734: the first record with the largest timestamp, found
+                # as the first at or past the segments' largest.
+                start = log_.log_start_offset
+                timestamp = max(
+                    (s.max_timestamp for s in log_.segments if s.next_offset > start),
+                    default=-1,
+                )
+                if timestamp < 0:
+                    return
+            hit = log_.offset_for_timestamp(timestamp)
             # A consumer is told only of records below the high watermark
             # (UnifiedLog.fetchOffsetByTimestamp with the fetchable end).
             if hit is not None and hit[0] < log_.high_watermark:

@@ -469,8 +469,9 @@ def test_offset_for_leader_epoch_and_list_offsets(certs: Certs) -> None:
                     ]
                 )
 
-            got = await stub.ListOffsets(offsets(-2, -1, 4000, 9000, 99999, -4))
+            got = await stub.ListOffsets(offsets(-2, -1, 4000, 9000, 99999, -4, -3))
             answers = got.topics[0].partitions
+            assert (answers[6].error, answers[6].offset, answers[6].timestamp) == (E.NONE, 2, 9000)
             assert [(a.error, a.offset) for a in answers[:5]] == [
                 (E.NONE, 0),
                 (E.NONE, 3),

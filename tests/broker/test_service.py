@@ -453,6 +453,12 @@ def test_offset_for_leader_epoch_and_list_offsets(certs: Certs) -> None:
             assert (zero.error, zero.leader_epoch, zero.end_offset) == (E.NONE, 0, 2)
             one = part(await stub.OffsetForLeaderEpoch(ask(1)))
             assert (one.leader_epoch, one.end_offset) == (1, 3)
+            # A user asking as replica 2 is refused, naming both.
+            as_replica = ask(0)
+            as_replica.replica_id = 2
+            refused = await stub.OffsetForLeaderEpoch(as_replica)
+            assert refused.error == E.CLUSTER_AUTHORIZATION_FAILED
+            assert "User:admin" in refused.message and "replica 2" in refused.message
 
             def offsets(*timestamps: int) -> broker_pb2.ListOffsetsRequest:
                 return broker_pb2.ListOffsetsRequest(

@@ -433,12 +433,31 @@ def kq_wheel(source: Path, out: Path) -> Path:
     return wheel
 
 
+# Compiled extension modules differ from one build to the next (the build
+# directory, a temporary copy, is written into them), and so does the RECORD
+# that lists their hashes: the image's tag counts their C sources instead.
+_BUILT_SUFFIXES = (".so", ".pyd")
+
+
 def _wheel_digest(path: Path) -> str:
-    """A wheel's name and its members' contents (not its zip timestamps)."""
+    """A wheel's name and its members' contents (not its zip timestamps, nor
+    its compiled extensions and their RECORD: see _extension_sources)."""
     h = hashlib.sha256(path.name.encode())
     with zipfile.ZipFile(path) as zf:
         for info in sorted(zf.infolist(), key=lambda i: i.filename):
-            h.update(info.filename.encode() + b"\0" + zf.read(info) + b"\0")
+            name = info.filename
+            if name.endswith(_BUILT_SUFFIXES) or name.endswith(".dist-info/RECORD"):
+                continue
+            h.update(name.encode() + b"\0" + zf.read(info) + b"\0")
+    return h.hexdigest()
+
+
+def _extension_sources(source: Path) -> str:
+    """The C sources of the packages' compiled extensions (a package's
+    top-level ``*.c`` files), which the wheel digest leaves out."""
+    h = hashlib.sha256()
+    for path in sorted(source.glob("*/*.c")):
+        h.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 
 
@@ -469,6 +488,7 @@ def ensure_image(
         for wheel in deps.glob("*.whl"):
             shutil.copy2(wheel, wheels / wheel.name)
         digests = [_wheel_digest(w) for w in sorted(wheels.glob("*.whl"))]
+        digests.append(_extension_sources(source))
         tag = f"kq-chaos:{_short_hash(dockerfile, base_id, *digests)}"
         if docker.image_exists(tag):
             return ImageResult(tag, False, time.monotonic() - started)

@@ -138,10 +138,17 @@ def _proto_modules() -> Iterator[Any]:
             yield importlib.import_module(f"kqproto.{info.name}")
 
 
+# Services that controller nodes do not serve: the brokers' data plane
+# (tests/broker/test_service_fuzz.py fuzzes it on a broker's servicer).
+SERVED_ELSEWHERE = frozenset({"kq.broker.BrokerService"})
+
+
 def _methods() -> list[Method]:
     out = []
     for module in _proto_modules():
         for service in module.DESCRIPTOR.services_by_name.values():
+            if service.full_name in SERVED_ELSEWHERE:
+                continue
             m: MethodDescriptor
             for m in service.methods:
                 if not (m.client_streaming or m.server_streaming):

@@ -1,0 +1,563 @@
+"""A broker process: the data plane of :mod:`broker` driven by the metadata
+quorum.
+
+:class:`BrokerProcess` puts the pieces together on one gRPC server:
+
+- a :class:`~quorum.driver.server.NodeServer` that follows the metadata log
+  as an observer of the controller quorum (never a voter) and replays it
+  into its own :class:`~metadata.image.MetadataImage`; each new image goes to
+  the :class:`~broker.replica_manager.ReplicaManager` (become leader, become
+  follower, stop, delete) and wakes the service's waiters;
+- the :class:`~broker.service.BrokerService` on the same listener (mutual
+  TLS when the node has TLS files, as the controllers);
+- its lifecycle with the active controller: RegisterBroker (a new
+  incarnation id, the listener's endpoint, the rack), a BrokerHeartbeat
+  every ``heartbeat_interval_ms`` with the metadata offset applied (the
+  controller unfences the broker once it has caught up), AlterPartition
+  for the ISR changes its partitions decide, AllocateProducerIds behind
+  InitProducerId;
+- one replica fetcher per leader broker: a ReplicaFetch stream carrying
+  every partition fetched from that leader, reconnected with backoff;
+- on :meth:`BrokerProcess.stop`, a controlled shutdown (heartbeats with
+  ``want_shutdown`` until the controller has moved leadership away) before
+  the logs are closed cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from broker.codec import fetch_answers, replica_fetch_request
+from broker.errors import Errors
+from broker.log_dirs import LogDirectory
+from broker.log_manager import LogManager
+from broker.os_log_dirs import OsLogDirectory
+from broker.producer_ids import BlockProducerIds, ProducerIdBlock, ProducerIdsError
+from broker.replica import AlterPartitionRequest
+from broker.replica.types import AlterPartitionResult
+from broker.replica_manager import ReplicaManager
+from broker.service import BrokerService, ServiceSettings
+from kqproto import broker_pb2, broker_pb2_grpc, metadata_pb2
+from metadata.authorizer import AuthorizerSettings
+from metadata.client import (
+    Endpoint,
+    IndeterminateError,
+    MetadataClient,
+    MetadataClientError,
+    PartitionChange,
+    SupportedFeature,
+)
+from metadata.delta import MetadataDelta
+from metadata.errors import Errors as MetadataErrors
+from metadata.image import MetadataImage, TopicIdPartition
+from metadata.records import LeaderRecoveryState
+from metadata.state_machine import ControllerStateMachine
+from quorum.driver.node import NodeOptions
+from quorum.driver.server import NodeConfig, NodeServer
+from quorum.driver.tls import TlsFiles, dial
+from quorum.shared_log import SharedLog
+
+__all__ = ["BrokerProcess", "BrokerSettings"]
+
+log = logging.getLogger("kq.broker")
+
+# The features this broker supports (what the controllers finalize).
+FEATURES = (SupportedFeature("metadata.version", 1, 1),)
+_BACKOFF_S = (0.05, 1.0)
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """What one broker process needs."""
+
+    node_id: int
+    cluster_id: str
+    # The controller quorum: voter id -> host:port.
+    voters: dict[int, str]
+    # The observer's metadata log (formatted as a node's storage).
+    metadata_dir: Path
+    log_dirs: Sequence[Path]
+    # host:port of the broker's listener (the metadata observer and the
+    # broker service share it).
+    listen: str
+    rack: str | None = None
+    listener_name: str = "BROKER"
+    tls: TlsFiles | None = None
+    options: NodeOptions = field(default_factory=NodeOptions)
+    authorizer: AuthorizerSettings = field(default_factory=AuthorizerSettings)
+    heartbeat_interval_ms: int = 500
+    # How often the ISR expiration and the log manager's tasks run.
+    tick_interval_ms: int = 250
+    controlled_shutdown_timeout_s: float = 30.0
+    metrics_listen: str = ""
+
+
+def _error_name(code: int) -> Errors:
+    """A controller's error code as the broker's error of the same name."""
+    try:
+        return Errors[MetadataErrors(code).name]
+    except (KeyError, ValueError):
+        return Errors.UNKNOWN_SERVER_ERROR
+
+
+def new_incarnation_id() -> str:
+    """A Kafka Uuid: 16 random bytes in URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode("ascii")
+
+
+class _ControllerBlocks:
+    """Producer id blocks from the active controller (AllocateProducerIds)."""
+
+    def __init__(self, process: BrokerProcess) -> None:
+        self.process = process
+
+    async def allocate_block(self) -> ProducerIdBlock:
+        p = self.process
+        try:
+            answer = await p.client.allocate_producer_ids(p.settings.node_id, p.broker_epoch)
+        except (MetadataClientError, IndeterminateError) as error:
+            raise ProducerIdsError(f"AllocateProducerIds failed: {error}") from error
+        if answer.error != 0:
+            raise ProducerIdsError(
+                f"AllocateProducerIds: {metadata_pb2.MetadataError.Name(answer.error)} "
+                f"{answer.message}"
+            )
+        return ProducerIdBlock(answer.first_producer_id, answer.count)
+
+
+class _BrokerPlugin:
+    """The broker service on the observer node's gRPC server."""
+
+    def __init__(self, service: BrokerService) -> None:
+        self.service = service
+        self.service_names: Sequence[str] = (
+            broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name,
+        )
+
+    def add_to_server(self, server: grpc.aio.Server) -> None:
+        broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.service, server)
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class BrokerProcess:
+    """One broker; :meth:`start`, then :meth:`stop`."""
+
+    def __init__(
+        self, settings: BrokerSettings, log_dirs: Sequence[LogDirectory] | None = None
+    ) -> None:
+        self.settings = settings
+        dirs = log_dirs if log_dirs is not None else [OsLogDirectory(d) for d in settings.log_dirs]
+        self.replicas = ReplicaManager(settings.node_id, LogManager(list(dirs)))
+        self.metadata = ControllerStateMachine()
+        self.broker_epoch = -1
+        self.fenced = True
+        self.incarnation_id = new_incarnation_id()
+        credentials = None if settings.tls is None else settings.tls.channel_credentials()
+        self._credentials = credentials
+        self.client = MetadataClient(list(settings.voters.values()), credentials=credentials)
+        self.service = BrokerService(
+            self.replicas,
+            ServiceSettings(settings.cluster_id, settings.listener_name, settings.authorizer),
+            image=lambda: self.replicas.image,
+            producer_ids=BlockProducerIds(_ControllerBlocks(self)),
+            on_alter_partition=self._queue_alter,
+            controller_id=self._controller_id,
+        )
+        self.node = NodeServer(
+            NodeConfig(
+                settings.node_id,
+                settings.cluster_id,
+                settings.voters,
+                settings.metadata_dir,
+                listen=settings.listen,
+                options=settings.options,
+                metrics_listen=settings.metrics_listen,
+                tls=settings.tls,
+            ),
+            state_machine=SharedLog([("metadata", self.metadata)]),
+            plugins=[lambda host: _BrokerPlugin(self.service)],
+        )
+        self.metadata.add_listener(self._on_commit)
+        self.metadata.add_load_listener(self._on_load)
+        self._loaded = False
+        self._alters: asyncio.Queue[tuple[TopicIdPartition, AlterPartitionRequest]] = (
+            asyncio.Queue()
+        )
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._registered = asyncio.Event()
+        self._stopping = False
+        self.caught_up = asyncio.Event()
+
+    # -- the image ------------------------------------------------------------------
+
+    @property
+    def image(self) -> MetadataImage:
+        return self.replicas.image
+
+    def _controller_id(self) -> int:
+        leader = self.metadata.leader.leader_id
+        return -1 if leader is None else leader
+
+    def _on_commit(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        self._apply(image)
+
+    def _on_load(self, image: MetadataImage) -> None:
+        self._apply(image)
+
+    def _apply(self, image: MetadataImage) -> None:
+        if self.replicas.shut_down:
+            return
+        now = _now_ms()
+        if not self._loaded:
+            self._loaded = True
+            loaded = self.replicas.logs.load(image, self.settings.node_id, now)
+            log.info("broker %d loaded its logs: %s", self.settings.node_id, loaded)
+        result = self.replicas.apply_delta(image, now)
+        for key, why in result.failed.items():
+            log.error("broker %d: partition %s is offline: %s", self.settings.node_id, key, why)
+        self._plan_fetchers()
+        self.service.wake()
+
+    def _plan_fetchers(self) -> None:
+        if self._stopping:
+            return
+        wanted = set(self.replicas.fetchers())
+        for leader in list(self._fetchers):
+            if leader not in wanted:
+                self._fetchers.pop(leader).cancel()
+        for leader in wanted:
+            task = self._fetchers.get(leader)
+            if task is None or task.done():
+                self._fetchers[leader] = asyncio.get_running_loop().create_task(
+                    self._fetch_from(leader), name=f"fetch-from-{leader}"
+                )
+
+    # -- lifecycle ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.node.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._lifecycle(), name="broker-lifecycle"),
+            loop.create_task(self._send_alters(), name="broker-alter-partition"),
+            loop.create_task(self._tick(), name="broker-tick"),
+        ]
+        self._plan_fetchers()
+
+    @property
+    def address(self) -> str:
+        return self.node.config.address
+
+    def _endpoint(self) -> Endpoint:
+        host, _, port = self.settings.listen.rpartition(":")
+        protocol = "PLAINTEXT" if self.settings.tls is None else "SSL"
+        return Endpoint(self.settings.listener_name, host, int(port), protocol)
+
+    async def _register(self) -> None:
+        delay = _BACKOFF_S[0]
+        while True:
+            try:
+                answer = await self.client.register_broker(
+                    self.settings.node_id,
+                    cluster_id=self.settings.cluster_id,
+                    incarnation_id=self.incarnation_id,
+                    endpoints=[self._endpoint()],
+                    rack=self.settings.rack,
+                    features=FEATURES,
+                    previous_broker_epoch=self.broker_epoch,
+                )
+            except (MetadataClientError, IndeterminateError) as error:
+                log.warning("broker %d: RegisterBroker failed: %s", self.settings.node_id, error)
+                answer = None
+            if answer is not None and answer.error == 0:
+                self.broker_epoch = answer.broker_epoch
+                self._registered.set()
+                log.info(
+                    "broker %d registered with epoch %d", self.settings.node_id, self.broker_epoch
+                )
+                return
+            if answer is not None:
+                log.warning(
+                    "broker %d: RegisterBroker refused: %s %s",
+                    self.settings.node_id,
+                    metadata_pb2.MetadataError.Name(answer.error),
+                    answer.message,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _BACKOFF_S[1])
+
+    async def _heartbeat(
+        self, *, want_shutdown: bool = False
+    ) -> metadata_pb2.BrokerHeartbeatResponse:
+        return await self.client.broker_heartbeat(
+            self.settings.node_id,
+            self.broker_epoch,
+            self.metadata.applied_offset,
+            want_shutdown=want_shutdown,
+        )
+
+    async def _lifecycle(self) -> None:
+        await self._register()
+        interval = self.settings.heartbeat_interval_ms / 1000
+        while not self._stopping:
+            try:
+                answer = await self._heartbeat()
+            except MetadataClientError as error:
+                log.warning("broker %d: heartbeat refused: %s", self.settings.node_id, error)
+                if error.code is MetadataErrors.STALE_BROKER_EPOCH:
+                    await self._register()
+                    continue
+            except IndeterminateError as error:
+                log.warning("broker %d: heartbeat failed: %s", self.settings.node_id, error)
+            else:
+                if answer.error == 0:
+                    if self.fenced != answer.is_fenced:
+                        log.info(
+                            "broker %d is %s",
+                            self.settings.node_id,
+                            "fenced" if answer.is_fenced else "unfenced",
+                        )
+                    self.fenced = answer.is_fenced
+                    if answer.is_caught_up:
+                        self.caught_up.set()
+            await asyncio.sleep(interval)
+
+    async def _tick(self) -> None:
+        interval = self.settings.tick_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            if self.replicas.shut_down:
+                return
+            now = _now_ms()
+            for key, request in self.replicas.tick_isr(now):
+                self._queue_alter(key, request)
+            tick = self.replicas.logs.tick(now)
+            del tick
+            self.replicas.logs.checkpoint_high_watermarks()
+
+    # -- AlterPartition ---------------------------------------------------------------
+
+    def _queue_alter(self, key: TopicIdPartition, request: AlterPartitionRequest) -> None:
+        self._alters.put_nowait((key, request))
+
+    async def _send_alters(self) -> None:
+        await self._registered.wait()
+        while True:
+            batch = [await self._alters.get()]
+            while not self._alters.empty():
+                batch.append(self._alters.get_nowait())
+            try:
+                await self._alter(batch)
+            except MetadataClientError as error:
+                log.warning("broker %d: AlterPartition refused: %s", self.settings.node_id, error)
+                await asyncio.sleep(_BACKOFF_S[0])
+                for key, request in batch:
+                    replica = self.replicas.replicas.get(key)
+                    if replica is None:
+                        continue
+                    again = replica.step_alter_partition_error(request, _error_name(error.code))
+                    if again is not None:
+                        self._queue_alter(key, again)
+            except IndeterminateError as error:
+                log.warning("broker %d: AlterPartition failed: %s", self.settings.node_id, error)
+                await asyncio.sleep(_BACKOFF_S[0])
+                for item in batch:
+                    # Still pending: sent again; a change made meanwhile
+                    # is found by its partition epoch.
+                    self._queue_alter(*item)
+
+    async def _alter(self, batch: list[tuple[TopicIdPartition, AlterPartitionRequest]]) -> None:
+        # One in flight per partition: the last one queued for each.
+        latest = dict(batch)
+        changes = [
+            PartitionChange(
+                key.topic_id,
+                key.partition,
+                request.leader_epoch,
+                request.partition_epoch,
+                [(m.broker_id, m.broker_epoch) for m in request.new_isr],
+                leader_recovered=request.leader_recovery_state is LeaderRecoveryState.RECOVERED,
+            )
+            for key, request in latest.items()
+        ]
+        answer = await self.client.alter_partition(
+            self.settings.node_id, self.broker_epoch, changes
+        )
+        results: dict[TopicIdPartition, metadata_pb2.AlterPartitionPartitionResult] = {}
+        for topic in answer.topics:
+            for result in topic.partitions:
+                results[TopicIdPartition(topic.topic_id, result.partition)] = result
+        now = _now_ms()
+        retry: list[tuple[TopicIdPartition, AlterPartitionRequest]] = []
+        for key, request in latest.items():
+            replica = self.replicas.replicas.get(key)
+            if replica is None:
+                continue
+            found = results.get(key)
+            error = answer.error if answer.error != 0 or found is None else found.error
+            if error == 0 and found is not None:
+                moved = replica.step_alter_partition_result(
+                    request,
+                    AlterPartitionResult(
+                        found.leader,
+                        found.leader_epoch,
+                        found.partition_epoch,
+                        tuple(found.isr),
+                        LeaderRecoveryState.RECOVERING
+                        if found.leader_recovering
+                        else LeaderRecoveryState.RECOVERED,
+                    ),
+                    now,
+                )
+                if moved:
+                    self.service.wake([key])
+                continue
+            again = replica.step_alter_partition_error(
+                request, _error_name(error or Errors.UNKNOWN_SERVER_ERROR.value)
+            )
+            if again is not None:
+                retry.append((key, again))
+        if retry:
+            await asyncio.sleep(_BACKOFF_S[0])
+            for item in retry:
+                self._queue_alter(*item)
+
+    # -- replica fetchers -------------------------------------------------------------
+
+    def _leader_address(self, leader: int) -> str | None:
+        registration = self.image.brokers.get(leader)
+        if registration is None:
+            return None
+        for endpoint in registration.endpoints:
+            if endpoint.name == self.settings.listener_name:
+                return f"{endpoint.host}:{endpoint.port}"
+        return None
+
+    async def _fetch_from(self, leader: int) -> None:
+        """The fetcher of every partition led by ``leader``: one stream,
+        reconnected with backoff while the plan names the leader."""
+        await self._registered.wait()
+        delay = _BACKOFF_S[0]
+        while not self._stopping and leader in self.replicas.fetchers():
+            address = self._leader_address(leader)
+            if address is None:
+                await asyncio.sleep(delay)
+                continue
+            try:
+                async with dial(address, self._credentials) as channel:
+                    stub: broker_pb2_grpc.BrokerServiceAsyncStub = (
+                        broker_pb2_grpc.BrokerServiceStub(channel)
+                    )
+                    await self._stream(leader, stub)
+                    delay = _BACKOFF_S[0]
+            except (grpc.aio.AioRpcError, OSError) as error:
+                log.info(
+                    "broker %d: fetching from broker %d at %s: %s",
+                    self.settings.node_id,
+                    leader,
+                    address,
+                    error,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF_S[1])
+
+    async def _stream(self, leader: int, stub: broker_pb2_grpc.BrokerServiceAsyncStub) -> None:
+        call = stub.ReplicaFetch()
+        try:
+            while not self._stopping and leader in self.replicas.fetchers():
+                requests = self.replicas.next_fetch_requests(self.broker_epoch).get(leader)
+                if not requests:
+                    await asyncio.sleep(_BACKOFF_S[0])
+                    continue
+                await call.write(
+                    replica_fetch_request(
+                        self.settings.node_id, self.broker_epoch, requests, self.image
+                    )
+                )
+                response = await call.read()
+                if not isinstance(response, broker_pb2.FetchResponse):
+                    return  # the leader ended the stream
+                answers = fetch_answers(response, requests)
+                now = _now_ms()
+                changed = []
+                backoff = False
+                for key, request in requests.items():
+                    answer = answers[key]
+                    if answer.error is not Errors.NONE:
+                        backoff = True
+                    if self.replicas.step_fetch_answer(key, request, answer, now) is not None:
+                        changed.append(key)
+                if changed:
+                    self.service.wake(changed)
+                if backoff:
+                    await asyncio.sleep(_BACKOFF_S[0])
+        finally:
+            call.cancel()
+
+    # -- stop -------------------------------------------------------------------------
+
+    async def controlled_shutdown(self) -> bool:
+        """Heartbeat with ``want_shutdown`` until the controller says the
+        broker may go (it leads nothing); False at the timeout."""
+        if not self._registered.is_set():
+            return True
+        deadline = time.monotonic() + self.settings.controlled_shutdown_timeout_s
+        while time.monotonic() < deadline:
+            try:
+                answer = await self._heartbeat(want_shutdown=True)
+            except (MetadataClientError, IndeterminateError) as error:
+                log.warning("broker %d: controlled shutdown: %s", self.settings.node_id, error)
+            else:
+                if answer.error == 0 and answer.should_shut_down:
+                    return True
+            await asyncio.sleep(self.settings.heartbeat_interval_ms / 1000 / 2)
+        log.warning(
+            "broker %d: controlled shutdown did not finish within %g s; stopping anyway",
+            self.settings.node_id,
+            self.settings.controlled_shutdown_timeout_s,
+        )
+        return False
+
+    async def stop(self, *, controlled: bool = True) -> None:
+        """Controlled shutdown (unless ``controlled`` is False, as a crash),
+        then stop serving and close the logs."""
+        lifecycle = self._tasks[0] if self._tasks else None
+        if lifecycle is not None:
+            lifecycle.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lifecycle
+        if controlled:
+            await self.controlled_shutdown()
+        self._stopping = True
+        tasks = [*self._tasks[1:], *self._fetchers.values()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._fetchers.clear()
+        await self.node.stop(resign=False)
+        await self.client.close()
+        if not self.replicas.shut_down:
+            self.replicas.shutdown()
+        log.info("broker %d stopped", self.settings.node_id)

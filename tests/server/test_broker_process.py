@@ -1,0 +1,195 @@
+"""Broker processes (server/broker.py) end to end, in this process on
+127.0.0.1 with mutual TLS: three controllers and three brokers, a topic
+with replication factor 3 and min ISR 2, acks=all produces through a plain
+gRPC stub, the leader stopped and produces going on at its successor."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from broker.errors import Errors
+from kqproto import broker_pb2, broker_pb2_grpc
+from metadata.active import ControllerSettings
+from metadata.authorizer import AuthorizerSettings
+from metadata.client import MetadataClient, NewTopic
+from metadata.image import PartitionRegistration
+from partition_log.batch import build_batch, decode_records, split_batches
+from partition_log.records import Record
+from quorum.driver.identity import Identity
+from quorum.driver.identity import Role as IdentityRole
+from quorum.driver.server import NodeConfig, NodeServer
+from quorum.driver.storage_format import format_storage
+from quorum.driver.tls import dial
+from server.broker import BrokerProcess, BrokerSettings
+from server.controller import controller_server
+from tests.driver.cluster_util import CLUSTER_ID, Cluster, free_ports
+from tests.metadata.test_metadata_replication import OPTIONS
+
+SETTINGS = ControllerSettings(
+    broker_session_timeout_ms=3_000, broker_heartbeat_interval_ms=200, tick_interval_ms=50
+)
+SUPER_USERS = frozenset({"User:admin", "Broker:11", "Broker:12", "Broker:13"})
+AUTHORIZER = AuthorizerSettings(super_users=SUPER_USERS)
+BROKERS = (11, 12, 13)
+T = TypeVar("T")
+
+
+class Controllers(Cluster):
+    def make_server(self, config: NodeConfig) -> NodeServer:
+        return controller_server(config, SETTINGS, authorizer=AUTHORIZER)
+
+
+def broker(cluster: Controllers, broker_id: int, port: int) -> BrokerProcess:
+    metadata_dir = cluster.root / f"broker-{broker_id}" / "metadata"
+    format_storage(metadata_dir, CLUSTER_ID, broker_id, cluster.voters.keys())
+    logs = cluster.root / f"broker-{broker_id}" / "logs"
+    logs.mkdir(parents=True)
+    return BrokerProcess(
+        BrokerSettings(
+            broker_id,
+            CLUSTER_ID,
+            dict(cluster.voters),
+            metadata_dir,
+            [logs],
+            f"127.0.0.1:{port}",
+            rack=f"rack-{broker_id % 2}",
+            tls=cluster.tls_files(Identity.node(CLUSTER_ID, IdentityRole.BROKER, broker_id)),
+            options=OPTIONS,
+            authorizer=AUTHORIZER,
+            heartbeat_interval_ms=200,
+            tick_interval_ms=100,
+            controlled_shutdown_timeout_s=10,
+        )
+    )
+
+
+def produce(value: bytes) -> broker_pb2.ProduceRequest:
+    return broker_pb2.ProduceRequest(
+        acks=-1,
+        timeout_ms=10_000,
+        topics=[
+            broker_pb2.ProduceTopicData(
+                name="t",
+                partitions=[
+                    broker_pb2.ProducePartitionData(
+                        partition=0,
+                        records=build_batch([Record(0, int(time.time() * 1000), b"k", value)]),
+                    )
+                ],
+            )
+        ],
+    )
+
+
+def fetch(offset: int) -> broker_pb2.FetchRequest:
+    return broker_pb2.FetchRequest(
+        max_wait_ms=0,
+        topics=[
+            broker_pb2.FetchTopic(
+                topic="t",
+                partitions=[
+                    broker_pb2.FetchPartition(
+                        partition=0,
+                        fetch_offset=offset,
+                        current_leader_epoch=-1,
+                        last_fetched_epoch=-1,
+                    )
+                ],
+            )
+        ],
+    )
+
+
+async def wait_for(check: Callable[[], T | None], timeout_s: float = 20.0) -> T:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        found = check()
+        if found:
+            return found
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+def test_three_brokers_replicate_and_fail_over(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = Controllers(tmp_path, voters=3, options=OPTIONS, tls=True)
+        brokers: dict[int, BrokerProcess] = {}
+        admin_tls = cluster.tls_files(Identity.user(CLUSTER_ID, "admin"))
+        try:
+            for node in cluster.voters:
+                await cluster.start(node)
+            ports = free_ports(len(BROKERS))
+            for broker_id, port in zip(BROKERS, ports, strict=True):
+                brokers[broker_id] = broker(cluster, broker_id, port)
+                await brokers[broker_id].start()
+            async with MetadataClient(
+                list(cluster.voters.values()), credentials=admin_tls.channel_credentials()
+            ) as admin:
+                # Every broker registered and unfenced.
+                await wait_for(lambda: all(not b.fenced for b in brokers.values()))
+                created = await admin.create_topics(
+                    [NewTopic("t", 1, 3, configs={"min.insync.replicas": "2"})]
+                )
+                assert created.topics[0].error == 0, created
+
+            def partition() -> PartitionRegistration | None:
+                image = brokers[BROKERS[0]].image
+                topic = image.topic_by_name("t")
+                return None if topic is None else topic.partition(0)
+
+            first = await wait_for(partition)
+            leader = first.leader
+            assert leader in BROKERS and sorted(first.isr) == list(BROKERS)
+            await wait_for(
+                lambda: all(b.image.topic_by_name("t") is not None for b in brokers.values())
+            )
+            credentials = admin_tls.channel_credentials()
+            async with dial(brokers[leader].address, credentials) as channel:
+                stub = broker_pb2_grpc.BrokerServiceStub(channel)
+                for i in range(5):
+                    answer = (await stub.Produce(produce(b"v%d" % i))).topics[0].partitions[0]
+                    assert (answer.error, answer.base_offset) == (Errors.NONE, i), answer
+                got = (await stub.Fetch(fetch(0))).topics[0].partitions[0]
+                assert got.error == Errors.NONE and got.high_watermark == 5
+                values = [r.value for b in split_batches(got.records) for r in decode_records(b)]
+                assert values == [b"v%d" % i for i in range(5)]
+
+            # The leader goes (a controlled shutdown): another leads.
+            await brokers.pop(leader).stop()
+
+            def moved() -> PartitionRegistration | None:
+                topic = next(iter(brokers.values())).image.topic_by_name("t")
+                p = None if topic is None else topic.partition(0)
+                return p if p is not None and p.leader not in (leader, -1) else None
+
+            second = await wait_for(moved)
+            assert second.leader_epoch > first.leader_epoch
+            async with dial(brokers[second.leader].address, credentials) as channel:
+                stub = broker_pb2_grpc.BrokerServiceStub(channel)
+
+                async def produced() -> broker_pb2.ProducePartitionResponse:
+                    return (await stub.Produce(produce(b"after"))).topics[0].partitions[0]
+
+                answer = await produced()
+                for _ in range(50):
+                    if answer.error == Errors.NONE:
+                        break
+                    await asyncio.sleep(0.1)
+                    answer = await produced()
+                assert (answer.error, answer.base_offset) == (Errors.NONE, 5), answer
+                got = (await stub.Fetch(fetch(0))).topics[0].partitions[0]
+                assert got.high_watermark == 6
+                values = [r.value for b in split_batches(got.records) for r in decode_records(b)]
+                assert values == [*(b"v%d" % i for i in range(5)), b"after"]
+        finally:
+            for process in brokers.values():
+                await process.stop(controlled=False)
+            for node in list(cluster.servers):
+                await cluster.stop(node)
+
+    asyncio.run(asyncio.wait_for(body(), 90))

@@ -39,6 +39,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("sim", "kq.commands.sim:register"),
     ("storage", "kq.commands.storage:register"),
     ("controller", "kq.commands.controller:register"),
+    ("broker", "kq.commands.broker:register"),
     ("quorum", "kq.commands.quorum:register"),
     ("cluster", "kq.commands.cluster:register"),
     ("certs", "kq.commands.certs:register"),

@@ -29,6 +29,8 @@ import asyncio
 import base64
 import contextlib
 import logging
+import os
+import signal
 import time
 import uuid
 from collections.abc import Sequence
@@ -64,10 +66,21 @@ from metadata.records import LeaderRecoveryState
 from metadata.state_machine import ControllerStateMachine
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
+from quorum.driver.storage_format import StorageFormatError, read_meta
 from quorum.driver.tls import TlsFiles, dial
 from quorum.shared_log import SharedLog
+from server.config import SETTINGS, ConfigError, Settings, controller_config
+from server.errors import EXIT_FAILURE
 
-__all__ = ["BrokerProcess", "BrokerSettings"]
+__all__ = [
+    "BrokerProcess",
+    "BrokerSettings",
+    "LogDirFormatError",
+    "broker_config",
+    "check_log_dirs",
+    "format_log_dirs",
+    "run_broker",
+]
 
 log = logging.getLogger("kq.broker")
 
@@ -561,3 +574,194 @@ class BrokerProcess:
         if not self.replicas.shut_down:
             self.replicas.shutdown()
         log.info("broker %d stopped", self.settings.node_id)
+
+
+# -- the broker's configuration and its foreground run ----------------------------------
+
+
+def _section(settings: Settings, section: str) -> dict[str, object]:
+    return {
+        key.partition(".")[2]: settings.get(key)
+        for key in SETTINGS
+        if key.startswith(section + ".")
+    }
+
+
+def broker_config(settings: Settings) -> BrokerSettings:
+    """A broker's settings from the controllers' configuration keys:
+    ``node_id``, ``cluster_id``, ``data_dir`` (its copy of the metadata
+    log), ``voters`` (the controller quorum), ``listen`` (required), the
+    ``[broker]`` section, ``[tls]``, ``[authorizer]``, ``[quorum]`` and
+    ``[node]``; ConfigError naming what is wrong."""
+    listen: str = settings.require("listen", "--listen")
+    log_dirs: tuple[Path, ...] = settings.require("broker.log_dirs", "--set broker.log_dirs=DIR")
+    # The shared keys are checked as a node's (voters, TLS, listeners, options).
+    node = controller_config(settings)
+    if node.node_id in node.voters:
+        raise ConfigError(
+            f"broker {node.node_id} (node_id from {settings.origin('node_id')}) is also a "
+            f"controller in 'voters' (from {settings.origin('voters')}): a broker's id must "
+            "differ from every controller's"
+        )
+    values = _section(settings, "broker")
+    return BrokerSettings(
+        node_id=node.node_id,
+        cluster_id=node.cluster_id,
+        voters=dict(node.voters),
+        metadata_dir=node.data_dir,
+        log_dirs=log_dirs,
+        listen=listen,
+        rack=settings.get("broker.rack"),
+        tls=node.tls,
+        options=node.options,
+        authorizer=node.authorizer,
+        heartbeat_interval_ms=int(str(values["heartbeat_interval_ms"])),
+        tick_interval_ms=int(str(values["tick_interval_ms"])),
+        controlled_shutdown_timeout_s=int(str(values["controlled_shutdown_timeout_ms"])) / 1000,
+        metrics_listen=node.metrics_listen,
+    )
+
+
+# Each log directory's stamp (Kafka's meta.properties, as its storage tool
+# writes it): the cluster and the broker it belongs to.
+LOG_DIR_META = "meta.properties"
+
+
+class LogDirFormatError(Exception):
+    """A log directory unformatted, or formatted for another cluster or broker."""
+
+
+def _read_log_dir_meta(directory: Path) -> dict[str, str] | None:
+    path = directory / LOG_DIR_META
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise LogDirFormatError(f"cannot read {path}: {exc}") from None
+    found = {}
+    for line in text.splitlines():
+        key, eq, value = line.partition("=")
+        if eq and not line.startswith("#"):
+            found[key.strip()] = value.strip()
+    return found
+
+
+def format_log_dirs(directories: Sequence[Path], cluster_id: str, node_id: int) -> list[Path]:
+    """Stamp each log directory (created if missing) with the cluster id
+    and node id; one stamped for another cluster or node is refused, one
+    stamped alike is left alone. The directories newly stamped."""
+    stamped = []
+    for directory in directories:
+        found = _read_log_dir_meta(directory)
+        if found is not None:
+            _check_meta(directory, found, cluster_id, node_id)
+            continue
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / LOG_DIR_META
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(
+            f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n", encoding="utf-8"
+        )
+        os.replace(temporary, path)
+        stamped.append(directory)
+    return stamped
+
+
+def _check_meta(directory: Path, found: dict[str, str], cluster_id: str, node_id: int) -> None:
+    if found.get("cluster.id") != cluster_id:
+        raise LogDirFormatError(
+            f"log directory {directory} belongs to cluster {found.get('cluster.id')!r}, "
+            f"not {cluster_id!r}"
+        )
+    if found.get("node.id") != str(node_id):
+        raise LogDirFormatError(
+            f"log directory {directory} belongs to broker {found.get('node.id')}, not {node_id}"
+        )
+
+
+def check_log_dirs(directories: Sequence[Path], cluster_id: str, node_id: int) -> None:
+    """Every log directory formatted for this cluster and broker, or
+    :class:`LogDirFormatError`."""
+    for directory in directories:
+        found = _read_log_dir_meta(directory)
+        if found is None:
+            raise LogDirFormatError(
+                f"log directory {directory} is not formatted (run `kq storage format` with "
+                "the broker's configuration)"
+            )
+        _check_meta(directory, found, cluster_id, node_id)
+
+
+def run_broker(settings: BrokerSettings) -> int:
+    """Serve until SIGTERM or SIGINT, then shut down under control; the
+    exit status."""
+    try:
+        meta = read_meta(settings.metadata_dir)
+    except StorageFormatError as exc:
+        log.error("cannot start broker %d: %s", settings.node_id, exc)
+        return EXIT_FAILURE
+    if meta.cluster_id != settings.cluster_id or meta.node_id != settings.node_id:
+        log.error(
+            "cannot start broker %d: data directory %s was formatted for node %d of cluster "
+            "%s, not node %d of cluster %s",
+            settings.node_id,
+            settings.metadata_dir,
+            meta.node_id,
+            meta.cluster_id,
+            settings.node_id,
+            settings.cluster_id,
+        )
+        return EXIT_FAILURE
+    try:
+        check_log_dirs(settings.log_dirs, settings.cluster_id, settings.node_id)
+    except LogDirFormatError as exc:
+        log.error("cannot start broker %d: %s", settings.node_id, exc)
+        return EXIT_FAILURE
+    return asyncio.run(_serve(settings))
+
+
+async def _serve(settings: BrokerSettings) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if stop.is_set():
+            log.warning("received %s again; already stopping", sig.name)
+            return
+        log.info("received %s: controlled shutdown, then stopping", sig.name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        try:
+            process = BrokerProcess(settings)
+            await process.start()
+        except (OSError, RuntimeError, ValueError) as exc:
+            log.error("cannot start broker %d on %s: %s", settings.node_id, settings.listen, exc)
+            return EXIT_FAILURE
+        log.info(
+            "broker %d of cluster %s serving on %s, log directories %s",
+            settings.node_id,
+            settings.cluster_id,
+            settings.listen,
+            ", ".join(map(str, settings.log_dirs)),
+        )
+        status = 0
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.5)
+            if process.node.node.failure is not None:
+                log.error(
+                    "broker %d: its metadata log failed: %s; stopping",
+                    settings.node_id,
+                    process.node.node.failure,
+                )
+                status = EXIT_FAILURE
+                break
+        await process.stop(controlled=status == 0)
+        return status
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)

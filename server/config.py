@@ -156,11 +156,40 @@ _AUTHORIZER = [
     ),
 ]
 
+# A broker's own keys (kq broker start); node_id, cluster_id, data_dir (the
+# broker's copy of the metadata log), voters (the controller quorum),
+# listen, [tls] and [authorizer] are shared with the controllers.
+_BROKER = [
+    Setting(
+        "broker.log_dirs",
+        "paths",
+        None,
+        'the partition logs\' directories, e.g. ["/var/lib/kq/logs"] (required for a broker)',
+    ),
+    Setting("broker.rack", "str", None, "the broker's rack (replica placement spreads racks)"),
+    Setting("broker.heartbeat_interval_ms", "int", 500, "between heartbeats to the controller", 1),
+    Setting(
+        "broker.tick_interval_ms",
+        "int",
+        250,
+        "between runs of the ISR expiration and the log manager's tasks",
+        1,
+    ),
+    Setting(
+        "broker.controlled_shutdown_timeout_ms",
+        "int",
+        30_000,
+        "how long a stopping broker waits for the controller to move its leaders away",
+        0,
+    ),
+]
+
 SETTINGS: dict[str, Setting] = {
     s.key: s
     for s in _TOP
     + _TLS
     + _AUTHORIZER
+    + _BROKER
     + _core_settings("quorum", QuorumConfig, minimums={"check_quorum_factor": 1.0})
     + _core_settings("node", NodeOptions, skip=("quorum",), minimums={"max_batch_records": 1})
     + _core_settings(
@@ -175,7 +204,7 @@ SETTINGS: dict[str, Setting] = {
 }
 """Every setting, by key."""
 
-_SECTIONS = ("quorum", "node", "controller", "tls", "authorizer")
+_SECTIONS = ("quorum", "node", "controller", "tls", "authorizer", "broker")
 
 
 def env_name(key: str) -> str:
@@ -238,6 +267,8 @@ def _convert(
             raise _bad(key, origin, str(exc)) from None
     if kind == "principals":
         return _convert_principals(key, raw, origin)
+    if kind == "paths":
+        return _convert_paths(key, raw, origin, base_dir)
     if kind == "bool":
         if isinstance(raw, bool):
             return raw
@@ -336,6 +367,28 @@ def _convert_principals(key: str, raw: object, origin: str) -> tuple[str, ...]:
     except ValueError as exc:
         raise _bad(key, origin, str(exc)) from None
     return tuple(items)
+
+
+def _convert_paths(key: str, raw: object, origin: str, base_dir: Path | None) -> tuple[Path, ...]:
+    """Directories: a TOML array of strings, or comma-separated text."""
+    if isinstance(raw, str):
+        items: list[object] = [part for part in raw.split(",") if part.strip()]
+    elif isinstance(raw, list):
+        items = list(raw)
+    else:
+        return _fail_type(key, origin, "array of directory paths", raw)
+    if not items or not all(isinstance(item, str) and item.strip() for item in items):
+        raise _bad(key, origin, f"expected one or more directory paths, got {raw!r}")
+    paths = []
+    for item in items:
+        assert isinstance(item, str)
+        path = Path(item.strip()).expanduser()
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        paths.append(path)
+    if len(set(paths)) != len(paths):
+        raise _bad(key, origin, f"a directory is listed twice: {raw!r}")
+    return tuple(paths)
 
 
 def _convert_voters(key: str, raw: object, origin: str) -> dict[int, str]:

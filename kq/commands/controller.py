@@ -14,9 +14,11 @@ failed while running; 2 a configuration error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from kq.commands.common import (
@@ -36,7 +38,7 @@ from server.config import (
 )
 from server.controller import run_controller
 
-__all__ = ["register"]
+__all__ = ["register", "setup_logging"]
 
 log = logging.getLogger("kq.controller")
 
@@ -121,6 +123,21 @@ def _log_listener(config: ControllerConfig) -> None:
             protocol.value,
             config.tls.ca,
         )
+
+
+@contextlib.contextmanager
+def setup_logging(level: str, log_file: str | None) -> Iterator[None]:
+    """The root logger at ``level`` to stderr (and ``log_file``) while in
+    the block; as it was afterwards."""
+    root_level = logging.getLogger().level
+    handlers = _setup_logging(level, log_file)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+        logging.getLogger().setLevel(root_level)
 
 
 def _setup_logging(level: str, log_file: str | None) -> list[logging.Handler]:

@@ -34,6 +34,7 @@ from quorum.driver.storage_format import (
     random_cluster_id,
     read_meta,
 )
+from server.broker import LogDirFormatError, format_log_dirs
 from server.config import ConfigError
 
 __all__ = ["register"]
@@ -112,6 +113,16 @@ def _format(args: argparse.Namespace) -> int:
         f"Formatted {data_dir} for cluster {meta.cluster_id} node {meta.node_id} "
         f"(voters {','.join(map(str, meta.voters.sorted()))})"
     )
+    # A broker's configuration names its log directories too.
+    log_dirs: tuple[Path, ...] | None = settings.get("broker.log_dirs")
+    if log_dirs:
+        try:
+            stamped = format_log_dirs(log_dirs, cluster_id, node_id)
+        except (LogDirFormatError, OSError) as exc:
+            raise CommandError(str(exc)) from None
+        for directory in log_dirs:
+            done = "Formatted" if directory in stamped else "Already formatted"
+            print(f"{done} log directory {directory} for cluster {cluster_id} broker {node_id}")
     return 0
 
 

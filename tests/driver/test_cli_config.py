@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from kq.cli import main
+from server.broker import broker_config
 from server.config import (
     SETTINGS,
     ConfigError,
@@ -211,12 +212,20 @@ def test_the_example_config_documents_every_key() -> None:
             keys |= {f"{name}.{sub}" for sub in value}
         else:
             keys.add(name)
+    # The broker's own section is in the broker's example.
+    broker_path = REPO / "docs" / "broker.example.toml"
+    broker_doc = tomllib.loads(broker_path.read_text())
+    keys |= {f"broker.{sub}" for sub in broker_doc["broker"]}
     assert keys == set(SETTINGS)
     config = controller_config(load_settings(path, {}))
+    broker = load_settings(broker_path, {})
+    broker_config(broker)
     for key, setting in SETTINGS.items():
         if key.startswith(("quorum.", "node.", "controller.")):
             # The example shows the defaults.
             assert config.settings.get(key) == setting.default, key
+        if key.startswith("broker.") and setting.default is not None:
+            assert broker.get(key) == setting.default, key
 
 
 def test_controller_start_exits_2_on_a_config_error(

@@ -15,7 +15,7 @@ from broker.errors import Errors
 from kqproto import broker_pb2, broker_pb2_grpc
 from metadata.active import ControllerSettings
 from metadata.authorizer import AuthorizerSettings
-from metadata.client import MetadataClient, NewTopic
+from metadata.client import ConfigOp, ConfigResource, MetadataClient, NewTopic
 from metadata.image import PartitionRegistration
 from partition_log.batch import build_batch, decode_records, split_batches
 from partition_log.records import Record
@@ -43,11 +43,14 @@ class Controllers(Cluster):
         return controller_server(config, SETTINGS, authorizer=AUTHORIZER)
 
 
-def broker(cluster: Controllers, broker_id: int, port: int) -> BrokerProcess:
+def broker(cluster: Controllers, broker_id: int, port: int, *, new: bool = True) -> BrokerProcess:
+    """Broker ``broker_id`` on ``port``: formatted first when ``new``, else
+    restarted over the directories it had."""
     metadata_dir = cluster.root / f"broker-{broker_id}" / "metadata"
-    format_storage(metadata_dir, CLUSTER_ID, broker_id, cluster.voters.keys())
     logs = cluster.root / f"broker-{broker_id}" / "logs"
-    logs.mkdir(parents=True)
+    if new:
+        format_storage(metadata_dir, CLUSTER_ID, broker_id, cluster.voters.keys())
+        logs.mkdir(parents=True)
     return BrokerProcess(
         BrokerSettings(
             broker_id,
@@ -186,6 +189,83 @@ def test_three_brokers_replicate_and_fail_over(tmp_path: Path) -> None:
                 assert got.high_watermark == 6
                 values = [r.value for b in split_batches(got.records) for r in decode_records(b)]
                 assert values == [*(b"v%d" % i for i in range(5)), b"after"]
+        finally:
+            for process in brokers.values():
+                await process.stop(controlled=False)
+            for node in list(cluster.servers):
+                await cluster.stop(node)
+
+    asyncio.run(asyncio.wait_for(body(), 90))
+
+
+def test_a_crashed_follower_leaves_the_isr_and_comes_back(tmp_path: Path) -> None:
+    """A follower that stops without a controlled shutdown leaves the ISR
+    (the leader's ISR expiration or the controller's session timeout), the
+    two others go on taking acks=all produces, and the follower restarted
+    over its directories catches up and is added back (the leader's
+    AlterPartition). InitProducerId draws from the controller's blocks."""
+
+    async def body() -> None:
+        cluster = Controllers(tmp_path, voters=3, options=OPTIONS, tls=True)
+        brokers: dict[int, BrokerProcess] = {}
+        admin_tls = cluster.tls_files(Identity.user(CLUSTER_ID, "admin"))
+        try:
+            for node in cluster.voters:
+                await cluster.start(node)
+            ports = dict(zip(BROKERS, free_ports(len(BROKERS)), strict=True))
+            for broker_id, port in ports.items():
+                brokers[broker_id] = broker(cluster, broker_id, port)
+                await brokers[broker_id].start()
+            async with MetadataClient(
+                list(cluster.voters.values()), credentials=admin_tls.channel_credentials()
+            ) as admin:
+                await wait_for(lambda: all(not b.fenced for b in brokers.values()))
+                await admin.alter_configs(
+                    {ConfigResource.cluster(): [ConfigOp("replica.lag.time.max.ms", "1000")]}
+                )
+                await admin.create_topics(
+                    [NewTopic("t", 1, 3, configs={"min.insync.replicas": "2"})]
+                )
+
+            def registration(of: int) -> PartitionRegistration | None:
+                topic = brokers[of].image.topic_by_name("t")
+                return None if topic is None else topic.partition(0)
+
+            def with_isr(of: int, member: int, present: bool) -> PartitionRegistration | None:
+                p = registration(of)
+                return p if p is not None and (member in p.isr) == present else None
+
+            some = next(iter(brokers))
+            first = await wait_for(lambda: registration(some))
+            leader = first.leader
+            follower = next(b for b in BROKERS if b != leader)
+            credentials = admin_tls.channel_credentials()
+            async with dial(brokers[leader].address, credentials) as channel:
+                stub = broker_pb2_grpc.BrokerServiceStub(channel)
+                ids = await stub.InitProducerId(
+                    broker_pb2.InitProducerIdRequest(producer_id=-1, producer_epoch=-1)
+                )
+                assert ids.error == Errors.NONE and ids.producer_id >= 0, ids
+                answer = (await stub.Produce(produce(b"a"))).topics[0].partitions[0]
+                assert (answer.error, answer.base_offset) == (Errors.NONE, 0), answer
+
+                await brokers.pop(follower).stop(controlled=False)
+                shrunk = await wait_for(lambda: with_isr(leader, follower, False))
+                assert sorted(shrunk.isr) == sorted(b for b in BROKERS if b != follower)
+                assert shrunk.leader == leader
+                answer = (await stub.Produce(produce(b"b"))).topics[0].partitions[0]
+                assert (answer.error, answer.base_offset) == (Errors.NONE, 1), answer
+
+                brokers[follower] = broker(cluster, follower, ports[follower], new=False)
+                await brokers[follower].start()
+                grown = await wait_for(lambda: with_isr(leader, follower, True), 30)
+                assert sorted(grown.isr) == list(BROKERS)
+                answer = (await stub.Produce(produce(b"c"))).topics[0].partitions[0]
+                assert (answer.error, answer.base_offset) == (Errors.NONE, 2), answer
+            # The restarted follower holds every record.
+            log = brokers[follower].replicas.logs.log(brokers[follower].replicas.resolve("t", 0))
+            assert log is not None
+            await wait_for(lambda: log.log_end_offset == 3)
         finally:
             for process in brokers.values():
                 await process.stop(controlled=False)

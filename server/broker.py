@@ -42,7 +42,7 @@ import grpc
 from broker.codec import fetch_answers, replica_fetch_request
 from broker.errors import Errors
 from broker.log_dirs import LogDirectory
-from broker.log_manager import LogManager
+from broker.log_manager import LogManager, LogManagerError
 from broker.os_log_dirs import OsLogDirectory
 from broker.producer_ids import BlockProducerIds, ProducerIdBlock, ProducerIdsError
 from broker.replica import AlterPartitionRequest
@@ -64,6 +64,7 @@ from metadata.errors import Errors as MetadataErrors
 from metadata.image import MetadataImage, TopicIdPartition
 from metadata.records import LeaderRecoveryState
 from metadata.state_machine import ControllerStateMachine
+from partition_log.errors import PartitionLogError
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import StorageFormatError, read_meta
@@ -220,6 +221,8 @@ class BrokerProcess:
         self._registered = asyncio.Event()
         self._stopping = False
         self.caught_up = asyncio.Event()
+        # Why the broker cannot go on (its logs would not load), if so.
+        self.failure: str | None = None
 
     # -- the image ------------------------------------------------------------------
 
@@ -241,9 +244,17 @@ class BrokerProcess:
         if self.replicas.shut_down:
             return
         now = _now_ms()
+        if self.failure is not None:
+            return
         if not self._loaded:
+            try:
+                loaded = self.replicas.logs.load(image, self.settings.node_id, now)
+            except (LogManagerError, PartitionLogError, OSError, ValueError) as error:
+                # Kafka's LogManager.startup failing: the broker cannot serve.
+                self.failure = f"cannot load its log directories: {error}"
+                log.error("broker %d %s", self.settings.node_id, self.failure)
+                return
             self._loaded = True
-            loaded = self.replicas.logs.load(image, self.settings.node_id, now)
             log.info("broker %d loaded its logs: %s", self.settings.node_id, loaded)
         result = self.replicas.apply_delta(image, now)
         for key, why in result.failed.items():
@@ -332,7 +343,7 @@ class BrokerProcess:
     async def _lifecycle(self) -> None:
         await self._register()
         interval = self.settings.heartbeat_interval_ms / 1000
-        while not self._stopping:
+        while not self._stopping and self.failure is None:
             try:
                 answer = await self._heartbeat()
             except MetadataClientError as error:
@@ -758,6 +769,10 @@ async def _serve(settings: BrokerSettings) -> int:
                     settings.node_id,
                     process.node.node.failure,
                 )
+                status = EXIT_FAILURE
+                break
+            if process.failure is not None:
+                log.error("broker %d %s; stopping", settings.node_id, process.failure)
                 status = EXIT_FAILURE
                 break
         await process.stop(controlled=status == 0)

@@ -273,3 +273,28 @@ def test_a_crashed_follower_leaves_the_isr_and_comes_back(tmp_path: Path) -> Non
                 await cluster.stop(node)
 
     asyncio.run(asyncio.wait_for(body(), 90))
+
+
+def test_a_log_directory_that_does_not_load_stops_the_broker(tmp_path: Path) -> None:
+    async def body() -> None:
+        cluster = Controllers(tmp_path, voters=3, options=OPTIONS, tls=True)
+        process: BrokerProcess | None = None
+        try:
+            for node in cluster.voters:
+                await cluster.start(node)
+            (port,) = free_ports(1)
+            process = broker(cluster, BROKERS[0], port)
+            # Not a partition's directory name: the load refuses it.
+            (tmp_path / f"broker-{BROKERS[0]}" / "logs" / "not a partition").mkdir()
+            await process.start()
+            failure = await wait_for(lambda: process.failure if process else None)
+            assert "cannot load its log directories" in failure
+            assert "not a partition" in failure
+            assert not process.replicas.replicas
+        finally:
+            if process is not None:
+                await process.stop(controlled=False)
+            for node in list(cluster.servers):
+                await cluster.stop(node)
+
+    asyncio.run(asyncio.wait_for(body(), 60))

@@ -376,8 +376,14 @@ class BrokerProcess:
             for key, request in self.replicas.tick_isr(now):
                 self._queue_alter(key, request)
             tick = self.replicas.logs.tick(now)
-            del tick
-            self.replicas.logs.checkpoint_high_watermarks()
+            for key, why in tick.failed.items():
+                log.error("broker %d: the log of %s failed: %s", self.settings.node_id, key, why)
+            try:
+                self.replicas.logs.checkpoint_high_watermarks()
+            except (OSError, PartitionLogError) as error:
+                log.error(
+                    "broker %d: cannot checkpoint high watermarks: %s", self.settings.node_id, error
+                )
 
     # -- AlterPartition ---------------------------------------------------------------
 
@@ -500,6 +506,17 @@ class BrokerProcess:
                     self.settings.node_id,
                     leader,
                     address,
+                    error,
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _BACKOFF_S[1])
+            except PartitionLogError as error:
+                # A local log refused the leader's records: logged, fetched
+                # again after the backoff (the partition stays behind).
+                log.error(
+                    "broker %d: applying a fetch from broker %d: %s",
+                    self.settings.node_id,
+                    leader,
                     error,
                 )
                 await asyncio.sleep(delay)

@@ -33,11 +33,12 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from prometheus_client import Gauge
 
 from broker.codec import fetch_answers, replica_fetch_request
 from broker.errors import Errors
@@ -46,6 +47,7 @@ from broker.log_manager import LogManager, LogManagerError
 from broker.os_log_dirs import OsLogDirectory
 from broker.producer_ids import BlockProducerIds, ProducerIdBlock, ProducerIdsError
 from broker.replica import AlterPartitionRequest
+from broker.replica import Role as ReplicaRole
 from broker.replica.types import AlterPartitionResult
 from broker.replica_manager import ReplicaManager
 from broker.service import BrokerService, ServiceSettings
@@ -210,6 +212,7 @@ class BrokerProcess:
             state_machine=SharedLog([("metadata", self.metadata)]),
             plugins=[lambda host: _BrokerPlugin(self.service)],
         )
+        self._metrics()
         self.metadata.add_listener(self._on_commit)
         self.metadata.add_load_listener(self._on_load)
         self._loaded = False
@@ -223,6 +226,55 @@ class BrokerProcess:
         self.caught_up = asyncio.Event()
         # Why the broker cannot go on (its logs would not load), if so.
         self.failure: str | None = None
+
+    # -- metrics --------------------------------------------------------------------
+
+    def partition_counts(self) -> dict[str, int]:
+        """Partitions led here, and of them those whose committed ISR is
+        smaller than their replicas (under-replicated) or than their
+        ``min.insync.replicas`` (under min ISR); partitions offline here."""
+        led = under_replicated = under_min_isr = 0
+        image = self.replicas.image
+        for key, replica in self.replicas.replicas.items():
+            if replica.role is not ReplicaRole.LEADER:
+                continue
+            registration = image.partition(key.topic_id, key.partition)
+            if registration is None:
+                continue
+            led += 1
+            under_replicated += len(registration.isr) < len(registration.replicas)
+            under_min_isr += len(registration.isr) < replica.min_isr
+        return {
+            "leader": led,
+            "under_replicated": under_replicated,
+            "under_min_isr": under_min_isr,
+            "offline": len(self.replicas.offline),
+        }
+
+    def _metrics(self) -> None:
+        registry = self.node.registry
+        node = str(self.settings.node_id)
+
+        def gauge(name: str, doc: str, value: Callable[[], float]) -> None:
+            Gauge(name, doc, ["node"], registry=registry).labels(node=node).set_function(value)
+
+        gauge(
+            "kq_broker_metadata_offset",
+            "The metadata log offset the broker has applied.",
+            lambda: self.metadata.applied_offset,
+        )
+        gauge("kq_broker_fenced", "1 while the controller fences the broker.", lambda: self.fenced)
+        for name, doc in (
+            ("leader", "Partitions led here."),
+            ("under_replicated", "Partitions led here whose ISR is smaller than their replicas."),
+            ("under_min_isr", "Partitions led here whose ISR is below min.insync.replicas."),
+            ("offline", "Partitions whose log could not be served here."),
+        ):
+            gauge(
+                f"kq_broker_{name}_partitions",
+                doc,
+                lambda name=name: self.partition_counts()[name],  # type: ignore[misc]
+            )
 
     # -- the image ------------------------------------------------------------------
 

@@ -253,6 +253,19 @@ def test_a_crashed_follower_leaves_the_isr_and_comes_back(tmp_path: Path) -> Non
                 shrunk = await wait_for(lambda: with_isr(leader, follower, False))
                 assert sorted(shrunk.isr) == sorted(b for b in BROKERS if b != follower)
                 assert shrunk.leader == leader
+                # The leader's metrics count the partition under-replicated,
+                # not under min ISR.
+                metrics = brokers[leader].node.registry
+                labels = {"node": str(leader)}
+                await wait_for(
+                    lambda: (
+                        metrics.get_sample_value("kq_broker_under_replicated_partitions", labels)
+                        == 1
+                    )
+                )
+                assert metrics.get_sample_value("kq_broker_under_min_isr_partitions", labels) == 0
+                assert metrics.get_sample_value("kq_broker_leader_partitions", labels) == 1
+                assert metrics.get_sample_value("kq_broker_fenced", labels) == 0
                 answer = (await stub.Produce(produce(b"b"))).topics[0].partitions[0]
                 assert (answer.error, answer.base_offset) == (Errors.NONE, 1), answer
 
@@ -260,6 +273,12 @@ def test_a_crashed_follower_leaves_the_isr_and_comes_back(tmp_path: Path) -> Non
                 await brokers[follower].start()
                 grown = await wait_for(lambda: with_isr(leader, follower, True), 30)
                 assert sorted(grown.isr) == list(BROKERS)
+                await wait_for(
+                    lambda: (
+                        metrics.get_sample_value("kq_broker_under_replicated_partitions", labels)
+                        == 0
+                    )
+                )
                 answer = (await stub.Produce(produce(b"c"))).topics[0].partitions[0]
                 assert (answer.error, answer.base_offset) == (Errors.NONE, 2), answer
             # The restarted follower holds every record.

@@ -18,8 +18,6 @@ failed while running; 2 a configuration error.
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from kq.commands.common import (
     EXIT_USAGE,
@@ -27,6 +25,7 @@ from kq.commands.common import (
     Subparsers,
     add_command_group,
     command,
+    pid_file,
 )
 from kq.commands.config_flags import add_config_flags, settings_from_args
 from kq.commands.controller import setup_logging
@@ -67,20 +66,5 @@ def _start(args: argparse.Namespace) -> int:
         config = broker_config(settings)
     except ConfigError as exc:
         raise CommandError(f"config error: {exc}", EXIT_USAGE) from None
-    with setup_logging(settings.get("log_level"), args.log_file):
-        pid_file = Path(args.pid_file) if args.pid_file else None
-        try:
-            if pid_file is not None:
-                try:
-                    pid_file.write_text(f"{os.getpid()}\n")
-                except OSError as exc:
-                    pid_file = None
-                    raise CommandError(f"cannot write --pid-file {args.pid_file}: {exc}") from None
-            return run_broker(config)
-        finally:
-            if pid_file is not None:
-                try:
-                    if pid_file.read_text().strip() == str(os.getpid()):
-                        pid_file.unlink()
-                except OSError:
-                    pass
+    with setup_logging(settings.get("log_level"), args.log_file), pid_file(args.pid_file):
+        return run_broker(config)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
 import sys
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
 
@@ -221,3 +222,25 @@ def format_fields(fields: Mapping[str, object]) -> str:
     """``Name:  value`` lines, values aligned."""
     width = max(len(k) for k in fields) + 2
     return "\n".join(f"{(k + ':').ljust(width)}{v}" for k, v in fields.items())
+
+
+@contextlib.contextmanager
+def pid_file(path: str | None) -> Iterator[None]:
+    """Write this process's id to ``path`` (``--pid-file``) while in the
+    block, and remove it afterwards if it still names this process."""
+    if path is None:
+        yield
+        return
+    file = Path(path)
+    try:
+        file.write_text(f"{os.getpid()}\n")
+    except OSError as exc:
+        raise CommandError(f"cannot write --pid-file {path}: {exc}") from None
+    try:
+        yield
+    finally:
+        try:
+            if file.read_text().strip() == str(os.getpid()):
+                file.unlink()
+        except OSError:
+            pass

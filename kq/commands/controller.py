@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 from kq.commands.common import (
     EXIT_USAGE,
@@ -27,6 +25,7 @@ from kq.commands.common import (
     Subparsers,
     add_command_group,
     command,
+    pid_file,
 )
 from kq.commands.config_flags import add_config_flags, settings_from_args
 from server.config import (
@@ -75,29 +74,9 @@ def _start(args: argparse.Namespace) -> int:
         config = controller_config(settings_from_args(args))
     except ConfigError as exc:
         raise CommandError(f"config error: {exc}", EXIT_USAGE) from None
-    root_level = logging.getLogger().level
-    handlers = _setup_logging(config.log_level, args.log_file)
-    _log_listener(config)
-    pid_file = Path(args.pid_file) if args.pid_file else None
-    try:
-        if pid_file is not None:
-            try:
-                pid_file.write_text(f"{os.getpid()}\n")
-            except OSError as exc:
-                pid_file = None
-                raise CommandError(f"cannot write --pid-file {args.pid_file}: {exc}") from None
+    with setup_logging(config.log_level, args.log_file), pid_file(args.pid_file):
+        _log_listener(config)
         return run_controller(config)
-    finally:
-        if pid_file is not None:
-            try:
-                if pid_file.read_text().strip() == str(os.getpid()):
-                    pid_file.unlink()
-            except OSError:
-                pass
-        for handler in handlers:
-            logging.getLogger().removeHandler(handler)
-            handler.close()
-        logging.getLogger().setLevel(root_level)
 
 
 PLAINTEXT_WARNING = (

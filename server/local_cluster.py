@@ -1,26 +1,47 @@
-"""The local cluster of ``kq cluster``: controller processes on one machine.
+"""The local cluster of ``kq cluster``: controller and broker processes on
+one machine.
 
 Also what the chaos harness's local backend and the benchmarks start their
-clusters with.  Node N listens on ``127.0.0.1:<base port + N - 1>``.
-Everything lives under one folder (default ``./kq-cluster``)::
+clusters with.  Controllers and brokers share one id space, as in Kafka
+(a broker's id must differ from every controller's): with C controllers,
+the controllers are 1..C and the brokers C+1, C+2, ...  Node N, controller
+or broker, listens on port ``<base port> + N - 1`` (its Prometheus exporter
+on that plus :data:`METRICS_PORT_OFFSET`): a controller on ``127.0.0.1``,
+broker N on its own loopback address ``127.0.1.N`` (:func:`broker_host`),
+so that a fault test can cut one broker off by its address alone (Linux
+routes all of 127.0.0.0/8 to the loopback interface).  With 3 controllers
+and 3 brokers at base 9091: controllers at 127.0.0.1:9091-9093, brokers 4,
+5, 6 at 127.0.1.4:9094, 127.0.1.5:9095 and 127.0.1.6:9096.  Everything lives
+under one folder (default ``./kq-cluster``)::
 
-    cluster.json           the state: cluster id, and per node its id,
-                           address, pid, data dir, config and log file
-    node-N/config.toml     the node's generated config (data_dir = "data")
-    node-N/data/           its formatted data directory
-    node-N/controller.log  its stdout and stderr (the node's log)
+    cluster.json             the state: cluster id, and per node and per
+                             broker its id, address, pid, data dir, config,
+                             log file and metrics address (a broker's log
+                             directories too)
+    node-N/config.toml       the node's generated config (data_dir = "data")
+    node-N/data/             its formatted data directory
+    node-N/controller.log    its stdout and stderr (the node's log)
+    broker-N/config.toml     a broker's generated config
+    broker-N/metadata/       its copy of the metadata log (formatted as a
+                             node's data directory)
+    broker-N/logs/           its log directory (the partitions' logs),
+                             stamped with the cluster and broker id
+    broker-N/broker.log      its stdout and stderr
 
 Paths in ``cluster.json`` are relative to the folder.  Starting formats new
 data directories, starts one ``kq controller start`` process per node in
 its own session (so that it outlives the shell that started it) and waits
-until a leader is elected.  A pid is only taken for a node's if the
-process's command line names that node's config file (on Linux; elsewhere,
-if the pid exists).  Errors for the user are :class:`server.errors.UserError`.
+until a leader is elected; then one ``kq broker start`` per broker
+(:mod:`server.local_brokers` waits for them to be unfenced).  A pid is
+only taken for a node's if the process's command line names that node's
+config file (on Linux; elsewhere, if the pid exists).  Errors for the
+user are :class:`server.errors.UserError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import random
@@ -29,7 +50,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,14 +80,20 @@ from server.config import (
 from server.errors import EXIT_USAGE, UserError
 
 __all__ = [
+    "BROKER_NET",
     "DEFAULT_BASE_PORT",
+    "DEFAULT_BROKERS",
     "DEFAULT_DIR",
     "DEFAULT_NODES",
     "HOST",
+    "MAX_BROKERS",
     "METRICS_PORT_OFFSET",
     "STATE_FILE",
+    "BrokerState",
     "ClusterState",
     "NodeState",
+    "broker_addresses",
+    "broker_host",
     "PLAINTEXT_WARNING",
     "check_configs",
     "check_ports",
@@ -74,6 +101,9 @@ __all__ = [
     "free_base_port",
     "CallerCredentials",
     "broker_tls",
+    "host_bindable",
+    "local_cluster_state",
+    "write_broker_configs",
     "issue_node_cert",
     "load_state",
     "local_addresses",
@@ -95,8 +125,14 @@ STATE_FILE = "cluster.json"
 STATE_VERSION = 1
 DEFAULT_DIR = "kq-cluster"
 DEFAULT_NODES = 3
+DEFAULT_BROKERS = 3
+# At most this many brokers; with at most 99 controllers every broker id
+# stays below 255, the last octet of its loopback address.
+MAX_BROKERS = 99
 DEFAULT_BASE_PORT = 9091
 HOST = "127.0.0.1"
+# Broker N listens on BROKER_NET + N (127.0.1.N), each on its own address.
+BROKER_NET = "127.0.1."
 # Node N's Prometheus exporter listens on its gRPC port plus this.
 METRICS_PORT_OFFSET = 1000
 # The source tree this module is part of (server/ is at its top).
@@ -113,7 +149,15 @@ PLAINTEXT_WARNING = (
 so on every ``--insecure`` start)."""
 # Settings each node's generated config fixes; the environment must not
 # override them for a node of a local cluster.
-_IDENTITY_KEYS = ("node_id", "cluster_id", "data_dir", "listen", "voters", "metrics_listen")
+_IDENTITY_KEYS = (
+    "node_id",
+    "cluster_id",
+    "data_dir",
+    "listen",
+    "voters",
+    "metrics_listen",
+    "broker.log_dirs",
+)
 
 
 @dataclass(slots=True)
@@ -130,14 +174,33 @@ class NodeState:
 
 
 @dataclass(slots=True)
+class BrokerState(NodeState):
+    """A broker of the local cluster: ``node_id`` its broker id,
+    ``data_dir`` its copy of the metadata log, ``log_dirs`` where its
+    partitions' logs live (paths relative to the cluster's folder)."""
+
+    log_dirs: list[str] = field(default_factory=list)
+
+
+def broker_host(broker_id: int) -> str:
+    """The loopback address broker ``broker_id`` of a local cluster listens on."""
+    if not 1 <= broker_id <= 254:
+        raise UserError(f"broker id {broker_id} has no loopback address {BROKER_NET}<id>")
+    return f"{BROKER_NET}{broker_id}"
+
+
+@dataclass(slots=True)
 class ClusterState:
     dir: Path
     cluster_id: str
     base_port: int
     nodes: list[NodeState]
     # Mutual TLS: the cluster's CA and certificates in certs/ (a
-    # controller's per node, and user-admin's for the commands).
+    # controller's per node, a broker's per broker and user-admin's for the
+    # commands).
     tls: bool = False
+    # The brokers (none in clusters made before brokers, or with --brokers 0).
+    brokers: list[BrokerState] = field(default_factory=list)
 
     @property
     def certs_dir(self) -> Path:
@@ -171,6 +234,33 @@ class ClusterState:
         ids = ",".join(str(n.node_id) for n in self.nodes)
         raise UserError(f"the cluster in {self.dir} has no node {node_id} (nodes {ids})")
 
+    def broker(self, broker_id: int) -> BrokerState:
+        for b in self.brokers:
+            if b.node_id == broker_id:
+                return b
+        ids = ",".join(str(b.node_id) for b in self.brokers) or "none"
+        raise UserError(f"the cluster in {self.dir} has no broker {broker_id} (brokers {ids})")
+
+    @property
+    def members(self) -> list[NodeState]:
+        """Every process of the cluster: the controllers, then the brokers."""
+        return [*self.nodes, *self.brokers]
+
+    def member(self, node_id: int) -> NodeState:
+        """Controller or broker ``node_id`` (they share one id space)."""
+        for n in self.members:
+            if n.node_id == node_id:
+                return n
+        nodes = ",".join(str(n.node_id) for n in self.nodes)
+        brokers = ",".join(str(b.node_id) for b in self.brokers) or "none"
+        raise UserError(
+            f"the cluster in {self.dir} has no node or broker {node_id} "
+            f"(controllers {nodes}, brokers {brokers})"
+        )
+
+    def broker_addresses(self) -> list[str]:
+        return [b.address for b in self.brokers]
+
     def save(self) -> None:
         obj = {
             "version": STATE_VERSION,
@@ -178,6 +268,7 @@ class ClusterState:
             "base_port": self.base_port,
             "tls": self.tls,
             "nodes": [asdict(n) for n in self.nodes],
+            "brokers": [asdict(b) for b in self.brokers],
         }
         tmp = self.dir / (STATE_FILE + ".tmp")
         tmp.write_text(json.dumps(obj, indent=2) + "\n")
@@ -206,8 +297,27 @@ def load_state(directory: str | os.PathLike[str]) -> ClusterState | None:
             )
             for n in obj["nodes"]
         ]
+        # A cluster made before brokers has no "brokers": none.
+        brokers = [
+            BrokerState(
+                node_id=int(b["node_id"]),
+                address=str(b["address"]),
+                pid=None if b.get("pid") is None else int(b["pid"]),
+                data_dir=str(b["data_dir"]),
+                config=str(b["config"]),
+                log_file=str(b["log_file"]),
+                metrics_address=str(b.get("metrics_address", "")),
+                log_dirs=[str(d) for d in b["log_dirs"]],
+            )
+            for b in obj.get("brokers", [])
+        ]
         return ClusterState(
-            path, str(obj["cluster_id"]), int(obj["base_port"]), nodes, bool(obj.get("tls", False))
+            path,
+            str(obj["cluster_id"]),
+            int(obj["base_port"]),
+            nodes,
+            bool(obj.get("tls", False)),
+            brokers,
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise UserError(f"{file} is unreadable or malformed: {exc}") from None
@@ -220,6 +330,17 @@ def local_addresses(directory: str | os.PathLike[str]) -> list[str]:
     except UserError:
         return []
     return [] if state is None else [n.address for n in state.nodes]
+
+
+def broker_addresses(directory: str | os.PathLike[str]) -> list[str]:
+    """The broker addresses (host:port) of the local cluster in
+    ``directory``, in broker id order; none if it has no state or no
+    brokers."""
+    try:
+        state = load_state(directory)
+    except UserError:
+        return []
+    return [] if state is None else state.broker_addresses()
 
 
 # -- processes ------------------------------------------------------------------
@@ -280,20 +401,25 @@ def run_kq(*args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[s
     )
 
 
-def free_base_port(count: int, host: str = "127.0.0.1") -> int:
+def free_base_port(count: int, host: str = "127.0.0.1", brokers: int = 0) -> int:
     """A port P such that P .. P+count-1 are all free on ``host`` now, and
-    so are the metrics ports of a local cluster of ``count`` nodes at P."""
+    so are the metrics ports of a local cluster of ``count`` nodes at P;
+    with ``brokers``, also the ports of brokers ``count+1`` ..
+    ``count+brokers`` (and their metrics ports) on their own addresses
+    (:func:`broker_host`)."""
     rng = random.Random()
+    top = 60_000 - count - brokers
     for _ in range(200):
-        base = rng.randrange(20_000, 60_000)
+        base = rng.randrange(20_000, top)
+        wanted = [(host, p) for p in range(base, base + count)]
+        wanted += [(broker_host(b), base + b - 1) for b in range(count + 1, count + brokers + 1)]
+        wanted += [(h, p + METRICS_PORT_OFFSET) for h, p in wanted]
         socks = []
-        ports = [*range(base, base + count)]
-        ports += [p + METRICS_PORT_OFFSET for p in ports]
         try:
-            for port in ports:
+            for address in wanted:
                 s = socket.socket()
                 socks.append(s)
-                s.bind((host, port))
+                s.bind(address)
             return base
         except OSError:
             continue
@@ -304,20 +430,25 @@ def free_base_port(count: int, host: str = "127.0.0.1") -> int:
 
 
 def spawn_node(state: ClusterState, node: NodeState) -> subprocess.Popen[bytes]:
+    """Start ``node``: ``kq controller start`` for a controller, ``kq
+    broker start`` for a :class:`BrokerState`, with its config, in its own
+    session, its output appended to its log file; its pid saved."""
     log_path = state.path(node.log_file)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    role = "broker" if isinstance(node, BrokerState) else "controller"
     cmd = [
         sys.executable,
         "-m",
         "kq.cli",
-        "controller",
+        role,
         "start",
         "--config",
         _config_marker(state, node),
     ]
     with log_path.open("ab") as log:
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        log.write(f"--- {stamp} kq cluster: starting node {node.node_id}\n".encode())
+        what = "broker" if role == "broker" else "node"
+        log.write(f"--- {stamp} kq cluster: starting {what} {node.node_id}\n".encode())
         log.flush()
         proc = subprocess.Popen(
             cmd,
@@ -331,6 +462,20 @@ def spawn_node(state: ClusterState, node: NodeState) -> subprocess.Popen[bytes]:
     node.pid = proc.pid
     state.save()
     return proc
+
+
+def host_bindable(host: str) -> bool:
+    """Whether this machine can listen on ``host`` (any port): False for an
+    address no interface has, such as 127.0.1.4 where 127.0.0.0/8 is not
+    all routed to the loopback interface."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, 0))
+        except OSError as exc:
+            if exc.errno == errno.EADDRNOTAVAIL:
+                return False
+            raise
+    return True
 
 
 def port_free(address: str) -> bool:
@@ -415,11 +560,15 @@ def new_cluster_state(
     port: int,
     addresses: Mapping[int, str],
     metrics: Mapping[int, str] | None = None,
+    brokers: Mapping[int, str] | None = None,
+    broker_metrics: Mapping[int, str] | None = None,
 ) -> ClusterState:
     """The state of a new cluster of the nodes in ``addresses`` (node id to
     address; ``metrics``: to the address of its Prometheus exporter, if it
     has one), with a fresh cluster id and each node's files under
-    ``node-<id>/`` of ``directory``."""
+    ``node-<id>/`` of ``directory``; and of the brokers in ``brokers``
+    (broker id to address, ``broker_metrics`` likewise), each with its
+    files under ``broker-<id>/``."""
     return ClusterState(
         directory,
         random_cluster_id(),
@@ -436,7 +585,33 @@ def new_cluster_state(
             )
             for i, address in addresses.items()
         ],
+        brokers=[
+            BrokerState(
+                node_id=b,
+                address=address,
+                pid=None,
+                data_dir=f"broker-{b}/metadata",
+                config=f"broker-{b}/config.toml",
+                log_file=f"broker-{b}/broker.log",
+                metrics_address=(broker_metrics or {}).get(b, ""),
+                log_dirs=[f"broker-{b}/logs"],
+            )
+            for b, address in (brokers or {}).items()
+        ],
     )
+
+
+def local_cluster_state(directory: Path, base_port: int, nodes: int, brokers: int) -> ClusterState:
+    """A new local cluster's state laid out as the module says: controllers
+    1..``nodes`` on 127.0.0.1, brokers ``nodes+1``.. each on its own
+    127.0.1.<id>; node N on port ``base_port + N - 1``, its metrics
+    :data:`METRICS_PORT_OFFSET` above."""
+    addresses = {i: f"{HOST}:{base_port + i - 1}" for i in range(1, nodes + 1)}
+    metrics = {i: f"{HOST}:{base_port + METRICS_PORT_OFFSET + i - 1}" for i in addresses}
+    ids = range(nodes + 1, nodes + brokers + 1)
+    broker_at = {b: f"{broker_host(b)}:{base_port + b - 1}" for b in ids}
+    broker_metrics = {b: f"{broker_host(b)}:{base_port + METRICS_PORT_OFFSET + b - 1}" for b in ids}
+    return new_cluster_state(directory, base_port, addresses, metrics, broker_at, broker_metrics)
 
 
 def write_configs(
@@ -477,6 +652,49 @@ def write_configs(
         path.write_text(f"# {top}; docs/operations.md lists every key.\n" + render_toml(values))
 
 
+def write_broker_configs(state: ClusterState, extra: Mapping[str, object]) -> None:
+    """Each broker's config file: its identity and listener, the controller
+    quorum, its log directory, and ``extra`` for every broker.  On a TLS
+    cluster it presents its own certificate, and the admin user and every
+    broker of the cluster are its super users: the admin's commands produce
+    and consume, and the brokers fetch from each other (ClusterAction),
+    with no ACL (Kafka's brokers are super users as a rule)."""
+    voters = {n.node_id: n.address for n in state.nodes}
+    for b in state.brokers:
+        path = state.path(b.config)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        values: dict[str, object] = {
+            "node_id": b.node_id,
+            "cluster_id": state.cluster_id,
+            "data_dir": os.path.relpath(state.path(b.data_dir), path.parent),
+            "listen": b.address,
+            "log_level": "INFO",
+            "voters": voters,
+            "broker.log_dirs": tuple(
+                os.path.relpath(state.path(d), path.parent) for d in b.log_dirs
+            ),
+        }
+        if b.metrics_address:
+            values["metrics_listen"] = b.metrics_address
+        if state.tls:
+            files = broker_tls(state, b.node_id)
+            for key, file in (("ca", files.ca), ("cert", files.cert), ("key", files.key)):
+                values[f"tls.{key}_file"] = os.path.relpath(file, path.parent)
+            values["authorizer.super_users"] = (
+                f"User:{ADMIN_USER}",
+                *(
+                    Identity.node(state.cluster_id, IdentityRole.BROKER, o.node_id).principal
+                    for o in state.brokers
+                ),
+            )
+        values.update(extra)
+        top = (
+            f"kq broker config of broker {b.node_id} of the local cluster in this\n"
+            "# directory, written by `kq cluster up`"
+        )
+        path.write_text(f"# {top}; docs/brokers.md lists every key.\n" + render_toml(values))
+
+
 def issue_node_cert(state: ClusterState, node: NodeState, hosts: Sequence[str] = ()) -> None:
     """A new certificate and key (new serial, new key) for ``node`` from the
     cluster's CA, valid for its address's host and ``hosts``; written to
@@ -496,7 +714,12 @@ def broker_tls(state: ClusterState, broker_id: int) -> TlsFiles:
     cluster's CA on first use."""
     files = TlsFiles.in_folder(state.certs_dir, f"{IdentityRole.BROKER.value}-{broker_id}")
     if not files.cert.exists():
-        issue(state.certs_dir, Identity.node(state.cluster_id, IdentityRole.BROKER, broker_id), ())
+        # A broker of the cluster serves on its address: its certificate
+        # names that host, which clients and other brokers verify.
+        hosts = tuple(b.address.rpartition(":")[0] for b in state.brokers if b.node_id == broker_id)
+        issue(
+            state.certs_dir, Identity.node(state.cluster_id, IdentityRole.BROKER, broker_id), hosts
+        )
     return files
 
 
@@ -525,22 +748,48 @@ def make_certs(state: ClusterState, hosts: Callable[[int], Sequence[str]] | None
     create_ca(state.certs_dir, state.cluster_id)
     for n in state.nodes:
         issue_node_cert(state, n, hosts(n.node_id) if hosts is not None else ())
+    for b in state.brokers:
+        broker_tls(state, b.node_id)
     issue(state.certs_dir, Identity.user(state.cluster_id, ADMIN_USER), hosts=())
 
 
 def check_configs(state: ClusterState) -> None:
-    """Load every node's config as its process will (file and environment)."""
+    """Load every node's and broker's config as its process will (file and
+    environment)."""
+    from server.broker import broker_config
+
     env = _child_env()
     for n in state.nodes:
         try:
             controller_config(load_settings(state.path(n.config), env))
         except ConfigError as exc:
             raise UserError(f"node {n.node_id}: config error: {exc}", EXIT_USAGE) from None
+    for b in state.brokers:
+        try:
+            broker_config(load_settings(state.path(b.config), env))
+        except ConfigError as exc:
+            raise UserError(f"broker {b.node_id}: config error: {exc}", EXIT_USAGE) from None
 
 
 def format_new_nodes(state: ClusterState) -> list[int]:
+    """Format every node's and broker's data directory not formatted yet
+    (a broker's metadata copy as a node's, with the voters' ids) and stamp
+    every broker's log directories (``kq storage format``); the ids of
+    those newly formatted.  A directory of another cluster or node is
+    refused."""
+    from server.broker import LogDirFormatError, format_log_dirs
+
     formatted = []
-    for n in state.nodes:
+    for b in state.brokers:
+        try:
+            stamped = format_log_dirs(
+                [state.path(d) for d in b.log_dirs], state.cluster_id, b.node_id
+            )
+        except (LogDirFormatError, OSError) as exc:
+            raise UserError(f"broker {b.node_id}: {exc}") from None
+        if stamped:
+            formatted.append(b.node_id)
+    for n in state.members:
         data_dir = state.path(n.data_dir)
         if (data_dir / META_FILE).exists():
             try:
@@ -558,10 +807,22 @@ def format_new_nodes(state: ClusterState) -> list[int]:
         except (StorageFormatError, ValueError, OSError) as exc:
             raise UserError(str(exc)) from None
         formatted.append(n.node_id)
-    return formatted
+    return sorted(set(formatted))
 
 
 def check_ports(state: ClusterState, nodes: Sequence[NodeState]) -> None:
+    """Every address ``nodes`` listen on can be bound: its host exists here
+    and its port is free; else a UserError naming them."""
+    hosts = {n.address.rpartition(":")[0]: n for n in reversed(nodes)}
+    missing = [(host, n) for host, n in hosts.items() if not host_bindable(host)]
+    if missing:
+        shown = ", ".join(f"{host} (node {n.node_id})" for host, n in missing)
+        raise UserError(
+            f"cannot listen on {shown}: no interface has that address. Each broker of a "
+            f"local cluster listens on its own loopback address {BROKER_NET}<id>, which Linux "
+            "routes to the loopback interface; elsewhere add them (macOS: `sudo ifconfig lo0 "
+            f"alias {missing[0][0]}`) or start the cluster with --brokers 0"
+        )
     wanted = [(n.address, f"node {n.node_id}") for n in nodes]
     wanted += [
         (n.metrics_address, f"node {n.node_id}'s metrics") for n in nodes if n.metrics_address

@@ -1,7 +1,8 @@
 """The benchmark's kq target: a 3-node kq quorum on loopback.
 
 Started and stopped with the ``kq cluster`` commands (each node its own
-``kq controller start`` process with RocksDB storage and fsync), driven with
+``kq controller start`` process with RocksDB storage and fsync; no brokers,
+so that the quorum is three processes as etcd's is), driven with
 kq's Python client (grpc.aio), the same client style as the etcd target.
 
 With :attr:`Security.TLS` the cluster is made with ``kq cluster up --tls``:
@@ -140,8 +141,9 @@ async def open_target(
 ) -> AsyncIterator[KqTarget]:
     directory = workdir / "kq"
     up = run_kq(
-        "cluster", "up", "--dir", str(directory), "--nodes", str(NODES),
-        "--base-port", str(free_base_port(NODES)), *MODE_FLAGS[security], "--json",
+        "cluster", "up", "--dir", str(directory), "--nodes", str(NODES), "--brokers", "0",
+        "--brokers", "0", "--base-port", str(free_base_port(NODES)), *MODE_FLAGS[security],
+        "--json",
     )  # fmt: skip
     try:
         if up.returncode != 0:

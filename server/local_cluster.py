@@ -113,6 +113,7 @@ __all__ = [
     "new_cluster_state",
     "node_alive",
     "process_alive",
+    "process_paused",
     "run_kq",
     "spawn_node",
     "status_rows",
@@ -371,6 +372,16 @@ def process_alive(pid: int, marker: str) -> bool:
     return marker in args
 
 
+def process_paused(pid: int) -> bool:
+    """Whether ``pid`` is stopped (SIGSTOP: ``kq cluster pause``); False
+    without /proc."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["T"]
+
+
 def _config_marker(state: ClusterState, node: NodeState) -> str:
     return str(state.path(node.config))
 
@@ -528,6 +539,7 @@ async def status_rows(state: ClusterState, timeout_s: float = 1.0) -> list[dict[
                 "metrics_address": n.metrics_address or None,
                 "pid": n.pid if up else None,
                 "alive": up,
+                "paused": up and n.pid is not None and process_paused(n.pid),
                 "role": "down" if r is None else r.role,
                 "epoch": None if r is None else r.epoch,
                 "high_watermark": None if r is None else r.high_watermark,

@@ -55,7 +55,10 @@ def test_cluster_up_status_kv_failover_down(tmp_path: Path) -> None:
     base = free_base_port(3)
     seen_pids: dict[int, str] = {}  # pid -> the config file its command line names
     try:
-        up = kq("cluster", "up", "--dir", d, "--nodes", "3", "--base-port", str(base), "--json")
+        up = kq(
+            "cluster", "up", "--dir", d, "--nodes", "3", "--brokers", "0", "--base-port", str(base),
+            "--json",
+        )  # fmt: skip
         state = load_state(d)
         assert state is not None
         for n in state.nodes:
@@ -159,7 +162,7 @@ def test_up_refuses_a_busy_port_and_bad_settings(
     assert main(["cluster", "status", "--dir", d]) == 1
     assert "no local cluster" in capsys.readouterr().err
     assert main(["cluster", "up", "--dir", d, "--set", "node_id=3"]) == 2
-    assert "only quorum.*, node.*, controller.* and log_level" in capsys.readouterr().err
+    assert "only quorum.*, node.*, controller.*, broker.*" in capsys.readouterr().err
     assert main(["cluster", "up", "--dir", d, "--set", "quorum.fetch_timeout_ms=x"]) == 2
     assert "bad value for 'quorum.fetch_timeout_ms'" in capsys.readouterr().err
     base = free_base_port(2)
@@ -176,7 +179,7 @@ def test_up_refuses_a_busy_port_and_bad_settings(
     assert main(["cluster", "kill", "1", "--dir", d]) == 1
     assert "node 1 is not running" in capsys.readouterr().err
     assert main(["cluster", "kill", "9", "--dir", d]) == 1
-    assert "has no node 9" in capsys.readouterr().err
+    assert "has no node or broker 9" in capsys.readouterr().err
 
 
 def test_cluster_dir_is_the_folders_name_and_dir_its_alias(
@@ -215,7 +218,10 @@ def test_a_tls_cluster_and_the_commands_that_find_its_certificates(tmp_path: Pat
     d = str(tmp_path / "tls-cluster")
     base = free_base_port(3)
     try:
-        up = kq("cluster", "up", "--cluster-dir", d, "--base-port", str(base), "--tls")
+        up = kq(
+            "cluster", "up", "--cluster-dir", d, "--base-port", str(base), "--tls",
+            "--brokers", "0",
+        )  # fmt: skip
         assert up.returncode == 0, up.stderr
         assert "(SSL: mutual TLS)" in up.stdout and "WARNING" not in up.stderr
         certs = tmp_path / "tls-cluster" / "certs"
@@ -271,7 +277,7 @@ def test_an_insecure_cluster_says_so_on_every_start(tmp_path: Path) -> None:
     try:
         up = kq(
             "cluster", "up", "--cluster-dir", d, "--nodes", "1", "--base-port", str(base),
-            "--insecure",
+            "--insecure", "--brokers", "0",
         )  # fmt: skip
         assert up.returncode == 0, up.stderr
         assert "WARNING" in up.stderr and "PLAINTEXT" in up.stderr

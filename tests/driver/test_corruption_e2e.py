@@ -193,7 +193,7 @@ def test_damaged_and_misplaced_data_directories(tmp_path: Path) -> None:
     cluster = Local(tmp_path.resolve() / "cluster")
     try:
         up = kq(
-            "cluster", "up", "--dir", str(cluster.dir), "--nodes", "3",
+            "cluster", "up", "--dir", str(cluster.dir), "--nodes", "3", "--brokers", "0",
             "--base-port", str(free_base_port(3)),
             "--set", "node.snapshot_every_offsets=50",
         )  # fmt: skip

@@ -51,7 +51,7 @@ def test_kill9_under_load_loses_no_acknowledged_write(tmp_path: Path) -> None:
     rng = random.Random(seed)
     directory = tmp_path / "cluster"
     up = run_kq(
-        "cluster", "up", "--dir", str(directory), "--nodes", "3",
+        "cluster", "up", "--dir", str(directory), "--nodes", "3", "--brokers", "0",
         "--base-port", str(free_base_port(3)),
     )  # fmt: skip
     try:

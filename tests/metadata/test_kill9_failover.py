@@ -85,7 +85,7 @@ def test_sigkill_of_the_active_controller_loses_no_metadata(tmp_path: Path) -> N
     certs = ("--certs-dir", f"{d}/certs")
     try:
         up = kq(
-            "cluster", "up", "--dir", d, "--base-port", str(base),
+            "cluster", "up", "--dir", d, "--base-port", str(base), "--brokers", "0",
             # Brokers here heartbeat only while registering; keep them alive.
             "--set", "controller.broker_session_timeout_ms=600000",
         )  # fmt: skip

@@ -6,8 +6,11 @@ certificates."""
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,7 @@ from quorum.driver.storage_format import read_meta
 from server.broker import broker_config, check_log_dirs
 from server.config import load_settings
 from server.errors import UserError
+from server.local_brokers import wait_for_brokers
 from server.local_cluster import (
     METRICS_PORT_OFFSET,
     STATE_FILE,
@@ -130,3 +134,68 @@ def test_a_broker_address_no_interface_has_is_refused_by_name(tmp_path: Path) ->
     state.brokers[1].address = "192.0.2.1:9095"
     with pytest.raises(UserError, match=r"cannot listen on 192\.0\.2\.1 \(node 5\)"):
         check_ports(state, state.members)
+
+
+def test_a_broker_that_exits_or_never_registers_is_named_with_its_log(tmp_path: Path) -> None:
+    """wait_for_brokers: a broker process that exits is reported with its
+    status and the end of its log; one that never shows up, at the timeout
+    (here no controller answers at all)."""
+    base = free_base_port(1, brokers=1)
+    state = local_cluster_state(tmp_path, base, nodes=1, brokers=1)
+    state.save()
+    broker = state.broker(2)
+    state.path(broker.log_file).parent.mkdir(parents=True)
+    state.path(broker.log_file).write_text("cannot start broker 2: the reason\n")
+    exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    exited.wait(timeout=30)
+    with pytest.raises(UserError) as error:
+        asyncio.run(wait_for_brokers(state, {2: exited}, 5.0))
+    assert "broker 2 exited with status 3 while starting" in str(error.value)
+    assert "cannot start broker 2: the reason" in str(error.value)
+
+    sleeping = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with pytest.raises(UserError) as error:
+            asyncio.run(wait_for_brokers(state, {2: sleeping}, 1.0))
+        assert "broker(s) 2 not registered and unfenced within 1 s" in str(error.value)
+        assert "no controller answered" in str(error.value)
+    finally:
+        sleeping.kill()
+        sleeping.wait(timeout=30)
+
+
+def test_bad_broker_flags_are_usage_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kq.cli import main
+
+    d = str(tmp_path / "c")
+    assert main(["cluster", "up", "--cluster-dir", d, "--brokers", "-1"]) == 2
+    assert "--brokers must be in 0..99 (0: controllers only), got -1" in capsys.readouterr().err
+    assert main(["cluster", "up", "--cluster-dir", d, "--brokers", "100"]) == 2
+    assert "got 100" in capsys.readouterr().err
+    assert main(["cluster", "up", "--cluster-dir", d, "--set", "broker.log_dirs=x"]) == 2
+    assert "but broker.log_dirs" in capsys.readouterr().err
+    assert not (tmp_path / "c").exists()
+    # A cluster's number of brokers is fixed when it is made.
+    Path(d).mkdir()
+    local_cluster_state(Path(d), 9091, nodes=3, brokers=3).save()
+    assert main(["cluster", "up", "--cluster-dir", d, "--brokers", "2"]) == 2
+    assert "has 3 brokers, not 2" in capsys.readouterr().err
+
+
+def test_status_of_a_cluster_made_before_brokers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kq.cli import main
+
+    state = local_cluster_state(tmp_path, 9091, nodes=1, brokers=0)
+    state.save()
+    obj = json.loads((tmp_path / STATE_FILE).read_text())
+    del obj["brokers"]
+    (tmp_path / STATE_FILE).write_text(json.dumps(obj))
+    assert main(["cluster", "status", "--cluster-dir", str(tmp_path), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert status["brokers"] == [] and [n["alive"] for n in status["nodes"]] == [False]
+    assert main(["cluster", "status", "--cluster-dir", str(tmp_path)]) == 0
+    assert "BrokerId" not in capsys.readouterr().out

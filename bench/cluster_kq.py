@@ -142,8 +142,7 @@ async def open_target(
     directory = workdir / "kq"
     up = run_kq(
         "cluster", "up", "--dir", str(directory), "--nodes", str(NODES), "--brokers", "0",
-        "--brokers", "0", "--base-port", str(free_base_port(NODES)), *MODE_FLAGS[security],
-        "--json",
+        "--base-port", str(free_base_port(NODES)), *MODE_FLAGS[security], "--json",
     )  # fmt: skip
     try:
         if up.returncode != 0:

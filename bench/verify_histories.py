@@ -18,6 +18,11 @@ Events are produced by a heap in time order and streamed to disk, so memory
 stays bounded by the number of processes whatever the history's length.
 
     .venv/bin/python bench/verify_histories.py OUT_DIR --ops 1000000 --keys 10000
+    .venv/bin/python bench/verify_histories.py OUT_DIR --ops 100000 --keys 10 --clients 50
+
+With ``--clients N`` the history is a key-value one (model ``kv``): N client
+processes, each picking a random key for every operation, so every key sees
+up to N concurrent operations.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ class Sizes:
     seed: int = 1
     info_rate: float = 0.002
     nodes: int = 3
+    clients: int = 0
+    """With clients > 0: a key-value history, ``clients`` processes each
+    picking a random key for every operation (``per_key`` unused), model kv."""
 
 
 _INVOKE, _APPLY, _COMPLETE = 0, 1, 2
@@ -108,7 +116,7 @@ def write_register_run(out: Path, sizes: Sizes, name: str = "synthetic") -> Path
     run = out / name
     run.mkdir(parents=True, exist_ok=True)
     w = _Writer(run, sizes.nodes)
-    processes = sizes.keys * sizes.per_key
+    processes = sizes.clients or sizes.keys * sizes.per_key
     # Per key: the value, its version (offset) or None.
     state: list[tuple[str | None, int | None]] = [(None, None)] * sizes.keys
     counters: dict[int, int] = {}
@@ -123,11 +131,12 @@ def write_register_run(out: Path, sizes: Sizes, name: str = "synthetic") -> Path
     invoked = 0
     while heap:
         t, kind, _, p = heapq.heappop(heap)
-        key_i = (p % processes) // sizes.per_key
-        key = f"k{key_i}"
         if kind == _INVOKE:
             if invoked >= sizes.ops:
                 continue
+            bound = (p % processes) // sizes.per_key
+            key_i = rng.randrange(sizes.keys) if sizes.clients else bound
+            key = f"k{key_i}"
             invoked += 1
             counters[p] = counters.get(p, 0) + 1
             r = rng.random()
@@ -143,6 +152,7 @@ def write_register_run(out: Path, sizes: Sizes, name: str = "synthetic") -> Path
             info = f != "read" and rng.random() < sizes.info_rate
             takes_effect = not info or rng.random() < 0.5
             op = {"f": f, "value": value, "call": t, "ret": t + duration, "info": info}
+            op["key"] = key_i
             flight[p] = op
             w.op({"time": t, "type": "invoke", "process": p, "f": f, "key": key, "value": value})
             if takes_effect:
@@ -152,6 +162,8 @@ def write_register_run(out: Path, sizes: Sizes, name: str = "synthetic") -> Path
             seq += 1
         elif kind == _APPLY:
             op = flight[p]
+            key_i = op["key"]
+            key = f"k{key_i}"
             current_value, version = state[key_i]
             if op["f"] == "read":
                 op["result"], op["version"] = current_value, version
@@ -169,6 +181,8 @@ def write_register_run(out: Path, sizes: Sizes, name: str = "synthetic") -> Path
                     op["ok"] = False
         else:
             op = flight.pop(p)
+            key_i = op["key"]
+            key = f"k{key_i}"
             fields: dict[str, Any] = {"time": t, "process": p, "f": op["f"], "key": key}
             if op["info"]:
                 fields.update(type="info", value=op["value"], error="timeout")
@@ -192,13 +206,14 @@ def write_register_run(out: Path, sizes: Sizes, name: str = "synthetic") -> Path
         "format": 1,
         "name": name,
         "backend": "synthetic",
-        "model": "register",
+        "model": "kv" if sizes.clients else "register",
         "nodes": list(range(1, sizes.nodes + 1)),
         "faults": [],
         "start_unix_ns": None,
         "ops": sizes.ops,
         "keys": sizes.keys,
         "per_key": sizes.per_key,
+        "clients": sizes.clients,
         "seed": sizes.seed,
     }
     (run / "config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -213,11 +228,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=d.keys)
     parser.add_argument("--per-key", type=int, default=d.per_key)
     parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--info-rate", type=float, default=d.info_rate)
+    parser.add_argument("--nodes", type=int, default=d.nodes)
+    parser.add_argument(
+        "--clients", type=int, default=0, help="a kv history: this many clients over all keys"
+    )
     parser.add_argument("--name", default="synthetic")
     args = parser.parse_args(argv)
     t0 = time.monotonic()
     run = write_register_run(
-        args.out, Sizes(args.ops, args.keys, args.per_key, args.seed), name=args.name
+        args.out,
+        Sizes(
+            args.ops,
+            args.keys,
+            args.per_key,
+            args.seed,
+            info_rate=args.info_rate,
+            nodes=args.nodes,
+            clients=args.clients,
+        ),
+        name=args.name,
     )
     print(f"{run}: {args.ops:,} ops in {time.monotonic() - t0:.1f} s")
     return 0

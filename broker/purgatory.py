@@ -5,20 +5,35 @@ changes a partition (an append, a HW move, a new image) wakes its waiters,
 which check again (``DelayedOperation.tryComplete``) and go back to wait
 until their deadline.
 
+Each waiter names its :class:`Operation` (Kafka keeps one purgatory per
+kind, ``DelayedOperationPurgatory``'s ``delayedOperation`` tag); here they
+share the watch lists, since whoever changes a partition wakes both kinds,
+and are counted apart for the metrics.
+
 One event loop: no locks, every call on the loop's thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from metadata.image import TopicIdPartition
 
-__all__ = ["Purgatory"]
+__all__ = ["Operation", "Purgatory"]
 
 T = TypeVar("T")
+
+
+class Operation(enum.Enum):
+    """What waits (Kafka's purgatory names)."""
+
+    # An acks=all produce waiting for the ISR (DelayedProduce).
+    PRODUCE = "Produce"
+    # A long-poll fetch waiting for min_bytes (DelayedFetch).
+    FETCH = "Fetch"
 
 
 class Purgatory:
@@ -26,11 +41,28 @@ class Purgatory:
 
     def __init__(self) -> None:
         self._waiting: dict[TopicIdPartition, set[asyncio.Future[None]]] = {}
+        # Each waiting operation's kind.
+        self._operations: dict[asyncio.Future[None], Operation] = {}
 
-    def watched(self) -> int:
-        """How many (waiter, partition) watches are open (the request queue
-        depth the metrics show)."""
-        return sum(len(futures) for futures in self._waiting.values())
+    def watched(self, operation: Operation | None = None) -> int:
+        """How many (waiter, partition) watches are open, of one kind or of
+        all (Kafka's ``PurgatorySize``: an operation counts once per
+        partition it watches)."""
+        if operation is None:
+            return sum(len(futures) for futures in self._waiting.values())
+        kinds = self._operations
+        return sum(
+            kinds.get(future) is operation
+            for futures in self._waiting.values()
+            for future in futures
+        )
+
+    def delayed(self, operation: Operation | None = None) -> int:
+        """How many operations wait, of one kind or of all (Kafka's
+        ``NumDelayedOperations``)."""
+        if operation is None:
+            return len(self._operations)
+        return sum(kind is operation for kind in self._operations.values())
 
     def wake(self, key: TopicIdPartition) -> None:
         """Something changed on ``key``: its waiters check again
@@ -50,6 +82,8 @@ class Purgatory:
         keys: Iterable[TopicIdPartition],
         check: Callable[[], T | None],
         timeout_s: float,
+        *,
+        operation: Operation,
     ) -> T | None:
         """``check()`` once it answers something other than None, re-asked
         whenever one of ``keys`` is woken; None once ``timeout_s`` has
@@ -67,11 +101,13 @@ class Purgatory:
             future: asyncio.Future[None] = loop.create_future()
             for key in watched:
                 self._waiting.setdefault(key, set()).add(future)
+            self._operations[future] = operation
             try:
                 await asyncio.wait_for(future, remaining)
             except TimeoutError:
                 pass
             finally:
+                del self._operations[future]
                 for key in watched:
                     futures = self._waiting.get(key)
                     if futures is not None:

@@ -21,6 +21,10 @@ config) fails alone. A fenced broker stops leading
 (:mod:`broker.local_changes`); :meth:`ReplicaManager.shutdown` stops every
 replica and closes the logs.
 
+What happens is reported to a :class:`~broker.metrics.BrokerMetrics` (bytes
+and records appended as leader and as follower, ISR changes once
+committed); the default reports nothing.
+
 No I/O but through the log manager's seams; time only as ``now_ms``.
 """
 
@@ -38,6 +42,7 @@ from broker.log_manager import (
     topic_log_config,
     topic_replica_config,
 )
+from broker.metrics import NO_METRICS, BrokerMetrics
 from broker.replica import (
     AlterPartitionRequest,
     FetchAnswer,
@@ -49,8 +54,8 @@ from broker.replica import (
     PartitionReplica,
     Role,
 )
-from broker.replica.types import NO_EPOCH
-from metadata.image import EMPTY_IMAGE, MetadataImage, TopicIdPartition
+from broker.replica.types import NO_EPOCH, AlterPartitionResult
+from metadata.image import EMPTY_IMAGE, MetadataImage, PartitionRegistration, TopicIdPartition
 from metadata.records import NO_LEADER
 from partition_log.errors import PartitionLogError
 
@@ -106,6 +111,16 @@ class ApplyResult:
     deleted: tuple[str, ...] = ()
 
 
+def _commits(request: AlterPartitionRequest, registration: PartitionRegistration) -> bool:
+    """Whether ``registration`` is ``request`` committed by the controller:
+    the same leader epoch, a later partition epoch, the ISR asked for."""
+    return (
+        registration.leader_epoch == request.leader_epoch
+        and registration.partition_epoch > request.partition_epoch
+        and sorted(registration.isr) == sorted(request.isr)
+    )
+
+
 @dataclass
 class ReplicaManager:
     """The replicas of broker ``broker_id`` over ``logs``."""
@@ -119,6 +134,7 @@ class ReplicaManager:
     offline: dict[TopicIdPartition, str] = field(default_factory=dict)
     brokers: MappingBrokerView = field(init=False)
     shut_down: bool = False
+    metrics: BrokerMetrics = NO_METRICS
 
     def __post_init__(self) -> None:
         self.brokers = MappingBrokerView(self.image.brokers)
@@ -201,9 +217,18 @@ class ReplicaManager:
         for key, local in sorted(changes.leaders.items()):
             stop_fetching(key)
             try:
-                self._replica(key, local, now_ms).become_leader(local.registration, now_ms)
+                replica = self._replica(key, local, now_ms)
+                pending = replica.isr_state.pending
+                replica.become_leader(local.registration, now_ms)
             except (LogManagerError, TopicConfigError, PartitionLogError, ValueError) as error:
                 failed[key] = str(error)
+                continue
+            if pending is not None and _commits(pending.request, local.registration):
+                # Our own change, committed, reached us through the metadata
+                # log before the AlterPartition answer (which the replica
+                # will ignore): it counts here. Kafka counts only on the
+                # answer and misses these.
+                self.metrics.isr_changed(pending.kind)
 
         # 4. Follow (applyLocalFollowersDelta): a new leader or leader epoch
         # (re)starts fetching from the LEO; an ISR-only change does not.
@@ -337,8 +362,13 @@ class ReplicaManager:
     def append(
         self, key: TopicIdPartition, batch: bytes, required_acks: int, now_ms: int
     ) -> LeaderAppend:
-        """A producer's batch (``appendRecordsToLeader``)."""
-        return self.leader_replica(key).append_as_leader(batch, required_acks, now_ms)
+        """A producer's batch (``appendRecordsToLeader``), counted in bytes
+        and records in once appended (``appendToLocalLog``: a retry answered
+        with its original offsets counts too, as in Kafka)."""
+        appended = self.leader_replica(key).append_as_leader(batch, required_acks, now_ms)
+        info = appended.info
+        self.metrics.appended(len(batch), info.last_offset - info.first_offset + 1)
+        return appended
 
     def step_fetch(
         self, key: TopicIdPartition, request: FetchRequest, now_ms: int
@@ -357,6 +387,32 @@ class ReplicaManager:
                 )
             )
         return replica.step_fetch(request, now_ms)
+
+    def step_alter_partition_result(
+        self,
+        key: TopicIdPartition,
+        request: AlterPartitionRequest,
+        result: AlterPartitionResult,
+        now_ms: int,
+    ) -> bool:
+        """The controller's answer to an AlterPartition this broker sent as
+        ``key``'s leader (``Partition.handleAlterPartitionUpdate``); whether
+        the HW moved. A change the replica commits counts as an ISR shrink
+        or expansion (``PendingShrinkIsr``/``PendingExpandIsr.notifyListener``:
+        ``markShrink``, ``markExpand``); an answer it ignores does not."""
+        replica = self.replicas.get(key)
+        if replica is None:
+            return False
+        pending = replica.isr_state.pending
+        moved = replica.step_alter_partition_result(request, result, now_ms)
+        if (
+            pending is not None
+            and pending.request == request
+            and replica.isr_state.pending is None
+            and replica.partition_epoch == result.partition_epoch
+        ):
+            self.metrics.isr_changed(pending.kind)
+        return moved
 
     def tick_isr(self, now_ms: int) -> list[tuple[TopicIdPartition, AlterPartitionRequest]]:
         """The ``isr-expiration`` task over every partition led here: the
@@ -393,4 +449,8 @@ class ReplicaManager:
         replica = self.replicas.get(key)
         if replica is None or key not in self.fetching:
             return None
-        return replica.step_fetch_answer(request, answer, now_ms)
+        outcome = replica.step_fetch_answer(request, answer, now_ms)
+        if outcome.appended_to is not None:
+            # ReplicaFetcherThread.processPartitionData: replication bytes in.
+            self.metrics.replicated(len(answer.records))
+        return outcome

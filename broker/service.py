@@ -27,6 +27,11 @@ identities and allows everything (as the controllers with ``--insecure``).
 
 Malformed requests are answered ``INVALID_REQUEST`` (or ``CORRUPT_MESSAGE``
 for a batch that does not hold) naming the field, and change nothing.
+
+Every Produce, Fetch and replica fetch is reported to the replica manager's
+:class:`~broker.metrics.BrokerMetrics` once answered (its kind, time, errors
+and the bytes of records it carried), and counted in :attr:`BrokerService.in_flight`
+while it is handled.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ import grpc
 
 from broker.codec import answer_to_proto
 from broker.errors import Errors, ReplicaError, from_partition_log_error
+from broker.metrics import BrokerMetrics, RequestKind
 from broker.producer_ids import ProducerIdsError, ProducerIdSource
-from broker.purgatory import Purgatory
+from broker.purgatory import Operation, Purgatory
 from broker.replica import AlterPartitionRequest, FetchAnswer, FetchRequest, Role
 from broker.replica.leader import check_current_leader_epoch
 from broker.replica.types import NO_EPOCH
@@ -107,6 +113,13 @@ def _pb(code: Errors) -> broker_pb2.BrokerError:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def _error(code: int) -> Errors:
+    try:
+        return Errors(code)
+    except ValueError:
+        return Errors.UNKNOWN_SERVER_ERROR
 
 
 def _endpoint(
@@ -176,6 +189,7 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         controller_id: Callable[[], int] = lambda: -1,
         now_ms: Callable[[], int] = _now_ms,
         purgatory: Purgatory | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         self.replicas = replicas
         self.settings = settings
@@ -185,6 +199,11 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         self.controller_id = controller_id
         self.now_ms = now_ms
         self.purgatory = purgatory if purgatory is not None else Purgatory()
+        # The replica manager's unless given: one broker, one set of metrics.
+        self.metrics = metrics if metrics is not None else replicas.metrics
+        # Requests being handled now, by kind (a long poll or an acks=all
+        # produce counts until answered).
+        self.in_flight = dict.fromkeys(RequestKind, 0)
 
     # -- for the process -----------------------------------------------------------
 
@@ -196,6 +215,28 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             return
         for key in keys:
             self.purgatory.wake(key)
+
+    # -- metrics --------------------------------------------------------------------
+
+    def _answered(
+        self,
+        kind: RequestKind,
+        started: float,
+        response: broker_pb2.ProduceResponse | broker_pb2.FetchResponse,
+    ) -> None:
+        partitions: list[Errors] = []
+        size = 0
+        if isinstance(response, broker_pb2.FetchResponse):
+            for fetch_topic in response.topics:
+                for fetched in fetch_topic.partitions:
+                    partitions.append(_error(fetched.error))
+                    size += len(fetched.records)
+        else:
+            for produce_topic in response.topics:
+                partitions.extend(_error(p.error) for p in produce_topic.partitions)
+        self.metrics.answered(
+            kind, time.monotonic() - started, _error(response.error), partitions, size
+        )
 
     # -- identity and ACLs ----------------------------------------------------------
 
@@ -372,6 +413,18 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     async def Produce(
         self, request: broker_pb2.ProduceRequest, context: Any
     ) -> broker_pb2.ProduceResponse:
+        started = time.monotonic()
+        self.in_flight[RequestKind.PRODUCE] += 1
+        try:
+            response = await self._produce(request, context)
+        finally:
+            self.in_flight[RequestKind.PRODUCE] -= 1
+        self._answered(RequestKind.PRODUCE, started, response)
+        return response
+
+    async def _produce(
+        self, request: broker_pb2.ProduceRequest, context: Any
+    ) -> broker_pb2.ProduceResponse:
         caller = await self._caller(context)
         image = self._image()
         response = broker_pb2.ProduceResponse()
@@ -516,6 +569,7 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             {key for key, _, _, _ in pending.values()},
             check,
             min(timeout_ms, MAX_WAIT_MS) / 1000,
+            operation=Operation.PRODUCE,
         )
         if done is None:
             for _key, out, end, _epoch in pending.values():
@@ -530,21 +584,39 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     async def Fetch(
         self, request: broker_pb2.FetchRequest, context: Any
     ) -> broker_pb2.FetchResponse:
-        caller = await self._caller(context)
-        return await self._fetch(request, caller, "Fetch")
+        started = time.monotonic()
+        kind = (
+            RequestKind.FETCH_FOLLOWER if request.HasField("replica_state") else RequestKind.FETCH
+        )
+        self.in_flight[kind] += 1
+        try:
+            caller = await self._caller(context)
+            response = await self._fetch(request, caller, "Fetch")
+        finally:
+            self.in_flight[kind] -= 1
+        self._answered(kind, started, response)
+        return response
 
     async def ReplicaFetch(
         self, request_iterator: AsyncIterator[broker_pb2.FetchRequest], context: Any
     ) -> AsyncIterator[broker_pb2.FetchResponse]:
         caller = await self._caller(context)
+        kind = RequestKind.FETCH_FOLLOWER
         async for request in request_iterator:
+            started = time.monotonic()
             if not request.HasField("replica_state"):
-                yield broker_pb2.FetchResponse(
+                response = broker_pb2.FetchResponse(
                     error=_pb(Errors.INVALID_REQUEST),
                     message="replica_state is required on ReplicaFetch",
                 )
-                continue
-            yield await self._fetch(request, caller, "ReplicaFetch")
+            else:
+                self.in_flight[kind] += 1
+                try:
+                    response = await self._fetch(request, caller, "ReplicaFetch")
+                finally:
+                    self.in_flight[kind] -= 1
+            self._answered(kind, started, response)
+            yield response
 
     def _check_fetch(self, request: broker_pb2.FetchRequest) -> None:
         for name in ("max_wait_ms", "min_bytes", "max_bytes"):
@@ -635,7 +707,7 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         answered = attempt(False)
         if answered is None:
             answered = await self.purgatory.wait_until(
-                keys, lambda: attempt(False), max_wait_ms / 1000
+                keys, lambda: attempt(False), max_wait_ms / 1000, operation=Operation.FETCH
             )
         if answered is None:
             answered = attempt(True)

@@ -72,6 +72,7 @@ from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import StorageFormatError, read_meta
 from quorum.driver.tls import TlsFiles, dial
 from quorum.shared_log import SharedLog
+from server.broker_metrics import PrometheusBrokerMetrics
 from server.config import SETTINGS, ConfigError, Settings, controller_config
 from server.errors import EXIT_FAILURE
 
@@ -182,7 +183,11 @@ class BrokerProcess:
     ) -> None:
         self.settings = settings
         dirs = log_dirs if log_dirs is not None else [OsLogDirectory(d) for d in settings.log_dirs]
-        self.replicas = ReplicaManager(settings.node_id, LogManager(list(dirs)))
+        # The data plane's metrics, in the node's registry once it exists.
+        self.broker_metrics = PrometheusBrokerMetrics(settings.node_id)
+        self.replicas = ReplicaManager(
+            settings.node_id, LogManager(list(dirs)), metrics=self.broker_metrics
+        )
         self.metadata = ControllerStateMachine()
         self.broker_epoch = -1
         self.fenced = True
@@ -254,6 +259,8 @@ class BrokerProcess:
     def _metrics(self) -> None:
         registry = self.node.registry
         node = str(self.settings.node_id)
+        registry.register(self.broker_metrics.registry)
+        self.broker_metrics.track(self.service)
 
         def gauge(name: str, doc: str, value: Callable[[], float]) -> None:
             Gauge(name, doc, ["node"], registry=registry).labels(node=node).set_function(value)
@@ -498,7 +505,8 @@ class BrokerProcess:
             found = results.get(key)
             error = answer.error if answer.error != 0 or found is None else found.error
             if error == 0 and found is not None:
-                moved = replica.step_alter_partition_result(
+                moved = self.replicas.step_alter_partition_result(
+                    key,
                     request,
                     AlterPartitionResult(
                         found.leader,

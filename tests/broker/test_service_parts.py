@@ -14,7 +14,7 @@ from broker.producer_ids import (
     ProducerIdBlock,
     ProducerIdsError,
 )
-from broker.purgatory import Purgatory
+from broker.purgatory import Operation, Purgatory
 from metadata.image import TopicIdPartition
 
 A = TopicIdPartition("id-a", 0)
@@ -28,7 +28,9 @@ def test_a_waiter_is_woken_by_its_partition_only() -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
         waiter = asyncio.ensure_future(
-            purgatory.wait_until([A], lambda: True if state["ready"] else None, 10)
+            purgatory.wait_until(
+                [A], lambda: True if state["ready"] else None, 10, operation=Operation.PRODUCE
+            )
         )
         await asyncio.sleep(0.05)
         assert purgatory.watched() == 1
@@ -48,9 +50,41 @@ def test_a_waiter_times_out_with_none_and_checks_first() -> None:
     async def body() -> None:
         purgatory = Purgatory()
         never: int | None = None
-        assert await purgatory.wait_until([A], lambda: never, 0.05) is None
-        assert await purgatory.wait_until([A], lambda: 7, 0) == 7
-        assert purgatory.watched() == 0
+        fetch = Operation.FETCH
+        assert await purgatory.wait_until([A], lambda: never, 0.05, operation=fetch) is None
+        assert await purgatory.wait_until([A], lambda: 7, 0, operation=fetch) == 7
+        assert purgatory.watched() == 0 and purgatory.delayed() == 0
+
+    asyncio.run(body())
+
+
+def test_the_purgatory_counts_its_waiters_by_operation() -> None:
+    """Kafka's PurgatorySize (watches: one per partition an operation waits
+    on) and NumDelayedOperations, per kind of operation."""
+
+    async def body() -> None:
+        purgatory = Purgatory()
+        never: int | None = None
+        produce = asyncio.ensure_future(
+            purgatory.wait_until([A, B], lambda: never, 10, operation=Operation.PRODUCE)
+        )
+        fetch = asyncio.ensure_future(
+            purgatory.wait_until([A], lambda: never, 10, operation=Operation.FETCH)
+        )
+        await asyncio.sleep(0.05)
+        assert purgatory.watched(Operation.PRODUCE) == 2
+        assert purgatory.watched(Operation.FETCH) == 1
+        assert purgatory.watched() == 3
+        assert (purgatory.delayed(Operation.PRODUCE), purgatory.delayed(Operation.FETCH)) == (1, 1)
+        # Woken, a waiter leaves its watches while it checks, then watches
+        # again (its check still answers nothing).
+        purgatory.wake(A)
+        await asyncio.sleep(0.05)
+        assert purgatory.watched(Operation.PRODUCE) == 2 and purgatory.delayed() == 2
+        for waiter in (produce, fetch):
+            waiter.cancel()
+        await asyncio.gather(produce, fetch, return_exceptions=True)
+        assert purgatory.watched() == 0 and purgatory.delayed() == 0
 
     asyncio.run(body())
 

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from prometheus_client import generate_latest
+
 from broker.errors import Errors
 from kqproto import broker_pb2, broker_pb2_grpc
 from metadata.active import ControllerSettings
@@ -281,6 +283,28 @@ def test_a_crashed_follower_leaves_the_isr_and_comes_back(tmp_path: Path) -> Non
                 )
                 answer = (await stub.Produce(produce(b"c"))).topics[0].partitions[0]
                 assert (answer.error, answer.base_offset) == (Errors.NONE, 2), answer
+                # The data plane's metrics, in the exporter's text: three
+                # acks=all produces of one record, answered and timed; the
+                # followers fetched them; the follower's return is an ISR
+                # expansion of the leader's.
+                await wait_for(
+                    lambda: metrics.get_sample_value("kq_broker_isr_expands_total", labels)
+                )
+                text = generate_latest(metrics).decode()
+                tag = f'node="{leader}"'
+                for line in (
+                    f"kq_broker_messages_in_total{{{tag}}} 3.0",
+                    f'kq_broker_requests_total{{{tag},request="Produce"}} 3.0',
+                    f'kq_broker_request_latency_seconds_count{{{tag},request="Produce"}} 3.0',
+                    f'kq_broker_request_errors_total{{error="NONE",{tag},request="Produce"}} 3.0',
+                    f'kq_broker_purgatory_size{{{tag},operation="Produce"}} 0.0',
+                ):
+                    assert line in text, line
+                bytes_in = metrics.get_sample_value("kq_broker_bytes_in_total", labels)
+                replicated = metrics.get_sample_value(
+                    "kq_broker_replication_bytes_out_total", labels
+                )
+                assert bytes_in and replicated and replicated >= bytes_in
             # The restarted follower holds every record.
             log = brokers[follower].replicas.logs.log(brokers[follower].replicas.resolve("t", 0))
             assert log is not None

@@ -31,7 +31,14 @@ LIBRARIES = (
 PACKAGES = (*LIBRARIES, "chaos", "spark_verify", "kq", "bench", "tools")
 """Every top-level package (or folder of scripts) of kq."""
 
-UNITS = (*PACKAGES, "quorum.sim", "quorum.driver", "kq.commands", "broker.sim")
+UNITS = (
+    *PACKAGES,
+    "quorum.sim",
+    "quorum.driver",
+    "kq.commands",
+    "broker.sim",
+    "broker.grpc_client",
+)
 """A module belongs to the longest of these that prefixes its name."""
 
 # What the metadata layer (and later the brokers) may see of the quorum: its
@@ -91,6 +98,16 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
         "metadata.records",
         "metadata.image",
         "history",
+    ),
+    # The gRPC clients: drivers of the clients' pure core (broker.client),
+    # over the broker service's protobufs, with the quorum's channel pool
+    # and TLS files for mutual TLS.
+    "broker.grpc_client": (
+        "broker",
+        "kqproto",
+        "partition_log",
+        *QUORUM_SEAMS,
+        "quorum.driver.tls",
     ),
     # Process assembly: builds processes out of everything below it.
     "server": ("kqproto", "quorum", "kvstore", "metadata", "broker", "partition_log"),

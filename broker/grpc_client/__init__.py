@@ -1,0 +1,35 @@
+"""kq's Python clients over gRPC (docs/clients.md): the producer, the
+consumer and the admin client that talk to brokers' ``BrokerService``.
+
+Each is a thin asyncio driver over the pure core of ``broker/client/``
+(Kafka's client decisions without I/O): it keeps the cluster's metadata
+(``metadata_cache``), moves the core's requests over gRPC (mutual TLS when
+credentials are given) and hands every answer back to the core. ``sync``
+wraps them for callers without an event loop (the commands).
+"""
+
+from broker.grpc_client.admin import Admin, OffsetSpec, PartitionOffset
+from broker.grpc_client.consumer import Consumer
+from broker.grpc_client.errors import (
+    BrokerClientError,
+    DeliveryFailedError,
+    NoBrokerError,
+    UnknownTopicError,
+)
+from broker.grpc_client.metadata_cache import MetadataCache, PartitionInfo
+from broker.grpc_client.producer import Producer, RecordMetadata
+
+__all__ = [
+    "Admin",
+    "BrokerClientError",
+    "Consumer",
+    "DeliveryFailedError",
+    "MetadataCache",
+    "NoBrokerError",
+    "OffsetSpec",
+    "PartitionInfo",
+    "PartitionOffset",
+    "Producer",
+    "RecordMetadata",
+    "UnknownTopicError",
+]

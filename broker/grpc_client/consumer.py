@@ -1,0 +1,401 @@
+"""The consumer over gRPC (Kafka's ``KafkaConsumer`` with manual
+assignment): a thin driver over ``broker.client.consumer.ConsumerCore``,
+which keeps the position of each assigned partition and decides what each
+answer does (docs/clients.md).
+
+``poll(timeout_ms)``, as ``KafkaConsumer.poll``: positions of partitions
+without one are found with ListOffsets (``auto.offset.reset``, or a
+``seek_to_beginning``/``seek_to_end``); buffered records are returned at
+once; otherwise one long-poll Fetch per leader (``fetch.max.wait.ms``,
+``fetch.min.bytes``) is sent for every partition not already awaiting one,
+and the call returns as soon as records arrive or the timeout passes. A
+fetch still running when ``poll`` returns goes on; its answer is kept for
+the next ``poll``.
+
+Leadership errors (``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``, ...)
+move the partition to the leader the answer names (KIP-951) or refresh the
+metadata, and the partition is fetched again from the same position.
+``OFFSET_OUT_OF_RANGE`` resets it by ``auto.offset.reset``; with ``none``
+``poll`` raises ``OffsetOutOfRangeError`` naming it. Groups, ``subscribe``
+and committed offsets come with consumer groups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterable, Sequence
+from typing import Self
+
+import grpc
+
+from broker.client.consumer import (
+    ConsumerConfig,
+    ConsumerCore,
+    ConsumerRecord,
+    FetchAnswer,
+    FetchRequest,
+    LeaderInfo,
+    OffsetResetStrategy,
+)
+from broker.client.producer_batch import TopicPartition
+from broker.errors import Errors
+from broker.grpc_client.errors import BrokerClientError, NoBrokerError
+from broker.grpc_client.metadata_cache import PERMANENT_REFUSALS, MetadataCache
+from kqproto import broker_pb2
+from quorum.driver.tls import TlsFiles
+
+__all__ = ["Consumer"]
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+# ListOffsets answers after which the client looks again (a new leader
+# whose HW is behind its epoch start, an election, a stale epoch).
+_RETRY_LIST_OFFSETS = frozenset(
+    {
+        Errors.NOT_LEADER_OR_FOLLOWER,
+        Errors.LEADER_NOT_AVAILABLE,
+        Errors.FENCED_LEADER_EPOCH,
+        Errors.UNKNOWN_LEADER_EPOCH,
+        Errors.OFFSET_NOT_AVAILABLE,
+        Errors.UNKNOWN_TOPIC_OR_PARTITION,
+        Errors.REQUEST_TIMED_OUT,
+        Errors.KAFKA_STORAGE_ERROR,
+    }
+)
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def _tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
+    topic, partition = item
+    if not isinstance(topic, str) or not topic or not isinstance(partition, int):
+        raise ValueError(f"not a (topic, partition): {item!r}")
+    return TopicPartition(topic, partition)
+
+
+class Consumer:
+    """A consumer of assigned partitions (module docstring)."""
+
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        config: ConsumerConfig | None = None,
+        *,
+        tls: TlsFiles | None = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        request_timeout_ms: int = 30_000,
+        retry_backoff_ms: int = 100,
+        metadata: MetadataCache | None = None,
+    ) -> None:
+        self.core = ConsumerCore(config)
+        self.config = self.core.config
+        self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.metadata = metadata or MetadataCache(
+            bootstrap,
+            tls=tls,
+            credentials=credentials,
+            request_timeout_ms=request_timeout_ms,
+            retry_backoff_ms=retry_backoff_ms,
+        )
+        self._owns_metadata = metadata is None
+        self._fetches: set[asyncio.Task[None]] = set()
+        self._arrived = asyncio.Event()
+        # An error an answer raised, given to the caller by the next poll.
+        self._error: BaseException | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- assignment and positions ----------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
+        """Consume exactly these partitions (kept ones keep their positions)."""
+        self.core.assign([_tp(p) for p in partitions])
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        return self.core.assignment()
+
+    def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
+        """The next record of ``partition`` returned is at ``offset`` (or the
+        first after it)."""
+        self.core.seek(_tp(partition), offset)
+
+    def seek_to_beginning(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None
+    ) -> None:
+        """Start from the log start offset (all assigned partitions by default)."""
+        chosen = self.assignment() if partitions is None else [_tp(p) for p in partitions]
+        self.core.seek_to_beginning(chosen)
+
+    def seek_to_end(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None
+    ) -> None:
+        """Start from the high watermark: only records produced from now on."""
+        chosen = self.assignment() if partitions is None else [_tp(p) for p in partitions]
+        self.core.seek_to_end(chosen)
+
+    async def position(
+        self, partition: TopicPartition | tuple[str, int], timeout_ms: int = 30_000
+    ) -> int:
+        """The offset of the next record to return, finding it (ListOffsets by
+        the reset policy) if the partition has none yet."""
+        tp = _tp(partition)
+        deadline = _now_ms() + timeout_ms
+        while True:
+            found = self.core.position(tp)
+            if found is not None:
+                return found
+            await self._update_positions()
+            found = self.core.position(tp)
+            if found is not None:
+                return found
+            if _now_ms() >= deadline:
+                raise BrokerClientError(
+                    int(Errors.REQUEST_TIMED_OUT),
+                    f"no position found for {tp} within {timeout_ms} ms",
+                )
+            await asyncio.sleep(self.retry_backoff_ms / 1000)
+
+    # -- polling -------------------------------------------------------------------
+
+    async def poll(
+        self, timeout_ms: int = 1_000, max_records: int | None = None
+    ) -> list[ConsumerRecord]:
+        """Records of the assigned partitions, in offset order per partition,
+        each once; an empty list if none came within ``timeout_ms``."""
+        if self._closed:
+            raise BrokerClientError(-1, "the consumer is closed")
+        if not self.assignment():
+            raise ValueError("poll with no partitions assigned: call assign() first")
+        deadline = _now_ms() + timeout_ms
+        while True:
+            self._raise_pending()
+            try:
+                await self._update_positions()
+            except (NoBrokerError, BrokerClientError) as error:
+                if isinstance(error, NoBrokerError) or error.code == Errors.BROKER_NOT_AVAILABLE:
+                    # No broker answered: keep trying until the timeout.
+                    if _now_ms() >= deadline:
+                        return []
+                    await asyncio.sleep(self.retry_backoff_ms / 1000)
+                    continue
+                raise
+            records = self.core.poll(max_records)
+            if records:
+                return records
+            self._send_fetches()
+            left = deadline - _now_ms()
+            if left <= 0:
+                return []
+            self._arrived.clear()
+            if not self._fetches:
+                # Nothing to fetch yet (no leader known): wait a little.
+                left = min(left, self.retry_backoff_ms)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), left / 1000)
+
+    def _raise_pending(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for task in list(self._fetches):
+            task.cancel()
+        await asyncio.gather(*self._fetches, return_exceptions=True)
+        if self._owns_metadata:
+            await self.metadata.close()
+
+    # -- positions ------------------------------------------------------------------
+
+    async def _update_positions(self) -> None:
+        """ListOffsets for the partitions without a position
+        (``Fetcher.resetOffsetsIfNeeded``)."""
+        topics = {tp.topic for tp in self.assignment()}
+        await self.metadata.maybe_refresh(topics)
+        resets = self.core.partitions_to_reset()
+        if not resets:
+            return
+        by_node: dict[int, list[tuple[TopicPartition, OffsetResetStrategy, int]]] = {}
+        for tp, strategy in resets.items():
+            info = self.metadata.leader(tp)
+            if info is None:
+                self.metadata.request_refresh()
+                continue
+            by_node.setdefault(info.leader, []).append((tp, strategy, info.leader_epoch))
+        await asyncio.gather(*(self._list_offsets(n, parts) for n, parts in by_node.items()))
+
+    async def _list_offsets(
+        self, node: int, parts: list[tuple[TopicPartition, OffsetResetStrategy, int]]
+    ) -> None:
+        topics: dict[str, list[broker_pb2.ListOffsetsPartition]] = {}
+        for tp, strategy, epoch in parts:
+            timestamp = (
+                EARLIEST_TIMESTAMP if strategy is OffsetResetStrategy.EARLIEST else LATEST_TIMESTAMP
+            )
+            topics.setdefault(tp.topic, []).append(
+                broker_pb2.ListOffsetsPartition(
+                    partition=tp.partition, current_leader_epoch=epoch, timestamp=timestamp
+                )
+            )
+        request = broker_pb2.ListOffsetsRequest(
+            topics=[broker_pb2.ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()]
+        )
+        try:
+            response = await self.metadata.stub(node).ListOffsets(
+                request, timeout=self.request_timeout_ms / 1000
+            )
+        except grpc.aio.AioRpcError as error:
+            if error.code() in PERMANENT_REFUSALS:
+                raise BrokerClientError(
+                    int(Errors.TOPIC_AUTHORIZATION_FAILED),
+                    f"broker {node} refused ListOffsets: {error.details()}",
+                ) from None
+            self.metadata.request_refresh()
+            return
+        if response.error != Errors.NONE:
+            raise BrokerClientError(response.error, f"ListOffsets: {response.message}")
+        for topic in response.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.partition)
+                if part.error == Errors.NONE and part.offset >= 0:
+                    if tp in self.assignment():
+                        self.core.reset_position(tp, part.offset, part.leader_epoch)
+                elif part.error in _RETRY_LIST_OFFSETS:
+                    self._follow(
+                        tp, part.current_leader if part.HasField("current_leader") else None
+                    )
+                else:
+                    raise BrokerClientError(
+                        part.error, f"ListOffsets of {tp}: {part.message or 'no offset'}"
+                    )
+
+    def _follow(self, tp: TopicPartition, hint: broker_pb2.CurrentLeader | None,
+                endpoints: Iterable[broker_pb2.NodeEndpoint] = ()) -> None:  # fmt: skip
+        if hint is not None and hint.leader_id >= 0:
+            self.metadata.apply_leader_hint(tp, hint.leader_id, hint.leader_epoch, endpoints)
+        else:
+            self.metadata.request_refresh()
+
+    # -- fetching -------------------------------------------------------------------
+
+    def _send_fetches(self) -> None:
+        leaders: dict[TopicPartition, LeaderInfo] = {}
+        for tp in self.assignment():
+            info = self.metadata.leader(tp)
+            if info is not None:
+                leaders[tp] = LeaderInfo(info.leader, info.leader_epoch)
+            else:
+                self.metadata.request_refresh()
+        for node, request in self.core.fetch_requests(leaders).items():
+            task = asyncio.ensure_future(self._fetch(node, request))
+            self._fetches.add(task)
+            task.add_done_callback(self._fetches.discard)
+
+    async def _fetch(self, node: int, request: FetchRequest) -> None:
+        topics: dict[str, list[broker_pb2.FetchPartition]] = {}
+        for part in request.partitions:
+            topics.setdefault(part.topic_partition.topic, []).append(
+                broker_pb2.FetchPartition(
+                    partition=part.topic_partition.partition,
+                    current_leader_epoch=part.current_leader_epoch,
+                    fetch_offset=part.fetch_offset,
+                    last_fetched_epoch=part.last_fetched_epoch,
+                    log_start_offset=-1,
+                    partition_max_bytes=part.max_bytes,
+                )
+            )
+        message = broker_pb2.FetchRequest(
+            max_wait_ms=request.max_wait_ms,
+            min_bytes=request.min_bytes,
+            max_bytes=request.max_bytes,
+            isolation_level=broker_pb2.READ_UNCOMMITTED,
+            topics=[broker_pb2.FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
+        )
+        offsets = {p.topic_partition: p.fetch_offset for p in request.partitions}
+        try:
+            try:
+                response = await self.metadata.stub(node).Fetch(
+                    message, timeout=(request.max_wait_ms + self.request_timeout_ms) / 1000
+                )
+            except (grpc.aio.AioRpcError, NoBrokerError) as error:
+                for tp in offsets:
+                    self.core.on_fetch_failure(tp)
+                if isinstance(error, grpc.aio.AioRpcError) and error.code() in PERMANENT_REFUSALS:
+                    self._error = BrokerClientError(
+                        int(Errors.TOPIC_AUTHORIZATION_FAILED),
+                        f"broker {node} refused Fetch: {error.details()}",
+                    )
+                else:
+                    self.metadata.request_refresh()
+                    await asyncio.sleep(self.retry_backoff_ms / 1000)
+                return
+            except asyncio.CancelledError:
+                for tp in offsets:
+                    self.core.on_fetch_failure(tp)
+                raise
+            if response.error != Errors.NONE:
+                for tp in offsets:
+                    self.core.on_fetch_failure(tp)
+                self._error = BrokerClientError(response.error, f"Fetch: {response.message}")
+                return
+            self._take(response, offsets)
+        finally:
+            self._arrived.set()
+
+    def _take(self, response: broker_pb2.FetchResponse, offsets: dict[TopicPartition, int]) -> None:
+        answered: set[TopicPartition] = set()
+        for topic in response.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.topic, part.partition)
+                if tp not in offsets:
+                    continue
+                answered.add(tp)
+                try:
+                    code = Errors(part.error)
+                except ValueError:
+                    code = Errors.UNKNOWN_SERVER_ERROR
+                hint = part.current_leader if part.HasField("current_leader") else None
+                answer = FetchAnswer(
+                    fetch_offset=offsets[tp],
+                    error=code,
+                    high_watermark=part.high_watermark,
+                    log_start_offset=part.log_start_offset,
+                    records=part.records,
+                    diverging_epoch=(
+                        (part.diverging_epoch.epoch, part.diverging_epoch.end_offset)
+                        if part.HasField("diverging_epoch")
+                        else None
+                    ),
+                    current_leader=hint.leader_id if hint is not None else -1,
+                    current_leader_epoch=hint.leader_epoch if hint is not None else -1,
+                )
+                try:
+                    effect = self.core.on_fetch_answer(tp, answer)
+                except Exception as error:  # the core's refusal, raised by poll
+                    self._error = error
+                    continue
+                if effect.refresh_metadata:
+                    if effect.leader_hint is not None:
+                        self.metadata.apply_leader_hint(
+                            tp,
+                            effect.leader_hint.node,
+                            effect.leader_hint.leader_epoch,
+                            response.node_endpoints,
+                        )
+                    else:
+                        self.metadata.request_refresh()
+        for tp in offsets.keys() - answered:
+            self.core.on_fetch_failure(tp)

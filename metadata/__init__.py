@@ -29,7 +29,7 @@ The layers, bottom up:
 See docs/metadata.md.
 """
 
-from metadata.delta import LocalReplicaChanges, MetadataDelta
+from metadata.delta import MetadataDelta
 from metadata.errors import ApiError, Errors
 from metadata.image import (
     BrokerRegistration,
@@ -45,7 +45,6 @@ __all__ = [
     "BrokerRegistration",
     "ControllerStateMachine",
     "Errors",
-    "LocalReplicaChanges",
     "MetadataDelta",
     "MetadataImage",
     "PartitionRegistration",

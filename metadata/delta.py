@@ -24,7 +24,6 @@ from metadata.image import (
     ConfigResource,
     MetadataImage,
     PartitionRegistration,
-    TopicIdPartition,
     TopicImage,
 )
 from metadata.records import (
@@ -46,7 +45,7 @@ from metadata.records import (
     UnregisterBrokerRecord,
 )
 
-__all__ = ["LocalReplicaChanges", "MetadataDelta", "ReplayError"]
+__all__ = ["MetadataDelta", "ReplayError"]
 
 
 class ReplayError(ValueError):
@@ -80,17 +79,6 @@ class _TopicDelta:
         old = self.base.partitions if self.base is not None else ()
         parts = [self.changed.get(i) or old[i] for i in range(count)]
         return TopicImage(self.name, self.topic_id, tuple(parts))
-
-
-@dataclass(frozen=True, slots=True)
-class LocalReplicaChanges:
-    """What one broker must do after a delta (Kafka's LocalReplicaChanges):
-    partitions it now leads, partitions it now follows (a new replica, or a
-    new leader or leader epoch to follow), partitions to delete."""
-
-    leaders: dict[TopicIdPartition, PartitionRegistration]
-    followers: dict[TopicIdPartition, PartitionRegistration]
-    deletes: frozenset[TopicIdPartition]
 
 
 class MetadataDelta:
@@ -384,37 +372,3 @@ class MetadataDelta:
             self.next_producer_id,
             acls,
         )
-
-    def local_changes(self, broker_id: int) -> LocalReplicaChanges:
-        """What ``broker_id`` must do to its replicas after this delta
-        (Kafka's TopicDelta.localChanges)."""
-        leaders: dict[TopicIdPartition, PartitionRegistration] = {}
-        followers: dict[TopicIdPartition, PartitionRegistration] = {}
-        deletes: set[TopicIdPartition] = set()
-        for topic_id, removed in self._removed.items():
-            for i, p in enumerate(removed.partitions):
-                if broker_id in p.replicas:
-                    deletes.add(TopicIdPartition(topic_id, i))
-        for topic_id, delta in self._topics.items():
-            for i, new in delta.changed.items():
-                tp = TopicIdPartition(topic_id, i)
-                old = delta.base.partition(i) if delta.base is not None else None
-                if broker_id not in new.replicas:
-                    if old is not None and broker_id in old.replicas:
-                        deletes.add(tp)
-                    continue
-                if new.leader == broker_id:
-                    if (
-                        old is None
-                        or old.leader != broker_id
-                        or (old.leader_epoch != new.leader_epoch)
-                    ):
-                        leaders[tp] = new
-                elif (
-                    old is None
-                    or broker_id not in old.replicas
-                    or old.leader != new.leader
-                    or old.leader_epoch != new.leader_epoch
-                ):
-                    followers[tp] = new
-        return LocalReplicaChanges(leaders, followers, frozenset(deletes))

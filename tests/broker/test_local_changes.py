@@ -115,3 +115,51 @@ def test_an_unchanged_topic_is_skipped() -> None:
     assert previous.topics["id-a"] is image.topics["id-a"]
     changes = local_changes(previous, image, 1)
     assert set(changes.leaders) == {TopicIdPartition("id-b", 0)}
+
+
+def test_a_leader_epoch_bump_re_elects_the_same_leader() -> None:
+    # Same leader, new leader epoch: the leader is elected again and every
+    # follower follows the new epoch.
+    md = Metadata(*topic("a", "id-a", (1, 2, 3)))
+    previous, image = md.step(change("id-a", 0, leader=1))
+    assert image.topics["id-a"].partitions[0].leader_epoch == 1
+    one = local_changes(previous, image, 1)
+    assert set(one.leaders) == {A0} and one.elected == {A0}
+    for broker in (2, 3):
+        assert set(local_changes(previous, image, broker).followers) == {A0}, broker
+
+
+def test_a_reassignment_adds_a_follower_then_deletes_the_removed_replica() -> None:
+    # A-1 on (2, 3) moves to (2, 1): 1 is added first, 3 removed at the end.
+    md = Metadata(*topic("a", "id-a", (1, 2), (2, 3)))
+    previous, image = md.step(
+        change("id-a", 1, replicas=(2, 1, 3), adding_replicas=(1,), removing_replicas=(3,))
+    )
+    added = local_changes(previous, image, 1)
+    assert set(added.followers) == {A1} and not added.deletes
+    still = local_changes(previous, image, 3)
+    assert not still.deletes and set(still.followers) == {A1}
+    previous, image = md.step(
+        change(
+            "id-a",
+            1,
+            leader=1,
+            isr=(2, 1),
+            replicas=(2, 1),
+            adding_replicas=(),
+            removing_replicas=(),
+        )
+    )
+    assert set(local_changes(previous, image, 3).deletes) == {A1}
+    assert local_changes(previous, image, 1).elected == {A1}
+    assert set(local_changes(previous, image, 2).followers) == {A1}
+
+
+def test_a_topic_changed_then_deleted_in_one_step_is_only_deleted() -> None:
+    md = Metadata(*topic("a", "id-a", (1, 2), (2, 3)))
+    previous, image = md.step(change("id-a", 0, leader=2, isr=(2,)), remove("id-a"))
+    two = local_changes(previous, image, 2)
+    assert not two.leaders and not two.followers
+    assert set(two.deletes) == {A0, A1}
+    assert set(local_changes(previous, image, 1).deletes) == {A0}
+    assert set(local_changes(previous, image, 3).deletes) == {A1}

@@ -17,7 +17,6 @@ from metadata.image import (
     BrokerRegistration,
     MetadataImage,
     PartitionRegistration,
-    TopicIdPartition,
 )
 from metadata.records import (
     NO_LEADER,
@@ -390,102 +389,6 @@ def test_grouping_of_records_does_not_matter(
     for lo, hi in zip([0, *cuts], [*cuts, len(records)], strict=False):
         apart = build(records[lo:hi], apart)
     assert apart.with_provenance(0, 0) == together.with_provenance(0, 0)
-
-
-# -- local changes ---------------------------------------------------------------------------
-
-
-def tp(topic_id: str, partition: int) -> TopicIdPartition:
-    return TopicIdPartition(topic_id, partition)
-
-
-def test_local_changes_of_a_new_topic() -> None:
-    image = build([register(1, 0), register(2, 1), register(3, 2)])
-    delta = replay(topic("c", "C", (1, 2), (2, 3)), image)
-    one = delta.local_changes(1)
-    assert one.leaders == {tp("C", 0): PartitionRegistration((1, 2), (1, 2), leader=1)}
-    assert one.followers == {} and one.deletes == frozenset()
-    two = delta.local_changes(2)
-    assert set(two.leaders) == {tp("C", 1)}
-    assert set(two.followers) == {tp("C", 0)}
-    three = delta.local_changes(3)
-    assert three.leaders == {} and set(three.followers) == {tp("C", 1)}
-    assert delta.local_changes(4) == type(one)({}, {}, frozenset())
-
-
-def test_local_changes_of_a_leader_change() -> None:
-    image = base_image()
-    delta = replay([PartitionChangeRecord("A", 0, leader=2, isr=(2,))], image)
-    new = delta.partition("A", 0)
-    assert new is not None and new.leader_epoch == 1
-    assert delta.local_changes(2).leaders == {tp("A", 0): new}
-    assert delta.local_changes(1).followers == {tp("A", 0): new}
-    assert delta.local_changes(1).leaders == {}
-    # Broker 3 holds no replica of A-0: nothing for it.
-    assert delta.local_changes(3).followers == {} and delta.local_changes(3).leaders == {}
-
-
-def test_local_changes_of_an_isr_change_are_nothing() -> None:
-    delta = replay([PartitionChangeRecord("A", 0, isr=(1,))], base_image())
-    for broker in (1, 2, 3):
-        changes = delta.local_changes(broker)
-        assert (changes.leaders, changes.followers, changes.deletes) == ({}, {}, frozenset())
-
-
-def test_local_changes_of_a_leader_epoch_bump() -> None:
-    # Same leader, new leader epoch: the leader and followers must notice.
-    delta = replay([PartitionChangeRecord("A", 0, leader=1)], base_image())
-    assert set(delta.local_changes(1).leaders) == {tp("A", 0)}
-    assert set(delta.local_changes(2).followers) == {tp("A", 0)}
-
-
-def test_local_changes_of_a_reassignment() -> None:
-    image = base_image()
-    # A-1 on (2, 3) moves to (2, 1): 1 is added, then 3 removed.
-    start = replay(
-        [
-            PartitionChangeRecord(
-                "A", 1, replicas=(2, 1, 3), adding_replicas=(1,), removing_replicas=(3,)
-            )
-        ],
-        image,
-    )
-    assert set(start.local_changes(1).followers) == {tp("A", 1)}
-    assert start.local_changes(3).deletes == frozenset()
-    image = start.apply()
-    done = replay(
-        [
-            PartitionChangeRecord(
-                "A",
-                1,
-                leader=2,
-                isr=(2, 1),
-                replicas=(2, 1),
-                adding_replicas=(),
-                removing_replicas=(),
-            )
-        ],
-        image,
-    )
-    assert done.local_changes(3).deletes == frozenset({tp("A", 1)})
-    assert set(done.local_changes(2).leaders) == {tp("A", 1)}
-    assert set(done.local_changes(1).followers) == {tp("A", 1)}
-
-
-def test_local_changes_of_a_deleted_topic() -> None:
-    delta = replay([RemoveTopicRecord("A")], base_image())
-    assert delta.local_changes(2).deletes == frozenset({tp("A", 0), tp("A", 1)})
-    assert delta.local_changes(1).deletes == frozenset({tp("A", 0)})
-    assert delta.local_changes(3).deletes == frozenset({tp("A", 1)})
-    assert delta.local_changes(3).leaders == {}
-
-
-def test_local_changes_of_a_topic_changed_then_deleted() -> None:
-    delta = replay(
-        [PartitionChangeRecord("A", 0, leader=2, isr=(2,)), RemoveTopicRecord("A")], base_image()
-    )
-    assert delta.local_changes(2).leaders == {}
-    assert delta.local_changes(2).deletes == frozenset({tp("A", 0), tp("A", 1)})
 
 
 # -- images as records --------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.local_changes import LocalChanges, local_changes
 from metadata.active import ControllerSettings, QuorumController
 from metadata.controller import (
     Controller,
@@ -26,7 +27,7 @@ from metadata.controller import (
     NewTopic,
     RegisterRequest,
 )
-from metadata.delta import LocalReplicaChanges, MetadataDelta
+from metadata.delta import MetadataDelta
 from metadata.image import MetadataImage
 from metadata.records import Endpoint, FeatureRange
 from metadata.state_machine import ControllerStateMachine
@@ -136,10 +137,11 @@ def test_standbys_observers_and_restarts_hold_the_active_image(tmp_path: Path) -
         async with controllers(tmp_path) as cluster:
             active = await cluster.wait_active()
             observer = await start_observer(cluster, 11)
-            changes: list[LocalReplicaChanges] = []
+            changes: list[LocalChanges] = []
 
             def on_commit(delta: MetadataDelta, image: MetadataImage) -> None:
-                changes.append(delta.local_changes(1))
+                # What broker 1 would do, from the image before and after.
+                changes.append(local_changes(delta.image, image, 1))
 
             sm = metadata_of(observer)
             sm.add_listener(on_commit)

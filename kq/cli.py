@@ -54,6 +54,9 @@ COMMANDS: list[tuple[str, str]] = [
     ("chaos", "kq.commands.chaos:register"),
     ("verify", "kq.commands.verify:register"),
     ("log", "kq.commands.log:register"),
+    ("produce", "kq.commands.produce:register"),
+    ("consume", "kq.commands.consume:register"),
+    ("offsets", "kq.commands.offsets:register"),
 ]
 """Every subcommand: ``(name, "module:function")``, imported only when needed."""
 

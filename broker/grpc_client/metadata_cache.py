@@ -305,9 +305,7 @@ class MetadataCache:
             if count is not None:
                 return count
             if _now_ms() >= deadline:
-                why = self._missing.get(topic, "not in the metadata")
-                raise UnknownTopicError(
-                    topic, f"topic {topic!r}: {why} (after waiting {max_wait_ms} ms)"
-                )
+                why = self._missing.get(topic, f"topic {topic!r} is not in the metadata")
+                raise UnknownTopicError(topic, f"{why} (after waiting {max_wait_ms} ms)")
             await asyncio.sleep(min(self.retry_backoff_ms, max(0, deadline - _now_ms())) / 1000)
             await self.refresh([topic])

@@ -95,6 +95,13 @@ class SyncProducer:
         self._thread.run(queue())
         return out
 
+    def partitions_for(self, topic: str, max_wait_ms: int | None = None) -> int:
+        """The topic's partition count (Kafka's ``partitionsFor``), waiting
+        up to ``max_wait_ms`` (default ``max.block.ms``) for it to appear;
+        ``UnknownTopicError`` after that."""
+        wait = self.producer.config.max_block_ms if max_wait_ms is None else max_wait_ms
+        return self._thread.run(self.producer.metadata.partition_count(topic, wait))
+
     def flush(self, timeout_s: float | None = None) -> None:
         self._thread.run(self.producer.flush(timeout_s))
 

@@ -1,0 +1,214 @@
+"""``kq consume``: print a topic's records (Kafka's ``kafka-console-consumer``).
+
+kq consume --topic T [--from-beginning] [--partition P [--offset O|earliest|latest]]
+           [--max-messages N] [--timeout-ms MS]
+           [--print-key] [--print-offset] [--print-partition] [--key-separator SEP]
+
+Every partition of the topic, or ``--partition``'s, from the end (records
+produced from now on) unless ``--from-beginning`` or ``--offset``. Each record
+prints as its value, preceded by ``Partition:P``, ``Offset:O`` and its key
+when asked (tab-separated as Kafka's ``DefaultMessageFormatter``); ``--json``
+prints one object per line. It stops after ``--max-messages`` records, after
+``--timeout-ms`` without a record, or on Ctrl-C, and says on stderr how many
+records it printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import sys
+from typing import Any
+
+from broker.client.consumer import (
+    ConsumerConfig,
+    ConsumerRecord,
+    OffsetResetStrategy,
+)
+from broker.grpc_client.admin import Admin
+from broker.grpc_client.consumer import Consumer
+from kq.commands.client_flags import (
+    add_client_flags,
+    broker_bootstrap,
+    client_errors,
+    parse_partition,
+)
+from kq.commands.common import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    Subparsers,
+    client_credentials,
+    command,
+    run_async,
+)
+
+__all__ = ["register"]
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "consume",
+        help="print a topic's records",
+        description=(
+            "Print the records of --topic (as kafka-console-consumer): all its "
+            "partitions, or --partition's; from the end unless --from-beginning or --offset."
+        ),
+    )
+    parser.add_argument("--topic", required=True)
+    parser.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start from the earliest record instead of the end",
+    )
+    parser.add_argument("--partition", type=parse_partition, help="only this partition")
+    parser.add_argument(
+        "--offset",
+        help="with --partition: the offset to start at, or earliest or latest",
+    )
+    parser.add_argument(
+        "--max-messages", type=int, help="stop after this many records (default: no limit)"
+    )
+    parser.add_argument(
+        "--timeout-ms",
+        type=int,
+        help="stop after this long without a record (default: wait for ever)",
+    )
+    parser.add_argument("--print-key", action="store_true", help="print each record's key")
+    parser.add_argument("--print-offset", action="store_true", help="print each record's offset")
+    parser.add_argument(
+        "--print-partition", action="store_true", help="print each record's partition"
+    )
+    parser.add_argument(
+        "--key-separator",
+        default="\t",
+        metavar="SEP",
+        help="between the key and the value with --print-key (default: a tab)",
+    )
+    add_client_flags(parser)
+    parser.set_defaults(func=_consume)
+
+
+def _start(args: argparse.Namespace) -> int | str | None:
+    """Where to start: an offset, "earliest", "latest", or None (the end)."""
+    if args.offset is None:
+        return "earliest" if args.from_beginning else None
+    if args.partition is None:
+        raise CommandError("--offset needs --partition", EXIT_USAGE)
+    if args.from_beginning:
+        raise CommandError("--from-beginning and --offset cannot be given together", EXIT_USAGE)
+    if args.offset in ("earliest", "latest"):
+        return str(args.offset)
+    try:
+        offset = int(args.offset)
+    except ValueError:
+        raise CommandError(
+            f"--offset {args.offset!r}: an offset, earliest or latest", EXIT_USAGE
+        ) from None
+    if offset < 0:
+        raise CommandError(f"--offset must be >= 0, not {offset}", EXIT_USAGE)
+    return offset
+
+
+@command("consume")
+def _consume(args: argparse.Namespace) -> int:
+    start = _start(args)
+    if args.max_messages is not None and args.max_messages < 1:
+        raise CommandError(f"--max-messages must be >= 1, not {args.max_messages}", EXIT_USAGE)
+    if args.timeout_ms is not None and args.timeout_ms < 0:
+        raise CommandError(f"--timeout-ms must be >= 0, not {args.timeout_ms}", EXIT_USAGE)
+    addresses = broker_bootstrap(args)
+    credentials = client_credentials(args)
+    printed = [0]
+    try:
+        with client_errors():
+            run_async(_run(args, addresses, credentials, start, printed))
+    except KeyboardInterrupt:
+        pass
+    print(f"Processed a total of {printed[0]} messages", file=sys.stderr)
+    return EXIT_OK
+
+
+async def _run(
+    args: argparse.Namespace,
+    addresses: list[str],
+    credentials: Any,
+    start: int | str | None,
+    printed: list[int],
+) -> None:
+    async with Admin(addresses, credentials=credentials, timeout_ms=10_000) as admin:
+        partitions = await admin.topic(args.topic)
+    if args.partition is not None and args.partition >= len(partitions):
+        raise CommandError(
+            f"topic {args.topic!r} has no partition {args.partition} (it has {len(partitions)})",
+            EXIT_FAILURE,
+        )
+    chosen = [args.partition] if args.partition is not None else [p.partition for p in partitions]
+    reset = OffsetResetStrategy.EARLIEST if start == "earliest" else OffsetResetStrategy.LATEST
+    config = ConsumerConfig(auto_offset_reset=reset)
+    async with Consumer(addresses, config, credentials=credentials) as consumer:
+        consumer.assign([(args.topic, p) for p in chosen])
+        if isinstance(start, int):
+            consumer.seek((args.topic, chosen[0]), start)
+        elif start == "earliest":
+            consumer.seek_to_beginning()
+        else:
+            consumer.seek_to_end()
+        loop = asyncio.get_running_loop()
+        idle_since = loop.time()
+        while args.max_messages is None or printed[0] < args.max_messages:
+            wait = 1_000
+            if args.timeout_ms is not None:
+                left = args.timeout_ms - (loop.time() - idle_since) * 1000
+                if left <= 0:
+                    return
+                wait = int(min(wait, left)) or 1
+            left_to_print = None if args.max_messages is None else args.max_messages - printed[0]
+            records = await consumer.poll(wait, left_to_print)
+            if records:
+                idle_since = loop.time()
+            for record in records:
+                _print(args, record)
+                printed[0] += 1
+            sys.stdout.flush()
+
+
+def _text(data: bytes | None) -> str:
+    return "null" if data is None else data.decode("utf-8", "backslashreplace")
+
+
+def _json_bytes(name: str, data: bytes | None) -> dict[str, Any]:
+    if data is None:
+        return {name: None}
+    try:
+        return {name: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {f"{name}_base64": base64.b64encode(data).decode("ascii")}
+
+
+def _print(args: argparse.Namespace, record: ConsumerRecord) -> None:
+    if args.json:
+        obj: dict[str, Any] = {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp": record.timestamp,
+            **_json_bytes("key", record.key),
+            **_json_bytes("value", record.value),
+        }
+        if record.headers:
+            obj["headers"] = {k: _text(v) for k, v in record.headers}
+        print(json.dumps(obj))
+        return
+    fields = []
+    if args.print_partition:
+        fields.append(f"Partition:{record.partition}")
+    if args.print_offset:
+        fields.append(f"Offset:{record.offset}")
+    line = "\t".join(fields) + ("\t" if fields else "")
+    if args.print_key:
+        line += _text(record.key) + args.key_separator
+    print(line + _text(record.value))

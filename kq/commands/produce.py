@@ -1,0 +1,271 @@
+"""``kq produce``: records from stdin to a topic, one per line (Kafka's
+``kafka-console-producer``).
+
+kq produce --topic T [--acks all|1|0] [--key-separator SEP] [--partition P]
+           [--sync] [--compression none|gzip|lz4|zstd]
+
+Each line is a record's value, or with ``--key-separator`` its key, the
+separator and its value. Records are batched (``linger.ms``) unless
+``--sync``, which waits for each record's acknowledgement and prints its
+partition and offset. With acks=all the producer is idempotent.
+
+Exit statuses: 0 every record acknowledged; 1 some failed definitely (not in
+the log) or a line was refused; 2 bad usage; 3 some record's outcome is
+unknown (it may be in the log).
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import sys
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO
+
+from broker.client.errors import Outcome
+from broker.client.producer_batch import Acks, ProducerConfig
+from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError
+from broker.grpc_client.producer import RecordMetadata
+from broker.grpc_client.sync import SyncProducer
+from kq.commands.client_flags import (
+    add_client_flags,
+    broker_bootstrap,
+    client_errors,
+    parse_partition,
+)
+from kq.commands.common import (
+    EXIT_FAILURE,
+    EXIT_INDETERMINATE,
+    EXIT_OK,
+    EXIT_USAGE,
+    CommandError,
+    Subparsers,
+    client_credentials,
+    command,
+)
+from partition_log.batch import Compression
+
+__all__ = ["register"]
+
+ACKS = {"all": Acks.ALL, "-1": Acks.ALL, "1": Acks.LEADER, "0": Acks.NONE}
+COMPRESSION = {
+    "none": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
+}
+# How long the topic may take to appear in the brokers' metadata (a topic
+# just created) before the command says it does not exist.
+TOPIC_WAIT_MS = 3_000
+
+
+def register(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        "produce",
+        help="send records from stdin to a topic, one per line",
+        description=(
+            "Send one record per stdin line to --topic (as kafka-console-producer). "
+            "Exit status: 0 all acknowledged, 1 some failed (definitely not written) or "
+            "a line was refused, 2 usage, 3 some outcome unknown (may be in the log)."
+        ),
+    )
+    parser.add_argument("--topic", required=True)
+    parser.add_argument(
+        "--acks",
+        choices=sorted(ACKS),
+        default="all",
+        help="all (default; idempotent), 1 (the leader's append) or 0 (no answer)",
+    )
+    parser.add_argument(
+        "--key-separator",
+        metavar="SEP",
+        help="split each line into key SEP value (default: no key)",
+    )
+    parser.add_argument(
+        "--partition", type=parse_partition, help="send every record to this partition"
+    )
+    parser.add_argument(
+        "--sync",
+        action="store_true",
+        help="wait for each record's acknowledgement and print its partition and offset",
+    )
+    parser.add_argument("--compression", choices=sorted(COMPRESSION), default="none")
+    parser.add_argument(
+        "--linger-ms", type=int, default=5, help="how long a batch waits to fill (default 5)"
+    )
+    parser.add_argument(
+        "--delivery-timeout-ms",
+        type=int,
+        default=120_000,
+        help="how long a record may take to be acknowledged, retries included (default 120000)",
+    )
+    add_client_flags(parser)
+    parser.set_defaults(func=_produce)
+
+
+@dataclass
+class _Tally:
+    sent: int = 0
+    acknowledged: int = 0
+    failed: int = 0  # definitely not in the log, or refused before sending
+    unknown: int = 0  # may be in the log
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _lines(stream: BinaryIO) -> Any:
+    for number, raw in enumerate(stream, start=1):
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        yield number, line
+
+
+def _split(line: bytes, separator: bytes | None, number: int) -> tuple[bytes | None, bytes]:
+    if separator is None:
+        return None, line
+    key, found, value = line.partition(separator)
+    if not found:
+        raise ValueError(f"line {number} has no key separator {separator.decode()!r}")
+    return key, value
+
+
+@command("produce")
+def _produce(args: argparse.Namespace) -> int:
+    if args.key_separator == "":
+        raise CommandError("--key-separator must not be empty", EXIT_USAGE)
+    if args.linger_ms < 0:
+        raise CommandError(f"--linger-ms must be >= 0, not {args.linger_ms}", EXIT_USAGE)
+    acks = ACKS[args.acks]
+    try:
+        config = ProducerConfig(
+            acks=acks,
+            enable_idempotence=acks is Acks.ALL,
+            linger_ms=0 if args.sync else args.linger_ms,
+            compression_type=COMPRESSION[args.compression],
+            delivery_timeout_ms=args.delivery_timeout_ms,
+            request_timeout_ms=min(30_000, args.delivery_timeout_ms),
+        )
+    except ValueError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    addresses = broker_bootstrap(args)
+    credentials = client_credentials(args)
+    separator = None if args.key_separator is None else args.key_separator.encode()
+    tally = _Tally()
+    with client_errors():
+        producer = SyncProducer(addresses, config, credentials=credentials)
+        try:
+            partitions = producer.partitions_for(args.topic, TOPIC_WAIT_MS)
+            if args.partition is not None and args.partition >= partitions:
+                raise CommandError(
+                    f"topic {args.topic!r} has no partition {args.partition} (it has {partitions})",
+                    EXIT_USAGE,
+                )
+            _send_all(args, producer, separator, tally)
+            producer.flush()
+        finally:
+            producer.close()
+    _summary(args, tally)
+    if tally.unknown:
+        return EXIT_INDETERMINATE
+    return EXIT_FAILURE if tally.failed else EXIT_OK
+
+
+def _send_all(
+    args: argparse.Namespace, producer: SyncProducer, separator: bytes | None, tally: _Tally
+) -> None:
+    pending: list[tuple[int, concurrent.futures.Future[RecordMetadata]]] = []
+    for number, line in _lines(sys.stdin.buffer):
+        try:
+            key, value = _split(line, separator, number)
+        except ValueError as exc:
+            _failed(args, tally, number, "INVALID_RECORD", str(exc), Outcome.FAIL)
+            continue
+        try:
+            future = producer.send(args.topic, value, key=key, partition=args.partition)
+        except BrokerClientError as exc:
+            _failed(args, tally, number, exc.name, exc.message, Outcome.FAIL)
+            continue
+        tally.sent += 1
+        if args.sync:
+            _settle(args, tally, number, future)
+        else:
+            pending.append((number, future))
+    producer.flush()
+    for number, future in pending:
+        _settle(args, tally, number, future)
+
+
+def _settle(
+    args: argparse.Namespace,
+    tally: _Tally,
+    number: int,
+    future: concurrent.futures.Future[RecordMetadata],
+) -> None:
+    try:
+        meta = future.result()
+    except DeliveryFailedError as exc:
+        _failed(args, tally, number, exc.name, exc.error.message, exc.outcome)
+        return
+    except BrokerClientError as exc:
+        _failed(args, tally, number, exc.name, exc.message, Outcome.FAIL)
+        return
+    tally.acknowledged += 1
+    if args.sync:
+        if args.json:
+            _json_line(
+                {
+                    "line": number,
+                    "topic": meta.topic,
+                    "partition": meta.partition,
+                    "offset": meta.offset,
+                }
+            )
+        else:
+            print(f"{meta.topic}:{meta.partition}:{meta.offset}", flush=True)
+
+
+def _failed(
+    args: argparse.Namespace,
+    tally: _Tally,
+    number: int,
+    name: str,
+    message: str,
+    outcome: Outcome,
+) -> None:
+    if outcome is Outcome.INFO:
+        tally.unknown += 1
+        what = "outcome unknown, it may be in the log"
+    else:
+        tally.failed += 1
+        what = "not written"
+    tally.errors.append(
+        {"line": number, "error": name, "message": message, "outcome": outcome.value}
+    )
+    print(f"kq produce: line {number}: {name}: {message} ({what})", file=sys.stderr)
+
+
+def _json_line(obj: dict[str, Any]) -> None:
+    import json
+
+    print(json.dumps(obj), flush=True)
+
+
+def _summary(args: argparse.Namespace, tally: _Tally) -> None:
+    if args.json:
+        _json_line(
+            {
+                "topic": args.topic,
+                "records": tally.sent,
+                "acknowledged": tally.acknowledged,
+                "failed": tally.failed,
+                "unknown": tally.unknown,
+                "errors": tally.errors,
+            }
+        )
+    elif not args.sync or tally.failed or tally.unknown:
+        unacked = f", {tally.failed} failed" if tally.failed else ""
+        unknown = f", {tally.unknown} unknown" if tally.unknown else ""
+        print(
+            f"{tally.acknowledged} record(s) acknowledged to {args.topic}{unacked}{unknown}",
+            file=sys.stdout if not (tally.failed or tally.unknown) else sys.stderr,
+        )

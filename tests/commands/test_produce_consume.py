@@ -1,0 +1,241 @@
+"""kq produce, kq consume and kq offsets end to end against real brokers
+(three controllers, three brokers, mutual TLS with the admin's certificate
+from the cluster's certificate folder), in this process: records from stdin
+come back in order with their keys, partitions and offsets; bad flags and a
+topic that does not exist get clear errors and their exit statuses."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from kq.cli import main
+from tests.broker.grpc_client.cluster import BrokerCluster
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]:
+    running = BrokerCluster(tmp_path_factory.mktemp("commands"))
+    try:
+        running.start()
+        running.create_topic("lines", 1, 3, {"min.insync.replicas": "2"})
+        running.create_topic("spread", 3, 2)
+        yield running
+    finally:
+        running.stop()
+
+
+def flags(cluster: BrokerCluster) -> list[str]:
+    return [
+        "--bootstrap-server",
+        ",".join(cluster.addresses),
+        "--certs-dir",
+        str(cluster.certs_dir),
+        "--user",
+        "admin",
+    ]
+
+
+def run(argv: list[str], monkeypatch: pytest.MonkeyPatch, stdin: bytes = b"") -> int:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+def test_produce_sync_then_consume_with_keys_offsets_and_partitions(
+    cluster: BrokerCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = run(
+        ["produce", "--topic", "lines", "--key-separator", ":", "--sync", *flags(cluster)],
+        monkeypatch,
+        b"k1:hello\nk2:world\r\n:no key\n",
+    )
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert out.out.splitlines() == ["lines:0:0", "lines:0:1", "lines:0:2"]
+    status = run(
+        [
+            "consume",
+            "--topic",
+            "lines",
+            "--from-beginning",
+            "--max-messages",
+            "3",
+            "--print-key",
+            "--print-offset",
+            "--print-partition",
+            "--key-separator",
+            "=",
+            *flags(cluster),
+        ],
+        monkeypatch,
+    )
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert out.out.splitlines() == [
+        "Partition:0\tOffset:0\tk1=hello",
+        "Partition:0\tOffset:1\tk2=world",
+        "Partition:0\tOffset:2\t=no key",
+    ]
+    assert "Processed a total of 3 messages" in out.err
+    # From an offset of one partition, as JSON lines.
+    status = run(
+        ["consume", "--topic", "lines", "--partition", "0", "--offset", "1",
+         "--max-messages", "2", "--json", *flags(cluster)],
+        monkeypatch,
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    got = [json.loads(line) for line in out.out.splitlines()]
+    assert [(g["offset"], g["key"], g["value"]) for g in got] == [
+        (1, "k2", "world"),
+        (2, "", "no key"),
+    ]
+
+
+def test_produce_batched_with_compression_and_offsets(
+    cluster: BrokerCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = b"".join(b"record %d\n" % i for i in range(30))
+    status = run(
+        ["produce", "--topic", "spread", "--compression", "zstd", "--json", *flags(cluster)],
+        monkeypatch,
+        lines,
+    )
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    summary = json.loads(out.out)
+    assert summary["records"] == 30 and summary["acknowledged"] == 30
+    assert summary["failed"] == summary["unknown"] == 0
+    status = run(["offsets", "--topic", "spread", *flags(cluster)], monkeypatch)
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    latest = {}
+    for line in out.out.splitlines():
+        topic, partition, offset = line.split(":")
+        assert topic == "spread"
+        latest[int(partition)] = int(offset)
+    assert sorted(latest) == [0, 1, 2] and sum(latest.values()) == 30
+    status = run(
+        ["offsets", "--topic", "spread", "--time", "earliest", "--partition", "1", "--json",
+         *flags(cluster)],
+        monkeypatch,
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert [(o["partition"], o["offset"]) for o in json.loads(out.out)] == [(1, 0)]
+    status = run(
+        ["consume", "--topic", "spread", "--from-beginning", "--max-messages", "30",
+         *flags(cluster)],
+        monkeypatch,
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert sorted(out.out.splitlines()) == sorted(f"record {i}" for i in range(30))
+    # Nothing more: --timeout-ms ends the wait.
+    status = run(
+        ["consume", "--topic", "spread", "--timeout-ms", "500", *flags(cluster)], monkeypatch
+    )
+    out = capsys.readouterr()
+    assert status == 0 and out.out == ""
+    assert "Processed a total of 0 messages" in out.err
+
+
+def test_acks_one_and_zero(
+    cluster: BrokerCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for acks in ("1", "0"):
+        status = run(
+            ["produce", "--topic", "lines", "--acks", acks, "--partition", "0", *flags(cluster)],
+            monkeypatch,
+            b"acks %s\n" % acks.encode(),
+        )
+        out = capsys.readouterr()
+        assert status == 0, out.err
+        assert "1 record(s) acknowledged to lines" in out.out
+
+
+@pytest.mark.parametrize("command", ["produce", "consume", "offsets"])
+def test_a_topic_that_does_not_exist(
+    cluster: BrokerCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+) -> None:
+    status = run([command, "--topic", "nowhere", *flags(cluster)], monkeypatch, b"x\n")
+    err = capsys.readouterr().err
+    assert status == 1
+    assert f"kq {command}:" in err and "'nowhere' does not exist" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["consume", "--topic", "lines", "--offset", "3"], "--offset needs --partition"),
+        (["consume", "--topic", "lines", "--partition", "0", "--offset", "soon"],
+         "an offset, earliest or latest"),
+        (["consume", "--topic", "lines", "--partition", "0", "--offset", "1",
+          "--from-beginning"], "cannot be given together"),
+        (["consume", "--topic", "lines", "--max-messages", "0"], "--max-messages must be >= 1"),
+        (["offsets", "--topic", "lines", "--time", "yesterday"], "--time 'yesterday'"),
+        (["produce", "--topic", "lines", "--key-separator", ""], "must not be empty"),
+        (["produce", "--topic", "lines", "--partition", "5"], "has no partition 5"),
+        (["produce", "--topic", "lines", "--acks", "2"], "invalid choice: '2'"),
+        (["consume", "--topic", "lines", "--partition", "-1"], "a partition is >= 0"),
+    ],
+)  # fmt: skip
+def test_bad_flags(
+    cluster: BrokerCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    argv: list[str],
+    message: str,
+) -> None:
+    status = run([*argv, *flags(cluster)], monkeypatch)
+    err = capsys.readouterr().err
+    assert status == 2
+    assert message in err
+
+
+def test_a_line_without_the_key_separator_is_refused_by_number(
+    cluster: BrokerCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = run(
+        ["produce", "--topic", "lines", "--key-separator", ":", *flags(cluster)],
+        monkeypatch,
+        b"a:1\nno separator\nb:2\n",
+    )
+    out = capsys.readouterr()
+    assert status == 1
+    assert "line 2 has no key separator ':'" in out.err
+    assert "2 record(s) acknowledged to lines, 1 failed" in out.err
+
+
+def test_brokers_of_the_local_cluster_by_default(
+    cluster: BrokerCluster,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: object,
+) -> None:
+    # No local cluster there: the flag is required.
+    status = run(["offsets", "--topic", "lines", "--cluster-dir", str(tmp_path)], monkeypatch)
+    assert status == 2
+    assert "--bootstrap-server is required" in capsys.readouterr().err
+    # The local cluster's brokers (server.local_cluster.broker_addresses).
+    import server.local_cluster
+
+    monkeypatch.setattr(server.local_cluster, "broker_addresses", lambda d: cluster.addresses)
+    status = run(
+        ["offsets", "--topic", "lines", "--time", "earliest", "--certs-dir",
+         str(cluster.certs_dir)],
+        monkeypatch,
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert out.out.splitlines() == ["lines:0:0"]

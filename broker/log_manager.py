@@ -76,6 +76,7 @@ __all__ = [
     "encode_partition_metadata",
     "parse_directory_name",
     "topic_log_config",
+    "topic_min_isr",
     "topic_replica_config",
 ]
 
@@ -282,10 +283,34 @@ def topic_log_config(image: MetadataImage, topic_name: str, broker_id: int) -> L
         raise
 
 
+def topic_min_isr(image: MetadataImage, topic_name: str) -> int:
+    """The topic's effective ``min.insync.replicas``: its own value, else the
+    cluster's, else the default (1), the rule the controller decides the
+    ELR by (``ReplicationControlManager.getTopicEffectiveMinIsr``). A
+    broker's own value is never read, even one an older log left (the
+    controller may not write one and deletes those it finds, KAFKA-16540):
+    broker and controller must agree on which partitions are below min ISR,
+    or the HW could move while the controller counts the partition under
+    it and elects from an ELR that misses committed records. The
+    replication factor caps it in the replica (``Partition.effectiveMinIsr``)."""
+    found = resolve(
+        "min.insync.replicas",
+        topic=image.config((TOPIC_RESOURCE, topic_name)),
+        cluster=image.config((int(ResourceType.CLUSTER), "")),
+    )
+    try:
+        return int(validate(ResourceType.TOPIC, topic_name, "min.insync.replicas", found.value))
+    except ApiError as error:
+        raise TopicConfigError(
+            f"topic {topic_name}: min.insync.replicas={found.value!r} (set by "
+            f"{found.set_by}, {found.source.value}) is not valid: {error}"
+        ) from None
+
+
 def topic_replica_config(image: MetadataImage, topic_name: str, broker_id: int) -> ReplicaConfig:
-    """The replica's configs: ``min.insync.replicas`` (topic) and
-    ``replica.lag.time.max.ms`` (broker)."""
-    min_isr = int(_resolved(image, topic_name, broker_id, "min.insync.replicas"))
+    """The replica's configs: the topic's effective ``min.insync.replicas``
+    (:func:`topic_min_isr`) and the broker's ``replica.lag.time.max.ms``."""
+    min_isr = topic_min_isr(image, topic_name)
     lag = resolve(
         "replica.lag.time.max.ms",
         broker=image.config((int(ResourceType.BROKER), str(broker_id))),

@@ -18,6 +18,7 @@ from broker.log_manager import (
     encode_partition_metadata,
     parse_directory_name,
     topic_log_config,
+    topic_min_isr,
     topic_replica_config,
 )
 from broker.os_log_dirs import OsLogDirectory
@@ -294,3 +295,22 @@ def test_tick_runs_retention_flushes_removals_and_the_cleaner() -> None:
     logs.delete(A0, now_ms=6000)
     assert logs.tick(now_ms=6000).removed_directories
     assert d.list() == ["c-0", "f-0"]
+
+
+def test_min_isr_is_the_topics_else_the_clusters_never_the_brokers() -> None:
+    """The controller's rule (getTopicEffectiveMinIsr, KAFKA-16540): broker
+    and controller agree on which partitions are below min ISR."""
+    md = Metadata(*topic("a", "id-a", (1, 2, 3)))
+    assert topic_min_isr(md.image, "a") == 1
+    # A broker's own value, as an older log may hold one: not read.
+    md.step(ConfigRecord(BROKER_RESOURCE, "1", "min.insync.replicas", "3"))
+    assert topic_replica_config(md.image, "a", 1).min_insync_replicas == 1
+    md.step(ConfigRecord(0, "", "min.insync.replicas", "2"))
+    assert topic_replica_config(md.image, "a", 1).min_insync_replicas == 2
+    md.step(topic_config("a", "min.insync.replicas", "3"))
+    assert topic_replica_config(md.image, "a", 1).min_insync_replicas == 3
+    md.step(topic_config("a", "min.insync.replicas", None))
+    assert topic_min_isr(md.image, "a") == 2
+    md.step(topic_config("a", "min.insync.replicas", "0"))
+    with pytest.raises(TopicConfigError, match="min.insync.replicas='0'"):
+        topic_min_isr(md.image, "a")

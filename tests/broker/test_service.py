@@ -28,7 +28,7 @@ from kqproto import broker_pb2, broker_pb2_grpc
 from metadata.acls import AclOperation, AclPermission, AclResourceType, PatternType
 from metadata.authorizer import AuthorizerSettings
 from metadata.image import TopicIdPartition
-from metadata.records import AccessControlEntryRecord
+from metadata.records import AccessControlEntryRecord, ConfigRecord
 from metadata.records import Record as MetadataRecord
 from partition_log.batch import BatchScanner, build_batch
 from partition_log.log import PartitionLog
@@ -36,7 +36,15 @@ from partition_log.records import Record
 from quorum.driver.identity import Identity, Role
 from quorum.driver.tls import TlsFiles, dial
 from server.certs import create_ca, issue
-from tests.broker.images import EPOCHS, Metadata, change, fence, topic, topic_config
+from tests.broker.images import (
+    BROKER_RESOURCE,
+    EPOCHS,
+    Metadata,
+    change,
+    fence,
+    topic,
+    topic_config,
+)
 
 CLUSTER = "svc-test"
 E = Errors
@@ -291,6 +299,39 @@ def test_acks_all_under_min_isr_is_refused_before_append_and_timeout(certs: Cert
             assert (part(one).error, part(one).base_offset) == (E.NONE, 1)
             bad = await stub.Produce(produce("t", 0, batch(b"w"), acks=2))
             assert part(bad).error == E.INVALID_REQUIRED_ACKS
+
+    run(body)
+
+
+def test_a_topics_min_isr_set_in_a_delta_refuses_what_the_default_allows(certs: Certs) -> None:
+    """The replica's min ISR is the topic's effective value (its own over the
+    cluster's), and follows a ConfigRecord in a later delta."""
+    brokers = Brokers(
+        *topic("t", "id-t", (1, 2, 3)),
+        ConfigRecord(0, "", "min.insync.replicas", "2"),
+        # A broker's own value (an older log's) is not read: the controller
+        # decides the ELR without it.
+        ConfigRecord(BROKER_RESOURCE, "1", "min.insync.replicas", "3"),
+    )
+    brokers.step(change("id-t", 0, isr=[1, 2]))
+
+    async def body() -> None:
+        async with serving(brokers, certs) as address, dial(address, certs.user("admin")) as ch:
+            stub = broker_pb2_grpc.BrokerServiceStub(ch)
+            # ISR 2 >= the cluster's 2: appended, then waits for broker 2.
+            allowed = await stub.Produce(produce("t", 0, batch(b"x"), acks=-1, timeout_ms=100))
+            assert part(allowed).error == E.REQUEST_TIMED_OUT
+            assert brokers.log(1, "t").log_end_offset == 1
+            brokers.step(topic_config("t", "min.insync.replicas", "3"))
+            before = brokers.snapshot()
+            refused = await stub.Produce(produce("t", 0, batch(b"y"), acks=-1))
+            assert part(refused).error == E.NOT_ENOUGH_REPLICAS
+            assert "min.insync.replicas 3" in part(refused).message
+            assert brokers.snapshot() == before
+            # The topic's value deleted: the cluster's again.
+            brokers.step(topic_config("t", "min.insync.replicas", None))
+            again = await stub.Produce(produce("t", 0, batch(b"z"), acks=-1, timeout_ms=100))
+            assert part(again).error == E.REQUEST_TIMED_OUT
 
     run(body)
 

@@ -18,9 +18,9 @@ The meanings are Kafka's (``BrokerTopicMetrics``, ``RequestMetrics``,
   (``ReplicaManager.appendToLocalLog``: ``bytesInRate``,
   ``messagesInRate``); a follower's appends are replication bytes in
   (``ReplicaFetcherThread.processPartitionData``);
-- every answered Produce, Fetch (a consumer's) and FetchFollower (a
-  replica's, over Fetch or ReplicaFetch) counts once with its time from
-  arrival to answer (``RequestMetrics``' ``RequestsPerSec`` and
+- every answered Produce, FetchConsumer (a consumer's Fetch) and
+  FetchFollower (a replica's, over Fetch or ReplicaFetch) counts once with
+  its time from arrival to answer (``RequestMetrics``' ``RequestsPerSec`` and
   ``TotalTimeMs``) and each error code of its answer (``ErrorsPerSec``: the
   top-level error, else each partition's, ``NONE`` included); the records
   a fetch answers are bytes out, or replication bytes out for a follower;
@@ -53,7 +53,7 @@ class RequestKind(enum.Enum):
 
     PRODUCE = "Produce"
     # A consumer's fetch.
-    FETCH = "Fetch"
+    FETCH = "FetchConsumer"
     # A replica's fetch (``replica_state`` set), on Fetch or ReplicaFetch.
     FETCH_FOLLOWER = "FetchFollower"
 

@@ -20,7 +20,11 @@ quorum.
   every partition fetched from that leader, reconnected with backoff;
 - on :meth:`BrokerProcess.stop`, a controlled shutdown (heartbeats with
   ``want_shutdown`` until the controller has moved leadership away) before
-  the logs are closed cleanly.
+  the logs are closed cleanly;
+- its metrics in the node's registry (served on ``metrics_listen``): the
+  partition gauges computed when scraped, and the data plane's
+  (:class:`~server.broker_metrics.PrometheusBrokerMetrics`, given to the
+  replica manager and the service).
 """
 
 from __future__ import annotations

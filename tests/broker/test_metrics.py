@@ -212,7 +212,7 @@ def test_produce_and_fetch_move_their_metrics(certs: Certs) -> None:
             assert part(got).records
             assert metrics.value("kq_broker_bytes_out_total") == len(part(got).records)
             assert metrics.value("kq_broker_replication_bytes_out_total") == 0
-            assert latencies("Fetch") == 1 and latencies("FetchFollower") == 0
+            assert latencies("FetchConsumer") == 1 and latencies("FetchFollower") == 0
             assert metrics.value("kq_broker_fetch_partitions_total") == 1
             # A stale client's error is counted by its name, not as a failure.
             missing = await stub.Produce(produce("nope", 0, batch(b"x")))
@@ -272,16 +272,18 @@ def test_parked_requests_show_in_the_purgatory_and_in_flight(certs: Certs) -> No
             assert size(Operation.FETCH) == 1 and size(Operation.PRODUCE) == 1
             assert (
                 metrics.value("kq_broker_delayed_operations", operation="Fetch"),
-                metrics.value("kq_broker_requests_in_flight", request="Fetch"),
+                metrics.value("kq_broker_requests_in_flight", request="FetchConsumer"),
                 metrics.value("kq_broker_requests_in_flight", request="Produce"),
             ) == (1, 1, 1)
             await stub.Produce(produce("solo", 0, batch(b"a")))
             await asyncio.wait_for(poll, 5)
             assert size(Operation.FETCH) == 0
-            assert metrics.value("kq_broker_requests_in_flight", request="Fetch") == 0
+            assert metrics.value("kq_broker_requests_in_flight", request="FetchConsumer") == 0
             # The long poll's time is in its latency: past its first bucket.
             assert (
-                metrics.value("kq_broker_request_latency_seconds_bucket", request="Fetch", le="0.1")
+                metrics.value(
+                    "kq_broker_request_latency_seconds_bucket", request="FetchConsumer", le="0.1"
+                )
                 == 0
             )
             waiting.cancel()

@@ -46,6 +46,10 @@ PERMANENT_REFUSALS = frozenset(
 )
 
 
+# The longest one broker is given to answer a Metadata request.
+METADATA_TIMEOUT_MS = 3_000
+
+
 def channel_credentials(
     tls: TlsFiles | None, credentials: grpc.ChannelCredentials | None
 ) -> grpc.ChannelCredentials | None:
@@ -227,8 +231,11 @@ class MetadataCache:
         failures = []
         for address in addresses:
             try:
+                # A paused broker must not hold the refresh for a whole
+                # request timeout: the next address is tried after a few
+                # seconds (Kafka picks its least loaded node instead).
                 response = await self.stub_at(address).Metadata(
-                    request, timeout=self.request_timeout_ms / 1000
+                    request, timeout=min(self.request_timeout_ms, METADATA_TIMEOUT_MS) / 1000
                 )
             except grpc.aio.AioRpcError as error:
                 if error.code() in PERMANENT_REFUSALS:

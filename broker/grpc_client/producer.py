@@ -227,6 +227,9 @@ class Producer:
                 wait_ms = self.config.retry_backoff_ms
                 if error.code == Errors.TOPIC_AUTHORIZATION_FAILED:
                     self._fail_all(error)
+                # delivery.timeout.ms holds even while no broker answers.
+                if acc.expire(_now_ms()):
+                    self._progress.set()
             if wait_ms > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)

@@ -111,6 +111,24 @@ class BrokerCluster:
 
         self.run(create())
 
+    def user_tls(self, name: str) -> TlsFiles:
+        """A certificate naming ``User:name``, from the cluster's CA."""
+        assert self.controllers is not None
+        return self.controllers.tls_files(Identity.user(CLUSTER_ID, name))
+
+    def grant(self, *bindings: Any) -> None:
+        """Create ACL bindings (``metadata.client.acl_binding``)."""
+
+        async def create() -> None:
+            assert self.admin_tls is not None
+            async with MetadataClient(
+                self.controller_addresses, credentials=self.admin_tls.channel_credentials()
+            ) as admin:
+                created = await admin.create_acls(list(bindings))
+                assert all(r.error == 0 for r in created.results), created
+
+        self.run(create())
+
     def partition(self, topic: str, partition: int = 0) -> PartitionRegistration:
         async def find() -> PartitionRegistration:
             process = next(iter(self.brokers.values()))

@@ -19,6 +19,7 @@ import pytest
 from broker.client.consumer import (
     ConsumerConfig,
     ConsumerRecord,
+    FetchError,
     OffsetOutOfRangeError,
     OffsetResetStrategy,
 )
@@ -38,6 +39,7 @@ from broker.grpc_client import (
 )
 from broker.grpc_client.sync import SyncConsumer, SyncProducer
 from kqproto import broker_pb2
+from metadata.client import acl_binding
 from partition_log.batch import Compression
 from tests.broker.grpc_client.cluster import BROKERS, BrokerCluster
 
@@ -427,9 +429,7 @@ def test_a_delivery_failure_says_whether_the_record_may_be_in_the_log(
     follower = next(b for b in registration.replicas if b != registration.leader)
     cluster.stop_broker(follower, controlled=True)
     try:
-        cluster.wait_until(
-            lambda: cluster.isr("strict") is not None and follower not in cluster.isr("strict")
-        )
+        cluster.wait_until(lambda: follower not in (cluster.isr("strict") or (follower,)))
 
         async def body() -> None:
             config = ProducerConfig(linger_ms=0, request_timeout_ms=500, delivery_timeout_ms=1_500)
@@ -443,6 +443,49 @@ def test_a_delivery_failure_says_whether_the_record_may_be_in_the_log(
         asyncio.run(asyncio.wait_for(body(), 30))
     finally:
         cluster.restart_broker(follower)
+
+
+def test_refusals_reach_the_caller_with_kafkas_names(cluster: BrokerCluster) -> None:
+    """A user allowed to write and describe a topic, but neither to read it
+    nor IdempotentWrite on the cluster: an idempotent producer's records
+    fail, and so does every later send (InitProducerId refused); without
+    idempotence it writes; its consumer's poll raises the refusal."""
+    cluster.create_topic("guarded", 1, 3)
+    cluster.grant(
+        acl_binding("TOPIC", "guarded", "User:alice", "WRITE"),
+        acl_binding("TOPIC", "guarded", "User:alice", "DESCRIBE"),
+    )
+    alice = cluster.user_tls("alice")
+
+    async def body() -> None:
+        plain = ProducerConfig(acks=Acks.LEADER, enable_idempotence=False, linger_ms=0)
+        async with Producer(cluster.addresses, plain, tls=alice) as producer:
+            # The ACLs reach every broker's image shortly.
+            meta = None
+            for _ in range(50):
+                try:
+                    meta = await (await producer.send("guarded", b"allowed"))
+                    break
+                except (DeliveryFailedError, UnknownTopicError):
+                    await asyncio.sleep(0.1)
+            assert meta is not None and meta.offset == 0
+        async with Producer(cluster.addresses, tls=alice) as producer:
+            future = await producer.send("guarded", b"idempotent")
+            with pytest.raises(BrokerClientError) as refused:
+                await future
+            assert refused.value.name == "CLUSTER_AUTHORIZATION_FAILED"
+            assert "IDEMPOTENT_WRITE" in str(refused.value)
+            with pytest.raises(BrokerClientError, match="CLUSTER_AUTHORIZATION_FAILED"):
+                await producer.send("guarded", b"later")
+        config = ConsumerConfig(auto_offset_reset=OffsetResetStrategy.EARLIEST)
+        async with Consumer(cluster.addresses, config, tls=alice) as consumer:
+            consumer.assign([("guarded", 0)])
+            consumer.seek(("guarded", 0), 0)
+            with pytest.raises(FetchError, match="guarded-0.*TOPIC_AUTHORIZATION_FAILED"):
+                for _ in range(20):
+                    await consumer.poll(500)
+
+    asyncio.run(asyncio.wait_for(body(), 60))
 
 
 def test_metadata_ignores_an_older_leader_epoch() -> None:

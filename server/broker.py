@@ -558,7 +558,12 @@ class BrokerProcess:
                 await asyncio.sleep(delay)
                 continue
             try:
-                async with dial(address, self._credentials) as channel:
+                # node.dscp marks the replica fetches as the broker's other
+                # traffic, so that a fault test can cut one follower off
+                # from one leader by its mark (chaos.netfilter).
+                dscp = self.settings.options.dscp
+                options = [("grpc.dscp", dscp)] if dscp else []
+                async with dial(address, self._credentials, options) as channel:
                     stub: broker_pb2_grpc.BrokerServiceAsyncStub = (
                         broker_pb2_grpc.BrokerServiceStub(channel)
                     )

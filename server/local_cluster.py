@@ -664,9 +664,14 @@ def write_configs(
         path.write_text(f"# {top}; docs/operations.md lists every key.\n" + render_toml(values))
 
 
-def write_broker_configs(state: ClusterState, extra: Mapping[str, object]) -> None:
+def write_broker_configs(
+    state: ClusterState,
+    extra: Mapping[str, object],
+    per_broker: Callable[[int], Mapping[str, object]] | None = None,
+) -> None:
     """Each broker's config file: its identity and listener, the controller
-    quorum, its log directory, and ``extra`` for every broker.  On a TLS
+    quorum, its log directory, ``extra`` for every broker and
+    ``per_broker(id)`` for that one (a fault test's ``node.dscp``).  On a TLS
     cluster it presents its own certificate, and the admin user and every
     broker of the cluster are its super users: the admin's commands produce
     and consume, and the brokers fetch from each other (ClusterAction),
@@ -700,6 +705,8 @@ def write_broker_configs(state: ClusterState, extra: Mapping[str, object]) -> No
                 ),
             )
         values.update(extra)
+        if per_broker is not None:
+            values.update(per_broker(b.node_id))
         top = (
             f"kq broker config of broker {b.node_id} of the local cluster in this\n"
             "# directory, written by `kq cluster up`"

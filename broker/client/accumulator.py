@@ -455,6 +455,7 @@ class RecordAccumulator:
                 queue.popleft()
                 first.closed = True
                 self.sequencing.assign(first)
+                self.sequencing.note_sent(first)
                 first.attempts += 1
                 first.last_attempt_ms = now_ms
                 first.awaiting = True

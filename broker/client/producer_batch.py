@@ -235,6 +235,10 @@ class ProducerBatch:
     awaiting: bool = False
     # Some attempt ended without telling whether it was written.
     maybe_written: bool = False
+    # The last attempt was sent while a batch of a lower sequence of its
+    # partition awaited an answer: the broker may have received it first
+    # (separate gRPC calls keep no order, unlike Kafka's one connection).
+    sent_behind: bool = False
     done: bool = False
     # The codes of the answers so far, oldest first (for messages and tests).
     answers: list[int] = field(default_factory=list)

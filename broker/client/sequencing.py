@@ -106,8 +106,13 @@ class Sequencing:
     assigns nothing and decides by retriability alone (Kafka's producer
     without a ``TransactionManager``)."""
 
-    def __init__(self, idempotent: bool) -> None:
+    def __init__(self, idempotent: bool, *, unordered_requests: bool = False) -> None:
         self.idempotent = idempotent
+        # The transport may process a producer's requests to one broker in
+        # another order than sent (separate gRPC calls), where Kafka's one
+        # connection keeps them in order: two more rules keep the log in
+        # order (may_drain and the OUT_OF_ORDER_SEQUENCE_NUMBER reading).
+        self.unordered_requests = unordered_requests
         self.producer = NO_PRODUCER
         self._partitions: dict[TopicPartition, _PartitionEntry] = {}
         # How many epoch bumps happened (for tests and metrics).
@@ -169,9 +174,35 @@ class Sequencing:
             return False
         if not batch.has_sequence:
             # A sequence 0 of the new epoch must not overtake them.
-            return not (entry.in_flight and entry.producer != self.producer)
+            if entry.in_flight and entry.producer != self.producer:
+                return False
+            # kq over gRPC: concurrent Produce calls may reach the broker in
+            # another order than sent, and a broker without this producer's
+            # state takes any sequence (ProducerAppendInfo.checkSequence), so
+            # a later batch could land first. Until a batch of this epoch is
+            # acknowledged (the broker then refuses anything but the next
+            # sequence, and a refused batch that overtook is retried:
+            # ``sent_behind``) one batch at a time.
+            return not (
+                self.unordered_requests
+                and entry.last_acked_sequence < 0
+                and any(b.awaiting for b in entry.in_flight)
+            )
         # A retry goes only as the first unacknowledged sequence.
         return bool(entry.in_flight) and entry.in_flight[0] is batch
+
+    def note_sent(self, batch: ProducerBatch) -> None:
+        """Record whether ``batch``, being sent now, goes behind a batch of
+        a lower sequence of its partition that awaits an answer."""
+        if not self.idempotent or not batch.has_sequence or not self.unordered_requests:
+            batch.sent_behind = False
+            return
+        entry = self._entry(batch.topic_partition)
+        batch.sent_behind = any(
+            held.awaiting and held is not batch and held.producer_epoch == batch.producer_epoch
+            and held.base_sequence < batch.base_sequence
+            for held in entry.in_flight
+        )  # fmt: skip
 
     def assign(self, batch: ProducerBatch) -> None:
         """Give a fresh batch being drained the partition's next sequence."""
@@ -222,9 +253,14 @@ class Sequencing:
                 # Kafka retries it until delivery.timeout.ms; kq fails it at
                 # once (and the gap asks for a new epoch).
                 return Decision.FAIL
-            if batch.base_sequence != entry.last_acked_sequence + 1:
+            if batch.base_sequence != entry.last_acked_sequence + 1 or batch.sent_behind:
                 # Not the next expected batch: it follows one that failed or
-                # is being retried, and is sent again after it.
+                # is being retried, and is sent again after it. Or it was
+                # sent while an earlier batch awaited its answer, and the
+                # broker may have taken it first: concurrent gRPC calls are
+                # not processed in the order sent, where Kafka's requests on
+                # one connection are. Sent again as the first unacknowledged
+                # batch, a real gap is refused again and then bumps.
                 return Decision.RETRY if may_retry else Decision.FAIL
             # The next expected batch refused: the broker's sequence has a
             # gap (it lost acknowledged batches, or their state).

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 import time
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ import grpc
 from broker.client.accumulator import ProduceAnswer, ProduceRequest, RecordAccumulator
 from broker.client.errors import BufferExhaustedError
 from broker.client.producer_batch import ProducerBatch, ProducerConfig, RecordFuture
+from broker.client.sequencing import Sequencing
 from broker.errors import Errors
 from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError, NoBrokerError
 from broker.grpc_client.metadata_cache import PERMANENT_REFUSALS, MetadataCache
@@ -94,7 +96,20 @@ class Producer:
             retry_backoff_ms=self.config.retry_backoff_ms,
         )
         self._owns_metadata = metadata is None
-        self.accumulator = RecordAccumulator(self.config, rng or random.Random())
+        # Separate gRPC calls keep no order (Kafka's requests on one
+        # connection do): with idempotence the core's unordered-requests
+        # rules keep the log in order; without it nothing would, so one
+        # batch per partition is in flight at a time.
+        core_config = (
+            self.config
+            if self.config.enable_idempotence
+            else dataclasses.replace(self.config, max_in_flight_requests_per_connection=1)
+        )
+        self.accumulator = RecordAccumulator(
+            core_config,
+            rng or random.Random(),
+            Sequencing(self.config.enable_idempotence, unordered_requests=True),
+        )
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()
         self._sender: asyncio.Task[None] | None = None
@@ -252,13 +267,19 @@ class Producer:
         ready = acc.ready(now, leaders)
         if ready.unknown_leader_topics:
             self.metadata.request_refresh()
-        for node, request in acc.drain(now, leaders, ready.nodes).items():
+        drained = acc.drain(now, leaders, ready.nodes)
+        for node, request in drained.items():
             task = asyncio.ensure_future(self._send_request(node, request))
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
         acc.take_failed()
         if acc.expire(_now_ms()):
             self._progress.set()
+        if drained:
+            # More may be sendable at once (the next batches of a partition,
+            # up to five awaiting answers): look again without sleeping, as
+            # Sender.runOnce loops; ready() names no leader once they wait.
+            return 0
         if ready.next_ready_check_ms >= 0:
             return max(0, min(_IDLE_MS, ready.next_ready_check_ms - _now_ms()))
         return _IDLE_MS

@@ -33,6 +33,7 @@ from broker.grpc_client import (
     Consumer,
     DeliveryFailedError,
     MetadataCache,
+    NoBrokerError,
     OffsetSpec,
     Producer,
     UnknownTopicError,
@@ -486,6 +487,96 @@ def test_refusals_reach_the_caller_with_kafkas_names(cluster: BrokerCluster) -> 
                     await consumer.poll(500)
 
     asyncio.run(asyncio.wait_for(body(), 60))
+
+
+class CountingStub:
+    """A broker stub that counts the Produce requests in flight at once."""
+
+    def __init__(self, stub: Any, counts: dict[str, int]) -> None:
+        self._stub = stub
+        self._counts = counts
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stub, name)
+
+    async def Produce(self, request: Any, timeout: float | None = None) -> Any:
+        self._counts["now"] += 1
+        self._counts["max"] = max(self._counts["max"], self._counts["now"])
+        try:
+            return await self._stub.Produce(request, timeout=timeout)
+        finally:
+            self._counts["now"] -= 1
+
+
+class CountingMetadata(MetadataCache):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.counts = {"now": 0, "max": 0}
+
+    def stub_at(self, address: str) -> Any:
+        return CountingStub(super().stub_at(address), self.counts)
+
+
+def test_batches_are_pipelined_at_most_five_per_partition(cluster: BrokerCluster) -> None:
+    cluster.create_topic("pipelined", 1, 3)
+
+    async def body() -> None:
+        metadata = CountingMetadata(cluster.addresses, tls=tls(cluster))
+        config = ProducerConfig(batch_size=256, linger_ms=0)
+        producer = Producer(cluster.addresses, config, metadata=metadata)
+        try:
+            futures = [await producer.send("pipelined", b"%03d" % i * 20) for i in range(400)]
+            acked = [await f for f in futures]
+        finally:
+            await producer.close()
+            await metadata.close()
+        assert [m.offset for m in acked] == list(range(400))
+        # One partition: each request holds one batch of it.
+        assert 1 < metadata.counts["max"] <= 5, metadata.counts
+
+    asyncio.run(asyncio.wait_for(body(), 60))
+
+
+class VanishingMetadata(MetadataCache):
+    """Brokers that answer the first Metadata, then nothing at all."""
+
+    gone = False
+
+    async def partition_count(self, topic: str, max_wait_ms: int) -> int:
+        count = await super().partition_count(topic, max_wait_ms)
+        self.gone = True
+        return count
+
+    async def _do_refresh(self) -> None:
+        if self.gone:
+            self._refresh_due = True
+            raise NoBrokerError("no broker answered Metadata (the test took them away)")
+        await super()._do_refresh()
+
+    def stub_at(self, address: str) -> Any:
+        if self.gone:
+            raise NoBrokerError("the test took the brokers away")
+        return super().stub_at(address)
+
+
+def test_records_expire_by_the_delivery_timeout_while_no_broker_answers(
+    cluster: BrokerCluster,
+) -> None:
+    async def body() -> None:
+        metadata = VanishingMetadata(cluster.addresses, tls=tls(cluster))
+        config = ProducerConfig(linger_ms=0, request_timeout_ms=100, delivery_timeout_ms=600)
+        producer = Producer(cluster.addresses, config, metadata=metadata)
+        try:
+            future = await producer.send("vanishing", b"lost", partition=0)
+            with pytest.raises(DeliveryFailedError) as failed:
+                await asyncio.wait_for(future, 10)
+        finally:
+            await producer.close(timeout_s=1)
+            await metadata.close()
+        assert failed.value.name == "TIMEOUT" and failed.value.definite
+
+    cluster.create_topic("vanishing", 1, 1)
+    asyncio.run(asyncio.wait_for(body(), 30))
 
 
 def test_metadata_ignores_an_older_leader_epoch() -> None:

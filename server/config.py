@@ -56,8 +56,10 @@ __all__ = [
 ]
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-# KQ_* variables that are not configuration: kq's own debugging switches.
-IGNORED_ENV = frozenset({"KQ_DEBUG", "KQ_REWRITE"})
+# KQ_* variables that are not configuration: kq's own debugging switches, and
+# the process-wide switches of the quorum driver (quorum.driver.transport,
+# quorum.driver.loop).
+IGNORED_ENV = frozenset({"KQ_DEBUG", "KQ_REWRITE", "KQ_FETCH_STREAM", "KQ_UVLOOP"})
 
 
 class ConfigError(Exception):

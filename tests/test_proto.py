@@ -12,7 +12,7 @@ import pytest
 from tools import gen_proto
 
 STALE = "generated code is stale: re-run the install step (scripts/bootstrap)"
-RPCS = ("Vote", "BeginQuorumEpoch", "EndQuorumEpoch", "Fetch", "FetchSnapshot")
+RPCS = ("Vote", "BeginQuorumEpoch", "EndQuorumEpoch", "Fetch", "FetchSnapshot", "FetchStream")
 PROTO_ROOT = Path(__file__).resolve().parent.parent / "proto"
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_MAX_CALLS_PER_CALLER",
     "DEFAULT_MAX_REQUEST_ITEMS",
     "ItemCount",
+    "Malformed",
     "RateLimitedLog",
     "RequestGuard",
     "caller_of",
@@ -119,9 +120,11 @@ class RateLimitedLog:
 
 
 @dataclass(frozen=True, slots=True)
-class _Malformed:
+class Malformed:
     """What the guarded deserializer returns instead of raising (the parse
-    error names the message type)."""
+    error names the message type).  A streaming servicer meets it among the
+    requests it reads, and ends the stream INVALID_ARGUMENT with the reason
+    (a unary one never does: the guard answers for it)."""
 
     reason: str
 
@@ -226,21 +229,35 @@ class RequestGuard(grpc.aio.ServerInterceptor):
         if cached is not None:
             return cached
         handler = await continuation(handler_call_details)
-        if handler is None or handler.unary_unary is None or handler.request_deserializer is None:
+        if handler is None or handler.request_deserializer is None:
             return handler
         parse = handler.request_deserializer
-        # An aio servicer's behaviour is a coroutine function (the stubs
-        # type grpc's synchronous handlers).
-        behavior: Any = handler.unary_unary
 
         def guarded_parse(data: bytes) -> Any:
             try:
                 return parse(data)
             except Exception as exc:  # DecodeError, or anything a parser raises
-                return _Malformed(str(exc) or type(exc).__name__)
+                return Malformed(str(exc) or type(exc).__name__)
+
+        if handler.stream_stream is not None:
+            # A stream's requests are parsed here too, so malformed bytes
+            # reach its servicer as Malformed instead of a traceback per
+            # message; the servicer checks each request itself.
+            streamed: grpc.RpcMethodHandler[_Req, _Resp] = grpc.stream_stream_rpc_method_handler(
+                handler.stream_stream,
+                request_deserializer=guarded_parse,
+                response_serializer=handler.response_serializer,
+            )
+            self._guarded[method] = streamed
+            return streamed
+        if handler.unary_unary is None:
+            return handler
+        # An aio servicer's behaviour is a coroutine function (the stubs
+        # type grpc's synchronous handlers).
+        behavior: Any = handler.unary_unary
 
         async def guarded(request: Any, context: Any) -> Any:
-            if isinstance(request, _Malformed):
+            if isinstance(request, Malformed):
                 peer = peer_host(context.peer())
                 self._log.warning(
                     (peer, method),

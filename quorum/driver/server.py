@@ -41,7 +41,7 @@ from quorum.driver.plugin import (
 from quorum.driver.rpc_guard import RequestGuard
 from quorum.driver.storage_format import open_node_storage
 from quorum.driver.tls import TlsFiles
-from quorum.driver.transport import RaftTransport
+from quorum.driver.transport import KEEPALIVE_MS, RaftTransport
 from quorum.shared_log import SharedLog
 from quorum.storage import NodeStorage
 from quorum.types import NodeId, Role, VoterSet
@@ -121,6 +121,12 @@ class NodeServer:
             ("grpc.max_receive_message_length", limits.max_message_bytes),
             ("grpc.max_concurrent_streams", limits.max_streams_per_connection),
             ("grpc.so_reuseport", 0),
+            # The peers' keepalive pings (quorum.driver.transport) come every
+            # KEEPALIVE_MS while their replication streams are open; accept
+            # them (gRPC's default refuses pings more often than every 5
+            # minutes without data, closing the connection after two).
+            ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_MS // 2),
+            ("grpc.http2.max_ping_strikes", 0),
         ]
         if config.options.dscp:
             server_options.append(("grpc.dscp", config.options.dscp))

@@ -133,6 +133,7 @@ def test_reflection_lists_services_and_describes_the_kv_api(tmp_path: Path) -> N
                 "EndQuorumEpoch",
                 "Fetch",
                 "FetchSnapshot",
+                "FetchStream",
             }
 
             assert missing.WhichOneof("message_response") == "error_response"

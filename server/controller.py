@@ -23,6 +23,7 @@ from metadata.active import ControllerSettings
 from metadata.authorizer import AuthorizerSettings
 from metadata.server import MetadataPlugin
 from metadata.state_machine import ControllerStateMachine
+from quorum.driver.loop import run as run_loop
 from quorum.driver.rocks import StorageOpenError
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import StorageFormatError, read_meta
@@ -117,7 +118,8 @@ def run_controller(config: ControllerConfig) -> int:
             ",".join(map(str, sorted(config.voters))),
         )
         return EXIT_FAILURE
-    return asyncio.run(_serve(config))
+    # uvloop when installed (quorum.driver.loop; KQ_UVLOOP=0: asyncio's).
+    return run_loop(_serve(config))
 
 
 async def _serve(config: ControllerConfig) -> int:

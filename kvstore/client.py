@@ -4,6 +4,17 @@ The safety rules are :class:`quorum.driver.client.LeaderFollowingClient`'s:
 writes are never retried once they may have reached a node (an unknown
 outcome is :class:`IndeterminateWriteError`), reads are retried until the
 deadline.  Positions are :class:`quorum.types.OffsetAndEpoch`.
+
+Puts are batched and pipelined as a Kafka producer's records are: a put
+goes out at once while fewer than ``max_requests_in_flight`` write requests
+are in flight; past that, puts wait and leave together, as one PutMany
+(one log record, so they commit together and share a position), when a
+request in flight completes.  A lone writer's put is a plain Put with no
+wait; concurrent writers from one process share requests.  A PutMany
+refused before it was appended (an invalid key, no permission) is sent
+again put by put, so one bad put fails only itself.  :meth:`KvClient.put_nowait`
+is the streaming form: it queues a put and returns a future of its
+position, for a caller that keeps many writes in flight.
 """
 
 from __future__ import annotations
@@ -47,9 +58,62 @@ class ReadResult:
     node_address: str
 
 
+# Puts in one PutMany at most (a PutMany must fit one batch of the node's,
+# 10,000 records and 4 MiB by default), and their bytes.
+MAX_PUTS_PER_REQUEST = 1000
+MAX_BYTES_PER_REQUEST = 1024 * 1024
+# Write requests in flight before puts wait to share the next one (Kafka's
+# max.in.flight.requests.per.connection is 5).
+MAX_REQUESTS_IN_FLIGHT = 4
+
+
+@dataclass(slots=True)
+class _QueuedPut:
+    key: str
+    value: bytes
+    future: asyncio.Future[OffsetAndEpoch]
+    deadline: float
+
+
 class KvClient(LeaderFollowingClient):
+    def __init__(
+        self,
+        bootstrap: Sequence[str],
+        timeout_s: float = 5.0,
+        credentials: grpc.ChannelCredentials | None = None,
+        *,
+        max_requests_in_flight: int | None = None,
+        max_puts_per_request: int = MAX_PUTS_PER_REQUEST,
+    ) -> None:
+        super().__init__(bootstrap, timeout_s, credentials)
+        if max_requests_in_flight is None:
+            max_requests_in_flight = MAX_REQUESTS_IN_FLIGHT
+        if max_requests_in_flight < 1:
+            raise ValueError(
+                f"max_requests_in_flight must be at least 1, got {max_requests_in_flight}"
+            )
+        if max_puts_per_request < 1:
+            raise ValueError(f"max_puts_per_request must be at least 1, got {max_puts_per_request}")
+        self.max_requests_in_flight = max_requests_in_flight
+        self.max_puts_per_request = max_puts_per_request
+        self._queued: list[_QueuedPut] = []
+        self._writes_in_flight = 0
+        self._senders: set[asyncio.Task[None]] = set()
+        # Requests sent for puts, and puts sent: their ratio is the batching.
+        self.put_requests = 0
+        self.puts_sent = 0
+
     def _kv(self, address: str) -> kv_pb2_grpc.KvServiceAsyncStub:
         return kv_pb2_grpc.KvServiceStub(self._channel(address))
+
+    async def close(self) -> None:
+        for task in list(self._senders):
+            task.cancel()
+        for queued in self._queued:
+            if not queued.future.done():
+                queued.future.set_exception(ClientError("the client was closed"))
+        self._queued.clear()
+        await super().close()
 
     # -- writes ------------------------------------------------------------
 
@@ -98,8 +162,121 @@ class KvClient(LeaderFollowingClient):
             return response
 
     async def put(self, key: str, value: bytes, timeout_s: float | None = None) -> OffsetAndEpoch:
-        r = await self._write("Put", kv_pb2.PutRequest(key=key, value=value), timeout_s)
-        return OffsetAndEpoch(epoch=r.position.epoch, offset=r.position.offset)
+        """Write ``key``; its position in the log.  Shares a request with
+        the puts of other coroutines when enough writes are in flight."""
+        if not self._queued and self._writes_in_flight < self.max_requests_in_flight:
+            # Room for one more request: this put goes now, as itself.
+            self._writes_in_flight += 1
+            self.put_requests += 1
+            self.puts_sent += 1
+            try:
+                r = await self._write("Put", kv_pb2.PutRequest(key=key, value=value), timeout_s)
+            finally:
+                self._writes_in_flight -= 1
+                self._maybe_send_queued()
+            return OffsetAndEpoch(epoch=r.position.epoch, offset=r.position.offset)
+        return await self.put_nowait(key, value, timeout_s)
+
+    def put_nowait(
+        self, key: str, value: bytes, timeout_s: float | None = None
+    ) -> asyncio.Future[OffsetAndEpoch]:
+        """Queue a put and return at once a future of its position (the
+        streaming write API: keep many puts in flight, await them later).
+        Puts queued together leave together, in queue order, at most
+        ``max_requests_in_flight`` requests at a time; the future fails as
+        :meth:`put` would."""
+        if not isinstance(key, str) or not isinstance(value, bytes):
+            raise TypeError(
+                f"a put takes a str key and a bytes value, got {type(key).__name__} and "
+                f"{type(value).__name__}"
+            )
+        future: asyncio.Future[OffsetAndEpoch] = asyncio.get_running_loop().create_future()
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        self._queued.append(_QueuedPut(key, value, future, deadline))
+        self._maybe_send_queued()
+        return future
+
+    async def flush(self) -> None:
+        """Wait until every put queued so far has its outcome (errors stay
+        with the puts' futures)."""
+        pending = [q.future for q in self._queued]
+        while self._senders or pending:
+            await asyncio.gather(*pending, *self._senders, return_exceptions=True)
+            pending = []
+
+    def _maybe_send_queued(self) -> None:
+        while self._queued and self._writes_in_flight < self.max_requests_in_flight:
+            batch: list[_QueuedPut] = []
+            size = 0
+            while self._queued and len(batch) < self.max_puts_per_request:
+                queued = self._queued[0]
+                if batch and size + len(queued.value) + len(queued.key) > MAX_BYTES_PER_REQUEST:
+                    break
+                self._queued.pop(0)
+                if queued.future.done():  # cancelled by its caller
+                    continue
+                batch.append(queued)
+                size += len(queued.value) + len(queued.key)
+            if not batch:
+                continue
+            self._writes_in_flight += 1
+            task = asyncio.get_running_loop().create_task(self._send_batch(batch))
+            self._senders.add(task)
+            task.add_done_callback(self._senders.discard)
+
+    async def _send_batch(self, batch: list[_QueuedPut]) -> None:
+        self.put_requests += 1
+        self.puts_sent += len(batch)
+        try:
+            timeout = max(0.001, min(q.deadline for q in batch) - time.monotonic())
+            if len(batch) == 1:
+                request: Any = kv_pb2.PutRequest(key=batch[0].key, value=batch[0].value)
+                call = "Put"
+            else:
+                request = kv_pb2.PutManyRequest(
+                    puts=[kv_pb2.PutRequest(key=q.key, value=q.value) for q in batch]
+                )
+                call = "PutMany"
+            try:
+                r = await self._write(call, request, timeout)
+            except ClientError as exc:
+                if len(batch) == 1 or type(exc) is not ClientError:
+                    raise
+                # Refused before it was appended (an invalid put, no
+                # permission): nothing was written, so each put goes alone
+                # and only the bad ones fail.
+                await asyncio.gather(*(self._send_alone(q) for q in batch))
+                return
+            position = OffsetAndEpoch(epoch=r.position.epoch, offset=r.position.offset)
+            for q in batch:
+                if not q.future.done():
+                    q.future.set_result(position)
+        except BaseException as exc:
+            for q in batch:
+                if not q.future.done():
+                    if isinstance(exc, asyncio.CancelledError):
+                        q.future.cancel()
+                    else:
+                        q.future.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._writes_in_flight -= 1
+            self._maybe_send_queued()
+
+    async def _send_alone(self, q: _QueuedPut) -> None:
+        try:
+            r = await self._write(
+                "Put",
+                kv_pb2.PutRequest(key=q.key, value=q.value),
+                max(0.001, q.deadline - time.monotonic()),
+            )
+        except Exception as exc:
+            if not q.future.done():
+                q.future.set_exception(exc)
+            return
+        if not q.future.done():
+            q.future.set_result(OffsetAndEpoch(epoch=r.position.epoch, offset=r.position.offset))
 
     async def put_many(
         self, items: Sequence[tuple[str, bytes]], timeout_s: float | None = None

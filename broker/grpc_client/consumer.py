@@ -352,6 +352,10 @@ class Consumer:
                 self._error = BrokerClientError(response.error, f"Fetch: {response.message}")
                 return
             self._take(response, offsets)
+        except Exception as error:  # a bug here reaches the caller's poll
+            for tp in offsets:
+                self.core.on_fetch_failure(tp)
+            self._error = error
         finally:
             self._arrived.set()
 

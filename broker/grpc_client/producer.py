@@ -211,8 +211,8 @@ class Producer:
         self.accumulator.close()
         self._wake.set()
         if self._sender is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self._sender), timeout_s)
+            # A sender that died has failed its records already.
+            await asyncio.wait([self._sender], timeout=timeout_s)
             if not self._sender.done():
                 self.accumulator.abort_incomplete(_now_ms())
                 self._sender.cancel()
@@ -228,6 +228,15 @@ class Producer:
     def _start(self) -> None:
         if self._sender is None:
             self._sender = asyncio.ensure_future(self._run())
+            self._sender.add_done_callback(self._sender_done)
+
+    def _sender_done(self, task: asyncio.Task[None]) -> None:
+        """A sender that died of a bug fails every record and later send,
+        rather than leaving their futures pending for ever."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        self._fail_all(BrokerClientError(-1, f"the producer's sender failed: {error!r}"))
 
     async def _run(self) -> None:
         acc = self.accumulator

@@ -140,10 +140,10 @@ class BrokerCluster:
 
         return self.run(find())
 
-    def isr(self, topic: str, partition: int = 0) -> tuple[int, ...] | None:
-        """The partition's ISR as a broker's image has it (callable on the
-        cluster's loop, as a wait_until check)."""
-        process = next(iter(self.brokers.values()))
+    def isr(self, topic: str, partition: int = 0, on: int | None = None) -> tuple[int, ...] | None:
+        """The partition's ISR as broker ``on``'s image has it (any broker's
+        by default; callable on the cluster's loop, as a wait_until check)."""
+        process = next(iter(self.brokers.values())) if on is None else self.brokers[on]
         found = process.image.topic_by_name(topic)
         registration = None if found is None else found.partition(partition)
         return None if registration is None else tuple(registration.isr)

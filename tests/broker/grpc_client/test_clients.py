@@ -430,7 +430,11 @@ def test_a_delivery_failure_says_whether_the_record_may_be_in_the_log(
     follower = next(b for b in registration.replicas if b != registration.leader)
     cluster.stop_broker(follower, controlled=True)
     try:
-        cluster.wait_until(lambda: follower not in (cluster.isr("strict") or (follower,)))
+        # The leader's own image: it refuses before appending from then on.
+        leader = registration.leader
+        cluster.wait_until(
+            lambda: follower not in (cluster.isr("strict", on=leader) or (follower,))
+        )
 
         async def body() -> None:
             config = ProducerConfig(linger_ms=0, request_timeout_ms=500, delivery_timeout_ms=1_500)
@@ -611,3 +615,52 @@ def test_client_arguments_are_checked() -> None:
         ProducerConfig(acks=Acks.LEADER)
     with pytest.raises(ValueError, match="timeout_ms must be >= 1"):
         Admin(["127.0.0.1:1"], timeout_ms=0)
+
+
+class OneTopic(MetadataCache):
+    """Metadata that knows one single-partition topic and asks no broker."""
+
+    async def partition_count(self, topic: str, max_wait_ms: int) -> int:
+        self.topics[topic] = 1
+        return 1
+
+    async def refresh(self, topics: Any = ()) -> None:
+        self._refresh_due = False
+
+
+class BrokenSender(Producer):
+    async def _run_once(self) -> int:
+        raise RuntimeError("a bug in the sender")
+
+
+def test_a_sender_that_dies_fails_its_records_and_later_sends() -> None:
+    async def body() -> None:
+        metadata = OneTopic(["127.0.0.1:1"])
+        producer = BrokenSender(["127.0.0.1:1"], metadata=metadata)
+        future = await producer.send("t", b"x")
+        with pytest.raises(BrokerClientError, match="sender failed.*a bug in the sender"):
+            await asyncio.wait_for(future, 5)
+        with pytest.raises(BrokerClientError, match="sender failed"):
+            await producer.send("t", b"y")
+        await producer.close(timeout_s=1)
+
+    asyncio.run(asyncio.wait_for(body(), 10))
+
+
+class BrokenConsumer(Consumer):
+    def _take(self, response: Any, offsets: Any) -> None:
+        raise RuntimeError("a bug reading the answer")
+
+
+def test_a_consumer_bug_reaches_poll(cluster: BrokerCluster) -> None:
+    cluster.create_topic("broken", 1, 1)
+
+    async def body() -> None:
+        async with BrokenConsumer(cluster.addresses, tls=tls(cluster)) as consumer:
+            consumer.assign([("broken", 0)])
+            consumer.seek(("broken", 0), 0)
+            with pytest.raises(RuntimeError, match="a bug reading the answer"):
+                for _ in range(20):
+                    await consumer.poll(500)
+
+    asyncio.run(asyncio.wait_for(body(), 30))

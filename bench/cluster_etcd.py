@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -504,6 +505,35 @@ class EtcdTarget:
             self._connect(i)
             await old.close()
         self._killed.clear()
+        await asyncio.to_thread(self.cluster.wait_healthy, START_TIMEOUT_S)
+        await self.refresh_leader()
+
+    # -- partition trials (bench/partition.py) ------------------------------
+
+    async def leader_member(self) -> tuple[int, int, list[int]]:
+        i = await self._leader_index()
+        return i, self.cluster.pid(i), [self.cluster.client_ports[i], self.cluster.peer_ports[i]]
+
+    async def put_to_others(self, member: int, key: bytes, value: bytes, timeout: float) -> None:
+        """A Put to each other member at once (a follower forwards it to the
+        leader it knows); returns when one commits it."""
+        request = self.pb2.PutRequest(key=key, value=value)
+        calls = [
+            asyncio.ensure_future(self._kv[i].Put(request, timeout=timeout))
+            for i in range(self.cluster.size)
+            if i != member
+        ]
+        try:
+            for next_done in asyncio.as_completed(calls):
+                with contextlib.suppress(Exception):
+                    await next_done
+                    return
+            raise RuntimeError("no other member committed the write")
+        finally:
+            for call in calls:
+                call.cancel()
+
+    async def wait_healed(self) -> None:
         await asyncio.to_thread(self.cluster.wait_healthy, START_TIMEOUT_S)
         await self.refresh_leader()
 

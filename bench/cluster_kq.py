@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import Security
-from kqproto import quorum_pb2
+from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2
 from kvstore.client import KvClient
 from server.local_cluster import free_base_port, load_state, run_kq
 
@@ -120,6 +120,38 @@ class KqTarget:
                 pass
             await asyncio.sleep(0.05)
         raise RuntimeError("the kq cluster did not become healthy")
+
+    # -- partition trials (bench/partition.py) ------------------------------
+
+    async def leader_member(self) -> tuple[int, int, list[int]]:
+        node = await self.leader_id()
+        port = int(self.addresses[node].rsplit(":", 1)[1])
+        return node, self._pids()[node], [port]
+
+    async def put_to_others(self, member: int, key: bytes, value: bytes, timeout: float) -> None:
+        """A Put to each other node at once (no redirect: a node that does
+        not lead answers NOT_LEADER); returns when one commits it."""
+        request = kv_pb2.PutRequest(key=key.decode(), value=value)
+
+        async def one(address: str) -> None:
+            stub = kv_pb2_grpc.KvServiceStub(self.client._channel(address))
+            response = await stub.Put(request, timeout=timeout)
+            if response.error != kv_pb2.OK:
+                raise RuntimeError(f"{address}: {kv_pb2.KvError.Name(response.error)}")
+
+        calls = [asyncio.ensure_future(one(a)) for n, a in self.addresses.items() if n != member]
+        try:
+            for next_done in asyncio.as_completed(calls):
+                with contextlib.suppress(Exception):
+                    await next_done
+                    return
+            raise RuntimeError("no other node committed the write")
+        finally:
+            for call in calls:
+                call.cancel()
+
+    async def wait_healed(self) -> None:
+        await self.wait_healthy()
 
     async def describe(self) -> dict[str, object]:
         from kq import __version__

@@ -54,6 +54,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Protocol, cast
 
+from bench.partition import partition as partition_workload
+
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent
 GEN_DIR = BENCH_DIR / ".gen"
@@ -198,6 +200,9 @@ class Params:
     failover_max_wait_s: float = 30.0
     # Bound on the whole failover workload.
     failover_max_total_s: float = 900.0
+    # Failover by partition (bench/partition.py): trials, each cutting the
+    # leader off with iptables; skipped where that is not possible.
+    partition_trials: int = 20
 
 
 def full_params() -> Params:
@@ -215,6 +220,7 @@ def quick_params() -> Params:
         failover_trials=3,
         failover_settle_s=0.5,
         failover_max_total_s=180.0,
+        partition_trials=3,
     )
 
 
@@ -521,7 +527,8 @@ WORKLOADS: dict[str, Callable[[Target, Params], Awaitable[dict[str, Any]]]] = {
 async def run_all(
     target: Target, p: Params, log: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
-    """All four workloads in order, on one cluster."""
+    """All the workloads in order, on one cluster (failover by partition
+    for targets that offer it: bench/partition.py)."""
     results: dict[str, Any] = {}
     describe = getattr(target, "describe", None)
     if describe is not None:
@@ -533,6 +540,20 @@ async def run_all(
     if log is not None:
         log(f"{target.name}: failover")
     results["failover"] = await failover(target, p, log)
+    if p.partition_trials > 0 and hasattr(target, "put_to_others"):
+        if log is not None:
+            log(f"{target.name}: failover by partition")
+        results["partition"] = await partition_workload(
+            cast(Any, target),
+            p.partition_trials,
+            latency_summary,
+            now,
+            log,
+            settle_s=p.failover_settle_s,
+            probe_interval_s=p.failover_probe_interval_s,
+            request_timeout_s=p.failover_request_timeout_s,
+            max_wait_s=p.failover_max_wait_s,
+        )
     return results
 
 
@@ -570,6 +591,8 @@ METRICS: list[tuple[str, str, str, bool]] = [
     ("batched records/s", "batched", "records_per_s", True),
     ("failover p50 ms", "failover", "p50_ms", False),
     ("failover p99 ms", "failover", "p99_ms", False),
+    ("partition failover p50 ms", "partition", "p50_ms", False),
+    ("partition failover p99 ms", "partition", "p99_ms", False),
 ]
 
 
@@ -672,6 +695,13 @@ def format_table(name: str, result: dict[str, Any], security: Security | None = 
         lines.append(
             f"   failover trials: {failover_result.get('trials')} "
             f"({failover_result.get('failed')} without recovery)"
+        )
+    cut = result.get("partition", {})
+    if cut.get("skipped"):
+        lines.append(f"   partition trials: skipped ({cut['skipped']})")
+    elif cut:
+        lines.append(
+            f"   partition trials: {cut.get('trials')} ({cut.get('failed')} without recovery)"
         )
     return "\n".join(lines)
 

@@ -3,12 +3,18 @@ quorum, both on loopback with fsync, run in turn (see bench/harness.py), in
 plaintext and with mutual TLS.
 
     .venv/bin/python bench/vs_etcd.py [--systems etcd,kq] [--security plaintext,tls]
-        [--repeat N] [--quick] [--json] [--out FILE]
+        [--repeat N] [--quick] [--trials N] [--partition-trials N] [--no-floor]
+        [--json] [--out FILE]
 
 Workloads: sequential writes (commits/s, p50/p99 latency); 32 concurrent
 writers (commits/s, p50/p99); batched writes of many records per request
 (records/s); failover: SIGKILL the leader under load, time from the kill to
-the next commit, over 20 trials (3 with --quick), p50/p99.
+the next commit, over 20 trials (3 with --quick), p50/p99; failover by
+partition: cut the leader off with iptables (bench/partition.py; skipped,
+with the reason, without root, iptables or cgroup v2), time from the cut to
+the first commit of a write sent after it to the other members, 20 trials
+(3 with --quick).  First, the floor: a bare gRPC echo between two Python
+processes (bench/grpc_floor.py).
 
 Security modes: plaintext, and tls (every member and the client present a
 certificate of the cluster's CA and verify the other side's; both systems'
@@ -43,7 +49,7 @@ from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench import harness
+from bench import grpc_floor, harness
 from bench.harness import Params, Round, Security, Target
 
 # The systems under test: name -> module defining
@@ -141,6 +147,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", action="store_true", help="print the JSON document only")
     parser.add_argument("--out", type=Path, help="also write the JSON document here")
     parser.add_argument("--trials", type=int, help="failover trials (default 20; 3 with --quick)")
+    parser.add_argument(
+        "--partition-trials",
+        type=int,
+        help="failover-by-partition trials (default 20; 3 with --quick; 0: none)",
+    )
+    parser.add_argument(
+        "--no-floor", action="store_true", help="skip the gRPC echo floor measured first"
+    )
     return parser.parse_args(argv)
 
 
@@ -151,6 +165,17 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 def show(text: str) -> None:
     print(text, flush=True)
+
+
+def format_floor(floor: dict[str, Any]) -> str:
+    lines = ["== floor: gRPC echo between two Python processes (100-byte messages)"]
+    for kind, label in (("stream", "one stream"), ("unary", "unary calls")):
+        r = floor[kind]
+        lines.append(
+            f"   {label:<12} {r['round_trips_per_s']:>8,.0f} round trips/s   "
+            f"p50 {r['p50_ms']:.3f} ms   p99 {r['p99_ms']:.3f} ms"
+        )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,7 +203,18 @@ def main(argv: list[str] | None = None) -> int:
     p = harness.quick_params() if args.quick else harness.full_params()
     if args.trials is not None:
         p = dataclasses.replace(p, failover_trials=args.trials)
+    if args.partition_trials is not None:
+        p = dataclasses.replace(p, partition_trials=args.partition_trials)
     signal.signal(signal.SIGTERM, _terminate)
+
+    # The floor on this machine, in the same run: a bare gRPC echo between
+    # two Python processes (bench/grpc_floor.py).
+    floor = None
+    if not args.no_floor:
+        log("floor: gRPC echo between two Python processes")
+        floor = grpc_floor.measure()
+        if not args.json:
+            show(format_floor(floor))
 
     rounds: list[Round] = []
     for i in range(args.repeat):
@@ -189,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             show(harness.format_round_ratios(harness.round_ratios(results)))
 
     doc = harness.result_document(rounds, p, "quick" if args.quick else "full", securities)
+    if floor is not None:
+        doc["floor"] = floor
     if args.json:
         print(json.dumps(doc, indent=2))
     elif args.repeat > 1:

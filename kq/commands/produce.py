@@ -174,6 +174,23 @@ def _send_all(
     args: argparse.Namespace, producer: SyncProducer, separator: bytes | None, tally: _Tally
 ) -> None:
     pending: list[tuple[int, concurrent.futures.Future[RecordMetadata]]] = []
+    try:
+        _read(args, producer, separator, tally, pending)
+    except KeyboardInterrupt:
+        # Ctrl-C: what was read is still sent and reported.
+        print("kq produce: interrupted; sending what was read", file=sys.stderr)
+    producer.flush()
+    for number, future in pending:
+        _settle(args, tally, number, future)
+
+
+def _read(
+    args: argparse.Namespace,
+    producer: SyncProducer,
+    separator: bytes | None,
+    tally: _Tally,
+    pending: list[tuple[int, concurrent.futures.Future[RecordMetadata]]],
+) -> None:
     for number, line in _lines(sys.stdin.buffer):
         try:
             key, value = _split(line, separator, number)
@@ -190,9 +207,6 @@ def _send_all(
             _settle(args, tally, number, future)
         else:
             pending.append((number, future))
-    producer.flush()
-    for number, future in pending:
-        _settle(args, tally, number, future)
 
 
 def _settle(

@@ -239,3 +239,27 @@ def test_brokers_of_the_local_cluster_by_default(
     out = capsys.readouterr()
     assert status == 0, out.err
     assert out.out.splitlines() == ["lines:0:0"]
+
+
+class Interrupted:
+    """stdin whose reader presses Ctrl-C after some lines."""
+
+    def __init__(self, lines: list[bytes]) -> None:
+        self.buffer = self
+        self._lines = lines
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self._lines
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_sends_what_was_read(
+    cluster: BrokerCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.create_topic("interrupted", 1, 3)
+    monkeypatch.setattr(sys, "stdin", Interrupted([b"one\n", b"two\n"]))
+    status = main(["produce", "--topic", "interrupted", "--sync", *flags(cluster)])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert out.out.splitlines() == ["interrupted:0:0", "interrupted:0:1"]
+    assert "interrupted; sending what was read" in out.err

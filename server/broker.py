@@ -97,6 +97,15 @@ FEATURES = (SupportedFeature("metadata.version", 1, 1),)
 _BACKOFF_S = (0.05, 1.0)
 
 
+# Kafka's replica.high.watermark.checkpoint.interval.ms: each changed HW is
+# written (a file, its fsync, a rename and the directory's fsync) at most this
+# often, not on every tick (with many partitions, a tick's syncs held the
+# event loop for seconds). A crash loses at most one interval of HW advances:
+# the restarted replica starts from a lower HW, which the leader's answers
+# raise again (Kafka's ReplicaManager.checkpointHighWatermarks).
+HW_CHECKPOINT_INTERVAL_MS = 5_000
+
+
 @dataclass(frozen=True)
 class BrokerSettings:
     """What one broker process needs."""
@@ -119,6 +128,8 @@ class BrokerSettings:
     heartbeat_interval_ms: int = 500
     # How often the ISR expiration and the log manager's tasks run.
     tick_interval_ms: int = 250
+    # Kafka's replica.high.watermark.checkpoint.interval.ms.
+    hw_checkpoint_interval_ms: int = HW_CHECKPOINT_INTERVAL_MS
     controlled_shutdown_timeout_s: float = 30.0
     metrics_listen: str = ""
 
@@ -431,6 +442,7 @@ class BrokerProcess:
 
     async def _tick(self) -> None:
         interval = self.settings.tick_interval_ms / 1000
+        checkpointed_ms = _now_ms()
         while True:
             await asyncio.sleep(interval)
             if self.replicas.shut_down:
@@ -441,6 +453,9 @@ class BrokerProcess:
             tick = self.replicas.logs.tick(now)
             for key, why in tick.failed.items():
                 log.error("broker %d: the log of %s failed: %s", self.settings.node_id, key, why)
+            if now - checkpointed_ms < self.settings.hw_checkpoint_interval_ms:
+                continue
+            checkpointed_ms = now
             try:
                 self.replicas.logs.checkpoint_high_watermarks()
             except (OSError, PartitionLogError) as error:

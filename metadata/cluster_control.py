@@ -58,7 +58,10 @@ class ClusterControl:
         records: list[Record] = []
         old = self.state.image.brokers.get(req.broker_id)
         if old is not None:
-            if old.incarnation_id != req.incarnation_id and self.state.heartbeats.is_alive(
+            # Only a session this controller heard the old incarnation on
+            # refuses the new one; one granted when it took over does not
+            # (a whole cluster restarted: every broker comes back at once).
+            if old.incarnation_id != req.incarnation_id and self.state.heartbeats.is_heard_alive(
                 req.broker_id, now_ms
             ):
                 raise ApiError(

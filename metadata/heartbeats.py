@@ -5,7 +5,15 @@ when it last heard from each broker; a broker whose session (default 9 s)
 passes without a heartbeat is fenced.  Only the active controller keeps this;
 a new one starts every registered broker on a fresh session when it takes
 over (KAFKA-18138), so a failover never fences a live broker that simply
-had not yet found the new controller.  Time enters as ``now_ms``.
+had not yet found the new controller.  Such a session is granted, not
+heard: it keeps the broker from being fenced but does not make the broker
+"alive" for a registration by another incarnation (:meth:`HeartbeatManager.is_heard_alive`).
+Kafka's ``BrokerHeartbeatManager.hasValidSession`` gives no valid session to
+a broker that was fenced when the controller took over (the brokers of a
+whole cluster stopped under control are); kq counts no granted session at
+all, so a killed broker's new incarnation also registers at once instead of
+waiting out its predecessor's session (9 s) after a failover.  Time enters
+as ``now_ms``.
 """
 
 from __future__ import annotations
@@ -20,6 +28,9 @@ class BrokerSession:
     last_contact_ms: int
     # The metadata offset the broker last said it had applied.
     metadata_offset: int = -1
+    # Whether this controller has heard from the broker (a registration or
+    # a heartbeat), rather than granted the session when it took over.
+    heard: bool = True
 
 
 class HeartbeatManager:
@@ -30,8 +41,9 @@ class HeartbeatManager:
         self._sessions: dict[int, BrokerSession] = {}
 
     def reset(self, broker_ids: list[int], now_ms: int) -> None:
-        """Every broker gets a fresh session (a controller takes over)."""
-        self._sessions = {b: BrokerSession(now_ms) for b in broker_ids}
+        """Every broker gets a fresh session (a controller takes over), not
+        yet heard from."""
+        self._sessions = {b: BrokerSession(now_ms, heard=False) for b in broker_ids}
 
     def touch(self, broker_id: int, now_ms: int, metadata_offset: int = -1) -> None:
         session = self._sessions.get(broker_id)
@@ -40,6 +52,7 @@ class HeartbeatManager:
         else:
             session.last_contact_ms = max(session.last_contact_ms, now_ms)
             session.metadata_offset = max(session.metadata_offset, metadata_offset)
+            session.heard = True
 
     def remove(self, broker_id: int) -> None:
         self._sessions.pop(broker_id, None)
@@ -50,6 +63,15 @@ class HeartbeatManager:
     def is_alive(self, broker_id: int, now_ms: int) -> bool:
         session = self._sessions.get(broker_id)
         return session is not None and now_ms - session.last_contact_ms < self.session_timeout_ms
+
+    def is_heard_alive(self, broker_id: int, now_ms: int) -> bool:
+        """Whether this controller itself heard from the broker within the
+        session timeout: what refuses another incarnation's registration
+        (``ClusterControlManager.registerBroker``). A session granted on
+        taking over does not count: the new controller has no evidence that
+        the old incarnation still runs."""
+        session = self._sessions.get(broker_id)
+        return session is not None and session.heard and self.is_alive(broker_id, now_ms)
 
     def expired(self, broker_ids: list[int], now_ms: int) -> list[int]:
         """The brokers of ``broker_ids`` whose session has passed, oldest

@@ -19,7 +19,9 @@ window), without it the retry writes the value again and the duplicate
 check fires.
 
 Every wait is bounded and every process is stopped by its pid, whatever
-happens; the iptables rules are removed at the end even on failure.
+happens; the iptables rules are removed at the end even on failure.  One
+run of this module per host at a time: its brokers' loopback addresses
+(127.0.1.4-6) and DSCP values are the same for every run.
 """
 
 from __future__ import annotations

@@ -151,10 +151,16 @@ class Flush:
     is complete (``awaitFlushCompletion``)."""
 
     futures: list[RecordFuture] = field(default_factory=list)
+    # The futures before this index are done: each is looked at until it
+    # is, once after (ready and drain ask on every call during a flush).
+    _checked: int = 0
 
     @property
     def done(self) -> bool:
-        return all(f.done for f in self.futures)
+        futures = self.futures
+        while self._checked < len(futures) and futures[self._checked].done:
+            self._checked += 1
+        return self._checked == len(futures)
 
 
 def _error(name: str, code: int, message: str, maybe_written: bool) -> DeliveryError:

@@ -155,7 +155,10 @@ class Producer:
                     value,
                     now_ms=_now_ms(),
                     partitions=partitions,
-                    available=self.metadata.available(topic),
+                    # Only the sticky partitioner needs them.
+                    available=(
+                        self.metadata.available(topic) if key is None and partition is None else ()
+                    ),
                     partition=partition,
                     headers=tuple(headers or ()),
                     timestamp_ms=timestamp,
@@ -189,6 +192,11 @@ class Producer:
 
         future.add_done_callback(resolve)
         self._wake.set()
+        if future.index == 0:
+            # A new batch: the one before it is full and sendable. A caller
+            # sending in a loop would not otherwise let the sender run (Kafka
+            # sends from its own thread) until it stops.
+            await asyncio.sleep(0)
         return result
 
     async def flush(self, timeout_s: float | None = None) -> None:

@@ -25,7 +25,7 @@ import grpc
 
 from broker.client.producer_batch import TopicPartition
 from broker.errors import Errors
-from broker.grpc_client.errors import BrokerClientError, NoBrokerError, UnknownTopicError
+from broker.grpc_client.errors import BrokerClientError, NoBrokerError
 from broker.grpc_client.metadata_cache import PERMANENT_REFUSALS, MetadataCache, PartitionInfo
 from kqproto import broker_pb2, broker_pb2_grpc
 from quorum.driver.tls import TlsFiles
@@ -123,12 +123,8 @@ class Admin:
         await self.metadata.refresh([name])
         count = self.metadata.topics.get(name)
         if count is None:
-            raise UnknownTopicError(name, self._why_missing(name))
+            raise self.metadata.topic_error(name)
         return [self.metadata.partitions[TopicPartition(name, p)] for p in range(count)]
-
-    def _why_missing(self, name: str) -> str:
-        why = self.metadata.topic_error(name)
-        return f"topic {name!r} does not exist" if why is None else why
 
     async def list_offsets(
         self, specs: Mapping[TopicPartition, OffsetSpec | int]
@@ -240,7 +236,7 @@ class Admin:
             for tp in left:
                 count = self.metadata.topics.get(tp.topic)
                 if count is None:
-                    raise UnknownTopicError(tp.topic, self._why_missing(tp.topic))
+                    raise self.metadata.topic_error(tp.topic)
                 if not 0 <= tp.partition < count:
                     raise BrokerClientError(
                         int(Errors.UNKNOWN_TOPIC_OR_PARTITION),

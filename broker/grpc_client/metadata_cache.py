@@ -105,7 +105,8 @@ class MetadataCache:
         self.topics: dict[str, int] = {}
         # Topics the client uses: refreshed together.
         self._wanted: set[str] = set()
-        self._missing: dict[str, str] = {}
+        # Why the last refresh did not describe a topic: (code, message).
+        self._missing: dict[str, tuple[int, str]] = {}
         self._refresh: asyncio.Task[None] | None = None
         self._refresh_due = True
         self._last_refresh_ms = -1
@@ -264,7 +265,7 @@ class MetadataCache:
         self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
         for topic in response.topics:
             if topic.error != Errors.NONE:
-                self._missing[topic.name] = topic.message or Errors(topic.error).name
+                self._missing[topic.name] = (topic.error, topic.message or Errors(topic.error).name)
                 if topic.error == Errors.UNKNOWN_TOPIC_OR_PARTITION:
                     # Deleted (or never there): forget its partitions.
                     self.topics.pop(topic.name, None)
@@ -296,9 +297,16 @@ class MetadataCache:
             # An election is in progress somewhere: look again soon.
             self._refresh_due = True
 
-    def topic_error(self, topic: str) -> str | None:
-        """Why the last refresh did not describe ``topic`` (None if it did)."""
-        return self._missing.get(topic)
+    def topic_error(self, topic: str) -> BrokerClientError:
+        """Why the metadata has no ``topic``: :class:`UnknownTopicError`, or
+        the brokers' refusal (``TOPIC_AUTHORIZATION_FAILED``, ...)."""
+        code, message = self._missing.get(
+            topic,
+            (int(Errors.UNKNOWN_TOPIC_OR_PARTITION), f"topic {topic!r} is not in the metadata"),
+        )
+        if code == Errors.UNKNOWN_TOPIC_OR_PARTITION:
+            return UnknownTopicError(topic, message)
+        return BrokerClientError(code, message)
 
     async def partition_count(self, topic: str, max_wait_ms: int) -> int:
         """The topic's partition count, waiting up to ``max_wait_ms`` for it
@@ -311,8 +319,14 @@ class MetadataCache:
             count = self.topics.get(topic)
             if count is not None:
                 return count
+            refusal = self.topic_error(topic)
+            if not isinstance(refusal, UnknownTopicError):
+                # Refused, not missing: waiting does not help (Kafka raises
+                # TopicAuthorizationException at once).
+                raise refusal
             if _now_ms() >= deadline:
-                why = self._missing.get(topic, f"topic {topic!r} is not in the metadata")
-                raise UnknownTopicError(topic, f"{why} (after waiting {max_wait_ms} ms)")
+                raise UnknownTopicError(
+                    topic, f"{refusal.message} (after waiting {max_wait_ms} ms)"
+                )
             await asyncio.sleep(min(self.retry_backoff_ms, max(0, deadline - _now_ms())) / 1000)
             await self.refresh([topic])

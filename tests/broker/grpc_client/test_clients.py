@@ -482,6 +482,19 @@ def test_refusals_reach_the_caller_with_kafkas_names(cluster: BrokerCluster) -> 
             assert "IDEMPOTENT_WRITE" in str(refused.value)
             with pytest.raises(BrokerClientError, match="CLUSTER_AUTHORIZATION_FAILED"):
                 await producer.send("guarded", b"later")
+        # A topic alice may not describe: refused at once, not waited for.
+        cluster.create_topic("hidden", 1, 1)
+        patient = ProducerConfig(max_block_ms=30_000)
+        async with Producer(cluster.addresses, patient, tls=alice) as producer:
+            started = asyncio.get_running_loop().time()
+            with pytest.raises(BrokerClientError) as hidden:
+                await producer.send("hidden", b"x")
+            assert hidden.value.name == "TOPIC_AUTHORIZATION_FAILED"
+            assert "not allowed DESCRIBE on topic hidden" in hidden.value.message
+            assert asyncio.get_running_loop().time() - started < 10
+        async with Admin(cluster.addresses, tls=alice) as admin:
+            with pytest.raises(BrokerClientError, match="TOPIC_AUTHORIZATION_FAILED"):
+                await admin.topic("hidden")
         config = ConsumerConfig(auto_offset_reset=OffsetResetStrategy.EARLIEST)
         async with Consumer(cluster.addresses, config, tls=alice) as consumer:
             consumer.assign([("guarded", 0)])

@@ -263,3 +263,27 @@ def test_ctrl_c_sends_what_was_read(
     assert status == 0, out.err
     assert out.out.splitlines() == ["interrupted:0:0", "interrupted:0:1"]
     assert "interrupted; sending what was read" in out.err
+
+
+@pytest.mark.parametrize("command", ["produce", "consume", "offsets"])
+def test_no_broker_answering_is_a_clear_failure(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    from tests.driver.cluster_util import free_ports
+
+    (port,) = free_ports(1)
+    status = run(
+        [command, "--topic", "t", "--bootstrap-server", f"127.0.0.1:{port}"], monkeypatch, b"x\n"
+    )
+    err = capsys.readouterr().err
+    assert status == 1
+    assert f"kq {command}: BROKER_NOT_AVAILABLE: no broker answered Metadata" in err
+    assert f"127.0.0.1:{port}" in err
+
+
+def test_a_bad_bootstrap_address_is_bad_usage(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = run(["offsets", "--topic", "t", "--bootstrap-server", "nowhere"], monkeypatch)
+    assert status == 2
+    assert "nowhere" in capsys.readouterr().err

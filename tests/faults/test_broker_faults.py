@@ -405,7 +405,10 @@ def test_leader_paused_past_its_session_rejoins_as_follower(faults: Faults) -> N
                 await asyncio.sleep(1.0)
             finally:
                 faults.signal(leader, signal.SIGCONT)
-            await faults.wait_partitions(topic, lambda ps: leader in ps[0].isr, "with it in ISR")
+            back = await faults.wait_partitions(
+                topic, lambda ps: leader in ps[0].isr, "with it in ISR"
+            )
+            assert back[0].leader != leader, back  # a follower now
 
         # A request stuck at the paused leader is retried after 5 s (plus
         # the client's margin), not after Kafka's default 30 s.

@@ -35,6 +35,7 @@ from broker.grpc_client import (
     MetadataCache,
     NoBrokerError,
     OffsetSpec,
+    PartitionInfo,
     Producer,
     UnknownTopicError,
 )
@@ -677,3 +678,19 @@ def test_a_consumer_bug_reaches_poll(cluster: BrokerCluster) -> None:
                     await consumer.poll(500)
 
     asyncio.run(asyncio.wait_for(body(), 30))
+
+
+def test_a_kip951_leader_hint_moves_the_partition_without_a_refresh() -> None:
+    cache = MetadataCache(["127.0.0.1:1"])
+    tp = TopicPartition("t", 0)
+    cache.brokers = {1: "127.0.0.1:1"}
+    cache.partitions[tp] = PartitionInfo("t", 0, 1, 4, (1, 2), (1, 2))
+    cache._refresh_due = False
+    endpoint = broker_pb2.NodeEndpoint(node_id=2, host="127.0.1.2", port=9092)
+    assert cache.apply_leader_hint(tp, 2, 5, [endpoint])
+    assert cache.leaders() == {tp: 2} and cache.brokers[2] == "127.0.1.2:9092"
+    assert cache.partitions[tp].replicas == (1, 2)
+    assert not cache.refresh_due()
+    # A hint naming a broker whose address it does not know asks for one.
+    assert not cache.apply_leader_hint(tp, 3, 6)
+    assert cache.refresh_due() and cache.leaders() == {tp: 2}

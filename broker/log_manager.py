@@ -325,6 +325,20 @@ def topic_replica_config(image: MetadataImage, topic_name: str, broker_id: int) 
     return ReplicaConfig(replica_lag_time_max_ms=lag_ms, min_insync_replicas=min_isr)
 
 
+def _stray_name(log_dir: LogDirectory, name: str, topic_id: str) -> str:
+    """A free name to set ``name`` aside under: ``<name>.<topic id>-stray``,
+    or with ``.1``, ``.2``... after the id when a stray of the same partition
+    is already there (Kafka's ``UnifiedLog.logStrayDirName`` puts a fresh
+    uuid in each stray's name, so setting a partition aside never fails on
+    an earlier stray of it)."""
+    stray = f"{name}.{topic_id}{STRAY_SUFFIX}"
+    n = 0
+    while log_dir.exists(stray):
+        n += 1
+        stray = f"{name}.{topic_id}.{n}{STRAY_SUFFIX}"
+    return stray
+
+
 # -- the manager -----------------------------------------------------------------
 
 
@@ -443,7 +457,7 @@ class LogManager:
                     or broker_id not in registration.replicas
                     or (recorded is not None and recorded != topic.topic_id)
                 ):
-                    stray = f"{name}.{recorded or 'unknown'}{STRAY_SUFFIX}"
+                    stray = _stray_name(log_dir, name, recorded or "unknown")
                     log_dir.rename(name, stray)
                     strays.append(f"{log_dir.name}/{stray}")
                     changed = True

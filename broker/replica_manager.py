@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from broker.errors import Errors, ReplicaError
 from broker.local_changes import LocalChanges, LocalPartition, local_changes
 from broker.log_manager import (
+    LoadResult,
     LogManager,
     LogManagerError,
     TopicConfigError,
@@ -135,6 +136,8 @@ class ReplicaManager:
     brokers: MappingBrokerView = field(init=False)
     shut_down: bool = False
     metrics: BrokerMetrics = NO_METRICS
+    # What loading the logs found, once :meth:`publish` has loaded them.
+    loaded: LoadResult | None = None
 
     def __post_init__(self) -> None:
         self.brokers = MappingBrokerView(self.image.brokers)
@@ -166,6 +169,26 @@ class ReplicaManager:
         replica = PartitionReplica(self.broker_id, log, replica_config, self.brokers)
         self.replicas[key] = replica
         return replica
+
+    def publish(
+        self, image: MetadataImage, catch_up_offset: int | None, now_ms: int
+    ) -> ApplyResult | None:
+        """An image of the metadata log the broker follows, as Kafka's
+        ``MetadataLoader`` publishes it: nothing while it is still catching up
+        (``stillNeedToCatchUp``: no high watermark learned yet, or the image
+        ends before ``catch_up_offset``, the high watermark learned at start);
+        the first image past it loads the logs (``BrokerMetadataPublisher``'s
+        first publish: ``LogManager.startup`` with ``isStrayKraftReplica``),
+        then every image is applied (:meth:`apply_delta`). A partial image
+        (a restarted broker replaying its metadata log from the start) would
+        make every partition created after it a stray and lose its copy.
+        None while catching up; a log directory that cannot be loaded raises
+        (Kafka's ``LogManager.startup`` failing: the broker stops)."""
+        if self.loaded is None:
+            if catch_up_offset is None or image.offset < catch_up_offset:
+                return None
+            self.loaded = self.logs.load(image, self.broker_id, now_ms)
+        return self.apply_delta(image, now_ms)
 
     def apply_delta(
         self, image: MetadataImage, now_ms: int, changes: LocalChanges | None = None

@@ -76,6 +76,7 @@ from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.storage_format import StorageFormatError, read_meta
 from quorum.driver.tls import TlsFiles, dial
 from quorum.shared_log import SharedLog
+from quorum.types import Batch
 from server.broker_metrics import PrometheusBrokerMetrics
 from server.config import SETTINGS, ConfigError, Settings, controller_config
 from server.errors import EXIT_FAILURE
@@ -235,7 +236,12 @@ class BrokerProcess:
         self._metrics()
         self.metadata.add_listener(self._on_commit)
         self.metadata.add_load_listener(self._on_load)
-        self._loaded = False
+        self.metadata.add_batch_listener(self._on_batch)
+        # The observer's high watermark when it starts: its log start (the
+        # HW is not persisted), so one above it came from the leader. The
+        # first such HW is where the metadata log is caught up.
+        self._start_high_watermark = self.node.raft.core.high_watermark
+        self._catch_up_offset: int | None = None
         self._alters: asyncio.Queue[tuple[TopicIdPartition, AlterPartitionRequest]] = (
             asyncio.Queue()
         )
@@ -314,23 +320,47 @@ class BrokerProcess:
     def _on_load(self, image: MetadataImage) -> None:
         self._apply(image)
 
+    def _on_batch(self, batch: Batch) -> None:
+        # While catching up, any batch may be the one that reaches the high
+        # watermark, a leader change's too (no commit listener call).
+        if self.replicas.loaded is None:
+            self._apply(self.metadata.image)
+
+    def _caught_up_offset(self) -> int | None:
+        """The high watermark learned at start, once the leader told it."""
+        if self._catch_up_offset is None:
+            high_watermark = self.node.raft.core.high_watermark
+            if high_watermark > self._start_high_watermark:
+                self._catch_up_offset = high_watermark
+        return self._catch_up_offset
+
     def _apply(self, image: MetadataImage) -> None:
         if self.replicas.shut_down:
             return
         now = _now_ms()
         if self.failure is not None:
             return
-        if not self._loaded:
-            try:
-                loaded = self.replicas.logs.load(image, self.settings.node_id, now)
-            except (LogManagerError, PartitionLogError, OSError, ValueError) as error:
-                # Kafka's LogManager.startup failing: the broker cannot serve.
-                self.failure = f"cannot load its log directories: {error}"
-                log.error("broker %d %s", self.settings.node_id, self.failure)
-                return
-            self._loaded = True
-            log.info("broker %d loaded its logs: %s", self.settings.node_id, loaded)
-        result = self.replicas.apply_delta(image, now)
+        loading = self.replicas.loaded is None
+        try:
+            # Nothing until the image is caught up: the logs are loaded, and
+            # strays decided, against a whole image, never a partial one.
+            result = self.replicas.publish(image, self._caught_up_offset(), now)
+        except (LogManagerError, PartitionLogError, OSError, ValueError) as error:
+            if not loading:
+                raise
+            # Kafka's LogManager.startup failing: the broker cannot serve.
+            self.failure = f"cannot load its log directories: {error}"
+            log.error("broker %d %s", self.settings.node_id, self.failure)
+            return
+        if result is None:
+            return
+        if loading:
+            log.info(
+                "broker %d loaded its logs at metadata offset %d: %s",
+                self.settings.node_id,
+                image.offset,
+                self.replicas.loaded,
+            )
         for key, why in result.failed.items():
             log.error("broker %d: partition %s is offline: %s", self.settings.node_id, key, why)
         self._plan_fetchers()
@@ -411,6 +441,9 @@ class BrokerProcess:
             self.settings.node_id,
             self.broker_epoch,
             self.metadata.applied_offset,
+            # Unfenced only once the logs are loaded (Kafka's
+            # BrokerLifecycleManager.setReadyToUnfence after the first publish).
+            want_fence=not want_shutdown and self.replicas.loaded is None,
             want_shutdown=want_shutdown,
         )
 

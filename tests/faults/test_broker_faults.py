@@ -171,9 +171,20 @@ class Faults:
         os.kill(self.procs[broker_id].pid, sig)
 
     async def start(self, broker_id: int) -> None:
-        started = await start_brokers(self.state, [self.broker(broker_id)], WAIT_S)
+        """Start a stopped broker again over its directories: it keeps
+        every replica it had (none is taken for a stray and set aside to be
+        fetched again from offset 0)."""
+        broker = self.broker(broker_id)
+        started = await start_brokers(self.state, [broker], WAIT_S)
         self.procs.update(started)
         self.track()
+        strays = [
+            p.name
+            for d in broker.log_dirs
+            for p in self.state.path(d).iterdir()
+            if p.name.endswith("-stray")
+        ]
+        assert not strays, f"broker {broker_id} took its replicas for strays: {strays}"
 
 
 @pytest.fixture(scope="module")

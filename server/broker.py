@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -206,6 +207,10 @@ class BrokerProcess:
         )
         self.metadata = ControllerStateMachine()
         self.broker_epoch = -1
+        # The broker epoch a clean shutdown of the previous run left in the
+        # log directories (KIP-966), read at start; -1 after a crash.
+        self.previous_broker_epoch = -1
+        self._clean_shutdown_dirs = [Path(d) for d in settings.log_dirs] if log_dirs is None else []
         self.fenced = True
         self.incarnation_id = new_incarnation_id()
         credentials = None if settings.tls is None else settings.tls.channel_credentials()
@@ -383,6 +388,7 @@ class BrokerProcess:
     # -- lifecycle ------------------------------------------------------------------
 
     async def start(self) -> None:
+        self.previous_broker_epoch = take_clean_shutdown_epoch(self._clean_shutdown_dirs)
         await self.node.start()
         loop = asyncio.get_running_loop()
         self._tasks = [
@@ -412,7 +418,9 @@ class BrokerProcess:
                     endpoints=[self._endpoint()],
                     rack=self.settings.rack,
                     features=FEATURES,
-                    previous_broker_epoch=self.broker_epoch,
+                    previous_broker_epoch=(
+                        self.broker_epoch if self.broker_epoch >= 0 else self.previous_broker_epoch
+                    ),
                 )
             except (MetadataClientError, IndeterminateError) as error:
                 log.warning("broker %d: RegisterBroker failed: %s", self.settings.node_id, error)
@@ -718,6 +726,10 @@ class BrokerProcess:
         await self.client.close()
         if not self.replicas.shut_down:
             self.replicas.shutdown()
+            if controlled and self.failure is None and self.broker_epoch >= 0:
+                # The logs are closed cleanly: the next run's registration
+                # may say so (LogManager.shutdown(brokerEpoch), KIP-966).
+                write_clean_shutdown_epoch(self._clean_shutdown_dirs, self.broker_epoch)
         log.info("broker %d stopped", self.settings.node_id)
 
 
@@ -823,6 +835,72 @@ def _check_meta(directory: Path, found: dict[str, str], cluster_id: str, node_id
         raise LogDirFormatError(
             f"log directory {directory} belongs to broker {found.get('node.id')}, not {node_id}"
         )
+
+
+# Written in each log directory once its logs are closed after a controlled
+# stop, with the broker epoch (Kafka's CleanShutdownFileHandler): the next
+# run registers with it as its previous broker epoch, so the controller
+# keeps it in the ELRs it was in (KIP-966). Removed at start, so a crash of
+# that run leaves none.
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+
+
+def write_clean_shutdown_epoch(directories: Sequence[Path], broker_epoch: int) -> None:
+    """Write ``broker_epoch`` in each log directory's clean shutdown file,
+    synced."""
+    data = json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode()
+    for directory in directories:
+        path = directory / CLEAN_SHUTDOWN_FILE
+        temporary = path.with_suffix(".tmp")
+        with open(temporary, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+        _sync_directory(directory)
+
+
+def _sync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_clean_shutdown_epoch(path: Path) -> int | None:
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("ignoring the clean shutdown file %s: %s", path, exc)
+        return None
+    epoch = found.get("brokerEpoch") if isinstance(found, dict) else None
+    if type(epoch) is not int or epoch < 0 or found.get("version") != 0:
+        log.warning("ignoring the clean shutdown file %s: %r", path, found)
+        return None
+    return epoch
+
+
+def take_clean_shutdown_epoch(directories: Sequence[Path]) -> int:
+    """The broker epoch of the previous run's clean shutdown, -1 unless
+    every log directory holds the same one
+    (``LogManager.readBrokerEpochFromCleanShutdownFiles``); the files are
+    removed (``LogManager.loadLogs``), so only a clean shutdown of this run
+    writes them again."""
+    if not directories:
+        return -1
+    epochs = {_read_clean_shutdown_epoch(d / CLEAN_SHUTDOWN_FILE) for d in directories}
+    for directory in directories:
+        path = directory / CLEAN_SHUTDOWN_FILE
+        if path.exists():
+            path.unlink()
+            _sync_directory(directory)
+    if len(epochs) != 1:
+        return -1
+    (epoch,) = epochs
+    return -1 if epoch is None else epoch
 
 
 def check_log_dirs(directories: Sequence[Path], cluster_id: str, node_id: int) -> None:

@@ -1,0 +1,635 @@
+"""The queue checks: Jepsen's Kafka analysis and kq's no-loss rule (pure).
+
+A ``queue`` history is Jepsen's Kafka workload (``jepsen.tests.kafka``):
+
+- ``send``: invoke ``[["send", k, v], ...]``, completion
+  ``[["send", k, [offset, v]], ...]`` (``offset`` null if unknown; an
+  ``info`` may repeat the invoke's ``[..., k, v]``);
+- ``poll``: invoke ``[["poll"]]``, completion ``[["poll", {k: [[offset, v], ...]}]]``;
+- ``assign`` / ``subscribe``: the keys, ``[k, ...]``;
+- ``crash``: the client is torn down.
+
+Keys are compared as strings (a poll's keys are JSON object keys); values
+are unique per key.  :func:`check_queue` runs every check of Jepsen's
+``analysis`` with Jepsen's definitions (``jepsen/tests/kafka.clj``:
+``version-orders``, ``g1a-cases``, ``lost-write-cases``, ``unseen``,
+``poll-skip+nonmonotonic-cases``, ``int-poll-skip+nonmonotonic-cases``,
+``nonmonotonic-send-cases``, ``int-send-skip+nonmonotonic-cases``,
+``duplicate-cases``) plus kq's stricter ``no-loss`` rule over the final
+reads.  It is the reference the Spark job (``spark_verify.queue``) is tested
+against, so every rule here is spelled out in rows (key, offset, value) the
+way the job computes them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from history.ops import NEMESIS, Op
+
+__all__ = [
+    "ALWAYS_ALLOWED",
+    "CHECKS",
+    "FINAL_FS",
+    "SUBSCRIBE_ALLOWED",
+    "QueueAnomaly",
+    "QueueOp",
+    "QueueResult",
+    "ReadRow",
+    "SendRow",
+    "check_queue",
+    "final_from",
+    "pair_queue",
+    "read_rows",
+    "send_rows",
+]
+
+CHECKS: Final = (
+    "inconsistent-offsets",
+    "duplicate",
+    "G1a",
+    "lost-write",
+    "unseen",
+    "poll-skip",
+    "nonmonotonic-poll",
+    "int-poll-skip",
+    "int-nonmonotonic-poll",
+    "nonmonotonic-send",
+    "int-send-skip",
+    "int-nonmonotonic-send",
+    "no-loss",
+)
+"""Every queue check, Jepsen's error types first, in the order they are reported."""
+
+ALWAYS_ALLOWED: Final = frozenset({"int-send-skip"})
+"""Jepsen's ``allowed-error-types``: a transaction's sends to one key may
+interleave with other producers' (``int-send-skip`` is normal)."""
+
+SUBSCRIBE_ALLOWED: Final = frozenset({"poll-skip", "nonmonotonic-poll"})
+"""Allowed too once a history subscribes (a consumer group rebalances and a
+consumer may resume elsewhere in the log)."""
+
+FINAL_FS: Final = frozenset({"poll", "crash", "assign", "subscribe", "debug-topic-partitions"})
+"""The ops of the final reads: Jepsen's final generator (crash, assign with
+seek to the beginning, polls) and ``plot-unseen!``'s final-poll section."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOp:
+    """One client op of a queue history, its invoke and completion paired.
+
+    ``index`` is the invoke's (the op's name in anomalies), ``complete`` the
+    completion's; ``value`` is the completion's value, or the invoke's when
+    the completion carries none."""
+
+    index: int
+    complete: int
+    process: int | str
+    f: str
+    type: str
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class SendRow:
+    """One micro-op ``[send k v]`` of a completed send."""
+
+    op: int
+    process: int | str
+    type: str
+    key: str
+    pos: int
+    offset: int | None
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRow:
+    """One ``[offset v]`` a completed poll returned for key ``k``."""
+
+    op: int
+    process: int | str
+    type: str
+    key: str
+    pos: int
+    offset: int | None
+    value: Any
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAnomaly:
+    """One anomaly: the check, the key, the values and offsets involved, and
+    the ops (invoke indexes) that show it, with a sentence."""
+
+    check: str
+    key: str
+    values: tuple[Any, ...]
+    offsets: tuple[int, ...]
+    ops: tuple[int, ...]
+    message: str
+
+    def ident(self) -> tuple[str, str, str, tuple[int, ...], tuple[int, ...]]:
+        """What two checkers must agree on (the message may be worded apart)."""
+        return (self.check, self.key, _j(list(self.values)), self.offsets, self.ops)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueResult:
+    """The anomalies of each check, which of them are allowed, and whether the
+    history had final reads (without them ``no-loss`` cannot be decided)."""
+
+    anomalies: Mapping[str, tuple[QueueAnomaly, ...]]
+    allowed: frozenset[str]
+    final_reads: bool
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def fired(self) -> list[str]:
+        """The checks that found anomalies and are not allowed, in :data:`CHECKS` order."""
+        return [c for c in CHECKS if self.anomalies.get(c) and c not in self.allowed]
+
+    @property
+    def valid(self) -> bool | str:
+        """False if a check that is not allowed fired; ``"unknown"`` if none
+        did but there were no final reads to decide ``no-loss``; else True."""
+        if self.fired:
+            return False
+        return True if self.final_reads else "unknown"
+
+    def all(self) -> list[QueueAnomaly]:
+        return [a for c in CHECKS for a in self.anomalies.get(c, ())]
+
+
+def _j(v: Any) -> str:
+    """A value's canonical JSON text: how values are compared and ordered."""
+    return json.dumps(v, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+# -- reading the history -------------------------------------------------------
+
+
+def pair_queue(ops: Iterable[Op]) -> list[QueueOp]:
+    """The client ops of ``ops`` (nemesis ops left out), invoke and completion
+    paired per process, in completion order.  An invoke never completed is
+    left out (a well-formed history has none)."""
+    open_: dict[int | str, Op] = {}
+    out: list[QueueOp] = []
+    for op in ops:
+        if op.process == NEMESIS:
+            continue
+        if op.type == "invoke":
+            open_[op.process] = op
+            continue
+        inv = open_.pop(op.process, None)
+        if inv is None:
+            raise ValueError(f"op {op.index}: a {op.type} of process {op.process!r} with no invoke")
+        value = op.value if op.value is not None else inv.value
+        out.append(QueueOp(inv.index, op.index, op.process, op.f, op.type, value))
+    return out
+
+
+def _mops(op: QueueOp) -> list[Any]:
+    v = op.value
+    if not isinstance(v, list):
+        raise ValueError(f"op {op.index}: a {op.f}'s value is a list of micro-ops, got {v!r}")
+    return v
+
+
+def send_rows(op: QueueOp) -> list[SendRow]:
+    """The sends of a ``send`` or ``txn`` op, with the offsets its completion gave."""
+    if op.f not in ("send", "txn"):
+        return []
+    out: list[SendRow] = []
+    for pos, mop in enumerate(_mops(op)):
+        if not (isinstance(mop, list) and mop and mop[0] == "send"):
+            continue
+        if len(mop) != 3:
+            raise ValueError(f"op {op.index}: a send micro-op is [send, k, v], got {mop!r}")
+        _, k, v = mop
+        offset: int | None = None
+        if isinstance(v, list) and len(v) == 2:
+            offset, v = v
+            if offset is not None and not (isinstance(offset, int) and offset >= 0):
+                raise ValueError(
+                    f"op {op.index}: a send's offset is an integer >= 0, got {offset!r}"
+                )
+        out.append(SendRow(op.index, op.process, op.type, str(k), pos, offset, v))
+    return out
+
+
+def read_rows(op: QueueOp) -> list[ReadRow]:
+    """The records a ``poll`` or ``txn`` op returned, per key in read order."""
+    if op.f not in ("poll", "txn"):
+        return []
+    out: list[ReadRow] = []
+    for mop in _mops(op):
+        if not (isinstance(mop, list) and mop and mop[0] == "poll") or len(mop) < 2:
+            continue
+        reads = mop[1]
+        if reads is None:
+            continue
+        if not isinstance(reads, dict):
+            raise ValueError(
+                f"op {op.index}: a poll returns {{k: [[offset, v], ...]}}, got {reads!r}"
+            )
+        for k, pairs in reads.items():
+            for pos, pair in enumerate(pairs):
+                if not (isinstance(pair, list) and len(pair) == 2):
+                    raise ValueError(f"op {op.index}: a polled record is [offset, v], got {pair!r}")
+                out.append(ReadRow(op.index, op.process, op.type, str(k), pos, pair[0], pair[1]))
+    return out
+
+
+def assigned_keys(op: QueueOp) -> set[str]:
+    """The keys an ``assign`` or ``subscribe`` names (``[k, ...]``)."""
+    v = op.value
+    if isinstance(v, dict):
+        v = v.get("keys")
+    if not isinstance(v, list):
+        raise ValueError(f"op {op.index}: an {op.f}'s value is the list of its keys, got {v!r}")
+    return {str(k) for k in v}
+
+
+def final_from(ops: Sequence[QueueOp], history_tail: Sequence[Op] | None = None) -> int | None:
+    """The invoke index from which the final reads start: the longest run of
+    final-read ops (:data:`FINAL_FS`) that ends the history, as Jepsen's
+    ``plot-unseen!`` finds the final polls; ``None`` if it holds no ok poll.
+
+    ``history_tail`` is the raw history: a nemesis op inside the tail ends
+    it (reads before the final heal are not final)."""
+    events: list[tuple[int, bool]] = [(o.complete, o.f in FINAL_FS) for o in ops]
+    events += [(o.index, o.f in FINAL_FS) for o in ops]
+    if history_tail is not None:
+        events += [(o.index, False) for o in history_tail if o.process == NEMESIS]
+    events.sort()
+    start: int | None = None
+    for index, final in reversed(events):
+        if not final:
+            break
+        start = index
+    if start is None:
+        return None
+    if not any(o.f == "poll" and o.type == "ok" and o.index >= start for o in ops):
+        return None
+    return start
+
+
+# -- the checks ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Order:
+    """One key's version order: offset -> values, and the dense indexes."""
+
+    log: dict[int, set[str]] = field(default_factory=dict)
+    ops: dict[int, set[int]] = field(default_factory=dict)
+    index_of_offset: dict[int, int] = field(default_factory=dict)
+    by_index: list[str] = field(default_factory=list)
+    by_value: dict[str, int] = field(default_factory=dict)
+    first_index: dict[str, int] = field(default_factory=dict)
+    last_index: dict[str, int] = field(default_factory=dict)
+
+    def add(self, offset: int, value: str, op: int) -> None:
+        self.log.setdefault(offset, set()).add(value)
+        self.ops.setdefault(offset, set()).add(op)
+
+    def build(self) -> None:
+        for i, offset in enumerate(sorted(self.log)):
+            self.index_of_offset[offset] = i
+            values = sorted(self.log[offset])
+            # Jepsen's by-index takes one value per offset, and by-value
+            # maps it to its index (the last one, if it recurs); with several
+            # values at an offset, kq takes the least (in JSON text order)
+            # so that every checker picks the same one.
+            self.by_index.append(values[0])
+            self.by_value[values[0]] = i
+            for v in values:
+                self.first_index.setdefault(v, i)
+                self.last_index[v] = i
+
+    def delta(self, v1: str, v2: str) -> int:
+        i1, i2 = self.by_value.get(v1), self.by_value.get(v2)
+        return i2 - i1 if i1 is not None and i2 is not None else 1
+
+    def skipped(self, v1: str, v2: str) -> list[str]:
+        return self.by_index[self.by_value[v1] + 1 : self.by_value[v2]]
+
+
+def check_queue(
+    history: Sequence[Op],
+    *,
+    final_index: int | None | bool = True,
+) -> QueueResult:
+    """Every queue check over ``history`` (a queue history's ops, in order).
+
+    ``final_index``: the invoke index from which polls are final reads;
+    True (default) finds them as :func:`final_from` does; None: no final reads.
+    """
+    ops = pair_queue(history)
+    if final_index is True:
+        final_start = final_from(ops, history)
+    elif final_index is False:
+        final_start = None
+    else:
+        final_start = final_index
+    sends = [r for o in ops for r in send_rows(o)]
+    reads = [r for o in ops for r in read_rows(o)]
+
+    # Jepsen's reads-by-type :ok and writer-of.
+    ok_read: dict[str, set[str]] = defaultdict(set)
+    for r in reads:
+        if r.type == "ok":
+            ok_read[r.key].add(_j(r.value))
+    writer: dict[tuple[str, str], SendRow] = {}
+    for s in sends:
+        writer.setdefault((s.key, _j(s.value)), s)
+
+    # must-have-committed?: ok, or info with a value read by an ok poll.
+    committed: set[int] = {o.index for o in ops if o.type == "ok" and o.f in ("send", "txn")}
+    for s in sends:
+        if s.type == "info" and _j(s.value) in ok_read[s.key]:
+            committed.add(s.op)
+
+    orders: dict[str, _Order] = defaultdict(_Order)
+    for s in sends:
+        if s.op in committed and s.offset is not None:
+            orders[s.key].add(s.offset, _j(s.value), s.op)
+    for r in reads:
+        if r.offset is not None:
+            orders[r.key].add(r.offset, _j(r.value), r.op)
+    for order in orders.values():
+        order.build()
+
+    found: dict[str, list[QueueAnomaly]] = {c: [] for c in CHECKS}
+
+    def add(
+        check: str,
+        key: str,
+        values: Sequence[str],
+        offsets: Iterable[int],
+        op_ids: Iterable[int],
+        message: str,
+    ) -> None:
+        found[check].append(
+            QueueAnomaly(
+                check,
+                key,
+                tuple(json.loads(v) for v in values),
+                tuple(offsets),
+                tuple(op_ids),
+                message,
+            )
+        )
+
+    # inconsistent-offsets and duplicate, from the version orders.
+    for key in sorted(orders):
+        order = orders[key]
+        for offset in sorted(order.log):
+            values = sorted(order.log[offset])
+            if len(values) > 1:
+                add(
+                    "inconsistent-offsets",
+                    key,
+                    values,
+                    [offset],
+                    sorted(order.ops[offset]),
+                    f"key {key} offset {offset} holds {len(values)} values: {', '.join(values)}",
+                )
+        at: dict[str, list[int]] = defaultdict(list)
+        for offset in sorted(order.log):
+            for v in order.log[offset]:
+                at[v].append(offset)
+        for v in sorted(at):
+            if len(at[v]) > 1:
+                add(
+                    "duplicate",
+                    key,
+                    [v],
+                    at[v],
+                    sorted({o for off in at[v] for o in order.ops[off]}),
+                    f"key {key} value {v} is at {len(at[v])} offsets: {at[v]}",
+                )
+
+    # G1a: an ok poll read a value whose send failed.
+    for r in sorted(reads, key=lambda r: (r.op, r.key, r.pos)):
+        w = writer.get((r.key, _j(r.value)))
+        if r.type == "ok" and w is not None and w.type == "fail":
+            add(
+                "G1a",
+                r.key,
+                [_j(r.value)],
+                [] if r.offset is None else [r.offset],
+                [w.op, r.op],
+                f"poll {r.op} read {_j(r.value)} of key {r.key}, whose send {w.op} failed",
+            )
+
+    # lost-write (Jepsen's lost-write-cases).
+    for key in sorted(ok_read):
+        if key not in orders:
+            continue
+        order = orders[key]
+        firsts = [order.first_index[v] for v in ok_read[key] if v in order.first_index]
+        bound = max(firsts, default=-1)
+        must = sorted(
+            (v for v, i in order.last_index.items() if i <= bound),
+            key=lambda v: (order.last_index[v], v),
+        )
+        for v in must:
+            if v in ok_read[key]:
+                continue
+            w = writer.get((key, v))
+            if w is None or w.op not in committed:
+                continue
+            offset = sorted(order.log)[order.first_index[v]]
+            bound_offset = sorted(order.log)[bound]
+            add(
+                "lost-write",
+                key,
+                [v],
+                [offset, bound_offset],
+                [w.op],
+                f"key {key} value {v} (offset {offset}, sent by op {w.op}) was never read by an "
+                f"ok poll, though offset {bound_offset} past it was",
+            )
+
+    # unseen: sent by an ok send, read by no ok poll.
+    for s in sorted(sends, key=lambda s: (s.key, s.op, s.pos)):
+        if s.type == "ok" and _j(s.value) not in ok_read[s.key]:
+            add(
+                "unseen",
+                s.key,
+                [_j(s.value)],
+                [] if s.offset is None else [s.offset],
+                [s.op],
+                f"key {s.key} value {_j(s.value)} (sent ok by op {s.op}) was never polled",
+            )
+
+    # Per process, in completion order: poll-skip, nonmonotonic-poll and
+    # nonmonotonic-send (an ok or info assign/subscribe keeps the last read
+    # and sent only of the keys it names).
+    reads_of: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for r in sorted(reads, key=lambda r: (r.op, r.key, r.pos)):
+        reads_of[r.op][r.key].append(_j(r.value))
+    sends_of: dict[int, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for s in sorted(sends, key=lambda s: (s.op, s.pos)):
+        sends_of[s.op][s.key].append(_j(s.value))
+    by_process: dict[int | str, list[QueueOp]] = defaultdict(list)
+    for o in ops:
+        by_process[o.process].append(o)
+    for process in sorted(by_process, key=str):
+        last_read: dict[str, int] = {}
+        last_sent: dict[str, int] = {}
+        for o in by_process[process]:
+            if o.f in ("assign", "subscribe"):
+                if o.type != "fail":
+                    keep = assigned_keys(o)
+                    last_read = {k: v for k, v in last_read.items() if k in keep}
+                    last_sent = {k: v for k, v in last_sent.items() if k in keep}
+                continue
+            for key, vs in sorted(reads_of.get(o.index, {}).items()):
+                prev = last_read.get(key)
+                if prev is None or key not in orders:
+                    continue
+                v, v2 = reads_of[prev][key][-1], vs[0]
+                order = orders[key]
+                d = order.delta(v, v2)
+                if d > 1:
+                    skipped = order.skipped(v, v2)
+                    add(
+                        "poll-skip",
+                        key,
+                        [v, v2],
+                        [],
+                        [prev, o.index],
+                        f"process {process} polled {v} then {v2} of key {key}, skipping "
+                        f"{d - 1} record(s): {', '.join(skipped)}",
+                    )
+                elif d < 1:
+                    add(
+                        "nonmonotonic-poll",
+                        key,
+                        [v, v2],
+                        [],
+                        [prev, o.index],
+                        f"process {process} polled {v} then {v2} of key {key}: "
+                        f"back {1 - d} record(s)",
+                    )
+            if o.type == "ok":
+                for key in reads_of.get(o.index, {}):
+                    last_read[key] = o.index
+            if o.f in ("send", "txn") and o.type in ("ok", "info"):
+                for key, vs in sorted(sends_of.get(o.index, {}).items()):
+                    prev = last_sent.get(key)
+                    if prev is not None and key in orders:
+                        v, v2 = sends_of[prev][key][-1], vs[0]
+                        d = orders[key].delta(v, v2)
+                        if d < 1:
+                            add(
+                                "nonmonotonic-send",
+                                key,
+                                [v, v2],
+                                [],
+                                [prev, o.index],
+                                f"process {process} sent {v} then {v2} to key {key}, "
+                                f"{v2} sits {1 - d} record(s) before",
+                            )
+                    last_sent[key] = o.index
+
+    # Inside one op: int-poll-skip, int-nonmonotonic-poll, int-send-skip,
+    # int-nonmonotonic-send.
+    for o in ops:
+        for kind, per_key in (
+            ("poll", reads_of.get(o.index, {})),
+            ("send", sends_of.get(o.index, {})),
+        ):
+            if kind == "send" and o.f not in ("send", "txn"):
+                continue
+            for key, vs in sorted(per_key.items()):
+                if key not in orders:
+                    continue
+                order = orders[key]
+                for v, v2 in zip(vs, vs[1:], strict=False):
+                    d = order.delta(v, v2)
+                    if d > 1:
+                        add(
+                            f"int-{kind}-skip",
+                            key,
+                            [v, v2],
+                            [],
+                            [o.index],
+                            f"op {o.index} {kind}s {v} then {v2} of key {key}, skipping "
+                            f"{d - 1} record(s): {', '.join(order.skipped(v, v2))}",
+                        )
+                    elif d < 1:
+                        add(
+                            f"int-nonmonotonic-{kind}",
+                            key,
+                            [v, v2],
+                            [],
+                            [o.index],
+                            f"op {o.index} {kind}s {v} then {v2} of key {key}: "
+                            f"back {1 - d} record(s)",
+                        )
+
+    # no-loss: every ok send, and every info send some poll saw, is in the
+    # final reads at its acknowledged offset with its value.
+    final: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    final_values: dict[str, set[str]] = defaultdict(set)
+    seen_any: dict[str, set[str]] = defaultdict(set)
+    for r in reads:
+        seen_any[r.key].add(_j(r.value))
+        if (
+            final_start is not None
+            and r.type == "ok"
+            and r.op >= final_start
+            and r.offset is not None
+        ):
+            final[r.key][r.offset].add(_j(r.value))
+            final_values[r.key].add(_j(r.value))
+    seen_ops = {s.op for s in sends if s.type == "info" and _j(s.value) in seen_any[s.key]}
+    if final_start is not None:
+        for s in sorted(sends, key=lambda s: (s.key, s.op, s.pos)):
+            if not (s.type == "ok" or (s.type == "info" and s.op in seen_ops)):
+                continue
+            v = _j(s.value)
+            if s.offset is None:
+                if v not in final_values[s.key]:
+                    add(
+                        "no-loss",
+                        s.key,
+                        [v],
+                        [],
+                        [s.op],
+                        f"key {s.key} value {v} ({s.type} send {s.op}) is not in the final reads",
+                    )
+                continue
+            there = final[s.key].get(s.offset, set())
+            if v in there:
+                continue
+            what = f"holds {', '.join(sorted(there))}" if there else "was not read"
+            add(
+                "no-loss",
+                s.key,
+                [v],
+                [s.offset],
+                [s.op],
+                f"key {s.key} value {v} ({s.type} send {s.op}, offset {s.offset}) is not in the "
+                f"final reads: offset {s.offset} {what}",
+            )
+
+    subscribed = any(o.f == "subscribe" for o in ops)
+    allowed = ALWAYS_ALLOWED | (SUBSCRIBE_ALLOWED if subscribed else frozenset())
+    detail = {
+        "ops": len(ops),
+        "keys": len(orders),
+        "sends": len(sends),
+        "reads": len(reads),
+        "final_from": final_start,
+    }
+    return QueueResult(
+        {c: tuple(v) for c, v in found.items()}, allowed, final_start is not None, detail
+    )

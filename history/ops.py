@@ -24,6 +24,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from history.queue import QUEUE_FS, queue_op_problems, sent_values
+
 __all__ = [
     "COMPLETIONS",
     "FIELDS",
@@ -70,7 +72,7 @@ FIELDS: Final = (
 
 REQUIRED: Final = ("index", "time", "type", "process", "f")
 
-MODELS: Final = ("register", "kv", "log", "topics")
+MODELS: Final = ("register", "kv", "log", "topics", "queue")
 """The data models whose ``f`` values and ``value`` shapes are checked."""
 
 NEMESIS_ENDS: Final[Mapping[str, str]] = {
@@ -111,6 +113,7 @@ _MODEL_FS: Final[Mapping[str, frozenset[str]]] = {
     "kv": frozenset({"read", "write", "cas", "delete", "get", "put", "append"}),
     "log": frozenset({"write"}),
     "topics": frozenset({"create-topic", "delete-topic", "register-broker", "heartbeat"}),
+    "queue": QUEUE_FS,
 }
 
 
@@ -587,6 +590,8 @@ _READS: Final = frozenset({"read", "get"})
 
 
 def _model_problems(ops: Sequence[Op], model: str) -> list[Problem]:
+    if model == "queue":
+        return _queue_problems(ops)
     out: list[Problem] = []
     allowed = _MODEL_FS[model]
     written: dict[tuple[str | None, str], Op] = {}
@@ -628,6 +633,64 @@ def _model_problems(ops: Sequence[Op], model: str) -> list[Problem]:
             add("model-version", version, op)
         if op.error == "precondition" and not (op.f == "cas" and op.type == "fail"):
             add("model-error", "error precondition belongs to a failed cas only", op)
+    return out
+
+
+def _queue_problems(ops: Sequence[Op]) -> list[Problem]:
+    """The ``queue`` model (``history.queue``): micro-op shapes, no ``key``
+    or version fields, unique sent values, crashes always ``info``."""
+    out: list[Problem] = []
+    invokes: dict[Process, Op] = {}
+    sent: dict[object, Op] = {}
+    for op in ops:
+        if op.process == NEMESIS:
+            continue
+        if op.f not in QUEUE_FS:
+            out.append(
+                Problem(
+                    "model-f",
+                    f"queue has no f {op.f!r} (it has {', '.join(sorted(QUEUE_FS))})",
+                    op.index,
+                )
+            )
+            continue
+        if op.key is not None:
+            out.append(
+                Problem(
+                    "model-value", "a queue op has no key (its keys are in its value)", op.index
+                )
+            )
+        if op.offset is not None or op.epoch is not None:
+            out.append(
+                Problem(
+                    "model-version",
+                    "a queue op has no offset or epoch (its offsets are in its value)",
+                    op.index,
+                )
+            )
+        inv = None
+        if op.type == "invoke":
+            invokes[op.process] = op
+        else:
+            inv = invokes.pop(op.process, None)
+        for message in queue_op_problems(
+            op.type, op.f, op.value, inv.value if inv is not None else None
+        ):
+            kind = "model-version" if "failed send wrote nothing" in message else "model-value"
+            out.append(Problem(kind, message, op.index))
+        if op.type == "invoke" and op.f == "send":
+            for _, v in sent_values(op.value):
+                first = sent.get(v)
+                if first is None:
+                    sent[v] = op
+                else:
+                    out.append(
+                        Problem(
+                            "duplicate-value",
+                            f"value {v!r} was already sent by op {first.index}",
+                            op.index,
+                        )
+                    )
     return out
 
 

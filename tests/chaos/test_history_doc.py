@@ -30,6 +30,7 @@ def test_the_examples_are_found() -> None:
         "changes",
         "history kv",
         "history log",
+        "history queue",
         "history register",
         "history topics",
         "log",

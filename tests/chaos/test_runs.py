@@ -108,11 +108,11 @@ def test_check_run_reads_the_model_and_faults_from_the_config(tmp_path: Path) ->
     run = _write(tmp_path / "c", model="log")
     assert {p.kind for p in check_run(run.path)} == {"model-value", "model-f"}
     with pytest.raises(ValueError, match="unknown model"):
-        _write(tmp_path / "d", model="queue")
+        _write(tmp_path / "d", model="jepsen-queue")
     assert not (tmp_path / "d").exists()
     config = json.loads(run.config.read_text())
     run.config.unlink()
-    run.config.write_text(json.dumps(config | {"model": "queue"}))
+    run.config.write_text(json.dumps(config | {"model": "jepsen-queue"}))
     assert [p.kind for p in check_run(run.path)] == ["run-config"]
 
 

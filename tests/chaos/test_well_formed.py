@@ -258,7 +258,7 @@ def test_valid_histories_pass(ops: list[Op], kwargs: dict[str, Any]) -> None:
 
 def test_an_unknown_model_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown model"):
-        check_well_formed([], model="queue")
+        check_well_formed([], model="jepsen-queue")
 
 
 # -- generated histories ---------------------------------------------------------

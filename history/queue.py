@@ -1,0 +1,246 @@
+"""The ``queue`` model: Jepsen's Kafka workload ops as kq writes them (no I/O).
+
+``docs/history-format.md`` ("`queue`") is the contract.  A ``send`` carries
+micro-ops ``["send", k, v]`` completing as ``["send", k, [offset, v]]``; a
+``poll`` carries ``[["poll"]]`` completing as ``[["poll", {"k": [[offset, v],
+...]}]]``; ``assign`` takes ``{"keys": [...], "seek_to_beginning": bool}``;
+``crash`` is always ``info``.  Keys are integers naming topic-partitions
+(:class:`KeyMap`); values are integers unique over the run.
+
+This module builds those values (for the workload) and checks them (for
+:func:`history.ops.check_well_formed`), so writer and checker share one
+definition of each shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+__all__ = [
+    "QUEUE_FS",
+    "KeyMap",
+    "assign_value",
+    "poll_invoke_value",
+    "poll_ok_value",
+    "queue_op_problems",
+    "send_completion_value",
+    "send_invoke_value",
+    "sent_values",
+]
+
+QUEUE_FS: Final = frozenset({"send", "poll", "assign", "crash"})
+"""The ``f`` values a queue history has today (``subscribe``, ``commit`` and
+``txn`` are reserved for consumer groups and transactions)."""
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_count(v: object) -> bool:
+    return _is_int(v) and isinstance(v, int) and v >= 0
+
+
+@dataclass(frozen=True, slots=True)
+class KeyMap:
+    """Integer keys <-> topic-partitions: the topics in order, each with its
+    partition count; key k is the partition of the topic whose range covers
+    it (with one topic, the key is the partition)."""
+
+    topics: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        if not self.topics:
+            raise ValueError("a queue needs at least one topic")
+        names = [name for name, _ in self.topics]
+        if len(set(names)) != len(names):
+            raise ValueError(f"topic names repeat: {names}")
+        for name, partitions in self.topics:
+            if not name or not _is_int(partitions) or partitions < 1:
+                raise ValueError(f"topic {name!r} needs a name and partitions >= 1")
+
+    @property
+    def keys(self) -> list[int]:
+        return list(range(sum(n for _, n in self.topics)))
+
+    def topic_partition(self, key: int) -> tuple[str, int]:
+        start = 0
+        for name, partitions in self.topics:
+            if start <= key < start + partitions:
+                return name, key - start
+            start += partitions
+        raise ValueError(f"key {key} names no partition (keys 0..{start - 1})")
+
+    def key(self, topic: str, partition: int) -> int:
+        start = 0
+        for name, partitions in self.topics:
+            if name == topic:
+                if not 0 <= partition < partitions:
+                    raise ValueError(f"topic {topic!r} has no partition {partition}")
+                return start + partition
+            start += partitions
+        raise ValueError(f"no topic {topic!r} in the queue's topics")
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [{"name": name, "partitions": n} for name, n in self.topics]
+
+    @classmethod
+    def from_json(cls, obj: object) -> KeyMap:
+        if not isinstance(obj, list):
+            raise ValueError(f"queue.topics must be a list, got {obj!r}")
+        topics = []
+        for t in obj:
+            if not isinstance(t, dict) or set(t) != {"name", "partitions"}:
+                raise ValueError(f"a queue topic is {{name, partitions}}, got {t!r}")
+            topics.append((t["name"], t["partitions"]))
+        return cls(tuple(topics))
+
+
+# -- building values -----------------------------------------------------------
+
+
+def send_invoke_value(records: Sequence[tuple[int, int]]) -> list[list[Any]]:
+    """``[["send", k, v], ...]`` for ``(key, value)`` records."""
+    return [["send", k, v] for k, v in records]
+
+
+def send_completion_value(
+    records: Sequence[tuple[int, int]], offsets: Sequence[int | None]
+) -> list[list[Any]]:
+    """``[["send", k, [offset, v]], ...]``; ``None`` where not known."""
+    if len(records) != len(offsets):
+        raise ValueError("one offset (or None) per record")
+    return [["send", k, [o, v]] for (k, v), o in zip(records, offsets, strict=True)]
+
+
+def poll_invoke_value() -> list[list[Any]]:
+    return [["poll"]]
+
+
+def poll_ok_value(records: Mapping[int, Sequence[tuple[int, int]]]) -> list[list[Any]]:
+    """``[["poll", {"k": [[offset, v], ...]}]]``, keys in decimal text."""
+    return [["poll", {str(k): [[o, v] for o, v in recs] for k, recs in sorted(records.items())}]]
+
+
+def assign_value(keys: Iterable[int], seek_to_beginning: bool) -> dict[str, Any]:
+    return {"keys": sorted(keys), "seek_to_beginning": bool(seek_to_beginning)}
+
+
+def sent_values(value: object) -> list[tuple[int, int]]:
+    """``(key, value)`` of each micro-op of a send's invoke or completion
+    value (empty if it is not one)."""
+    out: list[tuple[int, int]] = []
+    if not isinstance(value, list):
+        return out
+    for mop in value:
+        if isinstance(mop, list) and len(mop) == 3 and mop[0] == "send":
+            v = mop[2]
+            if isinstance(v, list) and len(v) == 2:
+                v = v[1]
+            out.append((mop[1], v))
+    return out
+
+
+# -- checking ------------------------------------------------------------------
+
+
+def _send_problem(op_type: str, value: object) -> str | None:
+    if not isinstance(value, list) or not value:
+        return f"a send's value is a non-empty list of send micro-ops, got {value!r}"
+    for mop in value:
+        if not (isinstance(mop, list) and len(mop) == 3 and mop[0] == "send"):
+            return f'a send micro-op is ["send", key, value], got {mop!r}'
+        k, v = mop[1], mop[2]
+        if not _is_count(k):
+            return f"a queue key is an integer >= 0, got {k!r}"
+        if op_type == "invoke":
+            if not _is_int(v):
+                return f"a sent value is an integer, got {v!r}"
+            continue
+        if not (isinstance(v, list) and len(v) == 2 and _is_int(v[1])):
+            return f"a send completion's micro-op value is [offset, value], got {v!r}"
+        offset = v[0]
+        if offset is not None and not _is_count(offset):
+            return f"a sent record's offset is an integer >= 0 or null, got {offset!r}"
+        if op_type == "fail" and offset is not None:
+            return f"a failed send wrote nothing, yet names offset {offset} for key {k}"
+    return None
+
+
+def _poll_problem(op_type: str, value: object) -> str | None:
+    if op_type != "ok":
+        if value == [["poll"]]:
+            return None
+        return f'a poll\'s {op_type} value is [["poll"]], got {value!r}'
+    if not (
+        isinstance(value, list)
+        and len(value) == 1
+        and isinstance(value[0], list)
+        and len(value[0]) == 2
+        and value[0][0] == "poll"
+        and isinstance(value[0][1], dict)
+    ):
+        return f'an ok poll\'s value is [["poll", {{key: records}}]], got {value!r}'
+    for k, records in value[0][1].items():
+        if not (k.isdigit() and str(int(k)) == k):
+            return f"a poll's key is the decimal text of an integer >= 0, got {k!r}"
+        if not isinstance(records, list):
+            return f"a poll's records of key {k} are a list, got {records!r}"
+        last = -1
+        for rec in records:
+            if not (isinstance(rec, list) and len(rec) == 2 and _is_count(rec[0])):
+                return f"a polled record is [offset, value], got {rec!r} (key {k})"
+            if not _is_int(rec[1]):
+                return f"a polled value is an integer, got {rec[1]!r} (key {k})"
+            if rec[0] <= last:
+                return f"a poll's offsets of key {k} ascend, got {rec[0]} after {last}"
+            last = rec[0]
+    return None
+
+
+def _assign_problem(value: object) -> str | None:
+    if (
+        isinstance(value, dict)
+        and set(value) == {"keys", "seek_to_beginning"}
+        and isinstance(value["keys"], list)
+        and all(_is_count(k) for k in value["keys"])
+        and isinstance(value["seek_to_beginning"], bool)
+    ):
+        return None
+    return (
+        f"an assign's value is {{keys: [integer >= 0], seek_to_beginning: boolean}}, got {value!r}"
+    )
+
+
+def queue_op_problems(op_type: str, f: str, value: object, invoke_value: object) -> list[str]:
+    """Shape problems of one queue op (``invoke_value``: its invoke's value,
+    for a completion; None for an invoke or when unknown)."""
+    out: list[str] = []
+    if f == "send":
+        shape = _send_problem(op_type, value)
+        if shape:
+            return [shape]
+        if (
+            op_type != "invoke"
+            and isinstance(invoke_value, list)
+            and sent_values(value) != sent_values(invoke_value)
+        ):
+            out.append("a send's completion names the keys and values of its invoke, in order")
+    elif f == "poll":
+        shape = _poll_problem(op_type, value)
+        if shape:
+            out.append(shape)
+    elif f == "assign":
+        shape = _assign_problem(value)
+        if shape:
+            out.append(shape)
+        elif op_type != "invoke" and invoke_value is not None and value != invoke_value:
+            out.append("an assign's completion repeats its invoke's value")
+    elif f == "crash":
+        if value is not None:
+            out.append(f"a crash's value is null, got {value!r}")
+        if op_type == "ok" or op_type == "fail":
+            out.append(f"a crash is always info (error crash), got {op_type}")
+    return out

@@ -103,6 +103,10 @@ class MetadataCache:
         self.partitions: dict[TopicPartition, PartitionInfo] = {}
         # Topic -> partition count, for the topics the brokers described.
         self.topics: dict[str, int] = {}
+        # Topic -> its partitions with a leader, computed once per change of
+        # the metadata (Kafka's Cluster.availablePartitionsForTopic), not on
+        # every record the sticky partitioner places.
+        self._available: dict[str, list[int]] = {}
         # Topics the client uses: refreshed together.
         self._wanted: set[str] = set()
         # Why the last refresh did not describe a topic: (code, message).
@@ -157,8 +161,12 @@ class MetadataCache:
 
     def available(self, topic: str) -> list[int]:
         """The topic's partitions with a leader (for the sticky partitioner)."""
-        count = self.topics.get(topic, 0)
-        return [p for p in range(count) if self.leader(TopicPartition(topic, p)) is not None]
+        found = self._available.get(topic)
+        if found is None:
+            count = self.topics.get(topic, 0)
+            found = [p for p in range(count) if self.leader(TopicPartition(topic, p)) is not None]
+            self._available[topic] = found
+        return found
 
     # -- refreshing -------------------------------------------------------------
 
@@ -183,6 +191,7 @@ class MetadataCache:
         (and the leaders' endpoints). Taken if the epoch is not older than
         the known one (KIP-320); True if the client can go there now, else
         a refresh is requested."""
+        self._available.clear()
         for endpoint in endpoints:
             self.brokers[endpoint.node_id] = f"{endpoint.host}:{endpoint.port}"
         known = self.partitions.get(tp)
@@ -258,6 +267,7 @@ class MetadataCache:
         )
 
     def _take(self, response: broker_pb2.MetadataResponse) -> None:
+        self._available.clear()
         self.refreshes += 1
         self._last_refresh_ms = _now_ms()
         self.cluster_id = response.cluster_id

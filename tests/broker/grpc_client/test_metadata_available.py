@@ -1,0 +1,44 @@
+"""The client metadata's available partitions (those with a leader, what the
+sticky partitioner spreads null-key records over) are computed once per
+change of the metadata and follow every change: a refresh and a KIP-951
+leader hint."""
+
+from __future__ import annotations
+
+from broker.client.producer_batch import TopicPartition
+from broker.grpc_client.metadata_cache import MetadataCache
+from kqproto import broker_pb2
+
+
+def _response(leaders: list[int], epoch: int) -> broker_pb2.MetadataResponse:
+    return broker_pb2.MetadataResponse(
+        brokers=[
+            broker_pb2.NodeEndpoint(node_id=b, host="127.0.0.1", port=9000 + b) for b in (1, 2)
+        ],
+        topics=[
+            broker_pb2.MetadataTopic(
+                name="t",
+                partitions=[
+                    broker_pb2.MetadataPartition(
+                        partition=p, leader_id=leader, leader_epoch=epoch, replicas=[1, 2]
+                    )
+                    for p, leader in enumerate(leaders)
+                ],
+            )
+        ],
+    )
+
+
+def test_available_partitions_follow_refreshes_and_leader_hints() -> None:
+    cache = MetadataCache(["127.0.0.1:1"])
+    assert cache.available("t") == []
+    cache._take(_response([1, -1, 2], epoch=3))
+    assert cache.available("t") == [0, 2]
+    # Asked again with nothing changed: the same answer, not recomputed.
+    assert cache.available("t") is cache.available("t")
+    # A leader hint gives partition 1 a leader.
+    assert cache.apply_leader_hint(TopicPartition("t", 1), 2, 4)
+    assert cache.available("t") == [0, 1, 2]
+    # A refresh where partition 0 lost its leader.
+    cache._take(_response([-1, 2, 2], epoch=5))
+    assert cache.available("t") == [1, 2]

@@ -71,6 +71,7 @@ from broker.client.producer_batch import Acks, ProducerConfig, TopicPartition
 from broker.grpc_client.admin import Admin
 from broker.grpc_client.metadata_cache import PartitionInfo
 from broker.grpc_client.producer import Producer
+from kqproto import metadata_pb2
 from kvstore.client import KvClient
 from metadata.client import MetadataClient, NewTopic
 from server.local_brokers import start_brokers
@@ -665,8 +666,20 @@ async def fence(cluster: Cluster, preset: Preset) -> dict[str, Any]:
         t_written = now()
         rss_after = {name: rss_mib(pid) for name, pid in cluster.pids().items()}
         cpu_idle = await idle_cpu(cluster, preset.idle_window_s)
-        # The victim leads them all now.
         found = await cluster.wait_topics(names, 60, fully_replicated)
+        led_after_creation = sum(1 for ps in found.values() for p in ps if p.leader == victim)
+        if led_after_creation < len(tps):
+            # Leadership moved while the partitions were made (a broker
+            # whose heartbeats were late on a loaded machine is fenced and
+            # its partitions elect others); a preferred election gives them
+            # back (Kafka's auto.leader.rebalance does so every 5 minutes).
+            async with MetadataClient(
+                cluster.controllers, credentials=cluster.credentials(), timeout_s=120
+            ) as admin:
+                await admin.elect_leaders(metadata_pb2.PREFERRED)
+            found = await cluster.wait_topics(
+                names, 300, lambda p: fully_replicated(p) and p.leader == victim
+            )
         led = sum(1 for parts in found.values() for p in parts if p.leader == victim)
 
         cluster.kill_broker(victim)
@@ -682,6 +695,7 @@ async def fence(cluster: Cluster, preset: Preset) -> dict[str, Any]:
         "partitions": preset.fence_partitions,
         "topics": len(names),
         "led_by_victim": led,
+        "led_by_victim_after_creation": led_after_creation,
         "still_led_after": still_led,
         "session_timeout_ms": preset.session_timeout_ms,
         "create_s": t_created - t_create,

@@ -10,6 +10,8 @@ install imports them from) and then packaged from there like any module.
 It also declares ``partition_log._speedups``, the C version of the leader
 append's record check (``partition_log/records.py`` is its reference).  It is
 optional: without a C compiler the install goes on and the Python code runs.
+So is ``spark_verify._wgl``, the compiled loop of the per-key linearizability
+search (Cython; ``spark_verify/wgl.py`` is its reference).
 """
 
 from __future__ import annotations
@@ -50,4 +52,12 @@ SPEEDUPS = Extension(
     optional=True,
 )
 
-setup(cmdclass={"build_py": BuildPyWithProto}, ext_modules=[SPEEDUPS])
+WGL = Extension(
+    "spark_verify._wgl",
+    ["spark_verify/_wgl.pyx"],
+    # Cython (a build requirement) turns it into C; a failed build only
+    # warns: spark_verify/wgl.py then runs its Python loop.
+    optional=True,
+)
+
+setup(cmdclass={"build_py": BuildPyWithProto}, ext_modules=[SPEEDUPS, WGL])

@@ -49,6 +49,7 @@ from spark_verify.logs import check_exports, check_version_collisions
 from spark_verify.ops import KEYS_SCHEMA_DDL, CheckOp
 from spark_verify.pairing import pair_ops
 from spark_verify.report import write_report
+from spark_verify.session import is_remote, master_of, parallelism
 from spark_verify.timeline import timeline
 from spark_verify.verdict import (
     MAX_ANOMALIES,
@@ -59,7 +60,12 @@ from spark_verify.verdict import (
     result_of,
 )
 from spark_verify.versions import stale_reads, version_forks
-from spark_verify.wgl import check_key, find_aborted_reads, keys_row_to_anomaly
+from spark_verify.wgl import (
+    DEFAULT_KEY_MEMORY,
+    check_key,
+    find_aborted_reads,
+    keys_row_to_anomaly,
+)
 
 __all__ = [
     "CHECK_ORDER",
@@ -120,17 +126,23 @@ class VerifyOptions:
     ``verdict.json`` and ``report.html`` go (default: ``<run>/verify`` for
     one run folder, else ``runs/verify-<UTC time>``: :func:`out_dir`);
     ``report=False`` skips
-    the HTML page and its timeline job."""
+    the HTML page and its timeline job; ``key_memory_mib`` bounds each key's
+    search cache."""
 
     model: str | None = None
     key_budget_s: float = DEFAULT_KEY_BUDGET_S
     out: Path | None = None
     report: bool = True
     buckets: int = 200
+    key_memory_mib: int = DEFAULT_KEY_MEMORY >> 20
+    """The bound of each key's cache of seen configurations (the compiled
+    search's); past it the key is ``unknown``."""
 
     def check(self) -> None:
         if not self.key_budget_s > 0:
             raise ValueError(f"the key budget must be positive, got {self.key_budget_s}")
+        if self.key_memory_mib < 1:
+            raise ValueError(f"the key memory must be at least 1 MiB, got {self.key_memory_mib}")
         if self.buckets < 1:
             raise ValueError(f"buckets must be at least 1, got {self.buckets}")
 
@@ -169,6 +181,7 @@ def verify(
 
 
 _BYTES_PER_PARTITION: Final = 64 * 2**20
+_OPEN_COST: Final = 64 * 2**10
 
 
 def shuffle_partitions(runs: Sequence[RunInput], spark: SparkSession) -> int:
@@ -182,8 +195,15 @@ def shuffle_partitions(runs: Sequence[RunInput], spark: SparkSession) -> int:
                 size += path.stat().st_size
             elif path.is_dir():
                 size += sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
-    cores = spark.sparkContext.defaultParallelism
+    cores = parallelism(spark)
     return max(4 * cores, min(512, size // _BYTES_PER_PARTITION + 1))
+
+
+def _master_text(spark: SparkSession) -> str:
+    """The verdict's ``master``: the master, or a Connect server's and its master."""
+    if is_remote(spark):
+        return f"Spark Connect ({master_of(spark)})"
+    return master_of(spark)
 
 
 def out_dir(runs: Sequence[RunInput], opts: VerifyOptions) -> Path:
@@ -219,11 +239,15 @@ def verify_runs(
             progress(f"{time.monotonic() - t0:6.1f}s  {message}")
 
     models = {r.name: r.model for r in runs}
-    if (spark.sparkContext.master or "").startswith("local"):
+    if master_of(spark).startswith("local"):
         # On a cluster the submitter sets the width; locally the default is
         # too narrow for big histories (window sorts run out of memory) and
         # too wide for small ones (a task per partition per stage).
         spark.conf.set("spark.sql.shuffle.partitions", str(shuffle_partitions(runs, spark)))
+        # Small histories share a task: Spark counts each file as 4 MiB more
+        # than it is when packing files into partitions, which gives a
+        # hundred 50 kB histories a hundred tasks.
+        spark.conf.set("spark.sql.files.openCostInBytes", str(_OPEN_COST))
 
     say(f"reading {len(runs)} run(s)")
     history = load_history(spark, runs).persist(StorageLevel.MEMORY_AND_DISK)
@@ -237,7 +261,9 @@ def verify_runs(
         well_formed = _merge(well_formed, _unreadable_check(unreadable))
     checks: dict[str, CheckResult] = {"well-formed": well_formed}
     say("checking each key (linearizability, aborted and stale reads, version forks)")
-    key_results, key_rows, keys_by_run = _per_key(ops, models, opts.key_budget_s, opts.report)
+    key_results, key_rows, keys_by_run = _per_key(
+        ops, models, opts.key_budget_s, opts.report, opts.key_memory_mib
+    )
     # The keyed runs' counts come with their keys' verdicts; only runs of
     # other models need a job of their own.
     counts = {
@@ -281,7 +307,7 @@ def verify_runs(
         "verdict": overall_verdict(r["verdict"] for r in run_rows),
         "runs": run_rows,
         "checks": {c.name: c.to_json() for c in ordered},
-        "master": spark.sparkContext.master,
+        "master": _master_text(spark),
     }
     out = out_dir(runs, opts)
     out.mkdir(parents=True, exist_ok=True)
@@ -498,7 +524,7 @@ def _unreadable_only(
         "verdict": CANNOT_VERIFY,
         "runs": [_unreadable_row(u) for u in unreadable],
         "checks": {"well-formed": well_formed.to_json()},
-        "master": spark.sparkContext.master,
+        "master": _master_text(spark),
         "elapsed_s": round(time.monotonic() - t0, 3),
     }
     out = (
@@ -550,7 +576,9 @@ def _op_counts(ops: DataFrame) -> dict[str, dict[str, int]]:
 # -- per key ------------------------------------------------------------------------
 
 
-def _key_checker(models: Mapping[str, str], budget_s: float) -> Callable[[pa.Table], pa.Table]:
+def _key_checker(
+    models: Mapping[str, str], budget_s: float, memory_mib: int = DEFAULT_KEY_MEMORY >> 20
+) -> Callable[[pa.Table], pa.Table]:
     """The function each executor runs on one (run, key)'s ops."""
     schema = _arrow_schema()
 
@@ -561,7 +589,7 @@ def _key_checker(models: Mapping[str, str], budget_s: float) -> Callable[[pa.Tab
         run, key = rows[0]["run"], rows[0]["key"]
         try:
             ops = [CheckOp.from_row(r) for r in rows]
-            result = check_key(ops, models[run], budget_s=budget_s)
+            result = check_key(ops, models[run], budget_s=budget_s, max_bytes=memory_mib << 20)
         except ValueError as exc:
             # An op the model cannot take (an unknown f, a value of the wrong
             # shape): the history is not well formed, and the key undecided.
@@ -598,6 +626,7 @@ def _malformed_row(run: str, key: str, ops: int, exc: Exception) -> dict[str, An
         "kind": MALFORMED,
         "message": str(exc),
         "witness": "[]",
+        "memory_bytes": 0,
     }
     for _, column in _PER_KEY:
         out[column] = 0
@@ -616,7 +645,11 @@ def _arrow_schema() -> pa.Schema:
 
 
 def _per_key(
-    ops: DataFrame, models: Mapping[str, str], budget_s: float, report: bool = True
+    ops: DataFrame,
+    models: Mapping[str, str],
+    budget_s: float,
+    report: bool = True,
+    memory_mib: int = DEFAULT_KEY_MEMORY >> 20,
 ) -> tuple[dict[str, CheckResult], list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """The per-key checks' results, the KEYS rows (for the report; without
     one, only the invalid and unknown keys'), and each run's counts
@@ -639,7 +672,7 @@ def _per_key(
     subset = ops.where(F.col("run").isin(keyed_runs))
     rows = (
         subset.groupBy("run", "key")
-        .applyInArrow(_key_checker(dict(models), budget_s), _KEY_ROWS_DDL)
+        .applyInArrow(_key_checker(dict(models), budget_s, memory_mib), _KEY_ROWS_DDL)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     # One job: each run's counts (the run's verdict), summed for the totals.
@@ -656,6 +689,7 @@ def _per_key(
             F.sum(F.when(F.col("kind") == MALFORMED, 1).otherwise(0)).alias("malformed"),
             F.sum("states").alias("states"),
             F.max("elapsed_ms").alias("slowest_ms"),
+            F.max("memory_bytes").alias("largest_cache"),
             F.sum("elapsed_ms").alias("search_ms"),
             *(F.sum(column).alias(column) for _, column in _PER_KEY),
         )
@@ -668,6 +702,7 @@ def _per_key(
         + tuple(c for _, c in _PER_KEY)
     }
     totals["slowest_ms"] = max((float(r["slowest_ms"] or 0.0) for r in per_run), default=0.0)
+    largest = max((int(r["largest_cache"] or 0) for r in per_run), default=0)
     undecided_or_bad = totals["invalid"] + totals["unknown"]
     if report:
         # One job: the unknown and invalid keys first, then the valid ones.
@@ -728,6 +763,8 @@ def _per_key(
                 "states": int(totals["states"] or 0),
                 "slowest_key_ms": float(totals["slowest_ms"] or 0.0),
                 "key_budget_s": budget_s,
+                "largest_key_cache_mib": round(largest / 2**20, 1),
+                "key_memory_mib": memory_mib,
             },
         )
     }

@@ -339,18 +339,51 @@ def _read_jsonl(spark: SparkSession, run: RunInput) -> DataFrame:
     )
 
 
+# Characters a path may hold for Spark's ``_metadata.file_path`` ("file:"
+# and the path, as Hadoop's Path URI renders it) to be the path itself.
+_PLAIN_PATH: Final = re.compile(r"^/[A-Za-z0-9_.~/-]*$")
+_NO_RUN: Final = "kq verify: read a history file no run names: "
+
+
+def _read_jsonl_together(spark: SparkSession, runs: Sequence[RunInput]) -> DataFrame:
+    """The JSON Lines histories of ``runs`` as one text scan (one job's
+    tasks over all files, not a scan per file), each line's run found from
+    its file (``_metadata.file_path``).  Only for plainly named local files
+    (:data:`_PLAIN_PATH`): others are read one scan each."""
+    return _read_files_together(spark, {str(r.history.resolve()): r.name for r in runs})
+
+
+def _read_files_together(spark: SparkSession, files: Mapping[str, str]) -> DataFrame:
+    """One text scan of ``files`` (absolute paths), each line with its file's run."""
+    names = {f"file:{path}": name for path, name in files.items()}
+    mapping = F.create_map(*[F.lit(x) for pair in names.items() for x in pair])
+    df = spark.read.text(list(files))
+    path = F.col("_metadata.file_path")
+    # A file whose path Spark renders otherwise must fail loudly: its lines
+    # dropped would verify an empty history.
+    run = F.when(mapping[path].isNull(), F.raise_error(F.concat(F.lit(_NO_RUN), path)))
+    return df.select(run.otherwise(mapping[path]).alias("run"), F.col("value").alias("line"))
+
+
+def _plain(run: RunInput) -> bool:
+    path = str(run.history.resolve())
+    return run.history.is_file() and _PLAIN_PATH.match(path) is not None
+
+
 def _with_file_lines(raw: DataFrame, keys: Sequence[str] = ("run",)) -> DataFrame:
     """Number each line within its file (1-based), without a sort of the data.
 
     ``keys`` name the file (each value of them is one file).  Assumption:
-    each file is its own text scan (``spark.read.text`` of one path), whose
-    partitions are the file's byte ranges in ascending order (Spark splits a
-    file into equal ranges and a shorter last one, and orders them by length,
-    a stable sort, so the order holds), and ``union`` concatenates the scans'
-    partitions.  Then ``monotonically_increasing_id`` (partition << 33 |
-    position in the partition) ascends along each file, and a line's number
-    is the count of the file's lines in earlier partitions plus its
-    position.  The counts per partition are a small table (one row per
+    a text scan's partitions hold a file's byte ranges in ascending order
+    (Spark splits a file into equal ranges and a shorter last one, and
+    orders them by length, a stable sort, so the order holds), a partition
+    reads each of its ranges whole and in turn (so one file's lines in it
+    are contiguous, when small files share a partition), and ``union``
+    concatenates the scans' partitions.  Then ``monotonically_increasing_id``
+    (partition << 33 | position in the partition) ascends along each file,
+    and a line's number is the count of the file's lines in earlier
+    partitions plus its position after the file's first line in its
+    partition.  The counts per partition are a small table (one row per
     partition), joined back by broadcast; computing them reads the text once
     more (about a second per million lines on two cores), not parsed.
     """
@@ -359,10 +392,14 @@ def _with_file_lines(raw: DataFrame, keys: Sequence[str] = ("run",)) -> DataFram
         F.shiftright("_id", 33).alias("_part"),
         (F.col("_id").bitwiseAND(F.lit((1 << 33) - 1))).alias("_pos"),
     )
-    counts = ided.groupBy(*keys, "_part").agg(F.count(F.lit(1)).alias("_n"))
+    counts = ided.groupBy(*keys, "_part").agg(
+        F.count(F.lit(1)).alias("_n"), F.min("_pos").alias("_first")
+    )
     before = Window.partitionBy(*keys).orderBy("_part").rowsBetween(Window.unboundedPreceding, -1)
     starts = counts.select(
-        *keys, "_part", F.coalesce(F.sum("_n").over(before), F.lit(0)).alias("_start")
+        *keys,
+        "_part",
+        (F.coalesce(F.sum("_n").over(before), F.lit(0)) - F.col("_first")).alias("_start"),
     )
     return (
         ided.join(F.broadcast(starts), [*keys, "_part"])
@@ -410,7 +447,13 @@ def load_history(spark: SparkSession, runs: Sequence[RunInput]) -> DataFrame:
     parts: list[DataFrame] = []
     jsonl = [r for r in runs if r.fmt == "jsonl"]
     if jsonl:
-        raw = reduce(DataFrame.union, [_read_jsonl(spark, r) for r in jsonl])
+        # Many small histories cost one scan, not one each (a scan is a
+        # stage's worth of tasks and planning).
+        plain = [r for r in jsonl if _plain(r)]
+        scans = [_read_jsonl(spark, r) for r in jsonl if not _plain(r)]
+        if plain:
+            scans.insert(0, _read_jsonl_together(spark, plain))
+        raw = reduce(DataFrame.union, scans)
         numbered = _with_file_lines(raw)
         parts.append(
             _parse_lines(numbered, ["run", "line", "file_line"]).select(

@@ -43,9 +43,10 @@ PAIRED_COLUMNS: Final = tuple(part.split()[0] for part in PAIRED_SCHEMA_DDL.spli
 
 KEYS_SCHEMA_DDL: Final = (
     "run string, key string, ops long, valid string, elapsed_ms double, states long, "
-    "kind string, message string, witness string"
+    "kind string, message string, witness string, memory_bytes long"
 )
-"""The KEYS table: one row per (run, key) with its linearizability verdict."""
+"""The KEYS table: one row per (run, key) with its linearizability verdict
+(``memory_bytes``: the size the search's cache of configurations reached)."""
 
 KEYS_COLUMNS: Final = tuple(part.split()[0] for part in KEYS_SCHEMA_DDL.split(", "))
 

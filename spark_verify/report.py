@@ -679,6 +679,8 @@ _PHRASES: Final = (
     ("states", "{} states explored"),
     ("slowest_key_ms", "slowest key {} ms"),
     ("key_budget_s", "budget {} s per key"),
+    ("largest_key_cache_mib", "largest key's cache {} MiB"),
+    ("key_memory_mib", "bound {} MiB per key"),
     ("writes", "{} writes"),
     ("checked", "{} checked"),
     ("uncheckable", "{} not checkable"),

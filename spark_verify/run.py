@@ -61,14 +61,17 @@ def run_verification(
     paths: Sequence[str | Path],
     *,
     master: str | None = None,
+    remote: str | None = None,
     progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> Verification:
     """Verify ``paths`` on a session of ``master`` (the active one if there is
-    one; a session started here is stopped at the end).  ``options`` are
+    one; a session started here is stopped at the end), or through the Spark
+    Connect server at ``remote`` (``sc://HOST:PORT``; the server stays).  ``options`` are
     :class:`spark_verify.job.VerifyOptions` fields.  Raises
     :class:`CannotVerify`: Spark's packages or Java missing (``EXIT_SPARK``),
-    no run or a bad model under ``paths`` (``EXIT_USAGE``)."""
+    no Spark Connect server at ``remote`` (``EXIT_SPARK``), no run or a
+    bad model under ``paths`` (``EXIT_USAGE``)."""
     # Spark is imported only here: `kq --help` must not start a JVM, and a kq
     # installed without the verify extra must say what is missing.
     needed = ("pyspark", "pyarrow", "pandas", "edn_format")
@@ -83,12 +86,21 @@ def run_verification(
 
     from spark_verify.job import VerifyOptions, verify
     from spark_verify.load import HistoryReadError, RunInputError
-    from spark_verify.session import JavaMissingError, spark_session
+    from spark_verify.session import (
+        ConnectError,
+        JavaMissingError,
+        remote_session,
+        spark_session,
+    )
 
-    ours = SparkSession.getActiveSession() is None
+    if remote is not None and master is not None:
+        raise CannotVerify(
+            EXIT_USAGE, "--master and --remote are exclusive: the server has its own master"
+        )
+    ours = remote is not None or SparkSession.getActiveSession() is None
     try:
-        spark = spark_session(master)
-    except JavaMissingError as exc:
+        spark = remote_session(remote) if remote is not None else spark_session(master)
+    except (JavaMissingError, ConnectError) as exc:
         raise CannotVerify(EXIT_SPARK, str(exc)) from None
     try:
         return verify(spark, paths, VerifyOptions(**options), progress=progress)

@@ -8,6 +8,12 @@ the same ``spark_verify`` and the same pandas and pyarrow as the driver).
 
 PySpark 4 needs a Java 17 or newer runtime; ``java_problem()`` says what is
 missing before Spark fails with a JVM stack trace.
+
+``remote_session("sc://host:port")`` is a Spark Connect client of a server
+that is already running (``docs/verification.md`` shows how to start one
+here): the server keeps its JVM and its Python workers between commands, so
+repeated verifications run warm; the client needs no Java.  The server reads
+the histories from its own file system (a local server: the same paths).
 """
 
 from __future__ import annotations
@@ -21,7 +27,17 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "JavaMissingError", "java_problem", "spark_session"]
+__all__ = [
+    "DEFAULT_MASTER",
+    "ConnectError",
+    "JavaMissingError",
+    "is_remote",
+    "java_problem",
+    "master_of",
+    "parallelism",
+    "remote_session",
+    "spark_session",
+]
 
 DEFAULT_MASTER = "local[*]"
 MIN_JAVA = 17
@@ -29,6 +45,71 @@ MIN_JAVA = 17
 
 class JavaMissingError(RuntimeError):
     """No usable Java runtime for Spark."""
+
+
+class ConnectError(RuntimeError):
+    """A Spark Connect server that cannot be used: a bad address, the
+    client's packages missing, or no server answering there."""
+
+
+# What pyspark's Connect client imports beyond the classic one (pyspark[connect]).
+_CONNECT_MODULES = ("grpc", "grpc_status", "google.rpc", "pyarrow", "pandas", "zstandard")
+
+
+def remote_session(url: str, *, app_name: str = "kq-verify") -> SparkSession:
+    """A Spark Connect session of the server at ``url`` (``sc://HOST:PORT``).
+
+    Raises :class:`ConnectError` naming what is wrong: the address, the
+    client's missing packages, or a server that does not answer.
+    """
+    import importlib.util
+
+    if not re.match(r"^sc://[^/:]+(:\d+)?(/.*)?$", url):
+        raise ConnectError(f"--remote takes sc://HOST:PORT (Spark Connect), got {url!r}")
+    missing = []
+    for name in _CONNECT_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            missing.append(name)
+    if missing:
+        raise ConnectError(
+            f"Spark Connect needs {', '.join(missing)}: install kq with its verify extra "
+            "(pip install 'kq[verify]')"
+        )
+    try:
+        spark = SparkSession.builder.remote(url).appName(app_name).getOrCreate()
+        # The first call that reaches the server: fails here if none answers.
+        spark.conf.get("spark.app.name")
+    except Exception as exc:  # the client's errors are many (gRPC, Spark's)
+        raise ConnectError(f"no Spark Connect server answers at {url}: {exc}") from None
+    return spark
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client (no SparkContext here)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def master_of(spark: SparkSession) -> str:
+    """The session's master; for a Connect session, the server's master."""
+    if is_remote(spark):
+        return str(spark.conf.get("spark.master", "unknown"))
+    return str(spark.sparkContext.master)
+
+
+def parallelism(spark: SparkSession) -> int:
+    """How many tasks the session runs at once (a Connect server's cores: its
+    ``spark.default.parallelism`` or, for a local master, its ``local[N]``)."""
+    if not is_remote(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    conf = spark.conf.get("spark.default.parallelism", None)
+    if conf:
+        return int(conf)
+    m = re.match(r"^local\[(\d+)", master_of(spark))
+    return int(m.group(1)) if m else os.cpu_count() or 1
 
 
 def _java_command() -> str | None:

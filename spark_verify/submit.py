@@ -35,6 +35,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "paths",
@@ -49,6 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(under spark-submit, the session's own)",
     )
     parser.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="verify through a running Spark Connect server (warm: it keeps its JVM and "
+        "Python workers between commands; docs/verification.md shows how to start one); "
+        "not with --master",
+    )
+    parser.add_argument(
         "--model",
         choices=(*KNOWN_MODELS, *JEPSEN_MODELS),
         help="the model of histories whose run folder does not name one "
@@ -61,6 +78,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="time each key's linearizability search may take before the key is "
         "'unknown' (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--key-memory",
+        type=_positive_int,
+        default=1024,
+        metavar="MIB",
+        help="memory each key's linearizability search may use for its cache of seen "
+        "configurations before the key is 'unknown' (default: %(default)s)",
     )
     parser.add_argument(
         "--out",
@@ -100,9 +125,11 @@ def run(args: argparse.Namespace) -> int:
         result = run_verification(
             args.paths,
             master=args.master,
+            remote=getattr(args, "remote", None),
             progress=say,
             model=args.model,
             key_budget_s=args.key_budget,
+            key_memory_mib=args.key_memory,
             out=args.out,
             report=not args.no_report,
         )

@@ -26,7 +26,17 @@ Outcomes (Jepsen's): ``ok`` ops and ``cas`` refused with ``precondition`` are
 every required op is linearized, so an ``info`` op may also never happen.
 
 Budget: the search checks the clock every few hundred steps and answers
-``"unknown"`` when the budget is spent; it never guesses.
+``"unknown"`` when the budget is spent; it never guesses, and says how far it
+got (the states explored, the deepest partial linearization).
+
+Compiled loop: the search's loop also exists in compiled form
+(``spark_verify/_wgl.pyx``, built at install when Cython and a C compiler are
+there), over interned states, bitsets and its own hash table, with the cache
+bounded in bytes (``max_bytes``: past it the key is ``"unknown"`` too, and
+says so).  It explores the same configurations in the same order as the loop
+here, which stays the reference: it runs when the extension is missing, for
+keys with appends (their states are strings that grow), and everywhere when
+``KQ_PURE_PYTHON=1`` is set.
 
 Witness: for a violation the failing set of ops is shrunk (delta debugging)
 with moves that only ever *weaken* the history, so that whatever is left still
@@ -56,6 +66,8 @@ from spark_verify.verdict import UNKNOWN, Anomaly, Validity, validity_from_json
 
 __all__ = [
     "ABORTED_READS",
+    "COMPILED",
+    "DEFAULT_KEY_MEMORY",
     "LINEARIZABLE",
     "NONLINEARIZABLE",
     "KeyResult",
@@ -81,6 +93,22 @@ _CLOCK_EVERY: Final = 256
 
 _INF: Final = math.inf
 
+DEFAULT_KEY_MEMORY: Final = 1 << 30
+"""The default bound of one key's cache of seen configurations, in bytes."""
+
+try:
+    import spark_verify._wgl as _wgl
+except ImportError:  # built without Cython or a compiler: the reference runs
+    _compiled: Any = None
+else:
+    _compiled = None if _wgl.pure_python_requested else _wgl
+
+COMPILED: Final = _compiled is not None
+"""Whether the compiled loop is in use (see the module's docstring)."""
+
+# The compiled loop's step codes (spark_verify/_wgl.pyx).
+_READ, _WRITE, _CAS, _REFUSED = 0, 1, 2, 3
+
 
 @dataclass(frozen=True, slots=True)
 class KeyResult:
@@ -88,8 +116,10 @@ class KeyResult:
 
     ``states`` is the number of configurations the decision's search explored
     (shrinking a witness explores more, not counted); ``ops`` the number of
-    ops given.  ``minimal`` says whether ``witness`` is 1-minimal (see the
-    module's docstring); ``False`` if shrinking ran out of the budget.
+    ops given; ``memory_bytes`` the size its cache of configurations reached
+    (the compiled loop's, counted exactly; 0 for the reference loop).
+    ``minimal`` says whether ``witness`` is 1-minimal (see the module's
+    docstring); ``False`` if shrinking ran out of the budget.
     """
 
     valid: Validity
@@ -100,6 +130,7 @@ class KeyResult:
     states: int
     ops: int
     minimal: bool = False
+    memory_bytes: int = 0
 
     def to_row(self, run: str, key: str) -> dict[str, Any]:
         """The KEYS row of this result (``witness`` as JSON text of the ops' objects)."""
@@ -113,6 +144,7 @@ class KeyResult:
             "kind": self.kind,
             "message": self.message,
             "witness": json.dumps([op.to_json() for op in self.witness], separators=(",", ":")),
+            "memory_bytes": self.memory_bytes,
         }
 
 
@@ -193,6 +225,12 @@ class _Search:
     """False: the op whose return the deepest partial linearization could not pass."""
     observer: _Item | None
     """The op whose return is the blocker's deadline, if not its own (see _deadlines)."""
+    depth: int = 0
+    """The deepest partial linearization's size (ops linearized at once)."""
+    memory: int = 0
+    """The bytes of the compiled loop's cache (0 for the reference loop)."""
+    exhausted: str | None = None
+    """Undecided: ``"time"`` (the budget) or ``"memory"`` (the cache's bound)."""
 
 
 def check_key(
@@ -201,11 +239,15 @@ def check_key(
     *,
     budget_s: float = 10.0,
     clock: Callable[[], float] = time.monotonic,
+    max_bytes: int = DEFAULT_KEY_MEMORY,
+    compiled: bool = True,
 ) -> KeyResult:
     """Whether one key's ops are linearizable under ``model``, within ``budget_s`` seconds.
 
-    ``ops`` are one (run, key)'s ops in any order.  Raises ``ValueError`` for
-    ops of several keys or an op the model does not accept.
+    ``ops`` are one (run, key)'s ops in any order.  ``max_bytes`` bounds the
+    compiled loop's cache; ``compiled=False`` runs the reference loop even
+    where the compiled one could.  Raises ``ValueError`` for ops of several
+    keys or an op the model does not accept.
     """
     start = clock()
     deadline = start + budget_s
@@ -218,18 +260,65 @@ def check_key(
     def elapsed() -> float:
         return (clock() - start) * 1000.0
 
-    found = _search(items, deadline, clock)
+    loop = _Loop(clock, deadline, max_bytes, compiled and COMPILED)
+    found = _search(items, loop)
     if found.verdict is True:
-        return KeyResult(True, None, None, (), elapsed(), found.states, len(ops), minimal=True)
+        return KeyResult(
+            True, None, None, (), elapsed(), found.states, len(ops), True, found.memory
+        )
     if found.verdict is None:
-        message = f"undecided: the search ran out of its {budget_s:g} s budget"
-        return KeyResult(UNKNOWN, None, message, (), elapsed(), found.states, len(ops))
-    shrunk, why, minimal = _shrink(items, found, deadline, clock)
+        return KeyResult(
+            UNKNOWN,
+            None,
+            _undecided(found, budget_s, max_bytes, len(items)),
+            (),
+            elapsed(),
+            found.states,
+            len(ops),
+            memory_bytes=found.memory,
+        )
+    shrunk, why, minimal = _shrink(items, found, loop)
     witness = tuple(sorted((it.op for it in shrunk), key=lambda op: op.index))
     message = _message(why, m, len(witness), minimal)
     return KeyResult(
-        False, NONLINEARIZABLE, message, witness, elapsed(), found.states, len(ops), minimal
+        False,
+        NONLINEARIZABLE,
+        message,
+        witness,
+        elapsed(),
+        found.states,
+        len(ops),
+        minimal,
+        found.memory,
     )
+
+
+def _undecided(found: _Search, budget_s: float, max_bytes: int, ops: int) -> str:
+    """Why a key is undecided, and how far its search got."""
+    if found.exhausted == "memory":
+        why = f"its cache of seen configurations reached its {_size(max_bytes)} bound"
+    else:
+        why = f"it ran out of its {budget_s:g} s budget"
+    return (
+        f"undecided: the search stopped as {why}, after {found.states:,} states "
+        f"(at most {found.depth:,} of the key's {ops:,} ops linearized at once)"
+    )
+
+
+def _size(n: int) -> str:
+    if n >= 2**20:
+        return f"{n / 2**20:,.0f} MiB"
+    return f"{n / 2**10:,.0f} KiB"
+
+
+@dataclass(frozen=True, slots=True)
+class _Loop:
+    """How a search runs: its clock and deadline, its cache's bound, which loop."""
+
+    clock: Callable[[], float]
+    deadline: float
+    max_bytes: int
+    compiled: bool
 
 
 def _items(ops: Iterable[CheckOp], model: Model) -> list[_Item]:
@@ -449,12 +538,13 @@ def _hopeless(items: Sequence[_Item], rets: Sequence[float]) -> int:
     return -1
 
 
-def _search(items: Sequence[_Item], deadline: float, clock: Callable[[], float]) -> _Search:
+def _search(items: Sequence[_Item], loop: _Loop) -> _Search:
     """Wing & Gong's search over ``items`` (see the module's docstring).
 
     The ops are first simplified in ways that keep the verdict (refusals that
     always have a place, ops that change nothing observed).
     """
+    deadline, clock = loop.deadline, loop.clock
     items = _prune(_drop_satisfied_refusals(list(items)))
     n = len(items)
     rets, why = _deadlines(items)
@@ -471,6 +561,8 @@ def _search(items: Sequence[_Item], deadline: float, clock: Callable[[], float])
     events = sorted(
         [(it.op.call, 0, i) for i, it in enumerate(items)] + [(rets[i], 1, i) for i in range(n)]
     )
+    if loop.compiled and not any(it.kind == "append" for it in items):
+        return _search_compiled(items, events, required, why, loop)
     size = 2 * n + 2
     is_call = [False] * size
     op_of = [-1] * size
@@ -505,7 +597,8 @@ def _search(items: Sequence[_Item], deadline: float, clock: Callable[[], float])
         if countdown == 0:
             countdown = _CLOCK_EVERY
             if clock() > deadline:
-                return _Search(None, len(cache), None, None)
+                depth = max(best_depth, len(stack))
+                return _Search(None, len(cache), None, None, depth, 0, "time")
         i = op_of[entry]
         if is_call[entry]:
             new = steps[i](state)
@@ -520,7 +613,9 @@ def _search(items: Sequence[_Item], deadline: float, clock: Callable[[], float])
                     if required[i]:
                         remaining -= 1
                         if remaining == 0:
-                            return _Search(True, len(cache), None, None)
+                            return _Search(
+                                True, len(cache), None, None, max(best_depth, len(stack))
+                            )
                     # lift the call and its return out of the list
                     m = match[entry]
                     nxt[prv[entry]] = nxt[entry]
@@ -539,7 +634,9 @@ def _search(items: Sequence[_Item], deadline: float, clock: Callable[[], float])
             best_depth = len(stack)
             blocker = i
         if not stack:
-            return _Search(False, len(cache), items[blocker], _observer(items, why, blocker))
+            found = items[blocker]
+            observer = _observer(items, why, blocker)
+            return _Search(False, len(cache), found, observer, best_depth)
         entry, state = stack.pop()
         j = op_of[entry]
         linearized ^= bits[j]
@@ -553,16 +650,78 @@ def _search(items: Sequence[_Item], deadline: float, clock: Callable[[], float])
         entry = nxt[entry]
 
 
+def _search_compiled(
+    items: Sequence[_Item],
+    events: Sequence[tuple[float, int, int]],
+    required: Sequence[bool],
+    why: Sequence[int],
+    loop: _Loop,
+) -> _Search:
+    """The loop of :func:`_search` in compiled form, over the same events.
+
+    Ops are renumbered in the order of their calls (so that the bitsets of
+    the configurations differ only in a window of concurrent ops), and each
+    value is interned as a small integer, 0 being no value (``None``).
+    """
+    rank = [-1] * len(items)
+    order: list[int] = []
+    coded: list[int] = []
+    for _, kind, i in events:
+        if kind == 0:
+            rank[i] = len(order)
+            order.append(i)
+            coded.append(rank[i])
+        else:
+            coded.append(~rank[i])
+    interned: dict[State, int] = {None: 0}
+
+    def code(value: State) -> int:
+        return interned.setdefault(value, len(interned))
+
+    kinds, a, b = [], [], []
+    for i in order:
+        it = items[i]
+        if it.kind == "read":
+            kinds.append(_READ)
+            a.append(code(it.op.result))
+            b.append(0)
+        elif it.refused:
+            kinds.append(_REFUSED)
+            a.append(code(it.op.arg[0]))
+            b.append(0)
+        elif it.kind == "cas":
+            kinds.append(_CAS)
+            a.append(code(it.op.arg[0]))
+            b.append(code(it.op.arg[1]))
+        else:  # a write, or a delete (no value)
+            kinds.append(_WRITE)
+            a.append(code(_written(it)))
+            b.append(0)
+    outcome, states, blocker, depth, memory = _compiled.search(
+        coded,
+        kinds,
+        a,
+        b,
+        [required[i] for i in order],
+        loop.clock,
+        loop.deadline,
+        loop.max_bytes,
+        _CLOCK_EVERY,
+    )
+    if outcome == 1:
+        return _Search(True, states, None, None, depth, memory)
+    if outcome == 0:
+        i = order[blocker]
+        return _Search(False, states, items[i], _observer(items, why, i), depth, memory)
+    exhausted = "time" if outcome == -1 else "memory"
+    return _Search(None, states, None, None, depth, memory, exhausted)
+
+
 def _observer(items: Sequence[_Item], why: Sequence[int], i: int) -> _Item | None:
     return items[why[i]] if why[i] >= 0 else None
 
 
-def _shrink(
-    items: list[_Item],
-    found: _Search,
-    deadline: float,
-    clock: Callable[[], float],
-) -> tuple[list[_Item], _Search, bool]:
+def _shrink(items: list[_Item], found: _Search, loop: _Loop) -> tuple[list[_Item], _Search, bool]:
     """A smaller non-linearizable set of ops, its search's outcome, and whether it is 1-minimal.
 
     Delta debugging (Zeller's ddmin, chunks halving down to single ops) over
@@ -583,9 +742,9 @@ def _shrink(
                 if not moved:
                     continue  # an earlier move already pruned them
                 trial = _weaken(current, moved)
-                if clock() > deadline:
+                if loop.clock() > loop.deadline:
                     return current, found, False
-                tried = _search(trial, deadline, clock)
+                tried = _search(trial, loop)
                 if tried.verdict is None:
                     return current, found, False
                 if tried.verdict is False:

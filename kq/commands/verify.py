@@ -1,6 +1,6 @@
 """``kq verify``: check run folders and Jepsen histories with Spark, one verdict per run.
 
-    kq verify PATH... [--master local[*]|spark://HOST:PORT] [--model NAME]
+    kq verify PATH... [--master local[*]|spark://HOST:PORT | --remote sc://HOST:PORT] [--model NAME]
               [--key-budget SECONDS] [--out DIR] [--no-report] [--json]
 
 Exit status over the runs: 0 all valid; 1 an anomaly was found; 3 unknown (a

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from history.files import read_history
 from spark_verify.load import (
@@ -359,3 +360,69 @@ def test_line_numbers_hold_across_the_splits_of_a_file(spark: SparkSession, tmp_
         assert df.count() == 300 + len(doc_history("register").splitlines())
     finally:
         spark.conf.set(key, before)
+
+
+@pytest.mark.spark
+def test_many_histories_are_one_scan_with_their_own_runs_and_lines(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    sizes = [3 + 7 * i for i in range(12)]
+    for i, n in enumerate(sizes):
+        lines = [
+            f'{{"index":{j},"time":{j},"type":"invoke","process":{i},"f":"read","key":"k{i}",'
+            '"value":null}'
+            for j in range(n)
+        ]
+        write_run(tmp_path / "runs", f"r{i:02d}", "\n".join(lines) + "\n")
+    # A name Spark's file path would not render as it is: read on its own.
+    odd = tmp_path / "odd name"
+    odd.mkdir()
+    write_run(odd, "odd", doc_history("register"))
+    runs = find_runs([tmp_path / "runs", odd])
+    # Small files share partitions (a small open cost), and one is split.
+    settings = {"spark.sql.files.openCostInBytes": "1", "spark.sql.files.maxPartitionBytes": "900"}
+    before = {k: spark.conf.get(k) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        df = load_history(spark, runs)
+        plan = df._jdf.queryExecution().executedPlan().toString()
+        # One scan of the plainly named histories, one of the odd one (each
+        # read twice: the lines, and their counts per partition).
+        assert plan.count("InMemoryFileIndex(12 paths)") == 2, plan
+        assert plan.count("FileScan text") == 4, plan
+        rows = df.select("run", "key", "index", "file_line").collect()
+        per_part = df.select(F.spark_partition_id().alias("p"), "run").distinct().collect()
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+    by_run: dict[str, list[tuple[Any, ...]]] = {}
+    for r in rows:
+        by_run.setdefault(r["run"], []).append((r["key"], r["index"], r["file_line"]))
+    assert sorted(by_run) == ["odd", *[f"r{i:02d}" for i in range(len(sizes))]]
+    for i, n in enumerate(sizes):
+        got = sorted(by_run[f"r{i:02d}"], key=lambda t: t[1])
+        assert got == [(f"k{i}", j, j + 1) for j in range(n)]
+    assert len(by_run["odd"]) == len(doc_history("register").splitlines())
+    assert all(line == index + 1 for _, index, line in by_run["odd"])
+    runs_in = {}
+    for r in per_part:
+        runs_in.setdefault(r["p"], set()).add(r["run"])
+    assert any(len(v) > 1 for v in runs_in.values()), runs_in
+
+
+@pytest.mark.spark
+def test_a_file_whose_path_spark_renders_otherwise_fails_loudly(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    from spark_verify.load import _read_files_together
+
+    (tmp_path / "h.jsonl").write_text('{"index":0}\n')
+    # Spark reads "a//h.jsonl" as "a/h.jsonl": no run is named for that.
+    df = _read_files_together(spark, {f"{tmp_path}//h.jsonl": "r"})
+    with pytest.raises(Exception, match="read a history file no run names: file:"):
+        df.collect()
+    assert _read_files_together(spark, {f"{tmp_path}/h.jsonl": "r"}).collect()[0]["run"] == "r"

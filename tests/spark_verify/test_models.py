@@ -178,6 +178,7 @@ def test_schema_columns() -> None:
     )  # fmt: skip
     assert KEYS_COLUMNS == (
         "run", "key", "ops", "valid", "elapsed_ms", "states", "kind", "message", "witness",
+        "memory_bytes",
     )  # fmt: skip
 
 

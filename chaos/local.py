@@ -28,6 +28,20 @@ every node's listener SSL, clients presenting the admin user's certificate
 re-issues node certificates in place (temporary file and rename), which
 the nodes load on their next handshake.
 
+With ``brokers``, the cluster also runs that many ``kq broker start``
+processes, started as ``kq cluster up --brokers`` starts them
+(:mod:`server.local_brokers`: each registered and unfenced before
+:meth:`LocalCluster.start` returns).  Brokers share the controllers' id
+space (controllers 1..C, brokers C+1..C+B) and are nodes of the backend
+like the controllers: :attr:`LocalCluster.nodes` holds both, so every
+fault above may pick a broker.  Broker ``b`` listens on its own loopback
+address ``127.0.1.b`` (:func:`server.local_cluster.broker_host`) and marks
+its packets with DSCP ``10+b``, so a partition cuts it off by address as
+it does a controller.  :meth:`LocalCluster.addresses` stays the
+controllers' client addresses (the metadata quorum's clients);
+:meth:`LocalCluster.broker_addresses` are the brokers'.  A restarted
+broker is waited for until it is registered again and unfenced.
+
 One local cluster with network faults per host at a time: the addresses and
 DSCP values are the same for every cluster.
 
@@ -56,10 +70,13 @@ from chaos.nfqueue import Delayer, queue_number
 from chaos.node_exports import export_node
 from history.runs import RunDir
 from quorum.driver.client import describe
+from server.local_brokers import broker_epochs, wait_for_brokers
 from server.local_cluster import (
+    BrokerState,
     CallerCredentials,
     ClusterState,
     NodeState,
+    broker_host,
     check_configs,
     format_new_nodes,
     free_base_port,
@@ -71,6 +88,7 @@ from server.local_cluster import (
     port_free,
     spawn_node,
     wait_for_leader,
+    write_broker_configs,
     write_configs,
 )
 
@@ -86,6 +104,18 @@ def node_host(node: int) -> str:
 
 def node_dscp(node: int) -> int:
     return ADDRESS_BASE + node
+
+
+BROKER_CHAOS_SETTINGS: dict[str, object] = {"broker.heartbeat_interval_ms": 500}
+"""Every chaos broker's: heartbeats often enough for the shorter session."""
+CONTROLLER_BROKER_SETTINGS: dict[str, object] = {
+    # The controller fences a silent broker after this (Kafka's
+    # broker.session.timeout.ms, 9 s by default): shorter, so that a killed
+    # or paused leader loses its partitions many times a run.
+    "controller.broker_session_timeout_ms": 4_000,
+    "controller.broker_heartbeat_interval_ms": 500,
+}
+"""Every controller's, in a cluster with brokers."""
 
 
 class LocalCluster:
@@ -105,14 +135,23 @@ class LocalCluster:
         start_timeout_s: float = 30.0,
         keep_data: bool = False,
         tls: bool = True,
+        brokers: int = 0,
+        broker_settings: Mapping[str, object] | None = None,
     ) -> None:
         if not 1 <= nodes <= 50:
             raise ValueError(f"nodes must be in 1..50, got {nodes}")
+        if not 0 <= brokers <= 20:
+            raise ValueError(f"brokers must be in 0..20, got {brokers}")
+        self._brokers = brokers
+        self._broker_settings = {**BROKER_CHAOS_SETTINGS, **(broker_settings or {})}
         self.directory = Path(directory).resolve()
         self._tls = tls
         self._credentials = CallerCredentials()
         self._count = nodes
-        self._settings = dict(settings or {})
+        self._settings = {
+            **(CONTROLLER_BROKER_SETTINGS if brokers else {}),
+            **(settings or {}),
+        }
         self._network_faults = network_faults
         self._start_timeout_s = start_timeout_s
         self._keep_data = keep_data
@@ -130,7 +169,20 @@ class LocalCluster:
 
     @property
     def nodes(self) -> Sequence[int]:
+        """The controllers, then the brokers: every node a fault may pick."""
+        return list(range(1, self._count + self._brokers + 1))
+
+    @property
+    def controllers(self) -> Sequence[int]:
         return list(range(1, self._count + 1))
+
+    @property
+    def brokers(self) -> Sequence[int]:
+        return list(range(self._count + 1, self._count + self._brokers + 1))
+
+    def host(self, node: int) -> str:
+        """The loopback address ``node`` (a controller or a broker) listens on."""
+        return broker_host(node) if node > self._count else node_host(node)
 
     @property
     def state(self) -> ClusterState:
@@ -140,6 +192,10 @@ class LocalCluster:
 
     def addresses(self) -> Mapping[int, str]:
         return {n.node_id: n.address for n in self.state.nodes}
+
+    def broker_addresses(self) -> Mapping[int, str]:
+        """Each broker's client address (empty without brokers)."""
+        return {b.node_id: b.address for b in self.state.brokers}
 
     @property
     def security_protocol(self) -> str:
@@ -162,7 +218,7 @@ class LocalCluster:
     def _pick_port(self) -> int:
         for _ in range(50):
             port = free_base_port(1, node_host(1))
-            if all(port_free(f"{node_host(i)}:{port}") for i in self.nodes):
+            if all(port_free(f"{self.host(i)}:{port}") for i in self.nodes):
                 return port
         raise RuntimeError("no port free on every node address")
 
@@ -176,6 +232,8 @@ class LocalCluster:
             header="node of a local chaos cluster",
             per_node=dscp,
         )
+        if state.brokers:
+            write_broker_configs(state, self._broker_settings, per_broker=dscp)
 
     async def start(self) -> None:
         if self._state is not None:
@@ -184,11 +242,14 @@ class LocalCluster:
             if self._network_faults:
                 # Before any node connects: NAT is decided on a connection's
                 # first packet.
-                self._netfilter.install({node_dscp(i): node_host(i) for i in self.nodes})
+                self._netfilter.install({node_dscp(i): self.host(i) for i in self.nodes})
             self.directory.mkdir(parents=True, exist_ok=True)
             port = self._pick_port()
             state = new_cluster_state(
-                self.directory, port, {i: f"{node_host(i)}:{port}" for i in self.nodes}
+                self.directory,
+                port,
+                {i: f"{node_host(i)}:{port}" for i in self.controllers},
+                brokers={b: f"{broker_host(b)}:{port}" for b in self.brokers},
             )
             state.tls = self._tls
             self._state = state
@@ -202,6 +263,11 @@ class LocalCluster:
             for n in state.nodes:
                 self._procs[n.node_id] = spawn_node(state, n)
             await wait_for_leader(state, self._procs, self._start_timeout_s)
+            if state.brokers:
+                # As kq cluster up: each registered and unfenced.
+                started = {b.node_id: spawn_node(state, b) for b in state.brokers}
+                self._procs.update(started)
+                await wait_for_brokers(state, started, self._start_timeout_s)
         except BaseException:
             await self.stop()
             raise
@@ -227,9 +293,12 @@ class LocalCluster:
         self._paused.discard(node)
 
     async def _stop_nodes(self) -> None:
-        await asyncio.gather(*(self._terminate(n) for n in list(self._procs)))
+        # Brokers first: a broker's controlled shutdown needs the controllers.
+        brokers = [n for n in self._procs if n > self._count]
+        await asyncio.gather(*(self._terminate(n) for n in brokers))
+        await asyncio.gather(*(self._terminate(n) for n in list(self._procs) if n not in brokers))
         if self._state is not None:
-            for n in self._state.nodes:
+            for n in self._state.members:
                 n.pid = None
             if self._state.dir.exists():
                 self._state.save()
@@ -249,7 +318,7 @@ class LocalCluster:
     # -- process faults -------------------------------------------------------------
 
     def _node(self, node: int) -> NodeState:
-        return self.state.node(node)
+        return self.state.member(node)
 
     async def kill(self, node: int) -> None:
         self._node(node)
@@ -262,6 +331,9 @@ class LocalCluster:
 
     async def restart(self, node: int, timeout_s: float = 15.0) -> None:
         n = self._node(node)
+        if isinstance(n, BrokerState):
+            await self._restart_broker(n, max(timeout_s, 30.0))
+            return
         await self._terminate(node)
         proc = self._procs[node] = spawn_node(self.state, n)
         deadline = time.monotonic() + timeout_s
@@ -278,6 +350,26 @@ class LocalCluster:
             if time.monotonic() >= deadline:
                 raise RuntimeError(f"node {node} did not answer within {timeout_s:g} s")
             await asyncio.sleep(0.1)
+
+    async def _restart_broker(self, broker: BrokerState, timeout_s: float) -> None:
+        """Start a broker again over its directories; return once it is
+        registered anew (a higher broker epoch) and unfenced."""
+        await self._terminate(broker.node_id)
+        since = await broker_epochs(self.state)
+        proc = self._procs[broker.node_id] = spawn_node(self.state, broker)
+        await wait_for_brokers(self.state, {broker.node_id: proc}, timeout_s, since)
+
+    async def wait_brokers(self, timeout_s: float) -> bool:
+        """Whether every broker is running, registered and unfenced within
+        ``timeout_s`` (True at once without brokers)."""
+        procs = {b: p for b, p in self._procs.items() if b > self._count}
+        if not procs:
+            return True
+        try:
+            await wait_for_brokers(self.state, procs, timeout_s)
+        except Exception:
+            return False
+        return True
 
     async def _signal(self, node: int, sig: signal.Signals) -> int:
         self._node(node)
@@ -303,7 +395,7 @@ class LocalCluster:
         for a, b in pairs:
             self._node(a)
             self._node(b)
-        drops = [(node_dscp(a), node_host(b)) for a, b in pairs if a != b]
+        drops = [(node_dscp(a), self.host(b)) for a, b in pairs if a != b]
         await asyncio.to_thread(self._netfilter.block, drops)
         await asyncio.to_thread(self._stop_delayer)
 
@@ -335,7 +427,7 @@ class LocalCluster:
             await asyncio.to_thread(delayer.start)
             self._delayer = delayer
             queue = self.queue
-        links = [(node_dscp(a), node_host(b)) for a in self.nodes for b in self.nodes if a != b]
+        links = [(node_dscp(a), self.host(b)) for a in self.nodes for b in self.nodes if a != b]
         try:
             await asyncio.to_thread(self._netfilter.packet, links, drop, queue)
         except BaseException:
@@ -375,6 +467,13 @@ class LocalCluster:
         await self._stop_nodes()
         run = RunDir(Path(run_dir))
         start = self.start_unix_ns if start_unix_ns is None else start_unix_ns
+        for b in state.brokers:
+            # The brokers' partition logs are not exported yet: their text
+            # logs are kept.
+            run.logs.mkdir(parents=True, exist_ok=True)
+            log_path = state.path(b.log_file)
+            text = log_path.read_text(errors="replace") if log_path.exists() else ""
+            (run.logs / f"broker-{b.node_id}.log").write_text(text)
         for n in state.nodes:
             log_path = state.path(n.log_file)
             text = log_path.read_text(errors="replace") if log_path.exists() else ""

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 import grpc
 
@@ -53,6 +53,7 @@ from chaos.nemesis import (
     schedule,
 )
 from chaos.workloads import Workload
+from chaos.workloads.queue_setup import QueueOptions
 from chaos.workloads.register import (
     CONFIG_REGISTER_KEYS,
     ConfigRegisterClient,
@@ -88,37 +89,83 @@ __all__ = [
 # -- registries ----------------------------------------------------------------
 
 
+class MakeBackend(Protocol):
+    def __call__(
+        self,
+        nodes: int,
+        workdir: Path,
+        network_faults: bool,
+        tls: bool,
+        brokers: int = 0,
+        broker_settings: Mapping[str, object] | None = None,
+    ) -> ClusterBackend: ...
+
+
 @dataclass(frozen=True, slots=True)
 class BackendSpec:
     """How to make a backend of one kind.
 
-    ``make(nodes, workdir, network_faults, tls)`` returns an unstarted
-    backend whose scratch data lives under ``workdir`` (removed after the
-    run), able to partition the network if ``network_faults``, on mutual
-    TLS if ``tls`` (else PLAINTEXT).
+    ``make(nodes, workdir, network_faults, tls, brokers=0)`` returns an
+    unstarted backend whose scratch data lives under ``workdir`` (removed
+    after the run), able to partition the network if ``network_faults``, on
+    mutual TLS if ``tls`` (else PLAINTEXT), running ``brokers`` brokers
+    beside the controllers (``broker_settings`` in each broker's config).
+    ``brokers``: whether the backend can run brokers.
     """
 
-    make: Callable[[int, Path, bool, bool], ClusterBackend]
+    make: MakeBackend
     description: str
+    brokers: bool = False
 
 
-def _make_local(nodes: int, workdir: Path, network_faults: bool, tls: bool) -> ClusterBackend:
+def _make_local(
+    nodes: int,
+    workdir: Path,
+    network_faults: bool,
+    tls: bool,
+    brokers: int = 0,
+    broker_settings: Mapping[str, object] | None = None,
+) -> ClusterBackend:
     from chaos.local import LocalCluster
 
-    return LocalCluster(workdir / "cluster", nodes, network_faults=network_faults, tls=tls)
+    return LocalCluster(
+        workdir / "cluster",
+        nodes,
+        network_faults=network_faults,
+        tls=tls,
+        brokers=brokers,
+        broker_settings=broker_settings,
+    )
 
 
-def _make_docker(nodes: int, workdir: Path, network_faults: bool, tls: bool) -> ClusterBackend:
+def _make_docker(
+    nodes: int,
+    workdir: Path,
+    network_faults: bool,
+    tls: bool,
+    brokers: int = 0,
+    broker_settings: Mapping[str, object] | None = None,
+) -> ClusterBackend:
     from chaos.docker import DockerCluster
 
+    if brokers:
+        raise ValueError(NO_DOCKER_BROKERS)
     return DockerCluster(nodes, tls=tls)
+
+
+NO_DOCKER_BROKERS: Final = (
+    "the docker backend runs no brokers yet, so it cannot run the queue workload: "
+    "use --backend local"
+)
 
 
 BACKENDS: Final[dict[str, BackendSpec]] = {
     "local": BackendSpec(
         _make_local,
-        "one `kq controller start` process per node on 127.0.0.(10+i); "
+        "one `kq controller start` process per node on 127.0.0.(10+i), and with brokers "
+        "one `kq broker start` per broker on 127.0.1.(id), as `kq cluster up --brokers`; "
         "SIGKILL, SIGSTOP, iptables partitions, packet loss and NFQUEUE delay",
+        brokers=True,
     ),
     "docker": BackendSpec(
         _make_docker,
@@ -138,18 +185,27 @@ Credentials = Callable[[int | None], grpc.ChannelCredentials | None]
 class WorkloadSpec:
     """How to make a workload of one kind.
 
-    ``make(config, recorder, addresses, rng, credentials)`` returns the
-    workload that records into ``recorder`` and talks to the nodes at
-    ``addresses`` (node id to client address), presenting
+    ``make(config, recorder, addresses, rng, credentials, brokers)`` returns
+    the workload that records into ``recorder`` and talks to the nodes at
+    ``addresses`` (node id to client address; the controllers), presenting
     ``credentials(None)`` (the admin user's certificate; None: plaintext),
-    or ``credentials(id)`` for a test broker's own calls.
+    or ``credentials(id)`` for a test broker's own calls; ``brokers`` are
+    the brokers' client addresses (empty unless ``needs_brokers``).
     """
 
     make: Callable[
-        [RunConfig, HistoryWriter, Mapping[int, str], random.Random, Credentials],
+        [
+            RunConfig,
+            HistoryWriter,
+            Mapping[int, str],
+            random.Random,
+            Credentials,
+            Mapping[int, str],
+        ],
         Workload,
     ]
     description: str
+    needs_brokers: bool = False
 
 
 REGISTER_STORES: Final = {
@@ -173,6 +229,7 @@ def _make_register(
     addresses: Mapping[int, str],
     rng: random.Random,
     credentials: Credentials,
+    brokers: Mapping[int, str],
 ) -> Workload:
     timeout_s = config.client_timeout_s
     open_client: Callable[[], RegisterClient]
@@ -196,6 +253,7 @@ def _make_topics(
     addresses: Mapping[int, str],
     rng: random.Random,
     credentials: Credentials,
+    brokers: Mapping[int, str],
 ) -> Workload:
     def open_client(broker: int | None = None) -> MetadataClient:
         return MetadataClient(
@@ -217,6 +275,30 @@ def _make_topics(
     )
 
 
+def _make_queue(
+    config: RunConfig,
+    writer: HistoryWriter,
+    addresses: Mapping[int, str],
+    rng: random.Random,
+    credentials: Credentials,
+    brokers: Mapping[int, str],
+) -> Workload:
+    from chaos.workloads.queue_setup import make_queue_workload
+
+    return make_queue_workload(
+        config.queue,
+        writer,
+        addresses,
+        brokers,
+        rng,
+        credentials(None),
+        concurrency=config.concurrency,
+        rate=config.rate,
+        op_timeout_s=config.op_timeout_s,
+        client_timeout_s=config.client_timeout_s,
+    )
+
+
 WORKLOADS: Final[dict[str, WorkloadSpec]] = {
     "register": WorkloadSpec(
         _make_register, "a linearizable compare-and-set register per key (read, write, cas)"
@@ -225,6 +307,12 @@ WORKLOADS: Final[dict[str, WorkloadSpec]] = {
         _make_topics,
         "topics created and deleted while test brokers register, heartbeat and are fenced; "
         "the final topics and brokers checked against the history",
+    ),
+    "queue": WorkloadSpec(
+        _make_queue,
+        "Jepsen's Kafka queue workload on brokers: send (idempotent, pipelined producer), "
+        "poll, assign, consumer crash; final polls of every partition from the beginning",
+        needs_brokers=True,
     ),
 }
 """Workloads by name (``--workload``)."""
@@ -316,6 +404,13 @@ class RunConfig:
     recovery_timeout_s: float = 30.0
     # Mutual TLS (the default); False: PLAINTEXT (--insecure).
     tls: bool = True
+    # The queue workload's options (brokers, topics, acks, ...).
+    queue: QueueOptions = QueueOptions()
+
+    @property
+    def brokers(self) -> int:
+        """The brokers the cluster runs: the queue workload's, else none."""
+        return self.queue.brokers if WORKLOADS[self.workload].needs_brokers else 0
 
     @property
     def security_protocol(self) -> str:
@@ -327,6 +422,14 @@ class RunConfig:
             raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         if self.workload not in WORKLOADS:
             raise ValueError(f"unknown workload {self.workload!r}; known: {', '.join(WORKLOADS)}")
+        if WORKLOADS[self.workload].needs_brokers:
+            if not BACKENDS[self.backend].brokers:
+                raise ValueError(
+                    NO_DOCKER_BROKERS
+                    if self.backend == "docker"
+                    else f"the {self.backend} backend runs no brokers: use --backend local"
+                )
+            self.queue.check()
         unknown = [f for f in self.faults if f not in FAULT_KINDS]
         if unknown:
             raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)}")
@@ -359,7 +462,8 @@ class RunConfig:
             )
         if self.faults:
             # The schedule refuses kinds the cluster is too small for.
-            schedule(random.Random(0), list(range(1, self.nodes + 1)), self.faults, duration_s=1)
+            everyone = list(range(1, self.nodes + self.brokers + 1))
+            schedule(random.Random(0), everyone, self.faults, duration_s=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,13 +732,16 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
         **{
             k: v
             for k, v in asdict(config).items()
-            if k not in ("name", "faults", "nodes", "runs_dir")
+            if k not in ("name", "faults", "nodes", "runs_dir", "queue")
         },
         "node_count": config.nodes,
         "keys": register_keys(config) if config.workload == "register" else [],
         "store": config.store if config.workload == "register" else None,
+        "brokers": list(range(config.nodes + 1, config.nodes + config.brokers + 1)),
         "security_protocol": config.security_protocol,
     }
+    if config.brokers:
+        config_json["queue"] = config.queue.to_json()
     config_json["replay"] = _replay(config, seed)
     write_json(run.config, config_json)
 
@@ -645,9 +752,14 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
     backend: ClusterBackend | None = None
     started = False
     try:
-        emit(f"starting {config.nodes} {config.backend} nodes")
+        brokers = f" and {config.brokers} brokers" if config.brokers else ""
+        emit(f"starting {config.nodes} {config.backend} nodes{brokers}")
         network = any(f in NETWORK_KINDS for f in config.faults)
-        backend = spec.make(config.nodes, workdir, network, config.tls)
+        backend = (
+            spec.make(config.nodes, workdir, network, config.tls, brokers=config.brokers)
+            if config.brokers
+            else spec.make(config.nodes, workdir, network, config.tls)
+        )
         await backend.start()
         started = True
         leader = await current_leader(backend, 1.0)
@@ -659,13 +771,24 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
             emit("WARNING: insecure run: the nodes listen PLAINTEXT, without authentication")
         nemesis = _Nemesis(backend, writer, lambda line: emit(line))
         addresses = dict(backend.addresses())
+        broker_addresses = getattr(backend, "broker_addresses", None)
         workload = WORKLOADS[config.workload].make(
-            config, writer, addresses, workload_rng, backend.client_credentials
+            config,
+            writer,
+            addresses,
+            workload_rng,
+            backend.client_credentials,
+            dict(broker_addresses()) if config.brokers and broker_addresses else {},
         )
+        prepare = getattr(workload, "prepare", None)
+        if prepare is not None:
+            emit("preparing the workload")
+            await prepare()
         actions = (
             schedule(
                 nemesis_rng,
-                nodes,
+                # Brokers are nodes a fault may pick too.
+                list(backend.nodes),
                 config.faults,
                 duration_s=config.time_limit_s,
                 interval_s=config.fault_interval_s,
@@ -716,6 +839,11 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
             outcome, done = await nemesis.act(action)
             emit(f"nemesis {_describe_action(done)}: {outcome}")
         result.recovered = await wait_recovered(backend, config.recovery_timeout_s)
+        wait_brokers = getattr(backend, "wait_brokers", None)
+        if config.brokers and wait_brokers is not None:
+            brokers_up = await wait_brokers(config.recovery_timeout_s)
+            emit("every broker unfenced" if brokers_up else "some broker is not unfenced")
+            result.recovered = result.recovered and brokers_up
         emit("recovered" if result.recovered else "did not recover")
         emit("final reads")
         verdict = await workload.final()
@@ -788,6 +916,8 @@ def _finish(
             "final_check": result.final_check,
         }
     )
+    if result.final_check is not None and "final_polls" in result.final_check:
+        summary["final_polls"] = result.final_check["final_polls"]
     result.summary = summary
     write_json(run.summary, summary)
 
@@ -811,7 +941,19 @@ def _replay(config: RunConfig, seed: int) -> str:
         f"--nemesis {','.join(config.faults) or 'none'} --nodes {config.nodes} "
         f"--time-limit {config.time_limit_s:g} --rate {config.rate:g} "
         f"--concurrency {config.concurrency} --keys {config.keys} --store {config.store} "
-        f"--seed {seed}" + ("" if config.tls else " --insecure")
+        f"--seed {seed}" + ("" if config.tls else " --insecure") + _queue_flags(config)
+    )
+
+
+def _queue_flags(config: RunConfig) -> str:
+    if not config.brokers:
+        return ""
+    q = config.queue
+    return (
+        f" --brokers {q.brokers} --topics {q.topics} --partitions {q.partitions} "
+        f"--replication-factor {q.replication_factor} --min-isr {q.min_isr} --acks {q.acks} "
+        f"--max-send {q.max_send} --final-time {q.final_time_s:g} "
+        f"--replica-lag-ms {q.replica_lag_ms}"
     )
 
 

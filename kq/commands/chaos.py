@@ -27,6 +27,7 @@ from chaos.runner import (
     run_chaos,
     summary_of,
 )
+from chaos.workloads.queue_setup import ACKS, QueueOptions
 from history.runs import check_run, find_runs
 from kq.commands.common import (
     EXIT_FAILURE,
@@ -169,6 +170,66 @@ def register(subparsers: Subparsers) -> None:
         "controller's cluster configs, by conditional AlterConfigs) or kv (the quorum's "
         "key-value store, whose reads also carry versions) (default: %(default)s)",
     )
+    queue = QueueOptions()
+    run.add_argument(
+        "--brokers",
+        type=_positive_int,
+        default=queue.brokers,
+        help="queue workload: brokers in the cluster beside the --nodes controllers; faults "
+        "may pick them as any node (default: %(default)s)",
+    )
+    run.add_argument(
+        "--topics",
+        type=_positive_int,
+        default=queue.topics,
+        help="queue workload: topics to create (default: %(default)s)",
+    )
+    run.add_argument(
+        "--partitions",
+        type=_positive_int,
+        default=queue.partitions,
+        help="queue workload: partitions of each topic; each partition is a key "
+        "(default: %(default)s)",
+    )
+    run.add_argument(
+        "--replication-factor",
+        type=_positive_int,
+        default=queue.replication_factor,
+        help="queue workload: replicas of each partition (default: %(default)s)",
+    )
+    run.add_argument(
+        "--min-isr",
+        type=_positive_int,
+        default=queue.min_isr,
+        help="queue workload: the topics' min.insync.replicas (default: %(default)s)",
+    )
+    run.add_argument(
+        "--acks",
+        choices=sorted(ACKS),
+        default=queue.acks,
+        help="queue workload: the producer's acks; all is idempotent (default: %(default)s)",
+    )
+    run.add_argument(
+        "--max-send",
+        type=_positive_int,
+        default=queue.max_send,
+        help="queue workload: the most records in one send op (default: %(default)s)",
+    )
+    run.add_argument(
+        "--final-time",
+        type=_positive_float,
+        default=queue.final_time_s,
+        metavar="SECONDS",
+        help="queue workload: the final polls' deadline (default: %(default)s)",
+    )
+    run.add_argument(
+        "--replica-lag-ms",
+        type=_positive_int,
+        default=queue.replica_lag_ms,
+        metavar="MS",
+        help="queue workload: the cluster's replica.lag.time.max.ms for the run, short so "
+        "that ISRs shrink and grow often (default: %(default)s)",
+    )
     run.add_argument(
         "--seed", type=_seed, help="seed of the fault schedule and the workload (default: random)"
     )
@@ -255,7 +316,8 @@ def _print_progress(p: Progress) -> None:
 @command("chaos run")
 def _run(args: argparse.Namespace) -> int:
     try:
-        faults = expand_nemesis(args.nemesis, args.nodes)
+        brokers = args.brokers if WORKLOADS[args.workload].needs_brokers else 0
+        faults = expand_nemesis(args.nemesis, args.nodes + brokers)
     except ValueError as exc:
         raise CommandError(f"--nemesis: {exc}", EXIT_USAGE) from None
     name = args.name or f"{args.workload}-{args.backend}"
@@ -273,6 +335,17 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         runs_dir=args.runs_dir,
         tls=not args.insecure,
+        queue=QueueOptions(
+            brokers=args.brokers,
+            topics=args.topics,
+            partitions=args.partitions,
+            replication_factor=args.replication_factor,
+            min_isr=args.min_isr,
+            acks=args.acks,
+            max_send=args.max_send,
+            final_time_s=args.final_time,
+            replica_lag_ms=args.replica_lag_ms,
+        ),
     )
     try:
         config.check()

@@ -184,3 +184,12 @@ def test_key_map() -> None:
         KeyMap((("a", 1), ("a", 2)))
     with pytest.raises(ValueError, match="partitions >= 1"):
         KeyMap((("a", 0),))
+
+
+def test_an_info_or_fail_send_may_repeat_its_invoke() -> None:
+    lines = _base()
+    lines[1].update(type="info", error="run-ended", value=[["send", 0, 1]])
+    assert _kinds(lines) == []
+    lines[1].update(type="ok", value=[["send", 0, 1]])
+    del lines[1]["error"]
+    assert _kinds(lines) == ["model-value"]

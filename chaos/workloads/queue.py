@@ -1,0 +1,581 @@
+"""The ``queue`` workload: Jepsen's Kafka workload against kq's brokers.
+
+``concurrency`` workers, each a logical single-threaded client with its own
+idempotent, pipelined producer (at most five requests in flight, retries;
+``docs/clients.md``) and its own consumer, run ``send``, ``poll``,
+``assign`` and consumer ``crash`` ops at a target rate and record them as
+the ``queue`` model of ``docs/history-format.md`` says:
+
+- a ``send`` queues one or more records (each to a key, a topic-partition
+  of :class:`history.queue.KeyMap`; values are integers unique over the
+  run) and waits for every record's future: each resolves ``ok`` with its
+  offset, or fails with :class:`~broker.grpc_client.DeliveryFailedError`
+  whose ``outcome`` says ``fail`` (definitely not in the log) or ``info``
+  (unknown).  The op is ``ok`` if every record is, ``fail`` if every record
+  is, ``info`` otherwise (:func:`send_outcome`); its error is the first
+  error's Kafka name in lower case with dashes (:func:`error_word`);
+- a ``poll`` returns the records of the assigned keys; any error makes it
+  ``fail`` (a poll has no effect);
+- an ``assign`` takes some keys, optionally seeking them to the
+  beginning; it is the consumer's own state, always ``ok``;
+- a ``crash`` closes the worker's producer and consumer: always ``info``
+  (Jepsen's rule), so the worker goes on as a new process with new
+  clients, which assigns before it polls again.
+
+An ``info`` op retires its process (``history.ops.next_process``).  After
+the final heal, :meth:`QueueWorkload.final` runs the final polls: each
+worker crashes its consumer, assigns every key from the beginning and polls
+until every key has been read up to the highest offset any op learned for
+it, in rounds of ``final_round_s``, until ``final_time_s`` passes; then
+:func:`check_final_polls` checks that every acknowledged record is in the
+final reads at its offset (kq's no-loss rule, a first check of the history
+until the Spark checks take it over).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError
+from chaos.workloads import FinalVerdict, Pacer, WorkloadStats
+from history.ops import HistoryRecorder, Op, next_process
+from history.queue import (
+    KeyMap,
+    assign_value,
+    poll_invoke_value,
+    poll_ok_value,
+    send_completion_value,
+    send_invoke_value,
+)
+
+__all__ = [
+    "FS",
+    "ConsumerLike",
+    "ProducerLike",
+    "QueueWorkload",
+    "RecordOutcome",
+    "check_final_polls",
+    "error_word",
+    "record_outcome",
+    "send_outcome",
+]
+
+FS: Final = ("send", "poll", "assign", "crash")
+DEFAULT_WEIGHTS: Final = {"send": 4.0, "poll": 3.0, "assign": 0.5, "crash": 0.1}
+
+
+class ProducerLike(Protocol):
+    """What the workload uses of :class:`broker.grpc_client.Producer`."""
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> asyncio.Future[Any]: ...
+
+    async def close(self, timeout_s: float | None = None) -> None: ...
+
+
+class ConsumerLike(Protocol):
+    """What the workload uses of :class:`broker.grpc_client.Consumer`."""
+
+    def assign(self, partitions: Any) -> None: ...
+
+    def seek_to_beginning(self, partitions: Any = None) -> None: ...
+
+    async def poll(self, timeout_ms: int = 1_000, max_records: int | None = None) -> list[Any]: ...
+
+    async def close(self) -> None: ...
+
+
+def error_word(name: str) -> str:
+    """A Kafka error name as the history writes it: ``NOT_ENOUGH_REPLICAS``
+    is ``not-enough-replicas``."""
+    word = name.strip().lower().replace("_", "-")
+    return word or "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    """How one record of a send ended: ``type`` ok, fail or info; the
+    offset if known (ok only), the error word otherwise."""
+
+    type: str
+    offset: int | None = None
+    error: str | None = None
+
+
+def record_outcome(
+    future: asyncio.Future[Any] | None, error: BaseException | None = None
+) -> RecordOutcome:
+    """The outcome of one record from its (done) future, or from the error
+    that kept it from being queued (``future`` None: never sent, ``fail``).
+
+    The class comes from the client's ``DeliveryFailedError.outcome``, never
+    from the error's name (``docs/clients.md``: the same answer is ``fail``
+    or ``info`` depending on whether an earlier attempt may have written).
+    """
+    if future is None:
+        name = error.name if isinstance(error, BrokerClientError) else type(error).__name__
+        return RecordOutcome("fail", error=error_word(name))
+    if not future.done():
+        return RecordOutcome("info", error="timeout")
+    if future.cancelled():
+        return RecordOutcome("info", error="timeout")
+    exc = future.exception()
+    if exc is None:
+        offset = future.result().offset
+        return RecordOutcome("ok", offset=offset if offset >= 0 else None)
+    if isinstance(exc, DeliveryFailedError):
+        return RecordOutcome("fail" if exc.definite else "info", error=error_word(exc.name))
+    if isinstance(exc, BrokerClientError):
+        # A producer failed as a whole (its sender's bug, a fatal refusal):
+        # nothing says whether the record's batch was sent, so unknown.
+        return RecordOutcome("info", error=error_word(exc.name))
+    return RecordOutcome("info", error=error_word(type(exc).__name__))
+
+
+def send_outcome(records: Sequence[RecordOutcome]) -> tuple[str, str | None]:
+    """The op's type and error from its records': ``ok`` if every record
+    is, ``fail`` if every record is, else ``info``; the first error."""
+    types = {r.type for r in records}
+    error = next((r.error for r in records if r.error is not None), None)
+    if types == {"ok"}:
+        return "ok", None
+    if types == {"fail"}:
+        return "fail", error
+    return "info", error or "indeterminate"
+
+
+# -- the workload ----------------------------------------------------------------
+
+
+@dataclass
+class _Worker:
+    lane: int
+    process: int
+    producer: ProducerLike
+    consumer: ConsumerLike
+    assigned: list[int] = field(default_factory=list)
+
+
+class QueueWorkload:
+    """Runs the queue workload and records it (module docstring).
+
+    ``open_producer`` / ``open_consumer`` open a worker's clients (new ones
+    for each process).  ``keymap`` maps keys to topic-partitions (the
+    topics must exist: :meth:`prepare` is given ``create_topics`` to make
+    them).  ``rate`` is ops per second over all workers; ``weights`` the
+    relative frequency of ``send``, ``poll``, ``assign`` and ``crash``;
+    ``max_send`` the most records in one send; ``poll_ms`` a poll's wait;
+    ``op_timeout_s`` the longest the workload waits for a send (its records
+    still unresolved then are ``info`` ``timeout``) or a poll.
+    """
+
+    def __init__(
+        self,
+        recorder: HistoryRecorder,
+        open_producer: Callable[[], ProducerLike],
+        open_consumer: Callable[[], ConsumerLike],
+        rng: random.Random,
+        keymap: KeyMap,
+        *,
+        concurrency: int = 5,
+        rate: float = 50.0,
+        weights: Mapping[str, float] | None = None,
+        max_send: int = 3,
+        poll_ms: int = 500,
+        op_timeout_s: float = 10.0,
+        final_time_s: float = 60.0,
+        final_round_s: float = 10.0,
+        prepare: Callable[[], Any] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        if max_send < 1:
+            raise ValueError("max_send must be at least 1")
+        w = {**DEFAULT_WEIGHTS, **(weights or {})}
+        if set(w) != set(FS) or any(v < 0 for v in w.values()) or w["send"] + w["poll"] <= 0:
+            raise ValueError(f"weights are non-negative numbers for {', '.join(FS)}")
+        self.recorder = recorder
+        self.open_producer = open_producer
+        self.open_consumer = open_consumer
+        self.rng = rng
+        self.keymap = keymap
+        self.concurrency = concurrency
+        self.rate = rate
+        self.weights = [w[f] for f in FS]
+        self.max_send = max_send
+        self.poll_ms = poll_ms
+        self.op_timeout_s = op_timeout_s
+        self.final_time_s = final_time_s
+        self.final_round_s = final_round_s
+        self._prepare = prepare
+        self.stats = WorkloadStats()
+        self._workers: list[_Worker] = []
+        self._next_value = 0
+        # The highest offset any op learned for each key (sends and polls).
+        self.known: dict[int, int] = {}
+        self._stop = asyncio.Event()
+        self._closing: set[asyncio.Task[None]] = set()
+        self.final_from: int | None = None
+        # Every client op this workload recorded (for its final check).
+        self.ops: list[Op] = []
+
+    # -- workers ---------------------------------------------------------------------
+
+    def _ensure_workers(self) -> None:
+        if not self._workers:
+            self._workers = [
+                _Worker(i, i, self.open_producer(), self.open_consumer())
+                for i in range(self.concurrency)
+            ]
+
+    @property
+    def processes(self) -> list[int]:
+        return [w.process for w in self._workers]
+
+    def _close_later(self, worker: _Worker) -> None:
+        """Close the worker's clients without waiting: records still queued
+        in its producer fail (their op was already completed)."""
+        producer, consumer = worker.producer, worker.consumer
+
+        async def close() -> None:
+            with contextlib.suppress(Exception):
+                await consumer.close()
+            with contextlib.suppress(Exception):
+                await producer.close(0)
+
+        task = asyncio.create_task(close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    def _retire(self, worker: _Worker) -> None:
+        """The process got info: the worker goes on as a new process with
+        new clients and no assignment."""
+        self._close_later(worker)
+        worker.process = next_process(worker.process, self.concurrency)
+        worker.producer = self.open_producer()
+        worker.consumer = self.open_consumer()
+        worker.assigned = []
+        self.stats.retired += 1
+
+    def _note(self, op: Op) -> Op:
+        self.ops.append(op)
+        return op
+
+    def _note_invoke(self, process: int, f: str, value: Any) -> Op:
+        return self._note(self.recorder.invoke(process, f, value=value))
+
+    def _learn(self, key: int, offset: int | None) -> None:
+        if offset is not None and offset > self.known.get(key, -1):
+            self.known[key] = offset
+
+    # -- ops -------------------------------------------------------------------------
+
+    async def send(self, worker: _Worker, records: Sequence[tuple[int, int]]) -> Op:
+        process = worker.process
+        self._note_invoke(process, "send", value=send_invoke_value(records))
+        self.stats.invokes += 1
+        futures: list[asyncio.Future[Any] | None] = []
+        refusal: BaseException | None = None
+        deadline = time.monotonic() + self.op_timeout_s
+        for k, v in records:
+            if refusal is not None:
+                futures.append(None)
+                continue
+            topic, partition = self.keymap.topic_partition(k)
+            try:
+                futures.append(
+                    await asyncio.wait_for(
+                        worker.producer.send(
+                            topic, str(v).encode(), key=str(k).encode(), partition=partition
+                        ),
+                        max(0.01, deadline - time.monotonic()),
+                    )
+                )
+            except (BrokerClientError, TimeoutError) as exc:
+                # Not queued (no metadata, a fatal producer): never sent.
+                refusal = exc
+                futures.append(None)
+        live = [f for f in futures if f is not None]
+        if live:
+            await asyncio.wait(live, timeout=max(0.0, deadline - time.monotonic()))
+        outcomes = [record_outcome(f, refusal) for f in futures]
+        for (k, _), o in zip(records, outcomes, strict=True):
+            self._learn(k, o.offset)
+        type_, error = send_outcome(outcomes)
+        value = send_completion_value(records, [o.offset for o in outcomes])
+        op = self._note(self.recorder.complete(process, type_, value=value, error=error))  # type: ignore[arg-type]
+        self.stats.completions[type_] += 1
+        if type_ == "info":
+            self._retire(worker)
+        return op
+
+    async def assign(self, worker: _Worker, keys: Sequence[int], seek: bool) -> Op:
+        value = assign_value(keys, seek)
+        self._note_invoke(worker.process, "assign", value=value)
+        self.stats.invokes += 1
+        tps = [self.keymap.topic_partition(k) for k in value["keys"]]
+        worker.consumer.assign(tps)
+        if seek:
+            worker.consumer.seek_to_beginning(tps)
+        worker.assigned = list(value["keys"])
+        op = self._note(self.recorder.ok(worker.process, value=value))
+        self.stats.completions["ok"] += 1
+        return op
+
+    async def poll(self, worker: _Worker, poll_ms: int | None = None) -> Op:
+        process = worker.process
+        self._note_invoke(process, "poll", value=poll_invoke_value())
+        self.stats.invokes += 1
+        wait_ms = self.poll_ms if poll_ms is None else poll_ms
+        try:
+            records = await asyncio.wait_for(
+                worker.consumer.poll(wait_ms), wait_ms / 1000 + self.op_timeout_s
+            )
+        except TimeoutError:
+            return self._poll_failed(process, "timeout")
+        except BrokerClientError as exc:
+            return self._poll_failed(process, error_word(exc.name))
+        found: dict[int, list[tuple[int, Any]]] = {}
+        for r in records:
+            k = self.keymap.key(r.topic, r.partition)
+            found.setdefault(k, []).append((r.offset, _decode(r.value)))
+            self._learn(k, r.offset)
+        op = self._note(self.recorder.ok(process, value=poll_ok_value(found)))
+        self.stats.completions["ok"] += 1
+        return op
+
+    def _poll_failed(self, process: int, error: str) -> Op:
+        op = self._note(self.recorder.fail(process, error, value=poll_invoke_value()))
+        self.stats.completions["fail"] += 1
+        return op
+
+    async def crash(self, worker: _Worker) -> Op:
+        self._note_invoke(worker.process, "crash", value=None)
+        self.stats.invokes += 1
+        op = self._note(self.recorder.info(worker.process, "crash", value=None))
+        self.stats.completions["info"] += 1
+        self._retire(worker)
+        return op
+
+    def _new_values(self, n: int) -> list[int]:
+        out = list(range(self._next_value, self._next_value + n))
+        self._next_value += n
+        return out
+
+    async def _one(self, worker: _Worker) -> None:
+        f = self.rng.choices(FS, weights=self.weights)[0]
+        keys = self.keymap.keys
+        if f == "poll" and not worker.assigned:
+            f = "assign"
+        if f == "send":
+            n = self.rng.randint(1, self.max_send)
+            ks = [self.rng.choice(keys) for _ in range(n)]
+            await self.send(worker, list(zip(ks, self._new_values(n), strict=True)))
+        elif f == "poll":
+            await self.poll(worker)
+        elif f == "assign":
+            chosen = self.rng.sample(keys, self.rng.randint(1, len(keys)))
+            await self.assign(worker, chosen, self.rng.random() < 0.5)
+        else:
+            await self.crash(worker)
+
+    # -- phases ----------------------------------------------------------------------
+
+    async def prepare(self) -> None:
+        """Before the faults: make the topics (``prepare`` given at
+        construction) and open the workers' clients."""
+        if self._prepare is not None:
+            await self._prepare()
+        self._ensure_workers()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self, time_limit_s: float, op_limit: int | None = None) -> WorkloadStats:
+        """The main phase (as the register workload's)."""
+        self._ensure_workers()
+        self._stop.clear()
+        pacer = Pacer(
+            self._stop,
+            self.rng,
+            self.concurrency,
+            self.rate,
+            time_limit_s,
+            op_limit,
+            sleep_out=True,
+        )
+        tasks = [
+            asyncio.create_task(pacer.drive(lambda w=w: self._one(w)))  # type: ignore[misc]
+            for w in self._workers
+        ]
+        try:
+            done, _ = await asyncio.wait(tasks, timeout=time_limit_s + self.op_timeout_s + 5)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for t in done:
+            exc = t.exception()
+            if exc is not None:
+                raise exc
+        return self.stats
+
+    async def final_polls(self) -> dict[str, Any]:
+        """Jepsen's final polls (module docstring); what they reached."""
+        self._ensure_workers()
+        in_flight = self.recorder.in_flight()
+        for worker in self._workers:
+            if worker.process in in_flight:
+                self._note(self.recorder.complete(worker.process, "info", error="run-ended"))
+                self.stats.completions["info"] += 1
+                self._retire(worker)
+        self.final_from = self.recorder.count
+        targets = dict(self.known)
+        keys = self.keymap.keys
+        deadline = time.monotonic() + self.final_time_s
+        rounds = 0
+
+        async def reader(worker: _Worker) -> dict[int, int]:
+            nonlocal rounds
+            reached: dict[int, int] = {}
+            while True:
+                rounds += 1
+                reached = {}
+                await self.crash(worker)
+                await self.assign(worker, keys, True)
+                round_end = min(deadline, time.monotonic() + self.final_round_s)
+                while time.monotonic() < round_end:
+                    op = await self.poll(worker, 1_000)
+                    if op.type == "ok":
+                        for k, recs in op.value[0][1].items():
+                            for offset, _ in recs:
+                                reached[int(k)] = max(reached.get(int(k), -1), offset)
+                    if all(reached.get(k, -1) >= t for k, t in targets.items()):
+                        return reached
+                if time.monotonic() >= deadline:
+                    return reached
+
+        results = await asyncio.gather(*(reader(w) for w in self._workers))
+        missing: dict[str, int] = {}
+        for k, t in sorted(targets.items()):
+            if any(r.get(k, -1) < t for r in results):
+                missing[str(k)] = t
+        return {
+            "from_index": self.final_from,
+            "complete": not missing,
+            "rounds": rounds,
+            "missing": missing,
+            "keys": len(keys),
+        }
+
+    async def final(self) -> FinalVerdict:
+        """The final polls, then :func:`check_final_polls` of the history
+        recorded so far."""
+        final = await self.final_polls()
+        check = check_final_polls(self.ops, final["from_index"])
+        problems = sum(len(v) for k, v in check.items() if isinstance(v, list))
+        verdict = {"final_polls": final, **check}
+        ok = final["complete"] and problems == 0
+        reached = (
+            "every key reached its highest known offset"
+            if final["complete"]
+            else f"missing {final['missing']}"
+        )
+        return FinalVerdict(
+            f"final polls: {final['rounds']} rounds, {reached}; "
+            f"{problems} lost, moved or inconsistent record(s)",
+            verdict,
+            ok,
+        )
+
+    async def close(self) -> None:
+        for worker in self._workers:
+            self._close_later(worker)
+        if self._closing:
+            await asyncio.wait(list(self._closing), timeout=10)
+
+
+def _decode(value: bytes | None) -> Any:
+    """A record's value as the history writes it: the integer it names, or
+    its text if it names none (a foreign record: the shape check reports it)."""
+    if value is None:
+        return None
+    text = value.decode("utf-8", errors="replace")
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
+# -- kq's no-loss rule, on the final polls ----------------------------------------
+
+
+def check_final_polls(ops: Sequence[Op], from_index: int) -> dict[str, list[dict[str, Any]]]:
+    """kq's no-loss rule over a queue history whose final polls start at
+    ``from_index`` (``docs/history-format.md``): every record of an ``ok``
+    send, and every record of an ``info`` send that some ``ok`` poll saw,
+    is in the final polls, at its acknowledged offset (``ok``) or at the
+    offset a poll saw it at, with its value.
+
+    ``lost``: such a record that no final poll returned; ``moved``: one
+    the final polls returned at another offset; ``inconsistent``: two
+    values at one offset of a key in the final polls.
+    """
+    acked: dict[tuple[int, int], int | None] = {}  # (key, value) -> offset
+    info_sent: set[tuple[int, int]] = set()
+    seen_at: dict[tuple[int, int], int] = {}
+    final: dict[int, dict[int, Any]] = {}
+    inconsistent: list[dict[str, Any]] = []
+    for op in ops:
+        if op.process == "nemesis" or op.type == "invoke":
+            continue
+        if op.f == "send" and op.type in ("ok", "info"):
+            for mop in op.value:
+                k, (offset, v) = mop[1], mop[2]
+                if op.type == "ok":
+                    acked[(k, v)] = offset
+                else:
+                    info_sent.add((k, v))
+                    if offset is not None:
+                        seen_at[(k, v)] = offset
+        elif op.f == "poll" and op.type == "ok":
+            for k_text, recs in op.value[0][1].items():
+                k = int(k_text)
+                for offset, v in recs:
+                    seen_at.setdefault((k, v), offset)
+                    if op.index >= from_index:
+                        at = final.setdefault(k, {})
+                        if offset in at and at[offset] != v:
+                            inconsistent.append(
+                                {"key": k, "offset": offset, "values": [at[offset], v]}
+                            )
+                        at.setdefault(offset, v)
+    where: dict[tuple[int, int], int] = {
+        (k, v): offset for k, at in final.items() for offset, v in at.items()
+    }
+    must = dict(acked)
+    for kv in info_sent:
+        if kv in seen_at:
+            must.setdefault(kv, seen_at[kv])
+    lost: list[dict[str, Any]] = []
+    moved: list[dict[str, Any]] = []
+    for (k, v), offset in sorted(must.items()):
+        found = where.get((k, v))
+        if found is None:
+            lost.append({"key": k, "value": v, "offset": offset})
+        elif offset is not None and found != offset:
+            moved.append({"key": k, "value": v, "offset": offset, "found": found})
+    return {"lost": lost, "moved": moved, "inconsistent": inconsistent}

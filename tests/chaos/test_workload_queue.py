@@ -1,0 +1,352 @@
+"""The queue workload (chaos.workloads.queue): the outcome mapping from the
+producer's answers, the ops it records against an in-memory broker (well
+formed as the queue model), its final polls, the no-loss check firing on a
+lost, moved or inconsistent record, and the run config's refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.client.errors import DeliveryError, Outcome
+from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError, NoBrokerError
+from broker.grpc_client.producer import RecordMetadata
+from chaos.runner import RunConfig
+from chaos.workloads.queue import (
+    QueueWorkload,
+    RecordOutcome,
+    check_final_polls,
+    error_word,
+    record_outcome,
+    send_outcome,
+)
+from chaos.workloads.queue_setup import QueueOptions
+from history.files import HistoryWriter, read_history
+from history.ops import Op, check_well_formed
+from history.queue import KeyMap
+
+# -- the outcome mapping ------------------------------------------------------------
+
+
+def _done(result: Any = None, exc: BaseException | None = None) -> asyncio.Future[Any]:
+    loop = asyncio.new_event_loop()
+    try:
+        f: asyncio.Future[Any] = loop.create_future()
+        if exc is not None:
+            f.set_exception(exc)
+        else:
+            f.set_result(result)
+        return f
+    finally:
+        loop.close()
+
+
+def _delivery(name: str, code: int, outcome: Outcome) -> DeliveryFailedError:
+    return DeliveryFailedError(DeliveryError(name, code, "partition queue-0", outcome))
+
+
+def test_error_words() -> None:
+    assert error_word("NOT_ENOUGH_REPLICAS_AFTER_APPEND") == "not-enough-replicas-after-append"
+    assert error_word("NETWORK_EXCEPTION") == "network-exception"
+    assert error_word("") == "unknown"
+
+
+@pytest.mark.parametrize(
+    ("name", "code", "outcome", "expected"),
+    [
+        (
+            "NOT_ENOUGH_REPLICAS",
+            19,
+            Outcome.FAIL,
+            RecordOutcome("fail", None, "not-enough-replicas"),
+        ),
+        (
+            "NOT_LEADER_OR_FOLLOWER",
+            6,
+            Outcome.INFO,
+            RecordOutcome("info", None, "not-leader-or-follower"),
+        ),
+        (
+            "NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+            20,
+            Outcome.INFO,
+            RecordOutcome("info", None, "not-enough-replicas-after-append"),
+        ),
+        ("REQUEST_TIMED_OUT", 7, Outcome.INFO, RecordOutcome("info", None, "request-timed-out")),
+        ("NETWORK_EXCEPTION", 13, Outcome.INFO, RecordOutcome("info", None, "network-exception")),
+        ("TIMEOUT", -1, Outcome.FAIL, RecordOutcome("fail", None, "timeout")),
+        ("TIMEOUT", -1, Outcome.INFO, RecordOutcome("info", None, "timeout")),
+        ("MESSAGE_TOO_LARGE", 10, Outcome.FAIL, RecordOutcome("fail", None, "message-too-large")),
+    ],
+)
+def test_a_failed_record_takes_the_clients_class_not_its_name(
+    name: str, code: int, outcome: Outcome, expected: RecordOutcome
+) -> None:
+    assert record_outcome(_done(exc=_delivery(name, code, outcome))) == expected
+
+
+def test_ok_records_and_the_other_endings() -> None:
+    assert record_outcome(_done(RecordMetadata("q", 0, 7, 0))) == RecordOutcome("ok", 7)
+    # A duplicate whose offsets the broker no longer had: ok, offset unknown.
+    assert record_outcome(_done(RecordMetadata("q", 0, -1, 0))) == RecordOutcome("ok", None)
+    # The producer failed as a whole: it cannot say whether the batch went.
+    fatal = BrokerClientError(-1, "sender died", "KafkaException")
+    assert record_outcome(_done(exc=fatal)) == RecordOutcome("info", None, "kafkaexception")
+    # Never queued (no broker answered the metadata request): never sent.
+    assert record_outcome(None, NoBrokerError("none")) == RecordOutcome(
+        "fail", None, "broker-not-available"
+    )
+    loop = asyncio.new_event_loop()
+    try:
+        pending: asyncio.Future[Any] = loop.create_future()
+        assert record_outcome(pending) == RecordOutcome("info", None, "timeout")
+    finally:
+        loop.close()
+
+
+def test_send_outcome() -> None:
+    ok, fail = RecordOutcome("ok", 1), RecordOutcome("fail", error="not-enough-replicas")
+    info = RecordOutcome("info", error="request-timed-out")
+    assert send_outcome([ok, ok]) == ("ok", None)
+    assert send_outcome([fail, fail]) == ("fail", "not-enough-replicas")
+    # Part written, part refused: the op as a whole is unknown.
+    assert send_outcome([ok, fail]) == ("info", "not-enough-replicas")
+    assert send_outcome([fail, info]) == ("info", "not-enough-replicas")
+    assert send_outcome([ok, info]) == ("info", "request-timed-out")
+
+
+# -- the workload against an in-memory broker ------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Rec:
+    topic: str
+    partition: int
+    offset: int
+    value: bytes
+
+
+class _Broker:
+    """Partitions as lists; ``refuse``: a partition whose appends fail
+    definitely; ``unknown``: whose appends land but answer info."""
+
+    def __init__(self) -> None:
+        self.logs: dict[tuple[str, int], list[bytes]] = {}
+        self.refuse: set[tuple[str, int]] = set()
+        self.unknown: set[tuple[str, int]] = set()
+
+
+class _Producer:
+    def __init__(self, broker: _Broker) -> None:
+        self.broker = broker
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> asyncio.Future[Any]:
+        assert partition is not None and value is not None
+        tp = (topic, partition)
+        f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if tp in self.broker.refuse:
+            f.set_exception(_delivery("NOT_ENOUGH_REPLICAS", 19, Outcome.FAIL))
+            return f
+        log = self.broker.logs.setdefault(tp, [])
+        log.append(value)
+        if tp in self.broker.unknown:
+            f.set_exception(_delivery("REQUEST_TIMED_OUT", 7, Outcome.INFO))
+        else:
+            f.set_result(RecordMetadata(topic, partition, len(log) - 1, 0))
+        return f
+
+    async def close(self, timeout_s: float | None = None) -> None:
+        return None
+
+
+class _Consumer:
+    def __init__(self, broker: _Broker) -> None:
+        self.broker = broker
+        self.positions: dict[tuple[str, int], int] = {}
+
+    def assign(self, partitions: Any) -> None:
+        self.positions = {tp: self.positions.get(tp, 0) for tp in partitions}
+
+    def seek_to_beginning(self, partitions: Any = None) -> None:
+        for tp in partitions:
+            self.positions[tp] = 0
+
+    async def poll(self, timeout_ms: int = 1_000, max_records: int | None = None) -> list[Any]:
+        out = []
+        for tp, pos in self.positions.items():
+            log = self.broker.logs.get(tp, [])
+            out += [_Rec(tp[0], tp[1], o, log[o]) for o in range(pos, min(len(log), pos + 3))]
+            self.positions[tp] = min(len(log), pos + 3)
+        await asyncio.sleep(0)
+        return out
+
+    async def close(self) -> None:
+        return None
+
+
+def _workload(
+    tmp_path: Path, broker: _Broker, **kwargs: Any
+) -> tuple[QueueWorkload, HistoryWriter]:
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    w = QueueWorkload(
+        writer,
+        lambda: _Producer(broker),
+        lambda: _Consumer(broker),
+        random.Random(3),
+        KeyMap((("queue", 3),)),
+        concurrency=3,
+        rate=400,
+        final_time_s=5,
+        final_round_s=1,
+        **kwargs,
+    )
+    return w, writer
+
+
+def _history(tmp_path: Path) -> list[Op]:
+    return read_history(tmp_path / "history.jsonl")
+
+
+def test_a_run_is_well_formed_and_the_final_polls_find_every_acknowledged_record(
+    tmp_path: Path,
+) -> None:
+    broker = _Broker()
+    broker.refuse.add(("queue", 1))
+    w, writer = _workload(tmp_path, broker)
+
+    async def main() -> Any:
+        await w.prepare()
+        await w.run(1.0)
+        verdict = await w.final()
+        await w.close()
+        return verdict
+
+    verdict = asyncio.run(main())
+    writer.close()
+    ops = _history(tmp_path)
+    assert check_well_formed(ops, model="queue") == []
+    fs = {op.f for op in ops}
+    assert fs == {"send", "poll", "assign", "crash"}
+    assert any(op.f == "send" and op.type == "fail" for op in ops)  # key 1 refuses
+    assert verdict.ok, verdict
+    final = verdict.check["final_polls"]
+    assert final["complete"] and final["from_index"] > 0
+    # The final phase: each worker crashes, assigns every key from the start, polls.
+    tail = [op for op in ops if op.index >= final["from_index"] and op.type != "invoke"]
+    assert {op.f for op in tail} == {"crash", "assign", "poll"}
+    assert all(
+        op.value == {"keys": [0, 1, 2], "seek_to_beginning": True}
+        for op in tail
+        if op.f == "assign"
+    )
+    assert verdict.check["lost"] == verdict.check["moved"] == []
+
+
+def test_an_info_send_retires_its_process(tmp_path: Path) -> None:
+    broker = _Broker()
+    broker.unknown.add(("queue", 0))
+    w, writer = _workload(tmp_path, broker)
+
+    async def main() -> None:
+        await w.prepare()
+        worker = w._workers[0]
+        op = await w.send(worker, [(0, 100)])
+        assert op.type == "info" and op.error == "request-timed-out"
+        assert op.value == [["send", 0, [None, 100]]]
+        assert worker.process == 3 and worker.assigned == []
+        op = await w.send(worker, [(2, 101), (0, 102)])
+        assert op.type == "info" and op.value == [["send", 2, [0, 101]], ["send", 0, [None, 102]]]
+
+    asyncio.run(main())
+    writer.close()
+    assert check_well_formed(_history(tmp_path), model="queue") == []
+
+
+def _op(index: int, type_: str, f: str, value: Any, process: int = 0) -> Op:
+    return Op(
+        index,
+        index,
+        type_,
+        process,
+        f,
+        value=value,
+        error=None if type_ in ("invoke", "ok") else "x",
+    )
+
+
+def _final(index: int, records: dict[str, list[list[int]]]) -> list[Op]:
+    return [
+        _op(index, "invoke", "poll", [["poll"]], 9),
+        _op(index + 1, "ok", "poll", [["poll", records]], 9),
+    ]
+
+
+def test_the_no_loss_check_fires_on_lost_moved_and_inconsistent_records() -> None:
+    sends = [
+        _op(0, "invoke", "send", [["send", 0, 1], ["send", 0, 2]]),
+        _op(1, "ok", "send", [["send", 0, [0, 1]], ["send", 0, [1, 2]]]),
+        _op(2, "invoke", "send", [["send", 1, 3]], 1),
+        _op(3, "info", "send", [["send", 1, [None, 3]]], 1),
+        _op(4, "invoke", "poll", [["poll"]], 2),
+        _op(5, "ok", "poll", [["poll", {"1": [[0, 3]]}]], 2),
+    ]
+    clean = check_final_polls([*sends, *_final(6, {"0": [[0, 1], [1, 2]], "1": [[0, 3]]})], 6)
+    assert clean == {"lost": [], "moved": [], "inconsistent": []}
+    # The acknowledged value 2 is gone, and the info value 3 a poll saw too.
+    lost = check_final_polls([*sends, *_final(6, {"0": [[0, 1]]})], 6)
+    assert lost["lost"] == [
+        {"key": 0, "value": 2, "offset": 1},
+        {"key": 1, "value": 3, "offset": 0},
+    ]
+    moved = check_final_polls([*sends, *_final(6, {"0": [[0, 1], [2, 2]], "1": [[0, 3]]})], 6)
+    assert moved["moved"] == [{"key": 0, "value": 2, "offset": 1, "found": 2}]
+    two = [*sends, *_final(6, {"0": [[0, 1], [1, 2]], "1": [[0, 3]]}), *_final(8, {"0": [[1, 9]]})]
+    assert check_final_polls(two, 6)["inconsistent"] == [{"key": 0, "offset": 1, "values": [2, 9]}]
+    # An info send no poll saw may be lost: nothing to report.
+    unseen = [s for s in sends if s.f != "poll"]
+    assert check_final_polls([*unseen, *_final(6, {"0": [[0, 1], [1, 2]]})], 6)["lost"] == []
+
+
+# -- the run config -------------------------------------------------------------------
+
+
+def test_the_docker_backend_refuses_the_queue_workload_for_now() -> None:
+    config = RunConfig(backend="docker", workload="queue")
+    with pytest.raises(ValueError, match="docker backend runs no brokers yet"):
+        config.check()
+    RunConfig(backend="local", workload="queue").check()
+    assert RunConfig(workload="register").brokers == 0
+    assert RunConfig(workload="queue").brokers == 3
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (QueueOptions(replication_factor=4), "needs at least as many brokers"),
+        (QueueOptions(min_isr=4, brokers=4, replication_factor=3), "above the replication"),
+        (QueueOptions(acks="2"), "acks must be one of"),
+        (QueueOptions(partitions=0), "partitions must be at least 1"),
+        (QueueOptions(replica_lag_ms=10), "replica_lag_ms must be in"),
+    ],
+)
+def test_bad_queue_options_are_refused(options: QueueOptions, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        RunConfig(workload="queue", queue=options).check()
+
+
+def test_the_docker_backend_factory_refuses_brokers(tmp_path: Path) -> None:
+    from chaos.runner import BACKENDS
+
+    with pytest.raises(ValueError, match="docker backend runs no brokers yet"):
+        BACKENDS["docker"].make(3, tmp_path, False, True, brokers=3)

@@ -1,0 +1,87 @@
+"""One short real run of the queue workload on the local backend: 3
+controllers and 3 brokers started as ``kq cluster up --brokers 3`` starts
+them, a kill nemesis that may pick any of them, and the final polls.  The
+history is well formed as the queue model, every acknowledged record is
+found by the final polls at its offset (checked here from the history file,
+independently of the workload's own verdict), and nothing is left running."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from chaos.runner import RunConfig, run_chaos
+from chaos.workloads.queue import check_final_polls
+from chaos.workloads.queue_setup import QueueOptions
+from history.files import read_history
+from history.ops import NEMESIS
+from history.runs import RunDir, check_run
+
+pytestmark = pytest.mark.slow
+
+
+def _processes_under(path: Path) -> list[str]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if str(path) in cmdline and state not in ("Z", "X"):
+            out.append(f"{pid}: {cmdline}")
+    return out
+
+
+def test_a_short_queue_run_with_kills_loses_no_acknowledged_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    config = RunConfig(
+        name="queue-ci",
+        workload="queue",
+        faults=("kill",),
+        time_limit_s=12,
+        rate=30,
+        concurrency=3,
+        seed=5,
+        fault_interval_s=2.0,
+        fault_period_s=8.0,
+        quiet_s=2.0,
+        runs_dir=str(tmp_path / "runs"),
+        queue=QueueOptions(partitions=3, final_time_s=30),
+    )
+    result = asyncio.run(asyncio.wait_for(run_chaos(config), 240))
+    assert result.completed, result.error
+    assert result.recovered and result.final_ok, result.final_check
+    assert result.problems == []
+    run = RunDir(result.path)
+    assert check_run(run.path) == []
+    cfg = json.loads(run.config.read_text())
+    assert cfg["model"] == "queue" and cfg["brokers"] == [4, 5, 6]
+    assert cfg["queue"]["topics"] == [{"name": "queue", "partitions": 3}]
+    ops = read_history(run.history)
+    kills = [op for op in ops if op.process == NEMESIS and op.f == "kill" and op.type == "ok"]
+    assert kills, "the nemesis killed nothing"
+    sends = [op for op in ops if op.f == "send" and op.type == "ok"]
+    assert len(sends) >= 10
+    summary = json.loads(run.summary.read_text())
+    final = summary["final_polls"]
+    assert final["complete"], final
+    assert check_final_polls(ops, final["from_index"]) == {
+        "lost": [],
+        "moved": [],
+        "inconsistent": [],
+    }
+    assert (run.logs / "broker-4.log").read_text()
+    assert _processes_under(scratch) == []
+    assert list(scratch.iterdir()) == []

@@ -37,6 +37,15 @@ Fault kinds (:data:`FAULT_KINDS`):
   ``{"drop", "duplicate", "max_delay_ms"}``; ``duplicate`` is always 0 (the
   backends do not duplicate packets).
 
+- ``kill-partition-leader`` / ``pause-partition-leader``: the broker that
+  leads a partition of the queue workload (drawn when the fault starts,
+  from the controllers' metadata), killed or paused: an *intent*
+  (``target="partition-leader"``) the runner resolves when it acts; its
+  ``start`` / ``resume`` carries the same intent and ends that node's fault;
+- ``isolate-follower``: a follower of a partition (drawn likewise) cut off
+  from every other node (``target="follower"``), so that it falls behind
+  and leaves the ISR, and rejoins it after the ``heal``;
+
 - ``rotate-certs``: every node's certificate and key re-issued from the
   cluster's CA while the nodes run (new key, new serial; the files replaced
   by rename), which they pick up on their next handshakes.  An instant
@@ -62,10 +71,12 @@ from chaos.backend import Groups, isolate, majority_available, partition_groups
 from history.ops import NEMESIS, Op
 
 __all__ = [
+    "BROKER_KINDS",
     "FAULT_KINDS",
     "KILL_KINDS",
     "NETWORK_KINDS",
     "PACKET_KIND",
+    "PARTITION_LEADER_KINDS",
     "PARTITION_KINDS",
     "ROTATE_KIND",
     "Action",
@@ -84,11 +95,15 @@ KILL_KINDS: Final = ("kill", "kill-leader", "kill-majority")
 """Crashes: a random node, the leader, a majority."""
 PACKET_KIND: Final = "packet"
 """Slow, lossy links between the nodes (ended by ``heal``)."""
-NETWORK_KINDS: Final = (*PARTITION_KINDS, PACKET_KIND)
+NETWORK_KINDS: Final = (*PARTITION_KINDS, PACKET_KIND, "isolate-follower")
 """The network faults: at most one is in force, and ``heal`` ends it."""
 ROTATE_KIND: Final = "rotate-certs"
 """Every node's certificate re-issued while it runs (instant; TLS only)."""
-FAULT_KINDS: Final = (*KILL_KINDS, "pause", *NETWORK_KINDS, ROTATE_KIND)
+PARTITION_LEADER_KINDS: Final = ("kill-partition-leader", "pause-partition-leader")
+"""The leader of a queue partition killed or paused (brokers only)."""
+BROKER_KINDS: Final = (*PARTITION_LEADER_KINDS, "isolate-follower")
+"""Faults aimed at a partition's replicas: they need brokers."""
+FAULT_KINDS: Final = (*KILL_KINDS, "pause", *NETWORK_KINDS, ROTATE_KIND, *PARTITION_LEADER_KINDS)
 _ENDS: Final = {"kill": "start", "pause": "resume", "partition": "heal", "packet": "heal"}
 
 
@@ -203,6 +218,8 @@ def _partition(kind: str, nodes: list[int], rng: random.Random) -> tuple[Groups 
         return None, None
     if kind == "isolate-leader":
         return (), "leader"
+    if kind == "isolate-follower":
+        return (), "follower"
     return partition_groups(kind, nodes, rng), None
 
 
@@ -211,7 +228,7 @@ def _possible_groups(
 ) -> list[Groups | None]:
     """Every network a partition may make (a leader intent: any node;
     ``None``: no partition)."""
-    if target == "leader":
+    if target in ("leader", "follower"):
         return [isolate(nodes, n) for n in nodes]
     return [groups]
 
@@ -273,6 +290,8 @@ def schedule(
     # leader (node unknown), a kill of a majority, and the partition.
     down: dict[int, str] = {}
     leader_down = False
+    # A kill or pause of a partition's leader in force (its node unknown).
+    targeted: str | None = None
     majority: tuple[int, ...] | None = None
     net: tuple[Groups | None, str | None, str] | None = None
 
@@ -290,7 +309,7 @@ def schedule(
         )
 
     def start_one(t: float) -> bool:
-        nonlocal net, leader_down, majority
+        nonlocal net, leader_down, majority, targeted
         if majority is not None:
             return False
         options = [
@@ -298,7 +317,10 @@ def schedule(
             for k in kinds
             if not (k in NETWORK_KINDS and net is not None)
             and not (k == "kill-majority" and count() > 0)
-            and not (k in ("kill", "pause", "kill-leader") and leader_down)
+            and not (
+                k in ("kill", "pause", "kill-leader", *PARTITION_LEADER_KINDS)
+                and (leader_down or targeted is not None)
+            )
         ]
         rng.shuffle(options)
         cur_groups, cur_target = (net[0], net[1]) if net is not None else (None, None)
@@ -315,6 +337,12 @@ def schedule(
                 if len(down) < len(ids) and safe(down, cur_groups, cur_target, True):
                     leader_down = True
                     out.append(Action(t, "kill", kind=kind, target="leader"))
+                    return True
+            elif kind in PARTITION_LEADER_KINDS:
+                if len(down) < len(ids) and safe(down, cur_groups, cur_target, True):
+                    targeted = kind
+                    f = "kill" if kind == "kill-partition-leader" else "pause"
+                    out.append(Action(t, f, kind=kind, target="partition-leader"))
                     return True
             elif kind == "kill-majority":
                 majority = tuple(sorted(rng.sample(ids, len(ids) // 2 + 1)))
@@ -337,10 +365,11 @@ def schedule(
         return False
 
     def end_one(t: float, which: int | None) -> None:
-        nonlocal net, leader_down, majority
+        nonlocal net, leader_down, majority, targeted
         active: list[int | str] = [
             *sorted(down),
             *(["leader"] if leader_down else []),
+            *(["targeted"] if targeted is not None else []),
             *(["majority"] if majority is not None else []),
             *(["net"] if net is not None else []),
         ]
@@ -351,6 +380,11 @@ def schedule(
         elif pick == "leader":
             leader_down = False
             out.append(Action(t, "start", kind="kill-leader", target="leader"))
+        elif pick == "targeted":
+            assert targeted is not None
+            f = "start" if targeted == "kill-partition-leader" else "resume"
+            out.append(Action(t, f, kind=targeted, target="partition-leader"))
+            targeted = None
         elif pick == "majority":
             assert majority is not None
             out.append(Action(t, "start", nodes=majority, kind="kill-majority"))
@@ -360,7 +394,13 @@ def schedule(
             out.append(Action(t, _ENDS[down.pop(pick)], nodes=(pick,)))
 
     def count() -> int:
-        return len(down) + leader_down + (majority is not None) + (net is not None)
+        return (
+            len(down)
+            + leader_down
+            + (targeted is not None)
+            + (majority is not None)
+            + (net is not None)
+        )
 
     t = start_s
     while kinds and t < end_s:

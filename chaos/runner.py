@@ -31,16 +31,17 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 import grpc
 
-from chaos.backend import TOPOLOGIES, ClusterBackend
+from chaos.backend import TOPOLOGIES, ClusterBackend, isolate
 from chaos.nemesis import (
+    BROKER_KINDS,
     FAULT_KINDS,
     KILL_KINDS,
     NETWORK_KINDS,
@@ -324,6 +325,7 @@ NEMESES: Final = (
     *PARTITION_KINDS,
     PACKET_KIND,
     ROTATE_KIND,
+    *BROKER_KINDS,
 )
 """The ``--nemesis`` names: ``kill`` a random node, ``kill-leader`` the
 leader, ``kill-majority`` a majority at once (only when named);
@@ -365,6 +367,9 @@ _MIN_NODES: Final = {
     "majorities-ring": 5,
     "packet": 2,
     ROTATE_KIND: 1,
+    "kill-partition-leader": 1,
+    "pause-partition-leader": 1,
+    "isolate-follower": 2,
 }
 assert set(_MIN_NODES) == set(FAULT_KINDS) and set(TOPOLOGIES) <= set(_MIN_NODES)
 
@@ -430,6 +435,13 @@ class RunConfig:
                     else f"the {self.backend} backend runs no brokers: use --backend local"
                 )
             self.queue.check()
+        else:
+            aimed = [f for f in self.faults if f in BROKER_KINDS]
+            if aimed:
+                raise ValueError(
+                    f"{', '.join(aimed)} aim at a partition's replicas: they need brokers "
+                    "(--workload queue)"
+                )
         unknown = [f for f in self.faults if f not in FAULT_KINDS]
         if unknown:
             raise ValueError(f"unknown fault kinds {unknown}; known: {', '.join(FAULT_KINDS)}")
@@ -529,6 +541,11 @@ class _Nemesis:
         self.down: dict[int, str] = {}  # node -> kill / pause
         self.partition: str | None = None  # network fault in force (a kind, or packet)
         self.killed_leader: int | None = None  # the node a kill-leader killed
+        # The broker a kill- or pause-partition-leader hit.
+        self.targeted: int | None = None
+        # Finds partitions' leaders and followers (queue runs).
+        self.replicas: Callable[[], Awaitable[list[PartitionReplicas]]] | None = None
+        self.rng = random.Random(0)
         self.injected: Counter[str] = Counter()
         self.rotations = 0  # rotate-certs actions done (ok)
 
@@ -543,6 +560,8 @@ class _Nemesis:
     async def act(self, action: Action) -> tuple[Literal["ok", "info", "skipped"], Action]:
         """Carry ``action`` out and record it; returns how it went and the
         action as done (a leader intent resolved)."""
+        if action.target in ("partition-leader", "follower"):
+            return await self._act_on_partition(action)
         if action.target == "leader" and action.f == "start":
             # The end of a kill-leader: restart the node it killed.
             if self.killed_leader is None:
@@ -568,6 +587,42 @@ class _Nemesis:
         self.writer.ok(NEMESIS)
         self._track(action, ok=True)
         return "ok", action
+
+    async def _act_on_partition(
+        self, action: Action
+    ) -> tuple[Literal["ok", "info", "skipped"], Action]:
+        """A fault aimed at a partition's leader or follower: its node drawn
+        from the controllers' metadata now (the end of a leader's fault: the
+        node it hit)."""
+        if action.f in ("start", "resume"):
+            if self.targeted is None:
+                self.log(f"skipped {action.kind} {action.f}: no partition leader was hit")
+                return "skipped", action
+            node, self.targeted = self.targeted, None
+            return await self.act(replace(action, nodes=(node,), target=None))
+        found = await self.replicas() if self.replicas is not None else []
+        if action.target == "partition-leader":
+            options = [
+                (p.name, p.leader) for p in found if p.leader >= 0 and p.leader not in self.down
+            ]
+        else:
+            options = [
+                (p.name, f)
+                for p in found
+                for f in p.replicas
+                if f != p.leader and f not in self.down
+            ]
+        if not options:
+            self.log(f"skipped {action.kind}: no partition {action.target} found")
+            return "skipped", action
+        name, node = self.rng.choice(sorted(options))
+        self.log(f"{action.kind}: {action.target} {node} of {name}")
+        if action.target == "follower":
+            done = replace(action, groups=isolate(self.backend.nodes, node), target=None)
+        else:
+            self.targeted = node
+            done = replace(action, nodes=(node,), target=None)
+        return await self.act(done)
 
     async def _apply(self, action: Action) -> None:
         b = self.backend
@@ -632,6 +687,39 @@ class _Nemesis:
             for node, how in sorted(self.down.items())
         ]
         return [*out, Action(0.0, "heal")]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReplicas:
+    """A partition as the controllers have it: ``name`` topic-partition."""
+
+    name: str
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+async def partition_replicas(
+    backend: ClusterBackend, topics: Sequence[str], timeout_s: float = 5.0
+) -> list[PartitionReplicas]:
+    """The leader, replicas and ISR of every partition of ``topics``, from
+    the active controller's metadata (empty if none answered)."""
+    client = MetadataClient(
+        list(backend.addresses().values()),
+        timeout_s=timeout_s,
+        credentials=backend.client_credentials(),
+    )
+    try:
+        answer = await client.describe_topics(list(topics))
+    except Exception:
+        return []
+    finally:
+        await client.close()
+    return [
+        PartitionReplicas(f"{t.name}-{p.partition}", p.leader, tuple(p.replicas), tuple(p.isr))
+        for t in answer.topics
+        for p in t.partitions
+    ]
 
 
 async def current_leader(backend: ClusterBackend, timeout_s: float = 5.0) -> int | None:
@@ -770,6 +858,12 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
         if not config.tls:
             emit("WARNING: insecure run: the nodes listen PLAINTEXT, without authentication")
         nemesis = _Nemesis(backend, writer, lambda line: emit(line))
+        # Its own stream: the schedule of a seed stays what it was.
+        nemesis.rng = random.Random(seed ^ 0x5EED)
+        if config.brokers:
+            topics = [name for name, _ in config.queue.keymap.topics]
+            live = backend
+            nemesis.replicas = lambda: partition_replicas(live, topics)
         addresses = dict(backend.addresses())
         broker_addresses = getattr(backend, "broker_addresses", None)
         workload = WORKLOADS[config.workload].make(

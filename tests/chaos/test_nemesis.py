@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from chaos.nemesis import (
+    BROKER_KINDS,
     FAULT_KINDS,
     NETWORK_KINDS,
     PARTITION_KINDS,
@@ -226,7 +227,11 @@ def test_no_faults_is_a_lone_heal() -> None:
 @given(
     seed=st.integers(0, 2**32),
     n=st.integers(3, 7),
-    kinds=st.lists(st.sampled_from(FAULT_KINDS), min_size=1, unique=True),
+    # The broker kinds' intents are resolved by the runner from the
+    # partitions' metadata (test_broker_kinds_are_intents_ended_by_their_own_end).
+    kinds=st.lists(
+        st.sampled_from([k for k in FAULT_KINDS if k not in BROKER_KINDS]), min_size=1, unique=True
+    ),
     max_concurrent=st.integers(1, 4),
     keep_majority=st.booleans(),
     duration=st.floats(1, 120),
@@ -392,3 +397,26 @@ def test_kill_majority_is_alone_in_force_even_with_other_faults() -> None:
 def test_kill_majority_needs_three_nodes() -> None:
     with pytest.raises(ValueError, match="kill-majority"):
         schedule(random.Random(), [1, 2], ["kill-majority"], duration_s=1)
+
+
+def test_broker_kinds_are_intents_ended_by_their_own_end() -> None:
+    nodes = [1, 2, 3, 4, 5, 6]
+    kinds = ["kill-partition-leader", "pause-partition-leader", "isolate-follower"]
+    acts = schedule(random.Random(11), nodes, kinds, duration_s=60, interval_s=1)
+    seen = {a.kind for a in acts if a.kind}
+    assert seen == set(kinds)
+    in_force: str | None = None
+    for a in acts:
+        if a.kind in ("kill-partition-leader", "pause-partition-leader"):
+            assert a.target == "partition-leader" and a.nodes == ()
+            if a.f in ("kill", "pause"):
+                assert in_force is None  # one node-aimed intent at a time
+                assert a.f == ("kill" if a.kind == "kill-partition-leader" else "pause")
+                in_force = a.kind
+            else:
+                assert in_force == a.kind
+                assert a.f == ("start" if a.kind == "kill-partition-leader" else "resume")
+                in_force = None
+        if a.kind == "isolate-follower":
+            assert a.f == "partition" and a.target == "follower" and a.groups == ()
+    assert in_force is None

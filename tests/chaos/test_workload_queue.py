@@ -350,3 +350,61 @@ def test_the_docker_backend_factory_refuses_brokers(tmp_path: Path) -> None:
 
     with pytest.raises(ValueError, match="docker backend runs no brokers yet"):
         BACKENDS["docker"].make(3, tmp_path, False, True, brokers=3)
+
+
+def test_faults_aimed_at_partitions_need_the_queue_workload() -> None:
+    from chaos.runner import expand_nemesis
+
+    kinds = expand_nemesis(["kill-partition-leader", "isolate-follower"], 6)
+    assert kinds == ["isolate-follower", "kill-partition-leader"]
+    with pytest.raises(ValueError, match="they need brokers"):
+        RunConfig(workload="register", faults=tuple(kinds)).check()
+    RunConfig(workload="queue", faults=tuple(kinds)).check()
+
+
+def test_a_partition_fault_resolves_to_the_leader_it_finds_and_ends_on_it(tmp_path: Path) -> None:
+    from chaos.nemesis import Action
+    from chaos.runner import PartitionReplicas, _Nemesis
+
+    class Backend:
+        nodes = [1, 2, 3, 4, 5, 6]
+        done: list[tuple[str, tuple[int, ...]]] = []
+
+        async def kill(self, node: int) -> None:
+            self.done.append(("kill", (node,)))
+
+        async def restart(self, node: int) -> None:
+            self.done.append(("start", (node,)))
+
+        async def partition(self, groups: Any) -> None:
+            self.done.append(("partition", tuple(len(g) for g in groups)))
+
+    writer = HistoryWriter(tmp_path / "h.jsonl")
+    nemesis = _Nemesis(Backend(), writer, lambda line: None)  # type: ignore[arg-type]
+
+    async def replicas() -> list[PartitionReplicas]:
+        return [PartitionReplicas("queue-0", 5, (5, 4, 6), (5, 4, 6))]
+
+    nemesis.replicas = replicas
+
+    async def main() -> None:
+        kind = "kill-partition-leader"
+        how, done = await nemesis.act(Action(0, "kill", kind=kind, target="partition-leader"))
+        assert how == "ok" and done.nodes == (5,)
+        how, done = await nemesis.act(Action(1, "start", kind=kind, target="partition-leader"))
+        assert how == "ok" and done.nodes == (5,)
+        how, done = await nemesis.act(
+            Action(2, "partition", kind="isolate-follower", target="follower")
+        )
+        assert how == "ok" and done.groups in (((4,), (1, 2, 3, 5, 6)), ((6,), (1, 2, 3, 4, 5)))
+        how, _ = await nemesis.act(Action(3, "start", kind=kind, target="partition-leader"))
+        assert how == "skipped"  # nothing in force to end
+
+    asyncio.run(main())
+    writer.close()
+    assert [d[0] for d in Backend.done] == ["kill", "start", "partition"]
+    ops = read_history(tmp_path / "h.jsonl")
+    assert [op.value for op in ops if op.type == "ok"][:2] == [
+        {"nodes": [5], "kind": "kill-partition-leader"},
+        {"nodes": [5], "kind": "kill-partition-leader"},
+    ]

@@ -67,7 +67,7 @@ import grpc
 from chaos.backend import check_packet, partition_pairs
 from chaos.netfilter import Netfilter
 from chaos.nfqueue import Delayer, queue_number
-from chaos.node_exports import export_node
+from chaos.node_exports import export_broker, export_node
 from history.runs import RunDir
 from quorum.driver.client import describe
 from server.local_brokers import broker_epochs, wait_for_brokers
@@ -468,12 +468,11 @@ class LocalCluster:
         run = RunDir(Path(run_dir))
         start = self.start_unix_ns if start_unix_ns is None else start_unix_ns
         for b in state.brokers:
-            # The brokers' partition logs are not exported yet: their text
-            # logs are kept.
-            run.logs.mkdir(parents=True, exist_ok=True)
             log_path = state.path(b.log_file)
             text = log_path.read_text(errors="replace") if log_path.exists() else ""
-            (run.logs / f"broker-{b.node_id}.log").write_text(text)
+            await asyncio.to_thread(
+                export_broker, run, b.node_id, text, [state.path(d) for d in b.log_dirs]
+            )
         for n in state.nodes:
             log_path = state.path(n.log_file)
             text = log_path.read_text(errors="replace") if log_path.exists() else ""

@@ -6,6 +6,8 @@ log text and data directory onto the host, and hand them to
 - :func:`committed_entries`: a node's committed log, read from its stored log
   up to the last high watermark the node reported (a lower bound of what it
   committed: records above it may be uncommitted);
+- :func:`partition_exports` / :func:`export_broker`: a broker's partition
+  logs, record by record, and each partition's checkpointed HW;
 - :func:`node_changes`: its changes, from the lines its own log has for each
   election ("elected leader", "follows leader", "is a candidate", ...),
   timed by those lines' timestamps, which have millisecond resolution and
@@ -14,6 +16,7 @@ log text and data directory onto the host, and hand them to
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +24,10 @@ from pathlib import Path
 from history.export_files import write_changes, write_log
 from history.exports import Change, LogEntry, record_hash
 from history.runs import RunDir
+from partition_log.errors import PartitionLogError
+from partition_log.inspect import dump
+from partition_log.log_files import decode_offset, read_whole
+from partition_log.os_files import OsDirectory
 from quorum.driver.storage_format import open_node_storage
 from quorum.types import BatchKind
 
@@ -121,3 +128,107 @@ def node_changes(node: int, log_text: str, start_unix_ns: int) -> list[Change]:
                 out.append(change)
             break
     return out
+
+
+# -- brokers: their partition logs ------------------------------------------------
+
+PARTITIONS_FILE = "partitions.jsonl"
+"""Under ``nodes/<broker>/``: each record of each partition the broker
+holds (``docs/history-format.md``, node exports)."""
+PARTITION_STATE_FILE = "partition_state.jsonl"
+"""Under ``nodes/<broker>/``: each partition's HW and log end."""
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
+
+
+def partition_exports(
+    broker: int, log_dirs: list[Path]
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
+    """Every record of every partition directory under ``log_dirs`` (the
+    broker's stopped log directories; deleted and stray ones left out), as
+    :func:`partition_log.inspect.dump` reads it, and each partition's last
+    checkpointed high watermark and log end offset.
+
+    A record line: ``node``, ``topic``, ``partition``, ``offset``, ``epoch``
+    (its batch's partition leader epoch), ``producer_id``, ``sequence``
+    (the batch's base sequence plus the record's place; -1 without a
+    producer), ``control`` and ``hash`` (SHA-256 of the record's value
+    bytes).  A partition line: ``node``, ``topic``, ``partition``,
+    ``high_watermark`` (-1 if its checkpoint does not decode),
+    ``log_end_offset`` and ``stopped_at`` (why the reader stopped: a torn
+    or damaged batch, a directory that is not a log; null if it read to
+    the end)."""
+
+    records: list[dict[str, object]] = []
+    states: list[dict[str, object]] = []
+    for log_dir in log_dirs:
+        if not log_dir.is_dir():
+            continue
+        for entry in sorted(log_dir.iterdir()):
+            m = _PARTITION_DIR.match(entry.name)
+            if m is None or not entry.is_dir():
+                continue  # a -delete or -stray directory, or a file
+            topic, partition = m["topic"], int(m["partition"])
+            directory = OsDirectory(entry)
+            end = 0
+            stopped: str | None = None
+            try:
+                segments = dump(directory, records=True).segments
+            except PartitionLogError as exc:
+                # Not readable as a log: said, not hidden.
+                segments, stopped = (), str(exc)
+            for segment in segments:
+                if segment.reason is not None and stopped is None:
+                    stopped = f"{segment.file}: {segment.reason}"
+                for batch in segment.batches:
+                    h = batch.header
+                    end = max(end, h.last_offset + 1)
+                    for i, record in enumerate(batch.records or ()):
+                        records.append(
+                            {
+                                "node": broker,
+                                "topic": topic,
+                                "partition": partition,
+                                "offset": record.offset,
+                                "epoch": h.partition_leader_epoch,
+                                "producer_id": h.producer_id,
+                                "sequence": h.base_sequence + i if h.producer_id >= 0 else -1,
+                                "control": h.is_control,
+                                "hash": record_hash(record.value or b""),
+                            }
+                        )
+            hw_file = "replication-offset-checkpoint"  # broker.log_manager.HIGH_WATERMARK_FILE
+            try:
+                hw = (
+                    decode_offset(hw_file, read_whole(directory, hw_file))
+                    if directory.exists(hw_file)
+                    else 0
+                )
+            except PartitionLogError as exc:
+                hw, stopped = -1, stopped or str(exc)
+            states.append(
+                {
+                    "node": broker,
+                    "topic": topic,
+                    "partition": partition,
+                    "high_watermark": hw,
+                    "log_end_offset": end,
+                    "stopped_at": stopped,
+                }
+            )
+    return records, states
+
+
+def export_broker(run: RunDir, broker: int, log_text: str, log_dirs: list[Path]) -> None:
+    """Write what the stopped ``broker`` left: its log text as
+    ``logs/broker-<id>.log`` and its partitions (:func:`partition_exports`)
+    under ``nodes/<id>/``."""
+    run.logs.mkdir(parents=True, exist_ok=True)
+    (run.logs / f"broker-{broker}.log").write_text(log_text)
+    records, states = partition_exports(broker, log_dirs)
+    folder = run.node_dir(broker)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, lines in ((PARTITIONS_FILE, records), (PARTITION_STATE_FILE, states)):
+        (folder / name).write_text(
+            "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+        )

@@ -34,6 +34,7 @@ def test_the_examples_are_found() -> None:
         "history register",
         "history topics",
         "log",
+        "partitions",
     ]
 
 

@@ -408,3 +408,20 @@ def test_a_partition_fault_resolves_to_the_leader_it_finds_and_ends_on_it(tmp_pa
         {"nodes": [5], "kind": "kill-partition-leader"},
         {"nodes": [5], "kind": "kill-partition-leader"},
     ]
+
+
+def test_partition_exports_skip_deleted_and_stray_directories(tmp_path: Path) -> None:
+    from chaos.node_exports import partition_exports
+
+    logs = tmp_path / "logs"
+    for name in ("queue-0", "queue-1.abc-delete", "queue-2-stray"):
+        (logs / name).mkdir(parents=True)
+    (logs / "meta.properties").write_text("x")
+    (logs / "queue-0" / "replication-offset-checkpoint").write_text("0\n")
+    records, states = partition_exports(5, [logs, tmp_path / "missing"])
+    assert records == []
+    [state] = states
+    assert (state["node"], state["topic"], state["partition"]) == (5, "queue", 0)
+    assert state["log_end_offset"] == 0
+    # A directory that is not a log is said, not hidden.
+    assert "not a partition directory" in str(state["stopped_at"])

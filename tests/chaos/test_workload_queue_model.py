@@ -193,3 +193,18 @@ def test_an_info_or_fail_send_may_repeat_its_invoke() -> None:
     lines[1].update(type="ok", value=[["send", 0, 1]])
     del lines[1]["error"]
     assert _kinds(lines) == ["model-value"]
+
+
+def test_the_partitions_export_example_links_to_the_queue_example() -> None:
+    from history.exports import record_hash
+
+    [body] = re.findall(r"<!-- example: partitions -->\n```jsonl\n(.*?)```", DOC, re.DOTALL)
+    lines = [json.loads(line) for line in body.splitlines()]
+    final_poll = _doc_queue_example()[-1]["value"][0][1]
+    for line in lines:
+        assert set(line) == {
+            "node", "topic", "partition", "offset", "epoch", "producer_id", "sequence",
+            "control", "hash",
+        }  # fmt: skip
+        [value] = [v for o, v in final_poll[str(line["partition"])] if o == line["offset"]]
+        assert line["hash"] == record_hash(str(value).encode())

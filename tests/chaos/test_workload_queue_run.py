@@ -18,6 +18,7 @@ import pytest
 from chaos.runner import RunConfig, run_chaos
 from chaos.workloads.queue import check_final_polls
 from chaos.workloads.queue_setup import QueueOptions
+from history.exports import record_hash
 from history.files import read_history
 from history.ops import NEMESIS
 from history.runs import RunDir, check_run
@@ -83,5 +84,23 @@ def test_a_short_queue_run_with_kills_loses_no_acknowledged_record(
         "inconsistent": [],
     }
     assert (run.logs / "broker-4.log").read_text()
+    # The brokers' partition exports hold every acknowledged record at its
+    # offset (the hash is of the value's text), and each partition's HW.
+    exported: set[tuple[int, int, str]] = set()
+    for broker in (4, 5, 6):
+        folder = run.node_dir(broker)
+        for line in (folder / "partitions.jsonl").read_text().splitlines():
+            rec = json.loads(line)
+            assert rec["node"] == broker and rec["topic"] == "queue"
+            exported.add((rec["partition"], rec["offset"], rec["hash"]))
+        states = [
+            json.loads(x) for x in (folder / "partition_state.jsonl").read_text().splitlines()
+        ]
+        assert {s["partition"] for s in states} <= {0, 1, 2}
+        assert all(0 <= s["high_watermark"] <= s["log_end_offset"] for s in states)
+    for op in sends:
+        for _, key, (offset, value) in op.value:
+            if offset is not None:
+                assert (key, offset, record_hash(str(value).encode())) in exported, (key, offset)
     assert _processes_under(scratch) == []
     assert list(scratch.iterdir()) == []

@@ -244,14 +244,18 @@ def read_rows(op: QueueOp) -> list[ReadRow]:
     return out
 
 
-def assigned_keys(op: QueueOp) -> set[str]:
-    """The keys an ``assign`` or ``subscribe`` names (``[k, ...]``)."""
+def assigned_keys(op: QueueOp) -> tuple[set[str], bool]:
+    """The keys an ``assign`` or ``subscribe`` names (``{"keys": [k, ...],
+    "seek_to_beginning": b}``, or Jepsen's ``[k, ...]``) and whether it
+    seeks to the beginning."""
     v = op.value
+    seek = False
     if isinstance(v, dict):
+        seek = v.get("seek_to_beginning") is True
         v = v.get("keys")
     if not isinstance(v, list):
-        raise ValueError(f"op {op.index}: an {op.f}'s value is the list of its keys, got {v!r}")
-    return {str(k) for k in v}
+        raise ValueError(f"op {op.index}: an {op.f}'s value names its keys, got {op.value!r}")
+    return {str(k) for k in v}, seek
 
 
 def final_from(ops: Sequence[QueueOp], history_tail: Sequence[Op] | None = None) -> int | None:
@@ -287,6 +291,7 @@ class _Order:
 
     log: dict[int, set[str]] = field(default_factory=dict)
     ops: dict[int, set[int]] = field(default_factory=dict)
+    value_ops: dict[str, set[int]] = field(default_factory=dict)
     index_of_offset: dict[int, int] = field(default_factory=dict)
     by_index: list[str] = field(default_factory=list)
     by_value: dict[str, int] = field(default_factory=dict)
@@ -296,6 +301,7 @@ class _Order:
     def add(self, offset: int, value: str, op: int) -> None:
         self.log.setdefault(offset, set()).add(value)
         self.ops.setdefault(offset, set()).add(op)
+        self.value_ops.setdefault(value, set()).add(op)
 
     def build(self) -> None:
         for i, offset in enumerate(sorted(self.log)):
@@ -344,8 +350,9 @@ def check_queue(
     for r in reads:
         if r.type == "ok":
             ok_read[r.key].add(_j(r.value))
+    # The writer of a value: its first send (by invoke index; values are unique).
     writer: dict[tuple[str, str], SendRow] = {}
-    for s in sends:
+    for s in sorted(sends, key=lambda s: (s.op, s.pos)):
         writer.setdefault((s.key, _j(s.value)), s)
 
     # must-have-committed?: ok, or info with a value read by an ok poll.
@@ -410,7 +417,7 @@ def check_queue(
                     key,
                     [v],
                     at[v],
-                    sorted({o for off in at[v] for o in order.ops[off]}),
+                    sorted(order.value_ops[v]),
                     f"key {key} value {v} is at {len(at[v])} offsets: {at[v]}",
                 )
 
@@ -486,8 +493,11 @@ def check_queue(
         for o in by_process[process]:
             if o.f in ("assign", "subscribe"):
                 if o.type != "fail":
-                    keep = assigned_keys(o)
-                    last_read = {k: v for k, v in last_read.items() if k in keep}
+                    keep, seek = assigned_keys(o)
+                    # A consumer sent back to the beginning reads its keys
+                    # again: where it left off no longer binds (kq's
+                    # assign may seek; Jepsen's seeks only after a crash).
+                    last_read = {k: v for k, v in last_read.items() if k in keep and not seek}
                     last_sent = {k: v for k, v in last_sent.items() if k in keep}
                 continue
             for key, vs in sorted(reads_of.get(o.index, {}).items()):
@@ -575,8 +585,9 @@ def check_queue(
                             f"back {1 - d} record(s)",
                         )
 
-    # no-loss: every ok send, and every info send some poll saw, is in the
-    # final reads at its acknowledged offset with its value.
+    # no-loss: every ok send, and every record of an info send that was
+    # acknowledged with an offset or that some poll saw, is in the final
+    # reads at its acknowledged offset with its value.
     final: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
     final_values: dict[str, set[str]] = defaultdict(set)
     seen_any: dict[str, set[str]] = defaultdict(set)
@@ -590,10 +601,14 @@ def check_queue(
         ):
             final[r.key][r.offset].add(_j(r.value))
             final_values[r.key].add(_j(r.value))
-    seen_ops = {s.op for s in sends if s.type == "info" and _j(s.value) in seen_any[s.key]}
     if final_start is not None:
         for s in sorted(sends, key=lambda s: (s.key, s.op, s.pos)):
-            if not (s.type == "ok" or (s.type == "info" and s.op in seen_ops)):
+            # An info send's records are required one by one (they may have
+            # gone in separate batches): one that came back with its offset
+            # was acknowledged (history format: an offset only for a record
+            # known written), one that a poll saw was written.
+            seen = _j(s.value) in seen_any[s.key]
+            if not (s.type == "ok" or (s.type == "info" and (s.offset is not None or seen))):
                 continue
             v = _j(s.value)
             if s.offset is None:

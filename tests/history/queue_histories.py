@@ -28,15 +28,19 @@ class Queue:
         type: str = "ok",
         *,
         error: str = "timeout",
+        acked: bool = False,
     ) -> int:
-        """A send of ``(key, value, offset)`` records; returns its invoke index."""
+        """A send of ``(key, value, offset)`` records; returns its invoke index.
+        An ``info`` or ``fail`` repeats the invoke's micro-ops unless
+        ``acked`` (then each record carries its offset, null if unknown)."""
         inv = self.rec.invoke(process, "send", value=[["send", k, v] for k, v, _ in records])
+        done = [["send", k, [o, v]] for k, v, o in records]
         if type == "ok":
-            self.rec.ok(process, value=[["send", k, [o, v]] for k, v, o in records])
+            self.rec.ok(process, value=done)
         elif type == "info":
-            self.rec.info(process, error)
+            self.rec.info(process, error, **({"value": done} if acked else {}))
         else:
-            self.rec.fail(process, error)
+            self.rec.fail(process, error, **({"value": done} if acked else {}))
         return inv.index
 
     def poll(
@@ -54,8 +58,13 @@ class Queue:
             self.rec.fail(process, "timeout")
         return inv.index
 
-    def assign(self, process: int, keys: Sequence[str], f: str = "assign") -> int:
-        inv = self.rec.invoke(process, f, value=list(keys))
+    def assign(
+        self, process: int, keys: Sequence[str], f: str = "assign", *, seek: bool = False
+    ) -> int:
+        value: dict[str, Any] = {"keys": list(keys)}
+        if f == "assign":
+            value["seek_to_beginning"] = seek
+        inv = self.rec.invoke(process, f, value=value)
         self.rec.ok(process)
         return inv.index
 
@@ -124,6 +133,6 @@ class SimLog:
         for w in range(self.workers):
             self.step_crash(w)
             p = self.procs[w]
-            self.q.assign(p, list(self.keys))
+            self.q.assign(p, list(self.keys), seek=True)
             self.positions[p] = dict.fromkeys(self.keys, 0)
             self.step_poll(w, {k: len(self.logs[k]) for k in self.keys})

@@ -34,7 +34,7 @@ def three_sent() -> Queue:
 
 def final_all(q: Queue, process: int, reads: dict[str, list[tuple[int, Any]]]) -> None:
     q.heal()
-    q.assign(process, list(reads))
+    q.assign(process, list(reads), seek=True)
     q.poll(process, reads)
 
 
@@ -142,6 +142,15 @@ def test_poll_skip_is_forgotten_by_an_assign_without_the_key() -> None:
     q.assign(1, [K])
     q.poll(1, {K: [(2, 3)]})
     assert "poll-skip" in fired(q, final_index=None)
+
+
+def test_an_assign_seeking_to_the_beginning_forgets_where_polls_ended() -> None:
+    for seek in (True, False):
+        q = three_sent()
+        q.poll(1, {K: [(0, 1), (1, 2)]})
+        q.assign(1, [K], seek=seek)
+        q.poll(1, {K: [(0, 1), (1, 2), (2, 3)]})
+        assert ("nonmonotonic-poll" in fired(q, final_index=None)) is not seek
 
 
 def test_poll_skip_allowed_with_subscribe() -> None:
@@ -252,6 +261,19 @@ def test_no_loss_info_send_seen_by_a_poll() -> None:
     q.send(1, [(K, 2, None)], "info")
     final_all(q, 9, {K: [(0, 1)]})
     assert check_queue(q.ops).valid is True
+
+
+def test_no_loss_info_send_record_acked_with_its_offset() -> None:
+    # An info send whose record came back with an offset: that record was
+    # acknowledged on its own, and must be in the final reads.
+    for final, expect in (([(0, 1)], True), ([(0, 1), (1, 2)], False)):
+        q = Queue()
+        q.send(0, [(K, 1, 0)])
+        q.send(1, [(K, 2, 1), (K, 3, None)], "info", acked=True)
+        final_all(q, 9, {K: final})
+        r = check_queue(q.ops)
+        assert bool(r.anomalies["no-loss"]) is expect
+        assert 3 not in {a.values[0] for a in r.anomalies["no-loss"]}
 
 
 def test_no_final_reads_leaves_no_loss_unknown() -> None:

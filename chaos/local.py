@@ -67,7 +67,7 @@ import grpc
 from chaos.backend import check_packet, partition_pairs
 from chaos.netfilter import Netfilter
 from chaos.nfqueue import Delayer, queue_number
-from chaos.node_exports import export_broker, export_node
+from chaos.node_exports import export_broker, export_node, export_partition_changes
 from history.runs import RunDir
 from quorum.driver.client import describe
 from server.local_brokers import broker_epochs, wait_for_brokers
@@ -486,3 +486,12 @@ class LocalCluster:
                 self._high_watermark.get(n.node_id, 0),
                 start,
             )
+            if state.brokers:
+                await asyncio.to_thread(
+                    export_partition_changes,
+                    run,
+                    n.node_id,
+                    state.path(n.data_dir),
+                    state.cluster_id,
+                    self._high_watermark.get(n.node_id, 0),
+                )

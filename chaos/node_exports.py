@@ -6,6 +6,8 @@ log text and data directory onto the host, and hand them to
 - :func:`committed_entries`: a node's committed log, read from its stored log
   up to the last high watermark the node reported (a lower bound of what it
   committed: records above it may be uncommitted);
+- :func:`partition_changes`: each partition's leader, leader epoch and ISR
+  after each change the controllers committed, from a controller's log;
 - :func:`partition_exports` / :func:`export_broker`: a broker's partition
   logs, record by record, and each partition's checkpointed HW;
 - :func:`node_changes`: its changes, from the lines its own log has for each
@@ -24,6 +26,16 @@ from pathlib import Path
 from history.export_files import write_changes, write_log
 from history.exports import Change, LogEntry, record_hash
 from history.runs import RunDir
+from metadata.records import (
+    NO_LEADER_CHANGE,
+    MalformedRecordError,
+    PartitionChangeRecord,
+    PartitionRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+    UnknownRecordError,
+    decode_record,
+)
 from partition_log.errors import PartitionLogError
 from partition_log.inspect import dump
 from partition_log.log_files import decode_offset, read_whole
@@ -232,3 +244,96 @@ def export_broker(run: RunDir, broker: int, log_text: str, log_dirs: list[Path])
         (folder / name).write_text(
             "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
         )
+
+
+PARTITION_CHANGES_FILE = "partition_changes.jsonl"
+"""Under ``nodes/<controller>/`` of a run with brokers: each committed
+partition change (``docs/history-format.md``, node exports)."""
+
+
+def partition_changes(
+    node: int, data_dir: Path, cluster_id: str, high_watermark: int
+) -> list[dict[str, object]]:
+    """Each partition's state after every PartitionRecord and
+    PartitionChangeRecord a controller's stored log holds below
+    ``high_watermark`` (committed), replayed as the image does (a change
+    bumps the partition epoch, and the leader epoch when it names a
+    leader; Kafka's ``PartitionRegistration.merge``).  A node that took
+    part of the log as a snapshot misses the partitions created before it:
+    their changes are left out.  Each line: ``node``, ``offset`` and
+    ``epoch`` of the record in the metadata log, ``topic``, ``partition``,
+    ``leader``, ``leader_epoch``, ``partition_epoch``, ``isr``, ``elr``."""
+    storage = open_node_storage(data_dir, cluster_id, node)
+    try:
+        batches = storage.log.read_all()
+    finally:
+        storage.close()
+    names: dict[str, str] = {}
+    state: dict[tuple[str, int], dict[str, object]] = {}
+    out: list[dict[str, object]] = []
+    for batch in batches:
+        if batch.kind is not BatchKind.DATA:
+            continue
+        for i, raw in enumerate(batch.records):
+            offset = batch.base_offset + i
+            if offset >= high_watermark:
+                break
+            try:
+                record = decode_record(raw)
+            except (UnknownRecordError, MalformedRecordError):
+                continue  # not a metadata record this build reads
+            if isinstance(record, TopicRecord):
+                names[record.topic_id] = record.name
+                continue
+            if isinstance(record, RemoveTopicRecord):
+                for k in [k for k in state if k[0] == record.topic_id]:
+                    del state[k]
+                continue
+            if isinstance(record, PartitionRecord):
+                key = (record.topic_id, record.partition_id)
+                s = state[key] = {
+                    "leader": record.leader,
+                    "leader_epoch": record.leader_epoch,
+                    "partition_epoch": record.partition_epoch,
+                    "isr": list(record.isr),
+                    "elr": list(record.elr),
+                }
+            elif isinstance(record, PartitionChangeRecord):
+                key = (record.topic_id, record.partition_id)
+                if key not in state:
+                    continue  # created before this node's snapshot
+                s = state[key]
+                s["partition_epoch"] = int(s["partition_epoch"]) + 1  # type: ignore[call-overload]
+                if record.leader != NO_LEADER_CHANGE:
+                    s["leader"] = record.leader
+                    s["leader_epoch"] = int(s["leader_epoch"]) + 1  # type: ignore[call-overload]
+                if record.isr is not None:
+                    s["isr"] = list(record.isr)
+                if record.elr is not None:
+                    s["elr"] = list(record.elr)
+            else:
+                continue
+            out.append(
+                {
+                    "node": node,
+                    "offset": offset,
+                    "epoch": batch.epoch,
+                    "topic": names.get(key[0], key[0]),
+                    "partition": key[1],
+                    **s,
+                }
+            )
+    return out
+
+
+def export_partition_changes(
+    run: RunDir, node: int, data_dir: Path, cluster_id: str, high_watermark: int
+) -> None:
+    """Write :func:`partition_changes` of a stopped controller under
+    ``nodes/<node>/``."""
+    lines = partition_changes(node, data_dir, cluster_id, high_watermark)
+    folder = run.node_dir(node)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / PARTITION_CHANGES_FILE).write_text(
+        "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+    )

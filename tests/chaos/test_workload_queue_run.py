@@ -98,6 +98,19 @@ def test_a_short_queue_run_with_kills_loses_no_acknowledged_record(
         ]
         assert {s["partition"] for s in states} <= {0, 1, 2}
         assert all(0 <= s["high_watermark"] <= s["log_end_offset"] for s in states)
+    # The controllers' committed partition changes: every partition created,
+    # its leader and partition epochs never going down.
+    changes = [
+        json.loads(line)
+        for line in (run.node_dir(1) / "partition_changes.jsonl").read_text().splitlines()
+    ]
+    assert {(c["topic"], c["partition"]) for c in changes} == {("queue", p) for p in range(3)}
+    for p in range(3):
+        mine = [c for c in changes if c["partition"] == p]
+        assert [c["offset"] for c in mine] == sorted(c["offset"] for c in mine)
+        for a, b in zip(mine, mine[1:], strict=False):
+            assert b["leader_epoch"] >= a["leader_epoch"]
+            assert b["partition_epoch"] == a["partition_epoch"] + 1
     for op in sends:
         for _, key, (offset, value) in op.value:
             if offset is not None:

@@ -6,6 +6,9 @@ is caught by the check that names it."""
 from __future__ import annotations
 
 import dataclasses
+import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -432,3 +435,20 @@ def test_a_changed_offset_is_caught(plan: list[tuple[Any, ...]]) -> None:
     out = list(ops)
     out[sends[-1]] = dataclasses.replace(op, value=[["send", k, [offset - 1, v]]])
     assert "inconsistent-offsets" in check(out).fired
+
+
+def test_the_history_formats_queue_example_is_valid() -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "history-format.md").read_text()
+    [body] = re.findall(r"<!-- example: history queue -->\n```jsonl\n(.*?)```", doc, re.DOTALL)
+    ops = [Op.from_json(json.loads(line)) for line in body.splitlines()]
+    r = check_queue(ops)
+    assert r.all() == [] and r.valid is True
+    # The final reads start at the crash before the final assign.
+    assert r.detail["final_from"] == 10
+    # Had the final poll missed value 2 (sent ok, polled at op 4), no-loss says so;
+    # had it missed value 4 (an info send that only it saw), nothing says 4 was written.
+    last = ops[-1]
+    ops[-1] = dataclasses.replace(last, value=[["poll", {"0": [[0, 1], [1, 4]]}]])
+    assert check_queue(ops).fired == ["no-loss"]
+    ops[-1] = dataclasses.replace(last, value=[["poll", {"0": [[0, 1]], "1": [[0, 2]]}]])
+    assert check_queue(ops).fired == []

@@ -425,3 +425,37 @@ def test_partition_exports_skip_deleted_and_stray_directories(tmp_path: Path) ->
     assert state["log_end_offset"] == 0
     # A directory that is not a log is said, not hidden.
     assert "not a partition directory" in str(state["stopped_at"])
+
+
+def test_client_failures_end_the_op_not_the_run(tmp_path: Path) -> None:
+    class BadProducer(_Producer):
+        async def send(self, *args: Any, **kwargs: Any) -> asyncio.Future[Any]:
+            raise ValueError("no")
+
+    class BadConsumer(_Consumer):
+        async def poll(self, timeout_ms: int = 1_000, max_records: int | None = None) -> list[Any]:
+            raise RuntimeError("a bug reading an answer")
+
+    broker = _Broker()
+    writer = HistoryWriter(tmp_path / "history.jsonl")
+    w = QueueWorkload(
+        writer,
+        lambda: BadProducer(broker),
+        lambda: BadConsumer(broker),
+        random.Random(1),
+        KeyMap((("queue", 1),)),
+        concurrency=1,
+    )
+
+    async def main() -> None:
+        await w.prepare()
+        worker = w._workers[0]
+        op = await w.send(worker, [(0, 1), (0, 2)])
+        assert (op.type, op.error) == ("fail", "valueerror")
+        await w.assign(worker, [0], True)
+        op = await w.poll(worker)
+        assert (op.type, op.error) == ("fail", "runtimeerror")
+
+    asyncio.run(main())
+    writer.close()
+    assert check_well_formed(_history(tmp_path), model="queue") == []

@@ -459,3 +459,26 @@ def test_client_failures_end_the_op_not_the_run(tmp_path: Path) -> None:
     asyncio.run(main())
     writer.close()
     assert check_well_formed(_history(tmp_path), model="queue") == []
+
+
+def test_the_local_backend_counts_brokers_as_nodes_on_their_own_addresses(
+    tmp_path: Path,
+) -> None:
+    from chaos.local import LocalCluster, node_dscp
+
+    cluster = LocalCluster(tmp_path / "c", 3, brokers=2, network_faults=False)
+    assert list(cluster.nodes) == [1, 2, 3, 4, 5]
+    assert (list(cluster.controllers), list(cluster.brokers)) == ([1, 2, 3], [4, 5])
+    assert [cluster.host(n) for n in cluster.nodes] == [
+        "127.0.0.11",
+        "127.0.0.12",
+        "127.0.0.13",
+        "127.0.1.4",
+        "127.0.1.5",
+    ]
+    # Each marks its packets with its own DSCP value, so partitions cut by
+    # (mark, address) pairs whatever the node is.
+    assert len({node_dscp(n) for n in cluster.nodes}) == 5
+    assert list(LocalCluster(tmp_path / "d", 3).nodes) == [1, 2, 3]
+    with pytest.raises(ValueError, match="brokers must be in 0..20"):
+        LocalCluster(tmp_path / "e", 3, brokers=21)

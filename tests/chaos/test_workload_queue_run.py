@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.runner import RunConfig, run_chaos
+from chaos.netfilter import NetfilterError, require_iptables
+from chaos.runner import RunConfig, expand_nemesis, run_chaos
 from chaos.workloads.queue import check_final_polls
 from chaos.workloads.queue_setup import QueueOptions
 from history.exports import record_hash
@@ -117,3 +118,40 @@ def test_a_short_queue_run_with_kills_loses_no_acknowledged_record(
                 assert (key, offset, record_hash(str(value).encode())) in exported, (key, offset)
     assert _processes_under(scratch) == []
     assert list(scratch.iterdir()) == []
+
+
+def test_a_queue_run_under_partitions_and_follower_isolation_stays_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Brokers cut off by address like controllers: a partition of any
+    nodes, and a follower isolated so that its ISR shrinks and grows."""
+    try:
+        require_iptables()
+    except NetfilterError as exc:
+        pytest.fail(f"{exc} (see scripts/bootstrap)")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    faults = tuple(expand_nemesis(["isolate-one", "isolate-follower", "pause"], 6))
+    config = RunConfig(
+        name="queue-net",
+        workload="queue",
+        faults=faults,
+        time_limit_s=14,
+        rate=30,
+        concurrency=3,
+        seed=8,
+        fault_interval_s=1.5,
+        fault_period_s=10.0,
+        quiet_s=1.0,
+        runs_dir=str(tmp_path / "runs"),
+        queue=QueueOptions(partitions=2, final_time_s=30),
+    )
+    result = asyncio.run(asyncio.wait_for(run_chaos(config), 240))
+    assert result.completed, result.error
+    assert result.recovered and result.final_ok, result.final_check
+    assert check_run(result.path) == []
+    ops = read_history(RunDir(result.path).history)
+    done = [op for op in ops if op.process == NEMESIS and op.type == "ok"]
+    assert any(op.f == "partition" for op in done)
+    assert _processes_under(scratch) == []

@@ -482,3 +482,37 @@ def test_the_local_backend_counts_brokers_as_nodes_on_their_own_addresses(
     assert list(LocalCluster(tmp_path / "d", 3).nodes) == [1, 2, 3]
     with pytest.raises(ValueError, match="brokers must be in 0..20"):
         LocalCluster(tmp_path / "e", 3, brokers=21)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workload", "queue", "--backend", "docker"], "docker backend runs no brokers yet"),
+        (["--workload", "queue", "--min-isr", "4"], "above the replication factor"),
+        (["--workload", "queue", "--acks", "2"], "invalid choice"),
+        (["--nemesis", "isolate-follower"], "they need brokers"),
+        (["--workload", "queue", "--brokers", "0"], "must be at least 1"),
+    ],
+)
+def test_queue_flags_refused_as_usage_errors(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from kq.cli import main
+
+    try:
+        code = main(["chaos", "run", "--runs-dir", str(tmp_path), *args])
+    except SystemExit as exc:
+        code = exc.code
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # no run started
+
+
+def test_a_queue_runs_replay_names_its_flags() -> None:
+    from chaos.runner import _replay
+
+    config = RunConfig(workload="queue", queue=QueueOptions(partitions=2, acks="1", min_isr=1))
+    replay = _replay(config, 7)
+    assert "--workload queue" in replay and "--seed 7" in replay
+    assert "--partitions 2 " in replay and "--acks 1 " in replay and "--min-isr 1 " in replay
+    assert "--brokers" not in _replay(RunConfig(), 7)

@@ -453,10 +453,17 @@ def _wheel_digest(path: Path) -> str:
 
 
 def _extension_sources(source: Path) -> str:
-    """The C sources of the packages' compiled extensions (a package's
-    top-level ``*.c`` files), which the wheel digest leaves out."""
+    """The sources of the packages' compiled extensions (a package's
+    top-level ``*.c`` and Cython ``*.pyx`` files), which the wheel digest
+    leaves out. A ``.c`` beside a ``.pyx`` of the same name is Cython's
+    output, present only where the tree was built: the ``.pyx`` counts."""
     h = hashlib.sha256()
-    for path in sorted(source.glob("*/*.c")):
+    paths = [
+        path
+        for path in (*source.glob("*/*.c"), *source.glob("*/*.pyx"))
+        if not (path.suffix == ".c" and path.with_suffix(".pyx").exists())
+    ]
+    for path in sorted(paths):
         h.update(path.relative_to(source).as_posix().encode() + b"\0" + path.read_bytes())
     return h.hexdigest()
 

@@ -80,3 +80,11 @@ def test_the_image_tag_ignores_what_a_rebuild_changes_and_sees_what_a_source_cha
     before = docker_image._extension_sources(source)
     (source / "pkg" / "_ext.c").write_text("int f(void) { return 2; }\n")
     assert docker_image._extension_sources(source) != before
+    # A Cython source counts; the C that Cython made of it, only in a built
+    # tree, does not.
+    (source / "pkg" / "_loop.pyx").write_text("def g(): return 1\n")
+    cython = docker_image._extension_sources(source)
+    (source / "pkg" / "_loop.c").write_text("/* generated */\n")
+    assert docker_image._extension_sources(source) == cython
+    (source / "pkg" / "_loop.pyx").write_text("def g(): return 2\n")
+    assert docker_image._extension_sources(source) != cython

@@ -95,3 +95,15 @@ def test_bad_arguments_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture
     with pytest.raises(SystemExit):
         bench.main(["--dir", str(tmp_path / "busy")])
     assert "is not empty" in capsys.readouterr().err
+
+
+def test_a_failed_section_is_reported_with_its_error() -> None:
+    doc = {
+        "preset": "small",
+        "git_commit": "abc1234",
+        "load_average_start": [1.0, 1.0, 1.0],
+        "load_average_end": [1.0, 1.0, 1.0],
+        "sections": {"fence": {"error": "RuntimeError: not ready", "wall_s": 3.0}},
+    }
+    text = bench.format_text(doc)
+    assert "== fence: failed: RuntimeError: not ready" in text

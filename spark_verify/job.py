@@ -48,6 +48,7 @@ from spark_verify.load import (
 from spark_verify.logs import check_exports, check_version_collisions
 from spark_verify.ops import KEYS_SCHEMA_DDL, CheckOp
 from spark_verify.pairing import pair_ops
+from spark_verify.queue import QUEUE_CHECKS, check_queue_runs
 from spark_verify.report import write_report
 from spark_verify.session import is_remote, master_of, parallelism
 from spark_verify.timeline import timeline
@@ -287,8 +288,15 @@ def verify_runs(
     for result in exported:
         checks[result.name] = _merge(checks.get(result.name), result)
     checks["final-metadata"] = _final_metadata(runs)
+    queue_runs = sorted(r.name for r in runs if r.model == "queue")
+    if queue_runs:
+        say("checking the queue runs (Jepsen's queue checks and no-loss)")
+        in_queue = F.col("run").isin(queue_runs)
+        folders = {r.name: r.path for r in runs if r.model == "queue"}
+        for result in check_queue_runs(ops.where(in_queue), history.where(in_queue), folders):
+            checks[result.name] = result
 
-    ordered = tuple(checks[name] for name in CHECK_ORDER if name in checks)
+    ordered = tuple(checks[name] for name in (*CHECK_ORDER, *QUEUE_CHECKS) if name in checks)
     run_rows = [
         {
             "name": r.name,
@@ -410,8 +418,10 @@ def run_verdict(
                 continue  # the cross-key version forks are checked below
         if any(a.run == run for a in c.anomalies):
             invalid.append(c.name)
-        elif (c.valid is False and c.count > len(c.anomalies)) or (
-            c.name == "final-metadata" and run in c.detail.get("missing", ())
+        elif (
+            (c.valid is False and c.count > len(c.anomalies))
+            or (c.name == "final-metadata" and run in c.detail.get("missing", ()))
+            or (c.name == "no-loss" and run in c.detail.get("undecided", ()))
         ):
             unknown.append(c.name)
     if invalid:

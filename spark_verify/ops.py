@@ -50,7 +50,7 @@ KEYS_SCHEMA_DDL: Final = (
 
 KEYS_COLUMNS: Final = tuple(part.split()[0] for part in KEYS_SCHEMA_DDL.split(", "))
 
-KNOWN_MODELS: Final = ("register", "kv", "log", "topics")
+KNOWN_MODELS: Final = ("register", "kv", "log", "topics", "queue")
 """The history models of ``docs/history-format.md`` (``config.json``'s ``model``)."""
 
 JEPSEN_MODELS: Final[Mapping[str, str]] = {

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from history.ops import HistoryRecorder, Op
+from history.ops import SAME, HistoryRecorder, Op
 
 
 class Queue:
@@ -38,9 +38,9 @@ class Queue:
         if type == "ok":
             self.rec.ok(process, value=done)
         elif type == "info":
-            self.rec.info(process, error, **({"value": done} if acked else {}))
+            self.rec.info(process, error, value=done if acked else SAME)
         else:
-            self.rec.fail(process, error, **({"value": done} if acked else {}))
+            self.rec.fail(process, error, value=done if acked else SAME)
         return inv.index
 
     def poll(

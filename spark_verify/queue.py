@@ -1,0 +1,675 @@
+"""The queue checks as a Spark job: Jepsen's Kafka analysis and kq's no-loss rule.
+
+The same checks, with the same definitions, as the pure reference
+``history.queue_checks`` (``docs/verification.md``, "Queue checks"), as
+DataFrame work over the PAIRED table of ``queue`` runs:
+
+- each op's micro-ops are exploded into SENDS rows (run, op, process, type,
+  key, pos, offset, value) and READS rows (one per ``[offset, v]`` a poll
+  returned), values kept as their canonical JSON text;
+- the *version order* of each key is the union of the committed sends'
+  offsets and every poll's (Jepsen's ``version-orders``); its dense index
+  (holes removed) is a ``dense_rank`` over (run, key) by offset;
+- ``inconsistent-offsets`` and ``duplicate`` are group-bys over it, ``G1a``,
+  ``unseen``, ``lost-write`` and ``no-loss`` joins between sends and polls,
+  the ``int-`` checks a ``lag`` over each op's records of a key, and
+  ``poll-skip``, ``nonmonotonic-poll`` and ``nonmonotonic-send`` a ``last``
+  over each (run, process, key) in completion order, where an ``assign`` or
+  ``subscribe`` that does not name the key resets it.
+
+Only each check's count and first anomalies come back to the driver.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from spark_verify.verdict import MAX_ANOMALIES, Anomaly, CheckResult, result_of
+
+__all__ = [
+    "ALWAYS_ALLOWED",
+    "FINAL_FS",
+    "QUEUE_CHECKS",
+    "SUBSCRIBE_ALLOWED",
+    "check_queue_runs",
+    "final_polls_from",
+    "queue_anomaly_rows",
+    "reads_of",
+    "sends_of",
+]
+
+# As history.queue_checks (spark_verify reads the same files without importing it).
+QUEUE_CHECKS: Final = (
+    "inconsistent-offsets",
+    "duplicate",
+    "G1a",
+    "lost-write",
+    "unseen",
+    "poll-skip",
+    "nonmonotonic-poll",
+    "int-poll-skip",
+    "int-nonmonotonic-poll",
+    "nonmonotonic-send",
+    "int-send-skip",
+    "int-nonmonotonic-send",
+    "no-loss",
+)
+ALWAYS_ALLOWED: Final = frozenset({"int-send-skip"})
+SUBSCRIBE_ALLOWED: Final = frozenset({"poll-skip", "nonmonotonic-poll"})
+FINAL_FS: Final = ("poll", "crash", "assign", "subscribe", "debug-topic-partitions")
+
+_ANOMALY_COLUMNS: Final = ("run", "check", "key", "values", "offsets", "ops", "extra")
+
+
+def _mops(ops: DataFrame, fs: Sequence[str]) -> DataFrame:
+    """One row per micro-op of the ops whose f is in ``fs``: the completion's
+    value, or the invoke's when the completion has none."""
+    source = F.coalesce(F.col("result"), F.col("value"))
+    return ops.where(F.col("f").isin(*fs)).select(
+        "run",
+        F.col("index").alias("op"),
+        F.col("complete_index").alias("complete"),
+        "process",
+        "type",
+        F.posexplode(F.try_variant_get(F.try_parse_json(source), "$", "array<variant>")).alias(
+            "mpos", "m"
+        ),
+    )
+
+
+def sends_of(ops: DataFrame) -> DataFrame:
+    """SENDS: run, op, complete, process, type, key, pos, offset, value (JSON text)."""
+    m = _mops(ops, ("send", "txn"))
+    m = m.where(F.try_variant_get("m", "$[0]", "string") == "send")
+    third = F.try_variant_get("m", "$[2]", "variant")
+    pair = F.size(F.try_variant_get(third, "$", "array<variant>")) == 2
+    sends = m.select(
+        "run",
+        "op",
+        "complete",
+        "process",
+        "type",
+        F.try_variant_get("m", "$[1]", "string").alias("key"),
+        F.col("mpos").alias("pos"),
+        F.when(pair, F.try_variant_get(third, "$[0]", "bigint")).alias("offset"),
+        F.coalesce(
+            F.to_json(F.when(pair, F.try_variant_get(third, "$[1]", "variant")).otherwise(third)),
+            F.lit("null"),
+        ).alias("value"),
+    )
+    return sends
+
+
+def reads_of(ops: DataFrame) -> DataFrame:
+    """READS: run, op, complete, process, type, key, pos, offset, value (JSON text)."""
+    m = _mops(ops, ("poll", "txn"))
+    m = m.where(F.try_variant_get("m", "$[0]", "string") == "poll")
+    per_key = m.select(
+        "run",
+        "op",
+        "complete",
+        "process",
+        "type",
+        F.explode(F.try_variant_get("m", "$[1]", "map<string,array<variant>>")).alias(
+            "key", "pairs"
+        ),
+    )
+    return per_key.select(
+        "run",
+        "op",
+        "complete",
+        "process",
+        "type",
+        "key",
+        F.posexplode("pairs").alias("pos", "pair"),
+    ).select(
+        "run",
+        "op",
+        "complete",
+        "process",
+        "type",
+        "key",
+        "pos",
+        F.try_variant_get("pair", "$[0]", "bigint").alias("offset"),
+        F.coalesce(F.to_json(F.try_variant_get("pair", "$[1]", "variant")), F.lit("null")).alias(
+            "value"
+        ),
+    )
+
+
+def _anomalies(
+    check: str,
+    df: DataFrame,
+    values: Column,
+    offsets: Column,
+    ops: Column,
+    extra: Column | None = None,
+) -> DataFrame:
+    return df.select(
+        "run",
+        F.lit(check).alias("check"),
+        "key",
+        values.cast("array<string>").alias("values"),
+        offsets.cast("array<bigint>").alias("offsets"),
+        ops.cast("array<bigint>").alias("ops"),
+        (extra if extra is not None else F.lit(None)).cast("string").alias("extra"),
+    )
+
+
+def _arr(*cols: Column | str) -> Column:
+    return F.array(*[F.col(c) if isinstance(c, str) else c for c in cols])
+
+
+def _opt(c: str) -> Column:
+    """``[c]``, or ``[]`` when c is null."""
+    return F.when(F.col(c).isNull(), F.array().cast("array<bigint>")).otherwise(F.array(c))
+
+
+def final_polls_from(run: Path) -> int | None:
+    """Where a run folder's final polls start: ``summary.json``'s
+    ``final_polls.from_index`` (``docs/history-format.md``), if it says."""
+    path = run / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read the run's summary: {e}") from None
+    polls = summary.get("final_polls") if isinstance(summary, dict) else None
+    start = polls.get("from_index") if isinstance(polls, dict) else None
+    if start is None:
+        return None
+    if not (isinstance(start, int) and not isinstance(start, bool) and start >= 0):
+        raise ValueError(f"{path}: final_polls.from_index must be an integer >= 0, got {start!r}")
+    return start
+
+
+def queue_anomaly_rows(
+    ops: DataFrame, history: DataFrame, final_from: Mapping[str, int] | None = None
+) -> DataFrame:
+    """Every queue anomaly of the runs in ``ops`` (PAIRED rows of queue runs;
+    ``history`` their raw lines, for the final reads), one row each:
+    run, check, key, values (JSON texts), offsets, ops (invoke indexes), extra.
+
+    ``final_from`` gives the index where a run's final polls start (its
+    summary's); for the other runs it is the history's last stretch of
+    final-read ops after the last fault, as Jepsen finds its final polls."""
+    sends = sends_of(ops)
+    reads = reads_of(ops)
+    ok_read = reads.where(F.col("type") == "ok").select("run", "key", "value").distinct()
+
+    # writer-of: the first send of each (key, value), and its outcome.
+    writer = sends.groupBy("run", "key", "value").agg(
+        F.min_by("op", F.struct("op", "pos")).alias("wop"),
+        F.min_by("type", F.struct("op", "pos")).alias("wtype"),
+    )
+    # must-have-committed?: ok, or info with a sent value read by an ok poll.
+    committed = (
+        sends.where(F.col("type") == "ok")
+        .select("run", "op")
+        .unionByName(
+            sends.where(F.col("type") == "info")
+            .join(ok_read, ["run", "key", "value"], "left_semi")
+            .select("run", "op")
+        )
+        .distinct()
+    )
+    vo = (
+        sends.where(F.col("offset").isNotNull())
+        .join(committed, ["run", "op"], "left_semi")
+        .select("run", "key", "offset", "value", "op")
+        .unionByName(
+            reads.where(F.col("offset").isNotNull()).select("run", "key", "offset", "value", "op")
+        )
+    )
+    offsets = vo.groupBy("run", "key", "offset").agg(
+        F.sort_array(F.collect_set("value")).alias("vals"),
+        F.sort_array(F.collect_set("op")).alias("vops"),
+    )
+    idx = offsets.select(
+        "run",
+        "key",
+        "offset",
+        "vals",
+        "vops",
+        (F.dense_rank().over(Window.partitionBy("run", "key").orderBy("offset")) - 1).alias(
+            "index"
+        ),
+        F.element_at("vals", 1).alias("chosen"),
+    ).persist()
+    by_value = idx.groupBy("run", "key", F.col("chosen").alias("value")).agg(
+        F.max("index").alias("bv")
+    )
+    held = idx.select("run", "key", "index", "offset", F.explode("vals").alias("value"))
+    first_last = held.groupBy("run", "key", "value").agg(
+        F.min("index").alias("first"), F.max("index").alias("last")
+    )
+
+    out: list[DataFrame] = []
+
+    # inconsistent-offsets and duplicate.
+    out.append(
+        _anomalies(
+            "inconsistent-offsets",
+            idx.where(F.size("vals") > 1),
+            F.col("vals"),
+            F.array("offset"),
+            F.col("vops"),
+        )
+    )
+    dup = (
+        vo.groupBy("run", "key", "value")
+        .agg(
+            F.sort_array(F.collect_set("offset")).alias("offs"),
+            F.sort_array(F.collect_set("op")).alias("dops"),
+        )
+        .where(F.size("offs") > 1)
+    )
+    out.append(_anomalies("duplicate", dup, F.array("value"), F.col("offs"), F.col("dops")))
+
+    # G1a: an ok poll read a value whose send failed.
+    g1a = reads.where(F.col("type") == "ok").join(
+        writer.where(F.col("wtype") == "fail"), ["run", "key", "value"]
+    )
+    out.append(_anomalies("G1a", g1a, F.array("value"), _opt("offset"), _arr("wop", "op")))
+
+    # lost-write: values whose last index is at or below the highest first
+    # index of a value an ok poll read, read by no ok poll, their writer committed.
+    bound = (
+        ok_read.join(first_last, ["run", "key", "value"])
+        .groupBy("run", "key")
+        .agg(F.max("first").alias("bound"))
+    )
+    bound_offset = idx.select(
+        "run", "key", F.col("index").alias("bound"), F.col("offset").alias("bound_offset")
+    )
+    first_offset = idx.select(
+        "run", "key", F.col("index").alias("first"), F.col("offset").alias("first_offset")
+    )
+    lost = (
+        first_last.join(bound, ["run", "key"])
+        .where(F.col("last") <= F.col("bound"))
+        .join(ok_read, ["run", "key", "value"], "left_anti")
+        .join(writer, ["run", "key", "value"])
+        .join(committed.withColumnRenamed("op", "wop"), ["run", "wop"], "left_semi")
+        .join(bound_offset, ["run", "key", "bound"])
+        .join(first_offset, ["run", "key", "first"])
+    )
+    out.append(
+        _anomalies(
+            "lost-write", lost, F.array("value"), _arr("first_offset", "bound_offset"), _arr("wop")
+        )
+    )
+
+    # unseen: sent by an ok send, read by no ok poll.
+    unseen = sends.where(F.col("type") == "ok").join(ok_read, ["run", "key", "value"], "left_anti")
+    out.append(_anomalies("unseen", unseen, F.array("value"), _opt("offset"), _arr("op")))
+
+    # Inside one op: successive records of a key.
+    bv1 = by_value.select("run", "key", F.col("value").alias("v1"), F.col("bv").alias("i1"))
+    bv2 = by_value.select("run", "key", F.col("value").alias("v2"), F.col("bv").alias("i2"))
+    for kind, rows in (("poll", reads), ("send", sends)):
+        w = Window.partitionBy("run", "op", "key").orderBy("pos")
+        pairs = (
+            rows.select(
+                "run", "op", "key", F.lag("value").over(w).alias("v1"), F.col("value").alias("v2")
+            )
+            .where(F.col("v1").isNotNull())
+            .join(bv1, ["run", "key", "v1"])
+            .join(bv2, ["run", "key", "v2"])
+            .withColumn("delta", F.col("i2") - F.col("i1"))
+        )
+        out.append(
+            _anomalies(
+                f"int-{kind}-skip",
+                pairs.where(F.col("delta") > 1),
+                _arr("v1", "v2"),
+                F.array().cast("array<bigint>"),
+                _arr("op"),
+                F.col("delta"),
+            )
+        )
+        out.append(
+            _anomalies(
+                f"int-nonmonotonic-{kind}",
+                pairs.where(F.col("delta") < 1),
+                _arr("v1", "v2"),
+                F.array().cast("array<bigint>"),
+                _arr("op"),
+                F.col("delta"),
+            )
+        )
+
+    # Per process, in completion order: the last ok poll (or ok/info send) of
+    # each key before this one, unless an assign or subscribe without the key
+    # came between.
+    keys = sends.select("run", "key").unionByName(reads.select("run", "key")).distinct()
+    assigns = ops.where(F.col("f").isin("assign", "subscribe") & (F.col("type") != "fail")).select(
+        "run",
+        "process",
+        F.col("complete_index").alias("complete"),
+        F.coalesce(
+            F.try_variant_get(F.try_parse_json(F.col("value")), "$", "array<string>"),
+            F.try_variant_get(F.try_parse_json(F.col("value")), "$.keys", "array<string>"),
+            F.array().cast("array<string>"),
+        ).alias("named"),
+        F.coalesce(
+            F.try_variant_get(F.try_parse_json(F.col("value")), "$.seek_to_beginning", "boolean"),
+            F.lit(False),
+        ).alias("seek"),
+    )
+    # A consumer sent back to the beginning forgets where it left off (the
+    # reference's rule); sends are not moved by it.
+    resets = (
+        assigns.join(keys, "run")
+        .where(~F.array_contains("named", F.col("key")) | F.col("seek"))
+        .select(
+            F.array_contains("named", F.col("key")).alias("named_key"),
+            "run",
+            "process",
+            "key",
+            "complete",
+            F.lit(None).cast("bigint").alias("op"),
+            F.lit(None).cast("string").alias("type"),
+            F.lit(None).cast("string").alias("first"),
+            F.lit(None).cast("string").alias("last"),
+            F.lit(True).alias("reset"),
+        )
+    )
+    for name, rows, moves, cut in (
+        ("poll", reads, F.col("type") == "ok", resets),
+        (
+            "send",
+            sends.where(F.col("type").isin("ok", "info")),
+            F.lit(True),
+            resets.where(~F.col("named_key")),
+        ),
+    ):
+        ends = rows.groupBy("run", "process", "key", "op", "complete", "type").agg(
+            F.min_by("value", "pos").alias("first"), F.max_by("value", "pos").alias("last")
+        )
+        events = ends.select(
+            "run",
+            "process",
+            "key",
+            "complete",
+            "op",
+            "type",
+            "first",
+            "last",
+            F.lit(False).alias("reset"),
+        ).unionByName(cut.drop("named_key"))
+        w = (
+            Window.partitionBy("run", "process", "key")
+            .orderBy("complete")
+            .rowsBetween(Window.unboundedPreceding, -1)
+        )
+        mover = F.when(
+            F.col("reset") | moves,
+            F.struct(
+                F.col("reset").alias("reset"), F.col("op").alias("op"), F.col("last").alias("v")
+            ),
+        )
+        prev = F.last(mover, ignorenulls=True).over(w)
+        seq = (
+            events.select("*", prev.alias("prev"))
+            .where(~F.col("reset") & F.col("prev").isNotNull() & ~F.col("prev.reset"))
+            .select(
+                "run",
+                "key",
+                "op",
+                F.col("prev.op").alias("pop"),
+                F.col("prev.v").alias("v1"),
+                F.col("first").alias("v2"),
+            )
+            .join(bv1, ["run", "key", "v1"])
+            .join(bv2, ["run", "key", "v2"])
+            .withColumn("delta", F.col("i2") - F.col("i1"))
+        )
+        none = F.array().cast("array<bigint>")
+        if name == "poll":
+            out.append(
+                _anomalies(
+                    "poll-skip",
+                    seq.where(F.col("delta") > 1),
+                    _arr("v1", "v2"),
+                    none,
+                    _arr("pop", "op"),
+                    F.col("delta"),
+                )
+            )
+            out.append(
+                _anomalies(
+                    "nonmonotonic-poll",
+                    seq.where(F.col("delta") < 1),
+                    _arr("v1", "v2"),
+                    none,
+                    _arr("pop", "op"),
+                    F.col("delta"),
+                )
+            )
+        else:
+            out.append(
+                _anomalies(
+                    "nonmonotonic-send",
+                    seq.where(F.col("delta") < 1),
+                    _arr("v1", "v2"),
+                    none,
+                    _arr("pop", "op"),
+                    F.col("delta"),
+                )
+            )
+
+    # no-loss over the final reads: the trailing section of the history made
+    # only of final-read ops (Jepsen's final polls), if it holds an ok poll.
+    nonfinal = (F.col("process") == "nemesis") | ~F.col("f").isin(*FINAL_FS)
+    start = history.groupBy("run").agg(
+        F.coalesce(F.max(F.when(nonfinal, F.col("index"))) + 1, F.lit(0)).alias("final_from")
+    )
+    if final_from:
+        given = ops.sparkSession.createDataFrame(
+            sorted(final_from.items()), "run string, given bigint"
+        )
+        start = start.join(given, "run", "left").select(
+            "run", F.coalesce("given", "final_from").alias("final_from")
+        )
+    final_ok = (
+        reads.where(F.col("type") == "ok")
+        .join(start, "run")
+        .where(F.col("op") >= F.col("final_from"))
+    )
+    starts = start.join(final_ok.select("run").distinct(), "run", "left_semi")
+    final = final_ok.where(F.col("offset").isNotNull()).select("run", "key", "offset", "value")
+    seen = reads.select("run", "key", "value").distinct()
+    # An info send's records one by one: acknowledged with an offset, or seen.
+    info = sends.where(F.col("type") == "info")
+    required = (
+        sends.where(
+            (F.col("type") == "ok") | ((F.col("type") == "info") & F.col("offset").isNotNull())
+        )
+        .unionByName(
+            info.where(F.col("offset").isNull()).join(seen, ["run", "key", "value"], "left_semi")
+        )
+        .join(starts, "run", "left_semi")
+    )
+    at_offset = final.groupBy("run", "key", "offset").agg(
+        F.concat_ws(", ", F.sort_array(F.collect_set("value"))).alias("there")
+    )
+    missing_at = (
+        required.where(F.col("offset").isNotNull())
+        .join(final, ["run", "key", "offset", "value"], "left_anti")
+        .join(at_offset, ["run", "key", "offset"], "left")
+    )
+    missing_any = required.where(F.col("offset").isNull()).join(
+        final.select("run", "key", "value"), ["run", "key", "value"], "left_anti"
+    )
+    out.append(
+        _anomalies(
+            "no-loss",
+            missing_at,
+            F.array("value"),
+            F.array("offset"),
+            _arr("op"),
+            F.coalesce(F.col("there"), F.lit("")),
+        )
+    )
+    out.append(
+        _anomalies(
+            "no-loss",
+            missing_any,
+            F.array("value"),
+            F.array().cast("array<bigint>"),
+            _arr("op"),
+            F.lit(""),
+        )
+    )
+    result = out[0]
+    for df in out[1:]:
+        result = result.unionByName(df)
+    runs_with_final = starts.select("run", "final_from")
+    return result.unionByName(
+        # One marker row per run with final reads (check "", never an anomaly).
+        runs_with_final.select(
+            "run",
+            F.lit("").alias("check"),
+            F.lit(None).cast("string").alias("key"),
+            F.array().cast("array<string>").alias("values"),
+            F.array("final_from").cast("array<bigint>").alias("offsets"),
+            F.array().cast("array<bigint>").alias("ops"),
+            F.lit(None).cast("string").alias("extra"),
+        )
+    )
+
+
+def _message(
+    check: str,
+    key: str,
+    values: Sequence[str],
+    offsets: Sequence[int],
+    ops: Sequence[int],
+    extra: str | None,
+) -> str:
+    v = ", ".join(values)
+    if check == "inconsistent-offsets":
+        return f"key {key} offset {offsets[0]} holds {len(values)} values: {v}"
+    if check == "duplicate":
+        return f"key {key} value {v} is at {len(offsets)} offsets: {list(offsets)}"
+    if check == "G1a":
+        return f"poll {ops[1]} read {v} of key {key}, whose send {ops[0]} failed"
+    if check == "lost-write":
+        return (
+            f"key {key} value {v} (offset {offsets[0]}, sent by op {ops[0]}) was never read by an "
+            f"ok poll, though offset {offsets[1]} past it was"
+        )
+    if check == "unseen":
+        return f"key {key} value {v} (sent ok by op {ops[0]}) was never polled"
+    if check == "no-loss":
+        if not offsets:
+            return f"key {key} value {v} (send {ops[0]}) is not in the final reads"
+        what = f"holds {extra}" if extra else "was not read"
+        return (
+            f"key {key} value {v} (send {ops[0]}, offset {offsets[0]}) is not in the final "
+            f"reads: offset {offsets[0]} {what}"
+        )
+    delta = int(extra or 0)
+    a, b = values
+    moved = f"skipping {delta - 1} record(s)" if delta > 1 else f"back {1 - delta} record(s)"
+    if check.startswith("int-"):
+        return f"op {ops[0]} {check.split('-')[-1]}s {a} then {b} of key {key}: {moved}"
+    verb = "polled" if check.endswith("poll") else "sent"
+    return f"ops {ops[0]} then {ops[1]} {verb} {a} then {b} of key {key}: {moved}"
+
+
+def check_queue_runs(
+    ops: DataFrame,
+    history: DataFrame,
+    folders: Mapping[str, Path] | None = None,
+    subscribed: Mapping[str, bool] | None = None,
+) -> list[CheckResult]:
+    """The queue checks' results over the queue runs of ``ops``/``history``.
+
+    A check is allowed in a run (Jepsen's ``allowed-error-types``): its
+    anomalies there are counted in ``detail.allowed`` and do not make the
+    run invalid.  ``no-loss`` is ``unknown`` for a run with no final reads
+    (listed in ``detail.undecided``).  ``folders`` are the runs' folders,
+    whose ``summary.json`` says where their final polls start."""
+    runs = [r.run for r in ops.select("run").distinct().collect()]
+    if subscribed is None:
+        subs = {
+            r.run for r in ops.where(F.col("f") == "subscribe").select("run").distinct().collect()
+        }
+    else:
+        subs = {r for r, s in subscribed.items() if s}
+    given = {}
+    for name, folder in (folders or {}).items():
+        start = final_polls_from(folder) if folder.is_dir() else None
+        if start is not None:
+            given[name] = start
+    rows = queue_anomaly_rows(ops, history, given)
+    w = Window.partitionBy("check").orderBy("run", "key", "ops", "values", "offsets")
+    ranked = rows.select(
+        "*",
+        F.row_number().over(w).alias("_n"),
+        F.count("*").over(Window.partitionBy("check", "run")).alias("_c"),
+    )
+    kept = ranked.where(F.col("_n") <= MAX_ANOMALIES + 1).collect()
+    counts = rows.groupBy("check", "run").count().collect()
+    final_runs = {r.run for r in kept if r.check == ""}
+    per: dict[str, list[Anomaly]] = {c: [] for c in QUEUE_CHECKS}
+    total: dict[str, int] = dict.fromkeys(QUEUE_CHECKS, 0)
+    allowed: dict[str, dict[str, int]] = {c: {} for c in QUEUE_CHECKS}
+    for r in counts:
+        if not r.check:
+            continue
+        ok = r.check in ALWAYS_ALLOWED or (r.check in SUBSCRIBE_ALLOWED and r.run in subs)
+        if ok:
+            allowed[r.check][r.run] = r["count"]
+        else:
+            total[r.check] += r["count"]
+    for r in sorted(kept, key=lambda r: r._n):
+        if not r.check or r.check not in per:
+            continue
+        ok = r.check in ALWAYS_ALLOWED or (r.check in SUBSCRIBE_ALLOWED and r.run in subs)
+        if ok:
+            continue
+        values = [json.loads(v) for v in r["values"]]
+        per[r.check].append(
+            Anomaly(
+                check=r.check,
+                kind=r.check,
+                message=_message(r.check, r.key, r["values"], r.offsets, r.ops, r.extra),
+                run=r.run,
+                key=r.key,
+                witness=(
+                    {
+                        "values": values,
+                        "offsets": list(r.offsets),
+                        "ops": list(r.ops),
+                    },
+                ),
+            )
+        )
+    undecided = sorted(set(runs) - final_runs)
+    out: list[CheckResult] = []
+    for c in QUEUE_CHECKS:
+        detail: dict[str, Any] = {"runs": len(runs)}
+        if allowed[c]:
+            detail["allowed"] = allowed[c]
+        if c == "no-loss":
+            detail["undecided"] = undecided
+        out.append(
+            result_of(
+                c,
+                per[c],
+                count=total[c],
+                unknown=c == "no-loss" and bool(undecided),
+                detail=detail,
+            )
+        )
+    return out

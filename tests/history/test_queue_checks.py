@@ -452,3 +452,14 @@ def test_the_history_formats_queue_example_is_valid() -> None:
     assert check_queue(ops).fired == ["no-loss"]
     ops[-1] = dataclasses.replace(last, value=[["poll", {"0": [[0, 1]], "1": [[0, 2]]}]])
     assert check_queue(ops).fired == []
+
+
+def test_final_index_given_by_the_summary() -> None:
+    q = three_sent()
+    start = q.poll(1, {K: [(0, 1), (1, 2)]})
+    q.heal()  # a fault after the poll: no trailing final section to find
+    assert check_queue(q.ops).valid == "unknown"
+    # The run's summary says the final polls start at that poll: offset 2 is missing.
+    r = check_queue(q.ops, final_index=start)
+    assert r.fired == ["unseen", "no-loss"]
+    assert r.detail["final_from"] == start

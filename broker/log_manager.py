@@ -40,7 +40,8 @@ The files only through the seams; time only as ``now_ms``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from broker.log_dirs import LogDirectory
@@ -176,6 +177,19 @@ class _LogView:
 
     def sync_directory(self) -> None:
         self._inner.sync_directory()
+
+
+def _write_new_file(directory: FileDirectory, name: str, data: bytes) -> None:
+    """``name`` in a directory just created: temporary file, sync, rename (so
+    it is never found torn), with the directory sync left to the caller."""
+    temporary = name + TMP_SUFFIX
+    handle = directory.create(temporary)
+    try:
+        handle.append(data)
+        handle.sync()
+    finally:
+        handle.close()
+    directory.rename(temporary, name)
 
 
 def _read_high_watermark(directory: FileDirectory) -> int:
@@ -395,6 +409,10 @@ class LogManager:
     _logs: dict[TopicIdPartition, _Hosted] = field(default_factory=dict)
     _deletions: list[_Deletion] = field(default_factory=list)
     cleaner: LogCleaner = field(default_factory=LogCleaner)
+    # Log directories with new partition directories not yet synced, while
+    # deferred_directory_syncs runs.
+    _deferring: bool = False
+    _unsynced: list[LogDirectory] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.log_dirs:
@@ -524,11 +542,40 @@ class LogManager:
         log_dir = self._least_loaded()
         directory = log_dir.create(name)
         # The id first: a directory never exists without it after the sync.
-        write_atomically(
-            directory, PARTITION_METADATA_FILE, encode_partition_metadata(key.topic_id)
-        )
-        log_dir.sync_directory()
-        return self._open(key, log_dir, name, directory, config, now_ms)
+        # Its rename is made durable by the sync of the partition directory
+        # that creating the log's first segment does, not by one of its own.
+        _write_new_file(directory, PARTITION_METADATA_FILE, encode_partition_metadata(key.topic_id))
+        log = self._open(key, log_dir, name, directory, config, now_ms)
+        self._sync_log_directory(log_dir)
+        return log
+
+    def _sync_log_directory(self, log_dir: LogDirectory) -> None:
+        if self._deferring:
+            if all(d is not log_dir for d in self._unsynced):
+                self._unsynced.append(log_dir)
+        else:
+            log_dir.sync_directory()
+
+    @contextmanager
+    def deferred_directory_syncs(self) -> Iterator[None]:
+        """Create logs with one sync of each log directory at the end instead
+        of one per log (a metadata apply creating thousands of partitions).
+        A crash before the sync may lose a new partition's directory; that
+        is harmless: nothing in it was acknowledged before the end of the
+        apply, and the next image creates it again (Kafka's
+        ``LogManager.getOrCreateLog`` does not sync the parent directory at
+        creation either; ``LocalLog.flush`` syncs it with the first flush)."""
+        if self._deferring:
+            yield
+            return
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+            unsynced, self._unsynced = self._unsynced, []
+            for log_dir in unsynced:
+                log_dir.sync_directory()
 
     def _open(
         self,

@@ -194,9 +194,17 @@ class ReplicaManager:
         self, image: MetadataImage, now_ms: int, changes: LocalChanges | None = None
     ) -> ApplyResult:
         """Move to ``image``: its local changes against the image held
-        (computed here unless given), in Kafka's order."""
+        (computed here unless given), in Kafka's order. The log directories
+        are synced once at the end for every partition directory created
+        (:meth:`LogManager.deferred_directory_syncs`)."""
         if self.shut_down:
             raise RuntimeError("the replica manager is shut down")
+        with self.logs.deferred_directory_syncs():
+            return self._apply_delta(image, now_ms, changes)
+
+    def _apply_delta(
+        self, image: MetadataImage, now_ms: int, changes: LocalChanges | None
+    ) -> ApplyResult:
         if changes is None:
             changes = local_changes(self.image, image, self.broker_id)
         previous = self.image

@@ -415,7 +415,8 @@ class PartitionLog:
         log_start = _read_offset_file(directory, LOG_START_OFFSET_FILE)
         cleaner_offset = _read_offset_file(directory, CLEANER_OFFSET_FILE)
         interrupted = InterruptedOperations()
-        if listing.deleted or listing.cleaned or listing.swap:
+        changed = bool(listing.deleted or listing.cleaned or listing.swap)
+        if changed:
             interrupted = finish_interrupted_operations(
                 directory,
                 listing,
@@ -434,19 +435,31 @@ class PartitionLog:
         # Leftovers of interrupted writes and index files without their log
         # (LogLoader removes both; an index left where the next segment
         # goes would stop the roll).
+        changed = changed or bool(logs)
         for name in directory.list():
             if name in temporary or (
                 name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))
                 and name.rsplit(".", 1)[0] + LOG_SUFFIX not in logs
             ):
                 directory.delete(name)
+                changed = True
         if clean:
             # Removed once the log is open: a crash from here on is unclean.
             directory.delete(CLEAN_SHUTDOWN_FILE)
-        directory.sync_directory()
+            changed = True
+        if changed:
+            # A new log's empty directory has nothing to sync: the segment
+            # created below syncs it (thousands of partitions created in one
+            # metadata apply paid one fsync each here for nothing).
+            directory.sync_directory()
         if not logs:
             log._active = log._create_segment(0)
-            log._write_recovery_point(0)
+            if recovery_point != 0:
+                # A missing recovery point reads as 0: a new log writes none
+                # (an empty checkpoint needs no fsync; Kafka writes its
+                # recovery-point-offset-checkpoint on its schedule, not at
+                # creation).
+                log._write_recovery_point(0)
             log._log_start_offset = 0
             log.recovery = LogRecovery(True, 0, 0)
         if interrupted.any:

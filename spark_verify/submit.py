@@ -19,6 +19,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+if __name__ == "__main__":
+    # Run as a script (spark-submit .../submit.py), Python puts this folder
+    # first on sys.path, where spark_verify/queue.py would stand for the
+    # standard library's queue (which py4j imports): take it off.
+    _here = Path(__file__).resolve().parent
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _here]
+
 from spark_verify.ops import JEPSEN_MODELS, KNOWN_MODELS
 from spark_verify.run import CannotVerify, exit_status, run_verification, summary_text
 

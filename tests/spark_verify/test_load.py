@@ -381,9 +381,9 @@ def test_many_histories_are_one_scan_with_their_own_runs_and_lines(
     runs = find_runs([tmp_path / "runs", odd])
     # Small files share partitions (a small open cost), and one is split.
     settings = {"spark.sql.files.openCostInBytes": "1", "spark.sql.files.maxPartitionBytes": "900"}
-    before = {k: spark.conf.get(k) for k in settings}
-    for k, v in settings.items():
-        spark.conf.set(k, v)
+    before: dict[str, str | None] = {k: spark.conf.get(k) for k in settings}
+    for k, value in settings.items():
+        spark.conf.set(k, value)
     try:
         df = load_history(spark, runs)
         plan = df._jdf.queryExecution().executedPlan().toString()
@@ -394,11 +394,11 @@ def test_many_histories_are_one_scan_with_their_own_runs_and_lines(
         rows = df.select("run", "key", "index", "file_line").collect()
         per_part = df.select(F.spark_partition_id().alias("p"), "run").distinct().collect()
     finally:
-        for k, v in before.items():
-            if v is None:
+        for k, old in before.items():
+            if old is None:
                 spark.conf.unset(k)
             else:
-                spark.conf.set(k, v)
+                spark.conf.set(k, old)
     by_run: dict[str, list[tuple[Any, ...]]] = {}
     for r in rows:
         by_run.setdefault(r["run"], []).append((r["key"], r["index"], r["file_line"]))
@@ -408,7 +408,7 @@ def test_many_histories_are_one_scan_with_their_own_runs_and_lines(
         assert got == [(f"k{i}", j, j + 1) for j in range(n)]
     assert len(by_run["odd"]) == len(doc_history("register").splitlines())
     assert all(line == index + 1 for _, index, line in by_run["odd"])
-    runs_in = {}
+    runs_in: dict[int, set[str]] = {}
     for r in per_part:
         runs_in.setdefault(r["p"], set()).add(r["run"])
     assert any(len(v) > 1 for v in runs_in.values()), runs_in

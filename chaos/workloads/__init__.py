@@ -13,11 +13,18 @@ import asyncio
 import contextlib
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["FinalVerdict", "Pacer", "Workload", "WorkloadStats", "sleep_unless_stopped"]
+__all__ = [
+    "FinalVerdict",
+    "Pacer",
+    "Workload",
+    "WorkloadStats",
+    "run_workers",
+    "sleep_unless_stopped",
+]
 
 
 @dataclass
@@ -65,6 +72,23 @@ async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
         return
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def run_workers(workers: Iterable[Coroutine[Any, Any, object]], timeout_s: float) -> None:
+    """Run ``workers`` as tasks for at most ``timeout_s``: those still running
+    then are cancelled (an op they had in flight stays in flight for the
+    recorder's close), and the first error of one that ended is raised."""
+    tasks = [asyncio.create_task(w) for w in workers]
+    try:
+        done, _ = await asyncio.wait(tasks, timeout=timeout_s)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    for t in done:
+        exc = None if t.cancelled() else t.exception()
+        if exc is not None:
+            raise exc
 
 
 class Pacer:

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError
-from chaos.workloads import FinalVerdict, Pacer, WorkloadStats
+from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, run_workers
 from history.ops import HistoryRecorder, Op, next_process
 from history.queue import (
     KeyMap,
@@ -422,20 +422,10 @@ class QueueWorkload:
             op_limit,
             sleep_out=True,
         )
-        tasks = [
-            asyncio.create_task(pacer.drive(lambda w=w: self._one(w)))  # type: ignore[misc]
-            for w in self._workers
-        ]
-        try:
-            done, _ = await asyncio.wait(tasks, timeout=time_limit_s + self.op_timeout_s + 5)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for t in done:
-            exc = t.exception()
-            if exc is not None:
-                raise exc
+        await run_workers(
+            (pacer.drive(lambda w=w: self._one(w)) for w in self._workers),  # type: ignore[misc]
+            time_limit_s + self.op_timeout_s + 5,
+        )
         return self.stats
 
     async def final_polls(self) -> dict[str, Any]:

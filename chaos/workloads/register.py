@@ -37,7 +37,7 @@ from typing import Any, Final, Literal, Protocol
 
 import grpc
 
-from chaos.workloads import FinalVerdict, Pacer, WorkloadStats
+from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, run_workers
 from chaos.workloads.topics import error_word
 from history.ops import HistoryRecorder, Op, next_process
 from kvstore.client import KvClient
@@ -475,17 +475,10 @@ class RegisterWorkload:
             f, key, value = self._choose(worker)
             await self._perform(worker, f, key, value)
 
-        tasks = [asyncio.create_task(pacer.drive(partial(op, w))) for w in self._workers]
-        try:
-            done, _ = await asyncio.wait(tasks, timeout=time_limit_s + self.op_timeout_s + 1)
-        finally:
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-        for t in done:
-            exc = t.exception()
-            if exc is not None:
-                raise exc
+        await run_workers(
+            (pacer.drive(partial(op, w)) for w in self._workers),
+            time_limit_s + self.op_timeout_s + 1,
+        )
         return self.stats
 
     async def final_reads(self) -> list[Op]:

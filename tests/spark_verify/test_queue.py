@@ -4,7 +4,9 @@ valid and planted, and ``kq verify`` gives a queue run one verdict."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +92,6 @@ def simulated(seed: int, mutate: str | None) -> list[Op]:
     sim.final_reads()
     ops = list(sim.q.ops)
     if mutate == "offset":
-        import dataclasses
-
         i = max(
             i
             for i, op in enumerate(ops)
@@ -118,7 +118,14 @@ def spark_idents(spark: SparkSession, run: Path) -> set[tuple[Any, ...]]:
 
 
 def test_spark_finds_what_the_reference_finds(spark: SparkSession, tmp_path: Path) -> None:
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "history-format.md").read_text()
+    [body] = re.findall(r"<!-- example: history queue -->\n```jsonl\n(.*?)```", doc, re.DOTALL)
+    example = [Op.from_json(json.loads(line)) for line in body.splitlines()]
+    # The format's integer keys, and a final poll that misses value 2 (sent ok).
+    missed = [*example[:-1], dataclasses.replace(example[-1], value=[["poll", {"0": [[0, 1]]}]])]
     cases = {
+        "example": example,
+        "example-missed": missed,
         "planted": planted().ops,
         "clean": simulated(1, None),
         "renumbered": simulated(2, "offset"),
@@ -144,8 +151,10 @@ def test_spark_finds_what_the_reference_finds(spark: SparkSession, tmp_path: Pat
         assert got == want, (name, sorted(got - want), sorted(want - got))
         if name == "planted":
             assert {w[0] for w in want} == expected_planted
-        if name == "clean":
+        if name in ("clean", "example"):
             assert want == set()
+        if name == "example-missed":
+            assert {w[0] for w in want} == {"no-loss"}
         if name == "renumbered":
             assert "inconsistent-offsets" in {w[0] for w in want}
 

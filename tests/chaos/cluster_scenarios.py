@@ -4,6 +4,7 @@ test_docker): any :class:`chaos.backend.ClusterBackend` will do."""
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from collections.abc import Callable
@@ -24,11 +25,29 @@ __all__ = [
     "check_exports",
     "isolate_the_leader",
     "leader",
+    "processes_under",
     "put_ms",
     "roles",
     "served_serial",
     "wait_converged",
 ]
+
+
+def processes_under(path: Path) -> list[str]:
+    """Command lines of live processes that name ``path`` (a run's scratch
+    folder): what a run left running (zombies and the dead do not count)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if str(path) in cmdline and state not in ("Z", "X"):
+            out.append(f"{pid}: {cmdline}")
+    return out
 
 
 async def roles(cluster: ClusterBackend) -> dict[int, quorum_pb2.DescribeQuorumResponse | None]:

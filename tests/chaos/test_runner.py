@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
@@ -30,23 +29,7 @@ from history.files import NEMESIS, HistoryWriter, check_well_formed, read_histor
 from history.runs import RunDir, check_run
 from kq.cli import main
 from spark_verify.job import VerifyOptions, verify
-
-
-def _processes_under(path: Path) -> list[str]:
-    """Command lines of live processes that name ``path``."""
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if str(path) in cmdline and state not in ("Z", "X"):
-            out.append(f"{pid}: {cmdline}")
-    return out
-
+from tests.chaos.cluster_scenarios import processes_under
 
 # -- names and configs -------------------------------------------------------------
 
@@ -436,7 +419,7 @@ def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
     assert "tick" in seen and any(e.startswith("nemesis ") for e in seen)
 
     # Nothing is left running, no firewall rule and no scratch data.
-    assert _processes_under(scratch) == []
+    assert processes_under(scratch) == []
     [cluster] = made
     assert cluster._netfilter.leftovers() == []
     assert all(cluster.pid(n) is None for n in cluster.nodes)

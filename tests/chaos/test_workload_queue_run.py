@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import tempfile
 from pathlib import Path
 
@@ -23,23 +22,9 @@ from history.exports import record_hash
 from history.files import read_history
 from history.ops import NEMESIS
 from history.runs import RunDir, check_run
+from tests.chaos.cluster_scenarios import processes_under
 
 pytestmark = pytest.mark.slow
-
-
-def _processes_under(path: Path) -> list[str]:
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-        except OSError:
-            continue
-        if str(path) in cmdline and state not in ("Z", "X"):
-            out.append(f"{pid}: {cmdline}")
-    return out
 
 
 def test_a_short_queue_run_with_kills_loses_no_acknowledged_record(
@@ -116,7 +101,7 @@ def test_a_short_queue_run_with_kills_loses_no_acknowledged_record(
         for _, key, (offset, value) in op.value:
             if offset is not None:
                 assert (key, offset, record_hash(str(value).encode())) in exported, (key, offset)
-    assert _processes_under(scratch) == []
+    assert processes_under(scratch) == []
     assert list(scratch.iterdir()) == []
 
 
@@ -154,4 +139,4 @@ def test_a_queue_run_under_partitions_and_follower_isolation_stays_whole(
     ops = read_history(RunDir(result.path).history)
     done = [op for op in ops if op.process == NEMESIS and op.type == "ok"]
     assert any(op.f == "partition" for op in done)
-    assert _processes_under(scratch) == []
+    assert processes_under(scratch) == []

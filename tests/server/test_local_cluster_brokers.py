@@ -62,9 +62,11 @@ class Up:
                 self.pids[n.pid] = str(state.path(n.config))
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    d = str(tmp_path_factory.mktemp("brokers") / "cluster")
+def cluster_up(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Up]:
+    """A module fixture's cluster (``kq cluster up``: three controllers and
+    three brokers) in a new folder ``name``: brought down at the end, and any
+    process it ran that is still alive then killed."""
+    d = str(tmp_path_factory.mktemp(name) / "cluster")
     base = free_base_port(3, brokers=3)
     up = Up(d, base, kq("cluster", "up", "--cluster-dir", d, "--base-port", str(base)), {})
     try:
@@ -76,6 +78,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         for pid, marker in up.pids.items():
             if process_alive(pid, marker):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    yield from cluster_up(tmp_path_factory, "brokers")
 
 
 def brokers_by_id(status: Any) -> dict[int, Any]:

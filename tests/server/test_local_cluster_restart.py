@@ -6,8 +6,6 @@ controller refuses no new incarnation) and none exiting."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from server.local_cluster import free_base_port, load_state, process_alive
-from tests.server.test_local_cluster_brokers import Up, brokers_by_id, kq, kq_json
+from server.local_cluster import load_state
+from tests.server.test_local_cluster_brokers import Up, brokers_by_id, cluster_up, kq, kq_json
 
 pytestmark = pytest.mark.slow
 
@@ -27,18 +25,7 @@ VALUES = ["r0", "r1", "r2"]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    d = str(tmp_path_factory.mktemp("restart") / "cluster")
-    base = free_base_port(3, brokers=3)
-    up = Up(d, base, kq("cluster", "up", "--cluster-dir", d, "--base-port", str(base)), {})
-    try:
-        up.record()
-        yield up
-    finally:
-        up.record()
-        kq("cluster", "down", "--cluster-dir", d, "--timeout", "10")
-        for pid, marker in up.pids.items():
-            if process_alive(pid, marker):
-                os.kill(pid, signal.SIGKILL)
+    yield from cluster_up(tmp_path_factory, "restart")
 
 
 def client(cluster: Up, *args: str, stdin: str = "", timeout: float = 60) -> str:

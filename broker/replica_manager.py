@@ -30,7 +30,7 @@ No I/O but through the log manager's seams; time only as ``now_ms``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.errors import Errors, ReplicaError
@@ -169,6 +169,40 @@ class ReplicaManager:
         replica = PartitionReplica(self.broker_id, log, replica_config, self.brokers)
         self.replicas[key] = replica
         return replica
+
+    def logs_to_create(self, image: MetadataImage) -> list[tuple[TopicIdPartition, str]]:
+        """(partition, topic name) of every replica ``image`` gives this
+        broker whose log does not exist yet: what :meth:`apply_delta` would
+        create, for :meth:`create_logs` to create ahead in parts."""
+        changes = local_changes(self.image, image, self.broker_id)
+        hosted = self.logs.partitions
+        return sorted(
+            (key, local.topic_name)
+            for group in (changes.stops, changes.leaders, changes.followers)
+            for key, local in group.items()
+            if key not in hosted and key not in self.replicas
+        )
+
+    def create_logs(
+        self, image: MetadataImage, todo: Sequence[tuple[TopicIdPartition, str]], now_ms: int
+    ) -> int:
+        """Create the logs of ``todo`` (from :meth:`logs_to_create` of
+        ``image``) before ``image`` is applied, so that a broker's loop can run
+        between parts of a large creation (Kafka creates them on the metadata
+        publisher's thread, apart from its heartbeats). Nothing serves them
+        until :meth:`apply_delta` of ``image`` makes their replicas; one that
+        cannot be created is left for that apply to report. How many were
+        created."""
+        created = 0
+        with self.logs.deferred_directory_syncs():
+            for key, topic_name in todo:
+                try:
+                    config = topic_log_config(image, topic_name, self.broker_id)
+                    self.logs.get_or_create(key, topic_name, config, now_ms)
+                except (LogManagerError, TopicConfigError, PartitionLogError, ValueError):
+                    continue
+                created += 1
+        return created
 
     def publish(
         self, image: MetadataImage, catch_up_offset: int | None, now_ms: int

@@ -97,6 +97,10 @@ log = logging.getLogger("kq.broker")
 # The features this broker supports (what the controllers finalize).
 FEATURES = (SupportedFeature("metadata.version", 1, 1),)
 _BACKOFF_S = (0.05, 1.0)
+# Partition logs created between two turns of the broker's loop when an
+# image creates many (_publish): about 0.4 s of creation on a slow disk.
+_CREATE_PART = 50
+_PART_PAUSE_S = 0.02
 
 
 # Kafka's replica.high.watermark.checkpoint.interval.ms: each changed HW is
@@ -251,6 +255,10 @@ class BrokerProcess:
             asyncio.Queue()
         )
         self._fetchers: dict[int, asyncio.Task[None]] = {}
+        # The image waiting for its logs to be created in parts, and the task
+        # creating them (_publish).
+        self._pending: MetadataImage | None = None
+        self._applier: asyncio.Task[None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._registered = asyncio.Event()
         self._stopping = False
@@ -320,10 +328,54 @@ class BrokerProcess:
         return -1 if leader is None else leader
 
     def _on_commit(self, delta: MetadataDelta, image: MetadataImage) -> None:
-        self._apply(image)
+        self._publish(image)
 
     def _on_load(self, image: MetadataImage) -> None:
-        self._apply(image)
+        self._publish(image)
+
+    def _publish(self, image: MetadataImage) -> None:
+        """Apply ``image`` now, or, when it creates more partition logs than
+        one part, in :meth:`_apply_in_parts` (and every later image after
+        it, in order). Creating thousands of logs in one synchronous apply
+        held the loop for seconds: no heartbeat went out and the controller
+        fenced the broker (Kafka creates them on the metadata publisher's
+        thread; the heartbeats have ``BrokerLifecycleManager``'s own)."""
+        if self._pending is None and (
+            self.replicas.loaded is None
+            or self.replicas.shut_down
+            or self._stopping
+            or len(self.replicas.logs_to_create(image)) <= _CREATE_PART
+        ):
+            self._apply(image)
+            return
+        first = self._pending is None
+        self._pending = image
+        if first:
+            self._applier = asyncio.get_running_loop().create_task(
+                self._apply_in_parts(), name="broker-apply"
+            )
+
+    async def _apply_in_parts(self) -> None:
+        """Create the new logs of the pending image a part at a time, the
+        loop running between parts, then apply that image (whose apply finds
+        its logs there); a newer image that came meanwhile is next."""
+        while self._pending is not None:
+            image = self._pending
+            todo = self.replicas.logs_to_create(image)
+            for start in range(0, len(todo), _CREATE_PART):
+                if self._stopping or self.replicas.shut_down:
+                    self._pending = None
+                    return
+                self.replicas.create_logs(image, todo[start : start + _CREATE_PART], _now_ms())
+                # Real time, not one turn: an RPC in flight (a heartbeat and
+                # its answer) needs several turns of the loop to complete.
+                await asyncio.sleep(_PART_PAUSE_S)
+            if self._pending is image:
+                self._pending = None
+            try:
+                self._apply(image)
+            except Exception:
+                log.exception("broker %d: applying metadata failed", self.settings.node_id)
 
     def _on_batch(self, batch: Batch) -> None:
         # While catching up, any batch may be the one that reaches the high
@@ -716,6 +768,8 @@ class BrokerProcess:
             await self.controlled_shutdown()
         self._stopping = True
         tasks = [*self._tasks[1:], *self._fetchers.values()]
+        if self._applier is not None:
+            tasks.append(self._applier)
         for task in tasks:
             task.cancel()
         for task in tasks:

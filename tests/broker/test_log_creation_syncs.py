@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from broker.log_dirs import MemoryLogDirectory
 from broker.log_manager import PARTITION_METADATA_FILE, LogManager
+from broker.replica_manager import ReplicaManager
 from metadata.image import TopicIdPartition
+from metadata.records import RemoveTopicRecord
 from partition_log.batch import build_batch
 from partition_log.files import MemoryDirectory
 from partition_log.log import RECOVERY_POINT_FILE, PartitionLog
@@ -103,3 +105,38 @@ def test_a_directory_synced_by_a_batch_keeps_its_topic_id_and_segment() -> None:
         files = d.open(name)
         assert PARTITION_METADATA_FILE in files.list()
         assert "00000000000000000000.log" in files.list()
+
+
+def test_logs_created_ahead_are_the_ones_the_apply_serves() -> None:
+    d = MemoryLogDirectory("data")
+    replicas = ReplicaManager(1, LogManager([d]))
+    meta = Metadata()
+    replicas.publish(meta.image, meta.image.offset, 0)
+    _, image = meta.step(*topic("t", "id-t", *[(1, 2)] * 4, *[(2, 1)] * 3))
+    todo = replicas.logs_to_create(image)
+    assert [key for key, _ in todo] == keys(7)
+    assert replicas.create_logs(image, todo[:5], now_ms=0) == 5
+    # Nothing serves them before the apply; only the rest are still to create.
+    assert replicas.replicas == {}
+    assert [key for key, _ in replicas.logs_to_create(image)] == keys(7)[5:]
+    ahead = {key: replicas.logs.log(key) for key in keys(5)}
+    replicas.apply_delta(image, now_ms=0)
+    assert set(replicas.replicas) == set(keys(7))
+    for key, log in ahead.items():
+        assert replicas.replicas[key].log is log
+    assert replicas.logs_to_create(image) == []
+
+
+def test_a_log_that_cannot_be_created_ahead_is_left_for_the_apply() -> None:
+    d = MemoryLogDirectory("data")
+    replicas = ReplicaManager(1, LogManager([d]))
+    meta = Metadata(*topic("t", "id-old", (1,)))
+    replicas.publish(meta.image, meta.image.offset, 0)
+    # The topic deleted and created again under its name: its new log cannot
+    # be created before the apply deletes the old one.
+    _, image = meta.step(RemoveTopicRecord("id-old"), *topic("t", "id-new", (1,)))
+    todo = replicas.logs_to_create(image)
+    assert replicas.create_logs(image, todo, now_ms=0) == 0
+    result = replicas.apply_delta(image, now_ms=0)
+    assert not result.failed
+    assert set(replicas.replicas) == {TopicIdPartition("id-new", 0)}

@@ -169,6 +169,22 @@ step = st.one_of(
 )
 
 
+def run(history: History, steps: list[tuple[str, int, object]]) -> None:
+    """Play ``steps`` (drawn from :data:`step`) on ``history``, then finish
+    it and check what it found."""
+    for kind, a, b in steps:
+        if kind == "append":
+            history.append(a, int(b))  # type: ignore[call-overload]
+        elif kind == "send":
+            history.send()
+        elif kind == "answer" and history.sent:
+            history.answer(a, str(b))
+        elif kind == "tick":
+            history.tick(a)
+    history.finish()
+    history.check()
+
+
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     steps=st.lists(step, max_size=80),
@@ -187,18 +203,7 @@ def test_random_answers_keep_each_partition_exactly_once_and_in_order(
         retry_backoff_ms=10,
         retry_backoff_max_ms=40,
     )
-    history = History(config, seed)
-    for kind, a, b in steps:
-        if kind == "append":
-            history.append(a, int(b))  # type: ignore[call-overload]
-        elif kind == "send":
-            history.send()
-        elif kind == "answer" and history.sent:
-            history.answer(a, str(b))
-        elif kind == "tick":
-            history.tick(a)
-    history.finish()
-    history.check()
+    run(History(config, seed), steps)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -218,15 +223,4 @@ def test_without_idempotence_outcomes_still_say_what_is_in_the_log(
         retry_backoff_ms=10,
         retry_backoff_max_ms=40,
     )
-    history = History(config, seed)
-    for kind, a, b in steps:
-        if kind == "append":
-            history.append(a, int(b))  # type: ignore[call-overload]
-        elif kind == "send":
-            history.send()
-        elif kind == "answer" and history.sent:
-            history.answer(a, str(b))
-        elif kind == "tick":
-            history.tick(a)
-    history.finish()
-    history.check()
+    run(History(config, seed), steps)

@@ -16,7 +16,7 @@ from broker.client.accumulator import RecordAccumulator
 from broker.client.errors import Outcome
 from broker.client.producer_batch import ProducerConfig, TopicPartition
 from broker.client.sequencing import Sequencing
-from tests.broker.client.test_producer_properties import PARTITIONS, History, step
+from tests.broker.client.test_producer_properties import PARTITIONS, History, run, step
 
 CONFIG = ProducerConfig(
     batch_size=80,
@@ -34,20 +34,6 @@ class UnorderedHistory(History):
         sequencing = Sequencing(True, unordered_requests=unordered)
         sequencing.set_producer_id(1000, 0)
         self.acc = RecordAccumulator(config, random.Random(seed), sequencing)
-
-
-def run(history: History, steps: list[tuple[str, int, object]]) -> None:
-    for kind, a, b in steps:
-        if kind == "append":
-            history.append(a, int(b))  # type: ignore[call-overload]
-        elif kind == "send":
-            history.send()
-        elif kind == "answer" and history.sent:
-            history.answer(a, str(b))
-        elif kind == "tick":
-            history.tick(a)
-    history.finish()
-    history.check()
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -29,6 +29,7 @@ from server.local_cluster import (
     BrokerState,
     ClusterState,
     NodeState,
+    check_none_exited,
     log_tail,
     node_alive,
     process_paused,
@@ -102,17 +103,7 @@ async def wait_for_brokers(
     since = since or {}
     seen: dict[int, metadata_pb2.BrokerDescription] | None = None
     while True:
-        for broker_id, proc in procs.items():
-            code = proc.poll()
-            if code is not None:
-                broker = state.broker(broker_id)
-                broker.pid = None
-                state.save()
-                raise UserError(
-                    f"broker {broker_id} exited with status {code} while starting; the end "
-                    f"of {state.path(broker.log_file)}:\n{log_tail(state, broker)}\n"
-                    f"(stop the others with `kq cluster down --cluster-dir {state.dir}`)"
-                )
+        check_none_exited(state, procs, state.broker, "broker")
         seen = await broker_registrations(state, min(2.0, max(0.5, deadline - time.monotonic())))
         late = [b for b in procs if not _up(seen, b, since.get(b, -1))]
         if not late:

@@ -96,6 +96,7 @@ __all__ = [
     "broker_host",
     "PLAINTEXT_WARNING",
     "check_configs",
+    "check_none_exited",
     "check_ports",
     "format_new_nodes",
     "free_base_port",
@@ -855,23 +856,35 @@ def check_ports(state: ClusterState, nodes: Sequence[NodeState]) -> None:
         )
 
 
+def check_none_exited(
+    state: ClusterState,
+    procs: Mapping[int, subprocess.Popen[bytes]],
+    member: Callable[[int], NodeState],
+    kind: str,
+) -> None:
+    """While ``procs`` start: UserError naming the first that exited
+    (``kind`` and id, found by ``member``), its status and the end of its
+    log, its pid cleared from the saved state."""
+    for member_id, proc in procs.items():
+        code = proc.poll()
+        if code is not None:
+            gone = member(member_id)
+            gone.pid = None
+            state.save()
+            raise UserError(
+                f"{kind} {member_id} exited with status {code} while starting; the end of "
+                f"{state.path(gone.log_file)}:\n{log_tail(state, gone)}\n"
+                f"(stop the others with `kq cluster down --cluster-dir {state.dir}`)"
+            )
+
+
 async def wait_for_leader(
     state: ClusterState, procs: dict[int, subprocess.Popen[bytes]], timeout_s: float
 ) -> None:
     deadline = time.monotonic() + timeout_s
     credentials = state.client_credentials()
     while True:
-        for node_id, proc in procs.items():
-            code = proc.poll()
-            if code is not None:
-                node = state.node(node_id)
-                node.pid = None
-                state.save()
-                raise UserError(
-                    f"node {node_id} exited with status {code} while starting; the end of "
-                    f"{state.path(node.log_file)}:\n{log_tail(state, node)}\n"
-                    f"(stop the other nodes with `kq cluster down --cluster-dir {state.dir}`)"
-                )
+        check_none_exited(state, procs, state.node, "node")
         answers = await asyncio.gather(
             *(describe(n.address, 0.5, credentials) for n in state.nodes)
         )

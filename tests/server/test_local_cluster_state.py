@@ -27,6 +27,7 @@ from server.local_cluster import (
     STATE_FILE,
     broker_addresses,
     check_configs,
+    check_none_exited,
     check_ports,
     format_new_nodes,
     free_base_port,
@@ -162,6 +163,25 @@ def test_a_broker_that_exits_or_never_registers_is_named_with_its_log(tmp_path: 
     finally:
         sleeping.kill()
         sleeping.wait(timeout=30)
+
+
+def test_a_controller_that_exits_while_starting_is_named_with_its_log(tmp_path: Path) -> None:
+    """check_none_exited (wait_for_leader's check, as wait_for_brokers'):
+    the node, its status and the end of its log; its pid is cleared."""
+    state = local_cluster_state(tmp_path, free_base_port(1), nodes=1, brokers=0)
+    node = state.node(1)
+    node.pid = 12345
+    state.save()
+    state.path(node.log_file).parent.mkdir(parents=True)
+    state.path(node.log_file).write_text("cannot start node 1: the reason\n")
+    exited = subprocess.Popen([sys.executable, "-c", "raise SystemExit(4)"])
+    exited.wait(timeout=30)
+    with pytest.raises(UserError) as error:
+        check_none_exited(state, {1: exited}, state.node, "node")
+    assert "node 1 exited with status 4 while starting" in str(error.value)
+    assert "cannot start node 1: the reason" in str(error.value)
+    saved = load_state(state.dir)
+    assert saved is not None and saved.node(1).pid is None
 
 
 def test_bad_broker_flags_are_usage_errors(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -130,9 +131,16 @@ def test_a_local_run_rotating_certificates_stays_available_and_valid(
     made: list[LocalCluster] = []
     local = BACKENDS["local"]
 
-    def make(nodes: int, workdir: Path, network: bool, tls: bool) -> ClusterBackend:
-        assert tls and not network
-        cluster = local.make(nodes, workdir, network, tls)
+    def make(
+        nodes: int,
+        workdir: Path,
+        network_faults: bool,
+        tls: bool,
+        brokers: int = 0,
+        broker_settings: Mapping[str, object] | None = None,
+    ) -> ClusterBackend:
+        assert tls and not network_faults
+        cluster = local.make(nodes, workdir, network_faults, tls, brokers, broker_settings)
         assert isinstance(cluster, LocalCluster)
         made.append(cluster)
         return cluster

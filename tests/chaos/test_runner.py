@@ -136,7 +136,14 @@ def test_a_backend_that_fails_to_start_is_stopped_and_the_run_folder_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(
-        BACKENDS, "broken", BackendSpec(lambda n, _w, _net, _tls: BrokenBackend(n), "test")
+        BACKENDS,
+        "broken",
+        BackendSpec(
+            lambda nodes, workdir, network_faults, tls, brokers=0, broker_settings=None: (
+                BrokenBackend(nodes)
+            ),
+            "test",
+        ),
     )
     BrokenBackend.instances.clear()
     config = RunConfig(
@@ -391,8 +398,15 @@ def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
     made: list[LocalCluster] = []
     local = BACKENDS["local"]
 
-    def make(nodes: int, workdir: Path, network: bool, tls: bool) -> ClusterBackend:
-        cluster = local.make(nodes, workdir, network, tls)
+    def make(
+        nodes: int,
+        workdir: Path,
+        network_faults: bool,
+        tls: bool,
+        brokers: int = 0,
+        broker_settings: Mapping[str, object] | None = None,
+    ) -> ClusterBackend:
+        cluster = local.make(nodes, workdir, network_faults, tls, brokers, broker_settings)
         assert isinstance(cluster, LocalCluster)
         made.append(cluster)
         return cluster
@@ -438,9 +452,16 @@ def test_a_short_local_run_with_packet_faults_leaves_no_rule_or_delayer(
     local = BACKENDS["local"]
     delayers: list[int] = []
 
-    def make(nodes: int, workdir: Path, network: bool, tls: bool) -> ClusterBackend:
-        assert network, "a packet fault needs the network rules"
-        cluster = local.make(nodes, workdir, network, tls)
+    def make(
+        nodes: int,
+        workdir: Path,
+        network_faults: bool,
+        tls: bool,
+        brokers: int = 0,
+        broker_settings: Mapping[str, object] | None = None,
+    ) -> ClusterBackend:
+        assert network_faults, "a packet fault needs the network rules"
+        cluster = local.make(nodes, workdir, network_faults, tls, brokers, broker_settings)
         assert isinstance(cluster, LocalCluster)
         made.append(cluster)
         packet = cluster.packet
@@ -498,7 +519,14 @@ def test_a_short_docker_run_from_the_command_line_leaves_a_well_formed_run_folde
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     made: list[DockerCluster] = []
 
-    def make(nodes: int, workdir: Path, network: bool, tls: bool) -> ClusterBackend:
+    def make(
+        nodes: int,
+        workdir: Path,
+        network_faults: bool,
+        tls: bool,
+        brokers: int = 0,
+        broker_settings: Mapping[str, object] | None = None,
+    ) -> ClusterBackend:
         assert tls, "a run is on TLS unless --insecure"
         cluster = DockerCluster(nodes, image=image, docker=docker, tls=tls)
         made.append(cluster)

@@ -27,7 +27,7 @@ from chaos.workloads.queue import (
 )
 from chaos.workloads.queue_setup import QueueOptions
 from history.files import HistoryWriter, read_history
-from history.ops import Op, check_well_formed
+from history.ops import Op, OpType, check_well_formed
 from history.queue import KeyMap
 
 # -- the outcome mapping ------------------------------------------------------------
@@ -273,7 +273,7 @@ def test_an_info_send_retires_its_process(tmp_path: Path) -> None:
     assert check_well_formed(_history(tmp_path), model="queue") == []
 
 
-def _op(index: int, type_: str, f: str, value: Any, process: int = 0) -> Op:
+def _op(index: int, type_: OpType, f: str, value: Any, process: int = 0) -> Op:
     return Op(
         index,
         index,
@@ -499,6 +499,7 @@ def test_queue_flags_refused_as_usage_errors(
 ) -> None:
     from kq.cli import main
 
+    code: object
     try:
         code = main(["chaos", "run", "--runs-dir", str(tmp_path), *args])
     except SystemExit as exc:

@@ -275,7 +275,7 @@ def test_runs_of_models() -> None:
         "b",
     ]
     with pytest.raises(ValueError, match="model of run 'x' must be one of"):
-        runs_of_models({"x": "queue"}, ["log"])
+        runs_of_models({"x": "jepsen-queue"}, ["log"])
     with pytest.raises(ValueError, match="model must be one of"):
         runs_of_models("Register", ["register"])
 

@@ -120,8 +120,19 @@ def served_serial(address: str, files: TlsFiles) -> int:
     context.load_cert_chain(str(files.cert), str(files.key))
     context.set_alpn_protocols(["h2"])
     host, port = address.rsplit(":", 1)
+    # A node of a cluster that has just elected a leader may still be
+    # opening its listener: a refused connection is retried for a while.
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            raw = socket.create_connection((host, int(port)), timeout=5)
+            break
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
     with (
-        socket.create_connection((host, int(port)), timeout=5) as raw,
+        raw,
         context.wrap_socket(raw, server_hostname=host) as tls,
     ):
         der = tls.getpeercert(binary_form=True)

@@ -81,6 +81,7 @@ from quorum.types import Batch
 from server.broker_metrics import PrometheusBrokerMetrics
 from server.config import SETTINGS, ConfigError, Settings, controller_config
 from server.errors import EXIT_FAILURE
+from server.injected_bugs import install_from_environment
 
 __all__ = [
     "BrokerProcess",
@@ -973,6 +974,8 @@ def check_log_dirs(directories: Sequence[Path], cluster_id: str, node_id: int) -
 def run_broker(settings: BrokerSettings) -> int:
     """Serve until SIGTERM or SIGINT, then shut down under control; the
     exit status."""
+    if not install_from_environment(os.environ, log, f"broker {settings.node_id}"):
+        return EXIT_FAILURE
     try:
         meta = read_meta(settings.metadata_dir)
     except StorageFormatError as exc:

@@ -59,7 +59,17 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 # KQ_* variables that are not configuration: kq's own debugging switches, and
 # the process-wide switches of the quorum driver (quorum.driver.transport,
 # quorum.driver.loop).
-IGNORED_ENV = frozenset({"KQ_DEBUG", "KQ_REWRITE", "KQ_FETCH_STREAM", "KQ_UVLOOP"})
+IGNORED_ENV = frozenset(
+    {
+        "KQ_DEBUG",
+        "KQ_REWRITE",
+        "KQ_FETCH_STREAM",
+        "KQ_UVLOOP",
+        # The deliberate bugs' switch (bugs, server.injected_bugs).
+        "KQ_INJECT_BUGS",
+        "KQ_INJECT_BUGS_ACK",
+    }
+)
 
 
 class ConfigError(Exception):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 
 from kvstore.service import KvPlugin
@@ -32,6 +33,7 @@ from quorum.storage import NodeStorage, StorageCorruptError
 from quorum.types import Role
 from server.config import ControllerConfig
 from server.errors import EXIT_FAILURE
+from server.injected_bugs import install_from_environment
 
 __all__ = ["controller_server", "kv_of", "kv_server", "plugin_of", "run_controller"]
 
@@ -92,6 +94,8 @@ def kv_of(server: NodeServer) -> KvStateMachine:
 
 def run_controller(config: ControllerConfig) -> int:
     """Open the node's storage, serve until a signal, stop; the exit status."""
+    if not install_from_environment(os.environ, log, f"node {config.node_id}"):
+        return EXIT_FAILURE
     where = config.settings.config_file
     log.info(
         "starting node %d of cluster %s: data dir %s, address %s, voters %s%s",

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Every library under the tools: what chaos and bench build on.
 LIBRARIES = (
+    "bugs",
     "kqproto",
     "history",
     "partition_log",
@@ -55,23 +56,29 @@ QUORUM_SEAMS = (
 
 BOTTOM: tuple[str, ...] = ()
 
+# The deliberate bugs' switch (off unless a process's environment turns it
+# on): below every layer of kq, so that each rule's own line can be broken.
+BUGS = ("bugs",)
+
 
 ALLOWED: Mapping[str, tuple[str, ...]] = {
     # The bottom: libraries that import nothing else of kq but the
     # generated protobuf modules.
+    "bugs": BOTTOM,
     "kqproto": BOTTOM,
     "history": BOTTOM,
-    "partition_log": ("kqproto",),
-    "quorum": BOTTOM,
+    "partition_log": ("kqproto", *BUGS),
+    "quorum": BUGS,
     # The simulator records what it runs in the history format.
-    "quorum.sim": ("quorum", "history"),
+    "quorum.sim": ("quorum", "history", *BUGS),
     # The quorum node: the pure core under asyncio, gRPC and RocksDB.
-    "quorum.driver": ("quorum", "kqproto"),
+    "quorum.driver": ("quorum", "kqproto", *BUGS),
     # The node's plug-ins: only through the quorum's seams.
-    "kvstore": ("kqproto", *QUORUM_SEAMS),
-    "metadata": ("kqproto", *QUORUM_SEAMS),
+    "kvstore": ("kqproto", *QUORUM_SEAMS, *BUGS),
+    "metadata": ("kqproto", *QUORUM_SEAMS, *BUGS),
     # Brokers read the metadata image and delta, never the controller.
     "broker": (
+        *BUGS,
         "kqproto",
         "partition_log",
         *QUORUM_SEAMS,
@@ -93,6 +100,7 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
     # The broker simulator: brokers and a controller stub in one process,
     # recording histories as the quorum's simulator does.
     "broker.sim": (
+        *BUGS,
         "broker",
         "partition_log",
         "metadata.records",
@@ -103,6 +111,7 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
     # over the broker service's protobufs, with the quorum's channel pool
     # and TLS files for mutual TLS.
     "broker.grpc_client": (
+        *BUGS,
         "broker",
         "kqproto",
         "partition_log",
@@ -110,7 +119,7 @@ ALLOWED: Mapping[str, tuple[str, ...]] = {
         "quorum.driver.tls",
     ),
     # Process assembly: builds processes out of everything below it.
-    "server": ("kqproto", "quorum", "kvstore", "metadata", "broker", "partition_log"),
+    "server": (*BUGS, "kqproto", "quorum", "kvstore", "metadata", "broker", "partition_log"),
     # The tools on top; spark_verify stands apart from all of kq.
     "chaos": LIBRARIES,
     "spark_verify": BOTTOM,

@@ -74,6 +74,7 @@ from metadata.state_machine import ControllerStateMachine
 from partition_log.errors import PartitionLogError
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
+from quorum.driver.snapshot_files import fsync_dir
 from quorum.driver.storage_format import StorageFormatError, read_meta
 from quorum.driver.tls import TlsFiles, dial
 from quorum.shared_log import SharedLog
@@ -912,15 +913,7 @@ def write_clean_shutdown_epoch(directories: Sequence[Path], broker_epoch: int) -
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
-        _sync_directory(directory)
-
-
-def _sync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(directory)
 
 
 def _read_clean_shutdown_epoch(path: Path) -> int | None:
@@ -951,7 +944,7 @@ def take_clean_shutdown_epoch(directories: Sequence[Path]) -> int:
         path = directory / CLEAN_SHUTDOWN_FILE
         if path.exists():
             path.unlink()
-            _sync_directory(directory)
+            fsync_dir(directory)
     if len(epochs) != 1:
         return -1
     (epoch,) = epochs

@@ -46,7 +46,7 @@ import grpc
 from prometheus_client import Gauge
 
 from broker.codec import fetch_answers, replica_fetch_request
-from broker.errors import Errors
+from broker.errors import Errors, from_name
 from broker.log_dirs import LogDirectory
 from broker.log_manager import LogManager, LogManagerError
 from broker.os_log_dirs import OsLogDirectory
@@ -143,10 +143,11 @@ class BrokerSettings:
 
 
 def _error_name(code: int) -> Errors:
-    """A controller's error code as the broker's error of the same name."""
+    """A controller's error code as the broker's error of the same name
+    (``UNKNOWN_SERVER_ERROR`` for a code or name the data plane lacks)."""
     try:
-        return Errors[MetadataErrors(code).name]
-    except (KeyError, ValueError):
+        return from_name(MetadataErrors(code).name)
+    except ValueError:
         return Errors.UNKNOWN_SERVER_ERROR
 
 

@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
+import bugs
+from bugs import Bug
 from partition_log.errors import Errors, PartitionLogError
 
 __all__ = [
@@ -267,6 +269,20 @@ class ProducerStateManager:
             return APPEND
         duplicate = entry.find_duplicate(batch)
         if duplicate is not None:
+            # The bugs are read only here, for a retry: the common append
+            # pays nothing for them.
+            if bugs.on(Bug.NO_DEDUP_WINDOW):
+                # B11: no idempotence window; the retry is appended again.
+                return APPEND
+            if bugs.on(Bug.OUT_OF_ORDER_FOR_DUPLICATE):
+                # B12 (Redpanda #3039): a retry in the window is refused as
+                # out of order instead of answered with its offsets.
+                raise PartitionLogError(
+                    Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    f"producer {batch.producer_id} at offset {batch.base_offset}: out of order "
+                    f"sequence number {batch.base_sequence} in epoch {batch.producer_epoch} "
+                    f"(a retry of the batch at offset {duplicate.first_offset})",
+                )
             return Duplicate(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp)
         where = f"producer {batch.producer_id} at offset {batch.base_offset}"
         if batch.producer_epoch < entry.epoch:

@@ -23,6 +23,8 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import bugs
+from bugs import Bug
 from metadata.image import PartitionRegistration
 from metadata.records import (
     NO_LEADER,
@@ -125,7 +127,9 @@ class PartitionChange:
             candidates = [r for r in replicas if can_lead(r)]
             if candidates:
                 leader = candidates[0]
-            elif self.election is Election.UNCLEAN:
+            elif self.election is Election.UNCLEAN or bugs.on(Bug.UNCLEAN_ELECTION):
+                # B9 (a positive control): any election falls back on an
+                # out-of-sync live replica, as unclean.leader.election.enable.
                 live = [r for r in replicas if self.is_active(r)]
                 if live:
                     leader = live[0]

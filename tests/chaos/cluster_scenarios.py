@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from chaos.backend import ClusterBackend, isolate
+from chaos.netfilter import NetfilterError, require_iptables
 from history.export_files import read_changes, read_log
 from history.exports import check_changes, check_log
 from kqproto import quorum_pb2
@@ -25,12 +27,33 @@ __all__ = [
     "check_exports",
     "isolate_the_leader",
     "leader",
+    "need_iptables",
     "processes_under",
     "put_ms",
     "roles",
+    "scratch_tempdir",
     "served_serial",
     "wait_converged",
 ]
+
+
+def need_iptables() -> None:
+    """Fail, not skip, a test that needs iptables where it is missing: the
+    network faults are part of what these tests check."""
+    try:
+        require_iptables()
+    except NetfilterError as exc:
+        pytest.fail(f"{exc} (see scripts/bootstrap)")
+
+
+def scratch_tempdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A new folder under ``tmp_path`` made ``tempfile``'s for the test, so
+    that what a run leaves in its scratch space can be checked afterwards
+    (:func:`processes_under`, an empty folder)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    return scratch
 
 
 def processes_under(path: Path) -> list[str]:

@@ -23,6 +23,7 @@ from tests.chaos.cluster_scenarios import (
     check_exports,
     isolate_the_leader,
     leader,
+    need_iptables,
     put_ms,
     rotate_while_serving,
     wait_converged,
@@ -104,13 +105,6 @@ def test_pause_stops_answers_and_resume_restores_them(tmp_path: Path) -> None:
     _run(tmp_path, scenario)
 
 
-def _iptables() -> None:
-    try:
-        require_iptables()
-    except NetfilterError as exc:
-        pytest.fail(f"{exc} (see scripts/bootstrap)")
-
-
 def _our_rules(tag: str) -> list[str]:
     rules = []
     for table in ("filter", "nat"):
@@ -125,7 +119,7 @@ def _our_rules(tag: str) -> list[str]:
 def test_isolating_the_leader_elects_another_and_heal_restores_one_cluster(
     tmp_path: Path,
 ) -> None:
-    _iptables()
+    need_iptables()
     run_dir = tmp_path / "run"
 
     async def scenario(cluster: LocalCluster) -> None:
@@ -150,7 +144,7 @@ def test_isolating_the_leader_elects_another_and_heal_restores_one_cluster(
 def test_a_failing_scenario_still_removes_every_rule_and_process(
     tmp_path: Path,
 ) -> None:
-    _iptables()
+    need_iptables()
 
     async def scenario(cluster: LocalCluster) -> None:
         node = await leader(cluster)
@@ -200,7 +194,7 @@ def _nfqueue_rules(cluster: LocalCluster) -> list[str]:
 def test_a_packet_fault_delays_and_drops_node_traffic_and_heal_undoes_it_all(
     tmp_path: Path,
 ) -> None:
-    _iptables()
+    need_iptables()
     delay_ms = 200.0
     measured: dict[str, float] = {}
     delayers: list[int] = []

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from history.files import NEMESIS, read_history
 from history.ops import Op
 from history.runs import RunDir
 from quorum.config import QuorumConfig
+from tests.chaos.cluster_scenarios import scratch_tempdir
 from tests.chaos.test_runner import _check_run_folder, _verified
 
 MARGIN_S = 1.0
@@ -125,9 +125,7 @@ def test_rotation_needs_tls() -> None:
 def test_a_local_run_rotating_certificates_stays_available_and_valid(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark: SparkSession
 ) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    scratch_tempdir(tmp_path, monkeypatch)
     made: list[LocalCluster] = []
     local = BACKENDS["local"]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
@@ -21,7 +20,6 @@ from chaos.docker import DockerCluster
 from chaos.docker_image import Docker
 from chaos.local import LocalCluster
 from chaos.nemesis import Action
-from chaos.netfilter import NetfilterError, require_iptables
 from chaos.runner import BACKENDS, BackendSpec, RunConfig, RunResult, expand_nemesis, run_chaos
 from chaos.workloads.register import CONFIG_REGISTER_KEYS
 from history.export_files import read_changes, read_log
@@ -29,7 +27,7 @@ from history.files import NEMESIS, HistoryWriter, check_well_formed, read_histor
 from history.runs import RunDir, check_run
 from kq.cli import main
 from spark_verify.job import VerifyOptions, verify
-from tests.chaos.cluster_scenarios import processes_under
+from tests.chaos.cluster_scenarios import need_iptables, processes_under, scratch_tempdir
 
 # -- names and configs -------------------------------------------------------------
 
@@ -388,13 +386,8 @@ def _check_run_folder(
 def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spark: SparkSession
 ) -> None:
-    try:
-        require_iptables()
-    except NetfilterError as exc:
-        pytest.fail(f"{exc} (see scripts/bootstrap)")
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    need_iptables()
+    scratch = scratch_tempdir(tmp_path, monkeypatch)
     made: list[LocalCluster] = []
     local = BACKENDS["local"]
 
@@ -444,10 +437,7 @@ def test_a_short_local_run_with_every_fault_leaves_a_well_formed_run_folder(
 def test_a_short_local_run_with_packet_faults_leaves_no_rule_or_delayer(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    try:
-        require_iptables()
-    except NetfilterError as exc:
-        pytest.fail(f"{exc} (see scripts/bootstrap)")
+    need_iptables()
     made: list[LocalCluster] = []
     local = BACKENDS["local"]
     delayers: list[int] = []
@@ -514,9 +504,7 @@ def test_a_short_docker_run_from_the_command_line_leaves_a_well_formed_run_folde
     image: str,
     spark: SparkSession,
 ) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    scratch = scratch_tempdir(tmp_path, monkeypatch)
     made: list[DockerCluster] = []
 
     def make(

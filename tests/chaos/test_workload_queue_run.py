@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from chaos.netfilter import NetfilterError, require_iptables
 from chaos.runner import RunConfig, expand_nemesis, run_chaos
 from chaos.workloads.queue import check_final_polls
 from chaos.workloads.queue_setup import QueueOptions
@@ -22,7 +20,7 @@ from history.exports import record_hash
 from history.files import read_history
 from history.ops import NEMESIS
 from history.runs import RunDir, check_run
-from tests.chaos.cluster_scenarios import processes_under
+from tests.chaos.cluster_scenarios import need_iptables, processes_under, scratch_tempdir
 
 pytestmark = pytest.mark.slow
 
@@ -30,9 +28,7 @@ pytestmark = pytest.mark.slow
 def test_a_short_queue_run_with_kills_loses_no_acknowledged_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    scratch = scratch_tempdir(tmp_path, monkeypatch)
     config = RunConfig(
         name="queue-ci",
         workload="queue",
@@ -110,13 +106,8 @@ def test_a_queue_run_under_partitions_and_follower_isolation_stays_whole(
 ) -> None:
     """Brokers cut off by address like controllers: a partition of any
     nodes, and a follower isolated so that its ISR shrinks and grows."""
-    try:
-        require_iptables()
-    except NetfilterError as exc:
-        pytest.fail(f"{exc} (see scripts/bootstrap)")
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    need_iptables()
+    scratch = scratch_tempdir(tmp_path, monkeypatch)
     faults = tuple(expand_nemesis(["isolate-one", "isolate-follower", "pause"], 6))
     config = RunConfig(
         name="queue-net",

@@ -5,18 +5,17 @@ line."""
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chaos.netfilter import NetfilterError, require_iptables
 from chaos.workloads.topics import check_final_metadata
 from history.files import read_history
 from history.ops import NEMESIS, Op, check_well_formed
 from history.runs import RunDir, check_run
 from kq.cli import main
+from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
 
 
 def history(*ops: tuple[str, str, str]) -> list[Op]:
@@ -123,13 +122,8 @@ def test_the_topics_model_refuses_other_shapes(f: str, key: str, value: Any, kin
 def test_a_short_local_topics_run_from_the_command_line_is_well_formed_and_checks_clean(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    try:
-        require_iptables()
-    except NetfilterError as exc:
-        pytest.fail(f"{exc} (see scripts/bootstrap)")
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    need_iptables()
+    scratch = scratch_tempdir(tmp_path, monkeypatch)
     runs = tmp_path / "runs"
     args = ["--workload", "topics", "--time-limit", "8", "--nemesis", "kill,partition"]
     args += ["--rate", "20", "--concurrency", "4", "--seed", "5", "--runs-dir", str(runs)]

@@ -12,6 +12,7 @@ requests being handled and operations parked in the purgatory).
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Sequence
 from functools import partial
 
@@ -34,11 +35,11 @@ LATENCY_BUCKETS = (
 
 
 class PrometheusBrokerMetrics:
-    """The broker's data-plane metrics in ``registry``, labelled with its
-    ``node`` id."""
+    """The broker's data-plane metrics in a registry of their own (which the
+    process adds to its node's), labelled with its ``node`` id."""
 
-    def __init__(self, node_id: int, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry if registry is not None else CollectorRegistry()
+    def __init__(self, node_id: int) -> None:
+        self.registry = CollectorRegistry()
         self.node = str(node_id)
         r, node = self.registry, self.node
 
@@ -115,10 +116,16 @@ class PrometheusBrokerMetrics:
             ["node", "operation"],
             registry=r,
         )
-        for kind in RequestKind:
-            # Every series exists from the start (a rate needs a first sample).
-            self._requests.labels(node=node, request=kind.value)
-            self._latency.labels(node=node, request=kind.value)
+        # Every series exists from the start (a rate needs a first sample),
+        # each kind's bound once: labels() is a lock and a lookup, paid here
+        # rather than on every request answered.
+        self._by_kind = {
+            kind: (
+                self._requests.labels(node=node, request=kind.value),
+                self._latency.labels(node=node, request=kind.value),
+            )
+            for kind in RequestKind
+        }
 
     # -- BrokerMetrics --------------------------------------------------------------
 
@@ -140,18 +147,21 @@ class PrometheusBrokerMetrics:
         partitions: Sequence[Errors],
         records_size: int,
     ) -> None:
-        labels = {"node": self.node, "request": request.value}
-        self._requests.labels(**labels).inc()
-        self._latency.labels(**labels).observe(seconds)
-        for code in [error] if error is not Errors.NONE else partitions:
-            self._errors.labels(**labels, error=code.name).inc()
+        requests, latency = self._by_kind[request]
+        requests.inc()
+        latency.observe(seconds)
+        # Per distinct code, not per partition: a replica fetch carries
+        # every partition the follower has from this leader.
+        by_code = Tally(partitions)
+        for code, count in (by_code if error is Errors.NONE else {error: 1}).items():
+            self._errors.labels(node=self.node, request=request.value, error=code.name).inc(count)
         total, failed = (
             (self._produces, self._failed_produces)
             if request is RequestKind.PRODUCE
             else (self._fetches, self._failed_fetches)
         )
         total.inc(len(partitions))
-        failed.inc(sum(is_failure(request, code) for code in partitions))
+        failed.inc(sum(count for code, count in by_code.items() if is_failure(request, code)))
         if request is RequestKind.FETCH:
             self._bytes_out.inc(records_size)
         elif request is RequestKind.FETCH_FOLLOWER:

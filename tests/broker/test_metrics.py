@@ -104,6 +104,36 @@ def test_the_latency_buckets_resolve_half_a_millisecond_to_ten_seconds() -> None
     assert list(LATENCY_BUCKETS) == sorted(set(LATENCY_BUCKETS))
 
 
+def test_each_partition_of_an_answer_counts_its_error_and_failure() -> None:
+    metrics = PrometheusBrokerMetrics(1)
+    produce_ = RequestKind.PRODUCE
+    codes = [E.NONE, E.NOT_ENOUGH_REPLICAS, E.NONE, E.NOT_ENOUGH_REPLICAS, E.NOT_LEADER_OR_FOLLOWER]
+    metrics.answered(produce_, 0.01, E.NONE, codes, 0)
+
+    def errors(error: Errors) -> float:
+        return metrics.value("kq_broker_request_errors_total", request="Produce", error=error.name)
+
+    assert errors(E.NONE) == 2 and errors(E.NOT_ENOUGH_REPLICAS) == 2
+    assert errors(E.NOT_LEADER_OR_FOLLOWER) == 1
+    assert metrics.value("kq_broker_produce_partitions_total") == 5
+    assert metrics.value("kq_broker_failed_produce_partitions_total") == 2
+    assert metrics.value("kq_broker_requests_total", request="Produce") == 1
+    # A top-level error counts once, by its own name.
+    metrics.answered(RequestKind.FETCH, 0.01, E.CLUSTER_AUTHORIZATION_FAILED, [], 0)
+    assert (
+        metrics.value(
+            "kq_broker_request_errors_total",
+            request="FetchConsumer",
+            error="CLUSTER_AUTHORIZATION_FAILED",
+        )
+        == 1
+    )
+    assert (
+        metrics.value("kq_broker_request_errors_total", request="FetchConsumer", error="NONE") == 0
+    )
+    assert metrics.value("kq_broker_fetch_partitions_total") == 0
+
+
 def test_a_manager_reports_nothing_unless_given_metrics() -> None:
     c = Cluster()
     assert all(manager.metrics is NO_METRICS for manager in c.brokers.values())

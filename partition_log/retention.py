@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import bugs
+from bugs import Bug
 from partition_log.segment import Segment
 
 __all__ = [
@@ -55,11 +57,14 @@ def deletable(
     the log end for the active one), and it is not the active segment when
     that one is empty."""
     count = 0
+    # B15: retention ignores the high watermark and deletes records no
+    # replica may have yet (read once a call).
+    bound = log_end_offset if bugs.on(Bug.RETENTION_ABOVE_HW) else high_watermark
     for index, segment in enumerate(segments):
         following = segments[index + 1].base_offset if index + 1 < len(segments) else None
         upper = following if following is not None else log_end_offset
         last_and_empty = following is None and segment.size == 0
-        if last_and_empty or high_watermark < upper or not predicate(segment, following):
+        if last_and_empty or bound < upper or not predicate(segment, following):
             break
         count += 1
     return count

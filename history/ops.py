@@ -673,10 +673,9 @@ def _queue_problems(ops: Sequence[Op]) -> list[Problem]:
             invokes[op.process] = op
         else:
             inv = invokes.pop(op.process, None)
-        for message in queue_op_problems(
+        for kind, message in queue_op_problems(
             op.type, op.f, op.value, inv.value if inv is not None else None
         ):
-            kind = "model-version" if "failed send wrote nothing" in message else "model-value"
             out.append(Problem(kind, message, op.index))
         if op.type == "invoke" and op.f == "send":
             for _, v in sent_values(op.value):

@@ -145,29 +145,34 @@ def sent_values(value: object) -> list[tuple[int, int]]:
 
 # -- checking ------------------------------------------------------------------
 
+VALUE: Final = "model-value"
+"""The kind (``history.ops.Problem``) of a value of the wrong shape."""
+VERSION: Final = "model-version"
+"""The kind of an offset where none may be (a failed send's)."""
 
-def _send_problem(op_type: str, value: object) -> str | None:
+
+def _send_problem(op_type: str, value: object) -> tuple[str, str] | None:
     if not isinstance(value, list) or not value:
-        return f"a send's value is a non-empty list of send micro-ops, got {value!r}"
+        return VALUE, f"a send's value is a non-empty list of send micro-ops, got {value!r}"
     for mop in value:
         if not (isinstance(mop, list) and len(mop) == 3 and mop[0] == "send"):
-            return f'a send micro-op is ["send", key, value], got {mop!r}'
+            return VALUE, f'a send micro-op is ["send", key, value], got {mop!r}'
         k, v = mop[1], mop[2]
         if not _is_count(k):
-            return f"a queue key is an integer >= 0, got {k!r}"
+            return VALUE, f"a queue key is an integer >= 0, got {k!r}"
         if op_type == "invoke" or (op_type in ("fail", "info") and not isinstance(v, list)):
             # A fail or info may repeat the invoke's micro-op (Jepsen's form;
             # what the recorder's close writes for a send cut short).
             if not _is_int(v):
-                return f"a sent value is an integer, got {v!r}"
+                return VALUE, f"a sent value is an integer, got {v!r}"
             continue
         if not (isinstance(v, list) and len(v) == 2 and _is_int(v[1])):
-            return f"a send completion's micro-op value is [offset, value], got {v!r}"
+            return VALUE, f"a send completion's micro-op value is [offset, value], got {v!r}"
         offset = v[0]
         if offset is not None and not _is_count(offset):
-            return f"a sent record's offset is an integer >= 0 or null, got {offset!r}"
+            return VALUE, f"a sent record's offset is an integer >= 0 or null, got {offset!r}"
         if op_type == "fail" and offset is not None:
-            return f"a failed send wrote nothing, yet names offset {offset} for key {k}"
+            return VERSION, f"a failed send wrote nothing, yet names offset {offset} for key {k}"
     return None
 
 
@@ -216,10 +221,13 @@ def _assign_problem(value: object) -> str | None:
     )
 
 
-def queue_op_problems(op_type: str, f: str, value: object, invoke_value: object) -> list[str]:
-    """Shape problems of one queue op (``invoke_value``: its invoke's value,
+def queue_op_problems(
+    op_type: str, f: str, value: object, invoke_value: object
+) -> list[tuple[str, str]]:
+    """Shape problems of one queue op as ``(kind, message)``, the kind
+    :data:`VALUE` or :data:`VERSION` (``invoke_value``: its invoke's value,
     for a completion; None for an invoke or when unknown)."""
-    out: list[str] = []
+    out: list[tuple[str, str]] = []
     if f == "send":
         shape = _send_problem(op_type, value)
         if shape:
@@ -229,20 +237,22 @@ def queue_op_problems(op_type: str, f: str, value: object, invoke_value: object)
             and isinstance(invoke_value, list)
             and sent_values(value) != sent_values(invoke_value)
         ):
-            out.append("a send's completion names the keys and values of its invoke, in order")
+            out.append(
+                (VALUE, "a send's completion names the keys and values of its invoke, in order")
+            )
     elif f == "poll":
-        shape = _poll_problem(op_type, value)
-        if shape:
-            out.append(shape)
+        wrong = _poll_problem(op_type, value)
+        if wrong:
+            out.append((VALUE, wrong))
     elif f == "assign":
-        shape = _assign_problem(value)
-        if shape:
-            out.append(shape)
+        wrong = _assign_problem(value)
+        if wrong:
+            out.append((VALUE, wrong))
         elif op_type != "invoke" and invoke_value is not None and value != invoke_value:
-            out.append("an assign's completion repeats its invoke's value")
+            out.append((VALUE, "an assign's completion repeats its invoke's value"))
     elif f == "crash":
         if value is not None:
-            out.append(f"a crash's value is null, got {value!r}")
+            out.append((VALUE, f"a crash's value is null, got {value!r}"))
         if op_type == "ok" or op_type == "fail":
-            out.append(f"a crash is always info (error crash), got {op_type}")
+            out.append((VALUE, f"a crash is always info (error crash), got {op_type}"))
     return out

@@ -30,8 +30,10 @@ Pure: no I/O, no clock (time is ``now_ms``).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+import bugs
+from bugs import Bug
 from partition_log.batch import (
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
@@ -276,6 +278,10 @@ def clean_batch(
         else:
             horizon = header.delete_horizon_ms
         kept = [r for r, k in zip(decode_records(batch), keep, strict=True) if k]
+        if bugs.on(Bug.COMPACTION_RENUMBERS):
+            # B16: the records kept take consecutive offsets from the batch's
+            # base instead of their own (Kafka keeps every offset).
+            kept = [replace(r, offset=header.base_offset + i) for i, r in enumerate(kept)]
         log_append_time = header.timestamp_type is TimestampType.LOG_APPEND_TIME
         # MemoryRecords.buildRetainedRecordsInto: the original codec, epoch,
         # producer fields and last offset (the last sequence stays).

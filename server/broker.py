@@ -38,12 +38,13 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 from prometheus_client import Gauge
+from prometheus_client.core import GaugeMetricFamily
 
 from broker.codec import fetch_answers, replica_fetch_request
 from broker.errors import Errors, from_name
@@ -53,7 +54,7 @@ from broker.os_log_dirs import OsLogDirectory
 from broker.producer_ids import BlockProducerIds, ProducerIdBlock, ProducerIdsError
 from broker.replica import AlterPartitionRequest
 from broker.replica import Role as ReplicaRole
-from broker.replica.types import AlterPartitionResult
+from broker.replica.types import AlterPartitionResult, Truncation
 from broker.replica_manager import ReplicaManager
 from broker.service import BrokerService, ServiceSettings
 from kqproto import broker_pb2, broker_pb2_grpc, metadata_pb2
@@ -199,6 +200,37 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+# The partition gauges, ``kq_broker_<name>_partitions``: (name, help).
+_PARTITION_GAUGES = (
+    ("leader", "Partitions led here."),
+    ("under_replicated", "Partitions led here whose ISR is smaller than their replicas."),
+    ("under_min_isr", "Partitions led here whose ISR is below min.insync.replicas."),
+    ("offline", "Partitions whose log could not be served here."),
+)
+
+
+class _PartitionGauges:
+    """The partition gauges, all from one :meth:`BrokerProcess.partition_counts`
+    per scrape (a gauge each would walk every replica once per gauge)."""
+
+    def __init__(self, node: str, counts: Callable[[], dict[str, int]]) -> None:
+        self._node = node
+        self._counts = counts
+
+    def _families(self, counts: dict[str, int] | None) -> Iterator[GaugeMetricFamily]:
+        for name, doc in _PARTITION_GAUGES:
+            family = GaugeMetricFamily(f"kq_broker_{name}_partitions", doc, labels=["node"])
+            if counts is not None:
+                family.add_metric([self._node], float(counts[name]))
+            yield family
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return self._families(None)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        return self._families(self._counts())
+
+
 class BrokerProcess:
     """One broker; :meth:`start`, then :meth:`stop`."""
 
@@ -258,6 +290,8 @@ class BrokerProcess:
             asyncio.Queue()
         )
         self._fetchers: dict[int, asyncio.Task[None]] = {}
+        # Each partition's state in its last state line (_log_partition_states).
+        self._states_logged: dict[TopicIdPartition, tuple[object, ...]] = {}
         # The image waiting for its logs to be created in parts, and the task
         # creating them (_publish).
         self._pending: MetadataImage | None = None
@@ -277,7 +311,9 @@ class BrokerProcess:
         ``min.insync.replicas`` (under min ISR); partitions offline here."""
         led = under_replicated = under_min_isr = 0
         image = self.replicas.image
-        for key, replica in self.replicas.replicas.items():
+        # A copy: a scrape runs on the exporter's thread while the loop may
+        # add or remove replicas.
+        for key, replica in list(self.replicas.replicas.items()):
             if replica.role is not ReplicaRole.LEADER:
                 continue
             registration = image.partition(key.topic_id, key.partition)
@@ -308,17 +344,7 @@ class BrokerProcess:
             lambda: self.metadata.applied_offset,
         )
         gauge("kq_broker_fenced", "1 while the controller fences the broker.", lambda: self.fenced)
-        for name, doc in (
-            ("leader", "Partitions led here."),
-            ("under_replicated", "Partitions led here whose ISR is smaller than their replicas."),
-            ("under_min_isr", "Partitions led here whose ISR is below min.insync.replicas."),
-            ("offline", "Partitions whose log could not be served here."),
-        ):
-            gauge(
-                f"kq_broker_{name}_partitions",
-                doc,
-                lambda name=name: self.partition_counts()[name],  # type: ignore[misc]
-            )
+        registry.register(_PartitionGauges(node, self.partition_counts))
 
     # -- the image ------------------------------------------------------------------
 
@@ -539,6 +565,13 @@ class BrokerProcess:
     async def _tick(self) -> None:
         interval = self.settings.tick_interval_ms / 1000
         checkpointed_ms = _now_ms()
+        # Where the partition state lines of this process start (the run's
+        # node exports read them: chaos.node_exports.partition_timeline).
+        log.info(
+            "broker %d samples its partitions every %d ms",
+            self.settings.node_id,
+            self.settings.tick_interval_ms,
+        )
         while True:
             await asyncio.sleep(interval)
             if self.replicas.shut_down:
@@ -546,6 +579,7 @@ class BrokerProcess:
             now = _now_ms()
             for key, request in self.replicas.tick_isr(now):
                 self._queue_alter(key, request)
+            self._log_partition_states()
             tick = self.replicas.logs.tick(now)
             for key, why in tick.failed.items():
                 log.error("broker %d: the log of %s failed: %s", self.settings.node_id, key, why)
@@ -558,6 +592,38 @@ class BrokerProcess:
                 log.error(
                     "broker %d: cannot checkpoint high watermarks: %s", self.settings.node_id, error
                 )
+
+    def _partition_name(self, key: TopicIdPartition) -> str:
+        topic = self.image.topics.get(key.topic_id)
+        return f"{topic.name if topic is not None else key.topic_id}-{key.partition}"
+
+    def _log_partition_states(self) -> None:
+        """One line per partition whose role, leader, leader epoch, HW, log
+        end or ISR changed since its last line: the HW and LEO over time per
+        replica that the run's checks and plots read (a HW or leader epoch
+        that goes down is a bug; Kafka's replica state is only in metrics)."""
+        seen = self._states_logged
+        for key, replica in self.replicas.replicas.items():
+            state = (
+                replica.role.value,
+                replica.leader_id,
+                replica.leader_epoch,
+                replica.log.high_watermark,
+                replica.log.log_end_offset,
+                replica.isr,
+            )
+            if seen.get(key) == state:
+                continue
+            seen[key] = state
+            log.info(
+                "broker %d partition %s: role %s leader %d epoch %d hw %d leo %d isr %s",
+                self.settings.node_id,
+                self._partition_name(key),
+                *state[:5],
+                ",".join(map(str, state[5])),
+            )
+        for key in [k for k in seen if k not in self.replicas.replicas]:
+            del seen[key]
 
     # -- AlterPartition ---------------------------------------------------------------
 
@@ -726,14 +792,33 @@ class BrokerProcess:
                     answer = answers[key]
                     if answer.error is not Errors.NONE:
                         backoff = True
-                    if self.replicas.step_fetch_answer(key, request, answer, now) is not None:
+                    outcome = self.replicas.step_fetch_answer(key, request, answer, now)
+                    if outcome is not None:
                         changed.append(key)
+                        if outcome.truncation is not None:
+                            self._log_truncation(key, outcome.truncation)
                 if changed:
                     self.service.wake(changed)
                 if backoff:
                     await asyncio.sleep(_BACKOFF_S[0])
         finally:
             call.cancel()
+
+    def _log_truncation(self, key: TopicIdPartition, truncation: Truncation) -> None:
+        """A follower truncation, as the run's node exports read it: a
+        truncation below a committed HW loses committed records unless the
+        controllers elected an unclean leader (Kafka's truncateToEpochEndOffsets
+        logs "Truncating partition ... to offset")."""
+        replica = self.replicas.replicas.get(key)
+        epoch = replica.leader_epoch if replica is not None else -1
+        log.info(
+            "broker %d partition %s truncated from %d to %d in epoch %d",
+            self.settings.node_id,
+            self._partition_name(key),
+            truncation.log_end_offset,
+            truncation.offset,
+            epoch,
+        )
 
     # -- stop -------------------------------------------------------------------------
 

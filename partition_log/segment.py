@@ -19,6 +19,8 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import bugs
+from bugs import Bug
 from partition_log.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -305,13 +307,14 @@ class Segment:
         max_batch_bytes: int | None,
         visit: Callable[[int, BatchHeader], None],
         also: Callable[[BatchHeader], None] | None = None,
+        check_crc: bool = True,
     ) -> _Scanned:
         """Call ``visit`` with the position and header of each whole valid
         batch from ``start`` (and ``also`` with the header), reading a
         bounded chunk at a time (nothing is kept per batch); then say where
         and why the scan stopped.  A batch that goes back in offsets or whose
         offsets do not fit the segment is damage too (``LogSegment.recover``'s
-        offset check)."""
+        offset check).  ``check_crc`` is off only for bug B14."""
         size = self._log.size
         position = start
         expected = self.base_offset
@@ -322,7 +325,7 @@ class Segment:
         highest = self.base_offset + INT32_MAX
         while True:
             buffer = self._log.read(position, min(want, size - position))
-            scanner = BatchScanner(buffer, max_batch_bytes=max_batch_bytes)
+            scanner = BatchScanner(buffer, check_crc=check_crc, max_batch_bytes=max_batch_bytes)
             for at, header in scanner:
                 at += position
                 base = header.base_offset
@@ -740,7 +743,10 @@ class Segment:
         self._offsets_written = 0
         self._times_written = 0
         self._files_cut = True
-        scanned = self._scan(0, max_batch_bytes, self._builder.add, visit)
+        # B14: recovery trusts the batches' bytes without their CRCs, so a
+        # damaged batch stays in the log and is served.
+        check_crc = not bugs.on(Bug.RECOVERY_SKIPS_CRC)
+        scanned = self._scan(0, max_batch_bytes, self._builder.add, visit, check_crc)
         valid = scanned.position
         truncated = log.size - valid
         kept_end = self.base_offset if scanned.last is None else scanned.last.next_offset

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self, TypeAlias, TypeVar
@@ -26,7 +25,12 @@ import grpc
 from broker.client.producer_batch import TopicPartition
 from broker.errors import Errors
 from broker.grpc_client.errors import BrokerClientError, NoBrokerError
-from broker.grpc_client.metadata_cache import PERMANENT_REFUSALS, MetadataCache, PartitionInfo
+from broker.grpc_client.metadata_cache import (
+    PERMANENT_REFUSALS,
+    MetadataCache,
+    PartitionInfo,
+    now_ms,
+)
 from kqproto import broker_pb2, broker_pb2_grpc
 from quorum.driver.tls import TlsFiles
 
@@ -75,10 +79,6 @@ class PartitionOffset:
     offset: int
     timestamp: int
     leader_epoch: int
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 class Admin:
@@ -227,7 +227,7 @@ class Admin:
     ) -> dict[TopicPartition, T]:
         """Send each partition's part to its leader, retrying the retriable
         answers until the timeout; the results by partition."""
-        deadline = _now_ms() + self.timeout_ms
+        deadline = now_ms() + self.timeout_ms
         results: dict[TopicPartition, T] = {}
         left = list(dict.fromkeys(partitions))
         await self.metadata.refresh({tp.topic for tp in left})
@@ -276,10 +276,7 @@ class Admin:
                         results[tp] = value
                     elif code in _RETRIABLE:
                         last[tp] = f"{Errors(code).name}: {message}"
-                        if hint is not None and hint.leader_id >= 0:
-                            self.metadata.apply_leader_hint(tp, hint.leader_id, hint.leader_epoch)
-                        else:
-                            self.metadata.request_refresh()
+                        self.metadata.follow(tp, hint)
                     else:
                         raise BrokerClientError(code, f"{what} of {tp}: {message}")
 
@@ -287,7 +284,7 @@ class Admin:
             left = [tp for tp in left if tp not in results]
             if not left:
                 return results
-            if _now_ms() >= deadline:
+            if now_ms() >= deadline:
                 raise BrokerClientError(
                     int(Errors.REQUEST_TIMED_OUT),
                     f"{what} not answered within {self.timeout_ms} ms for "

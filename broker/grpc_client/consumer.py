@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Iterable, Sequence
 from typing import Self
 
@@ -41,15 +40,14 @@ from broker.client.consumer import (
 )
 from broker.client.producer_batch import TopicPartition
 from broker.errors import Errors
+from broker.grpc_client.admin import OffsetSpec
 from broker.grpc_client.errors import BrokerClientError, NoBrokerError
-from broker.grpc_client.metadata_cache import PERMANENT_REFUSALS, MetadataCache
+from broker.grpc_client.metadata_cache import PERMANENT_REFUSALS, MetadataCache, now_ms
 from kqproto import broker_pb2
 from quorum.driver.tls import TlsFiles
 
 __all__ = ["Consumer"]
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
 # ListOffsets answers after which the client looks again (a new leader
 # whose HW is behind its epoch start, an election, a stale epoch).
 _RETRY_LIST_OFFSETS = frozenset(
@@ -64,10 +62,6 @@ _RETRY_LIST_OFFSETS = frozenset(
         Errors.KAFKA_STORAGE_ERROR,
     }
 )
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 def _tp(item: TopicPartition | tuple[str, int]) -> TopicPartition:
@@ -149,7 +143,7 @@ class Consumer:
         """The offset of the next record to return, finding it (ListOffsets by
         the reset policy) if the partition has none yet."""
         tp = _tp(partition)
-        deadline = _now_ms() + timeout_ms
+        deadline = now_ms() + timeout_ms
         while True:
             found = self.core.position(tp)
             if found is not None:
@@ -158,7 +152,7 @@ class Consumer:
             found = self.core.position(tp)
             if found is not None:
                 return found
-            if _now_ms() >= deadline:
+            if now_ms() >= deadline:
                 raise BrokerClientError(
                     int(Errors.REQUEST_TIMED_OUT),
                     f"no position found for {tp} within {timeout_ms} ms",
@@ -176,7 +170,7 @@ class Consumer:
             raise BrokerClientError(-1, "the consumer is closed")
         if not self.assignment():
             raise ValueError("poll with no partitions assigned: call assign() first")
-        deadline = _now_ms() + timeout_ms
+        deadline = now_ms() + timeout_ms
         while True:
             self._raise_pending()
             try:
@@ -184,7 +178,7 @@ class Consumer:
             except (NoBrokerError, BrokerClientError) as error:
                 if isinstance(error, NoBrokerError) or error.code == Errors.BROKER_NOT_AVAILABLE:
                     # No broker answered: keep trying until the timeout.
-                    if _now_ms() >= deadline:
+                    if now_ms() >= deadline:
                         return []
                     await asyncio.sleep(self.retry_backoff_ms / 1000)
                     continue
@@ -193,7 +187,7 @@ class Consumer:
             if records:
                 return records
             self._send_fetches()
-            left = deadline - _now_ms()
+            left = deadline - now_ms()
             if left <= 0:
                 return []
             self._arrived.clear()
@@ -242,9 +236,8 @@ class Consumer:
     ) -> None:
         topics: dict[str, list[broker_pb2.ListOffsetsPartition]] = {}
         for tp, strategy, epoch in parts:
-            timestamp = (
-                EARLIEST_TIMESTAMP if strategy is OffsetResetStrategy.EARLIEST else LATEST_TIMESTAMP
-            )
+            earliest = strategy is OffsetResetStrategy.EARLIEST
+            timestamp = int(OffsetSpec.EARLIEST if earliest else OffsetSpec.LATEST)
             topics.setdefault(tp.topic, []).append(
                 broker_pb2.ListOffsetsPartition(
                     partition=tp.partition, current_leader_epoch=epoch, timestamp=timestamp
@@ -274,20 +267,13 @@ class Consumer:
                     if tp in self.assignment():
                         self.core.reset_position(tp, part.offset, part.leader_epoch)
                 elif part.error in _RETRY_LIST_OFFSETS:
-                    self._follow(
+                    self.metadata.follow(
                         tp, part.current_leader if part.HasField("current_leader") else None
                     )
                 else:
                     raise BrokerClientError(
                         part.error, f"ListOffsets of {tp}: {part.message or 'no offset'}"
                     )
-
-    def _follow(self, tp: TopicPartition, hint: broker_pb2.CurrentLeader | None,
-                endpoints: Iterable[broker_pb2.NodeEndpoint] = ()) -> None:  # fmt: skip
-        if hint is not None and hint.leader_id >= 0:
-            self.metadata.apply_leader_hint(tp, hint.leader_id, hint.leader_epoch, endpoints)
-        else:
-            self.metadata.request_refresh()
 
     # -- fetching -------------------------------------------------------------------
 

@@ -33,7 +33,13 @@ from kqproto import broker_pb2, broker_pb2_grpc
 from quorum.driver.client import ChannelPool
 from quorum.driver.tls import TlsFiles
 
-__all__ = ["PERMANENT_REFUSALS", "MetadataCache", "PartitionInfo", "channel_credentials"]
+__all__ = [
+    "PERMANENT_REFUSALS",
+    "MetadataCache",
+    "PartitionInfo",
+    "channel_credentials",
+    "now_ms",
+]
 
 # gRPC statuses that refuse the caller or the request itself: retrying
 # another broker cannot help (quorum.driver.client's refusals).
@@ -73,7 +79,8 @@ class PartitionInfo:
     offline_replicas: tuple[int, ...] = ()
 
 
-def _now_ms() -> int:
+def now_ms() -> int:
+    """The clients' clock: monotonic milliseconds."""
     return int(time.monotonic() * 1000)
 
 
@@ -177,7 +184,7 @@ class MetadataCache:
     def refresh_due(self) -> bool:
         return self._refresh_due or (
             self._last_refresh_ms >= 0
-            and _now_ms() - self._last_refresh_ms >= self.metadata_max_age_ms
+            and now_ms() - self._last_refresh_ms >= self.metadata_max_age_ms
         )
 
     def apply_leader_hint(
@@ -216,6 +223,19 @@ class MetadataCache:
             base.offline_replicas,
         )
         return True
+
+    def follow(
+        self,
+        tp: TopicPartition,
+        hint: broker_pb2.CurrentLeader | None,
+        endpoints: Iterable[broker_pb2.NodeEndpoint] = (),
+    ) -> None:
+        """After a leadership error: the answer's current leader if it names
+        one (:meth:`apply_leader_hint`), else a refresh at the next chance."""
+        if hint is not None and hint.leader_id >= 0:
+            self.apply_leader_hint(tp, hint.leader_id, hint.leader_epoch, endpoints)
+        else:
+            self.request_refresh()
 
     async def maybe_refresh(self, topics: Iterable[str] = ()) -> bool:
         """Refresh if one is due or a topic is new; True if it refreshed."""
@@ -269,7 +289,7 @@ class MetadataCache:
     def _take(self, response: broker_pb2.MetadataResponse) -> None:
         self._available.clear()
         self.refreshes += 1
-        self._last_refresh_ms = _now_ms()
+        self._last_refresh_ms = now_ms()
         self.cluster_id = response.cluster_id
         self.metadata_offset = response.metadata_offset
         self.brokers = {b.node_id: f"{b.host}:{b.port}" for b in response.brokers}
@@ -322,7 +342,7 @@ class MetadataCache:
         """The topic's partition count, waiting up to ``max_wait_ms`` for it
         to appear in the metadata (Kafka's ``waitOnMetadata`` and
         ``max.block.ms``); :class:`UnknownTopicError` after that."""
-        deadline = _now_ms() + max_wait_ms
+        deadline = now_ms() + max_wait_ms
         if topic not in self._wanted:
             await self.refresh([topic])
         while True:
@@ -334,9 +354,9 @@ class MetadataCache:
                 # Refused, not missing: waiting does not help (Kafka raises
                 # TopicAuthorizationException at once).
                 raise refusal
-            if _now_ms() >= deadline:
+            if now_ms() >= deadline:
                 raise UnknownTopicError(
                     topic, f"{refusal.message} (after waiting {max_wait_ms} ms)"
                 )
-            await asyncio.sleep(min(self.retry_backoff_ms, max(0, deadline - _now_ms())) / 1000)
+            await asyncio.sleep(min(self.retry_backoff_ms, max(0, deadline - now_ms())) / 1000)
             await self.refresh([topic])

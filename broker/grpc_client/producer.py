@@ -43,7 +43,7 @@ from broker.client.producer_batch import ProducerBatch, ProducerConfig, RecordFu
 from broker.client.sequencing import Sequencing
 from broker.errors import Errors
 from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError, NoBrokerError
-from broker.grpc_client.metadata_cache import PERMANENT_REFUSALS, MetadataCache
+from broker.grpc_client.metadata_cache import PERMANENT_REFUSALS, MetadataCache, now_ms
 from kqproto import broker_pb2
 from partition_log.records import Header
 from quorum.driver.tls import TlsFiles
@@ -56,10 +56,6 @@ _IDLE_MS = 50
 # Extra time over request.timeout.ms before a Produce RPC is abandoned: the
 # broker answers REQUEST_TIMED_OUT itself at timeout_ms.
 _RPC_MARGIN_MS = 5_000
-
-
-def _now_ms() -> int:
-    return int(time.monotonic() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +140,7 @@ class Producer:
         if self._fatal is not None:
             raise self._fatal
         self._start()
-        deadline = _now_ms() + self.config.max_block_ms
+        deadline = now_ms() + self.config.max_block_ms
         partitions = await self.metadata.partition_count(topic, self.config.max_block_ms)
         timestamp = int(time.time() * 1000) if timestamp_ms is None else timestamp_ms
         while True:
@@ -153,7 +149,7 @@ class Producer:
                     topic,
                     key,
                     value,
-                    now_ms=_now_ms(),
+                    now_ms=now_ms(),
                     partitions=partitions,
                     # Only the sticky partitioner needs them.
                     available=(
@@ -166,7 +162,7 @@ class Producer:
                 break
             except BufferExhaustedError as error:
                 # BufferPool.allocate: wait for completions up to max.block.ms.
-                left = deadline - _now_ms()
+                left = deadline - now_ms()
                 if left <= 0:
                     raise BrokerClientError(-1, str(error), "BufferExhaustedException") from None
                 self._progress.clear()
@@ -222,7 +218,7 @@ class Producer:
             # A sender that died has failed its records already.
             await asyncio.wait([self._sender], timeout=timeout_s)
             if not self._sender.done():
-                self.accumulator.abort_incomplete(_now_ms())
+                self.accumulator.abort_incomplete(now_ms())
                 self._sender.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._sender
@@ -260,7 +256,7 @@ class Producer:
                 if error.code == Errors.TOPIC_AUTHORIZATION_FAILED:
                     self._fail_all(error)
                 # delivery.timeout.ms holds even while no broker answers.
-                if acc.expire(_now_ms()):
+                if acc.expire(now_ms()):
                     self._progress.set()
             if wait_ms > 0:
                 with contextlib.suppress(TimeoutError):
@@ -277,9 +273,9 @@ class Producer:
             and acc.incomplete
             and not await self._init_producer_id()
         ):
-            acc.expire(_now_ms())
+            acc.expire(now_ms())
             return self.config.retry_backoff_ms
-        now = _now_ms()
+        now = now_ms()
         leaders = self.metadata.leaders()
         ready = acc.ready(now, leaders)
         if ready.unknown_leader_topics:
@@ -290,7 +286,7 @@ class Producer:
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
         acc.take_failed()
-        if acc.expire(_now_ms()):
+        if acc.expire(now_ms()):
             self._progress.set()
         if drained:
             # More may be sendable at once (the next batches of a partition,
@@ -298,16 +294,16 @@ class Producer:
             # Sender.runOnce loops; ready() names no leader once they wait.
             return 0
         if ready.next_ready_check_ms >= 0:
-            return max(0, min(_IDLE_MS, ready.next_ready_check_ms - _now_ms()))
+            return max(0, min(_IDLE_MS, ready.next_ready_check_ms - now_ms()))
         return _IDLE_MS
 
     async def _init_producer_id(self) -> bool:
         """InitProducerId from any broker (KIP-98); True once the producer
         has an id. A refusal that cannot pass (no IDEMPOTENT_WRITE) fails
         every record."""
-        if _now_ms() < self._init_retry_at_ms:
+        if now_ms() < self._init_retry_at_ms:
             return False
-        self._init_retry_at_ms = _now_ms() + self.config.retry_backoff_ms
+        self._init_retry_at_ms = now_ms() + self.config.retry_backoff_ms
         try:
             stub = self.metadata.any_stub()
             answer = await stub.InitProducerId(
@@ -344,7 +340,7 @@ class Producer:
         """A fatal error (Kafka's ``TransactionManager`` fatal state): every
         record not complete fails, and so does every later send."""
         self._fatal = error
-        self.accumulator.abort_incomplete(_now_ms())
+        self.accumulator.abort_incomplete(now_ms())
         self._progress.set()
 
     async def _send_request(self, node: int, request: ProduceRequest) -> None:
@@ -371,7 +367,7 @@ class Producer:
             self._wake.set()
         if request.acks == 0:
             return  # the core completed the batches when it drained them
-        now = _now_ms()
+        now = now_ms()
         if response.error != Errors.NONE:
             refusal = ProduceAnswer(Errors(response.error), message=response.message)
             for batch in request.batches:
@@ -417,7 +413,7 @@ class Producer:
     def _on_rpc_failure(
         self, batches: Sequence[ProducerBatch], error: grpc.aio.AioRpcError | NoBrokerError
     ) -> None:
-        now = _now_ms()
+        now = now_ms()
         if isinstance(error, grpc.aio.AioRpcError) and error.code() in PERMANENT_REFUSALS:
             # The request was refused whole (the proto's reading): nothing
             # was written; not retriable.

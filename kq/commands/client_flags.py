@@ -17,7 +17,13 @@ from kq.commands.common import (
     bootstrap_addresses,
 )
 
-__all__ = ["add_client_flags", "broker_bootstrap", "client_errors", "parse_partition"]
+__all__ = [
+    "add_client_flags",
+    "broker_bootstrap",
+    "chosen_partitions",
+    "client_errors",
+    "parse_partition",
+]
 
 
 def add_client_flags(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +56,20 @@ def parse_partition(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"a partition is >= 0, not {value}")
     return value
+
+
+def chosen_partitions(
+    args: argparse.Namespace, count: int, status: int = EXIT_FAILURE
+) -> list[int]:
+    """``--partition`` of ``--topic``, which has ``count`` partitions, or
+    all of them; a partition it does not have is an error of ``status``."""
+    if args.partition is None:
+        return list(range(count))
+    if args.partition >= count:
+        raise CommandError(
+            f"topic {args.topic!r} has no partition {args.partition} (it has {count})", status
+        )
+    return [args.partition]
 
 
 @contextlib.contextmanager

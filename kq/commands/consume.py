@@ -32,11 +32,11 @@ from broker.grpc_client.consumer import Consumer
 from kq.commands.client_flags import (
     add_client_flags,
     broker_bootstrap,
+    chosen_partitions,
     client_errors,
     parse_partition,
 )
 from kq.commands.common import (
-    EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
@@ -141,12 +141,7 @@ async def _run(
 ) -> None:
     async with Admin(addresses, credentials=credentials, timeout_ms=10_000) as admin:
         partitions = await admin.topic(args.topic)
-    if args.partition is not None and args.partition >= len(partitions):
-        raise CommandError(
-            f"topic {args.topic!r} has no partition {args.partition} (it has {len(partitions)})",
-            EXIT_FAILURE,
-        )
-    chosen = [args.partition] if args.partition is not None else [p.partition for p in partitions]
+    chosen = chosen_partitions(args, len(partitions))
     reset = OffsetResetStrategy.EARLIEST if start == "earliest" else OffsetResetStrategy.LATEST
     config = ConsumerConfig(auto_offset_reset=reset)
     async with Consumer(addresses, config, credentials=credentials) as consumer:

@@ -18,11 +18,11 @@ from broker.grpc_client.admin import Admin, OffsetSpec, PartitionOffset
 from kq.commands.client_flags import (
     add_client_flags,
     broker_bootstrap,
+    chosen_partitions,
     client_errors,
     parse_partition,
 )
 from kq.commands.common import (
-    EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
     CommandError,
@@ -92,17 +92,7 @@ def _offsets(args: argparse.Namespace) -> int:
     async def go() -> dict[TopicPartition, PartitionOffset]:
         async with Admin(addresses, credentials=credentials, timeout_ms=args.timeout_ms) as admin:
             partitions = await admin.topic(args.topic)
-            if args.partition is not None and args.partition >= len(partitions):
-                raise CommandError(
-                    f"topic {args.topic!r} has no partition {args.partition} "
-                    f"(it has {len(partitions)})",
-                    EXIT_FAILURE,
-                )
-            chosen = (
-                [args.partition]
-                if args.partition is not None
-                else [p.partition for p in partitions]
-            )
+            chosen = chosen_partitions(args, len(partitions))
             return await admin.list_offsets({TopicPartition(args.topic, p): spec for p in chosen})
 
     with client_errors():

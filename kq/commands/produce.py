@@ -30,6 +30,7 @@ from broker.grpc_client.sync import SyncProducer
 from kq.commands.client_flags import (
     add_client_flags,
     broker_bootstrap,
+    chosen_partitions,
     client_errors,
     parse_partition,
 )
@@ -154,12 +155,7 @@ def _produce(args: argparse.Namespace) -> int:
     with client_errors():
         producer = SyncProducer(addresses, config, credentials=credentials)
         try:
-            partitions = producer.partitions_for(args.topic, TOPIC_WAIT_MS)
-            if args.partition is not None and args.partition >= partitions:
-                raise CommandError(
-                    f"topic {args.topic!r} has no partition {args.partition} (it has {partitions})",
-                    EXIT_USAGE,
-                )
+            chosen_partitions(args, producer.partitions_for(args.topic, TOPIC_WAIT_MS), EXIT_USAGE)
             _send_all(args, producer, separator, tally)
             producer.flush()
         finally:

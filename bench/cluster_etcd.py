@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
 import os
 import shutil
 import signal
@@ -53,7 +52,7 @@ import grpc.aio
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.harness import BENCH_DIR, Security, load_proto
+from bench.harness import BENCH_DIR, Security, first_success, load_proto
 from quorum.driver.identity import Identity, Role
 from quorum.driver.tls import TlsFiles, dial
 from server.certs import create_ca, issue
@@ -518,20 +517,11 @@ class EtcdTarget:
         """A Put to each other member at once (a follower forwards it to the
         leader it knows); returns when one commits it."""
         request = self.pb2.PutRequest(key=key, value=value)
-        calls = [
-            asyncio.ensure_future(self._kv[i].Put(request, timeout=timeout))
-            for i in range(self.cluster.size)
-            if i != member
-        ]
-        try:
-            for next_done in asyncio.as_completed(calls):
-                with contextlib.suppress(Exception):
-                    await next_done
-                    return
-            raise RuntimeError("no other member committed the write")
-        finally:
-            for call in calls:
-                call.cancel()
+        others = [i for i in range(self.cluster.size) if i != member]
+        await first_success(
+            [self._kv[i].Put(request, timeout=timeout) for i in others],
+            "no other member committed the write",
+        )
 
     async def wait_healed(self) -> None:
         await asyncio.to_thread(self.cluster.wait_healthy, START_TIMEOUT_S)

@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.harness import Security
+from bench.harness import Security, first_success
 from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2
 from kvstore.client import KvClient
 from server.local_cluster import free_base_port, load_state, run_kq
@@ -139,16 +139,10 @@ class KqTarget:
             if response.error != kv_pb2.OK:
                 raise RuntimeError(f"{address}: {kv_pb2.KvError.Name(response.error)}")
 
-        calls = [asyncio.ensure_future(one(a)) for n, a in self.addresses.items() if n != member]
-        try:
-            for next_done in asyncio.as_completed(calls):
-                with contextlib.suppress(Exception):
-                    await next_done
-                    return
-            raise RuntimeError("no other node committed the write")
-        finally:
-            for call in calls:
-                call.cancel()
+        await first_success(
+            [one(a) for n, a in self.addresses.items() if n != member],
+            "no other node committed the write",
+        )
 
     async def wait_healed(self) -> None:
         await self.wait_healthy()

@@ -260,6 +260,21 @@ class _Errors:
             raise TooManyErrors(f"{self.workload}: {self.count} failed writes; last: {self.last}")
 
 
+async def first_success(calls: Sequence[Awaitable[Any]], failure: str) -> None:
+    """Return as soon as one of ``calls`` (run at once) succeeds, cancelling
+    the others; ``RuntimeError(failure)`` if every one fails."""
+    started = [asyncio.ensure_future(call) for call in calls]
+    try:
+        for next_done in asyncio.as_completed(started):
+            with contextlib.suppress(Exception):
+                await next_done
+                return
+        raise RuntimeError(failure)
+    finally:
+        for call in started:
+            call.cancel()
+
+
 async def _timed(call: Awaitable[None], timeout: float) -> None:
     await asyncio.wait_for(call, timeout)
 

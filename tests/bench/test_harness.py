@@ -303,3 +303,29 @@ def test_etcd_proto_has_etcds_field_numbers() -> None:
     assert set(services["KV"].methods_by_name) == {"Range", "Put", "Txn"}
     assert set(services["Maintenance"].methods_by_name) == {"Status"}
     assert hasattr(pb2_grpc, "KVStub") and hasattr(pb2_grpc, "MaintenanceStub")
+
+
+def test_first_success_returns_with_the_first_success_and_cancels_the_rest() -> None:
+    cancelled: list[str] = []
+
+    async def fails() -> None:
+        raise RuntimeError("refused")
+
+    async def succeeds() -> None:
+        await asyncio.sleep(0.01)
+
+    async def hangs() -> None:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.append("hangs")
+            raise
+
+    async def scenario() -> None:
+        await harness.first_success([fails(), succeeds(), hangs()], "none")
+        await asyncio.sleep(0)
+        assert cancelled == ["hangs"]
+        with pytest.raises(RuntimeError, match="no member committed"):
+            await harness.first_success([fails(), fails()], "no member committed")
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import functools
 import json
@@ -38,6 +39,7 @@ __all__ = [
     "command",
     "format_fields",
     "format_table",
+    "json_bytes",
     "needs_subcommand",
     "parse_address",
     "parse_node_id",
@@ -206,6 +208,17 @@ def bootstrap_addresses(args: argparse.Namespace) -> list[str]:
 
 def print_json(obj: object) -> None:
     print(json.dumps(obj, indent=2))
+
+
+def json_bytes(name: str, data: bytes | None) -> dict[str, Any]:
+    """Bytes as a JSON field: ``{name: text}`` when they are UTF-8, else
+    ``{name_base64: ...}``; ``{name: None}`` for none."""
+    if data is None:
+        return {name: None}
+    try:
+        return {name: data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {f"{name}_base64": base64.b64encode(data).decode("ascii")}
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import sys
 from typing import Any
@@ -43,6 +42,7 @@ from kq.commands.common import (
     Subparsers,
     client_credentials,
     command,
+    json_bytes,
     run_async,
 )
 
@@ -175,15 +175,6 @@ def _text(data: bytes | None) -> str:
     return "null" if data is None else data.decode("utf-8", "backslashreplace")
 
 
-def _json_bytes(name: str, data: bytes | None) -> dict[str, Any]:
-    if data is None:
-        return {name: None}
-    try:
-        return {name: data.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {f"{name}_base64": base64.b64encode(data).decode("ascii")}
-
-
 def _print(args: argparse.Namespace, record: ConsumerRecord) -> None:
     if args.json:
         obj: dict[str, Any] = {
@@ -191,8 +182,8 @@ def _print(args: argparse.Namespace, record: ConsumerRecord) -> None:
             "partition": record.partition,
             "offset": record.offset,
             "timestamp": record.timestamp,
-            **_json_bytes("key", record.key),
-            **_json_bytes("value", record.value),
+            **json_bytes("key", record.key),
+            **json_bytes("value", record.value),
         }
         if record.headers:
             obj["headers"] = {k: _text(v) for k, v in record.headers}

@@ -17,7 +17,6 @@ unknown, so it may or may not have committed (read the key to find out).
 from __future__ import annotations
 
 import argparse
-import base64
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
@@ -33,6 +32,7 @@ from kq.commands.common import (
     bootstrap_addresses,
     client_credentials,
     command,
+    json_bytes,
     print_json,
     run_async,
 )
@@ -109,13 +109,6 @@ def _bytes(text: str) -> bytes:
     return text.encode("utf-8", "surrogateescape")
 
 
-def _value_json(value: bytes) -> dict[str, str]:
-    try:
-        return {"value": value.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"value_base64": base64.b64encode(value).decode("ascii")}
-
-
 def _call(args: argparse.Namespace, use: Callable[[KvClient], Awaitable[T]]) -> T:
     """Run ``use`` with a client; map client errors to exit statuses."""
     bootstrap = bootstrap_addresses(args)
@@ -182,7 +175,7 @@ def _get(args: argparse.Namespace) -> int:
             "node": result.node_address,
         }
         if result.present and result.value is not None:
-            out.update(_value_json(result.value))
+            out.update(json_bytes("value", result.value))
         if result.version is not None:
             out["version"] = _position(result.version)
         print_json(out)
@@ -218,7 +211,7 @@ def _cas(args: argparse.Namespace) -> int:
             **_position(outcome.position),
         }
         if outcome.current is not None:
-            out.update({f"current_{k}": v for k, v in _value_json(outcome.current).items()})
+            out.update(json_bytes("current_value", outcome.current))
         print_json(out)
         return EXIT_FAILURE
     found = (

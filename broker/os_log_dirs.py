@@ -12,10 +12,16 @@ __all__ = ["OsLogDirectory"]
 
 
 class OsLogDirectory:
-    """A :class:`~broker.log_dirs.LogDirectory` on an existing directory."""
+    """A :class:`~broker.log_dirs.LogDirectory` on an existing directory;
+    its partition directories are ``files``
+    (:class:`~partition_log.os_files.PowerLossOsDirectory` in the power-loss
+    test mode)."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], files: type[OsDirectory] = OsDirectory
+    ) -> None:
         self.path = os.fspath(path)
+        self._files = files
         if not os.path.isdir(self.path):
             raise storage_error(f"log directory {self.path} is not a directory")
 
@@ -43,13 +49,13 @@ class OsLogDirectory:
             raise storage_error(f"directory {path} already exists") from None
         except OSError as error:
             raise storage_error(f"creating {path}: {error}") from error
-        return OsDirectory(path)
+        return self._files(path)
 
     def open(self, name: str) -> OsDirectory:
         path = self._path_of(name)
         if not os.path.isdir(path):
             raise storage_error(f"directory {path} does not exist")
-        return OsDirectory(path)
+        return self._files(path)
 
     def rename(self, old: str, new: str) -> None:
         source, target = self._path_of(old), self._path_of(new)

@@ -6,6 +6,15 @@ bytes are in the kernel when the call returns (a kill -9 loses nothing,
 brokers.md §2.4); reads are ``os.pread``, which leaves no shared file
 position to race on; ``sync`` is ``os.fsync`` and ``sync_directory`` fsyncs
 the directory so that a create, rename or delete survives a power loss.
+
+:class:`PowerLossOsDirectory` is the power-loss test mode of the same seam
+(off unless a broker process is started with it, ``server.storage_mode``):
+its files keep every append and truncation made since their last ``sync``
+in the process's memory, where reads see them, and hand them to the OS
+only at the ``sync`` that covers them, so a kill -9 of the process drops
+exactly the bytes a power loss may drop (``files.py``'s durability rule).
+Names (create, rename, delete) still reach the OS at once: the log syncs
+the directory after each, so a power loss keeps them too.
 """
 
 from __future__ import annotations
@@ -14,7 +23,13 @@ import os
 
 from partition_log.files import Names, check_name, storage_error
 
-__all__ = ["OsDirectory", "OsFile", "fsync_directory"]
+__all__ = [
+    "OsDirectory",
+    "OsFile",
+    "PowerLossOsDirectory",
+    "PowerLossOsFile",
+    "fsync_directory",
+]
 
 
 def fsync_directory(path: str) -> None:
@@ -102,8 +117,85 @@ class OsFile:
             os.close(fd)
 
 
+class PowerLossOsFile(OsFile):
+    """An :class:`OsFile` whose unsynced appends and truncations stay in
+    this process until :meth:`sync` (the power-loss test mode).
+
+    The file as the process sees it is the OS file's first ``_base`` bytes
+    followed by ``_tail``; the OS file may be longer than ``_base`` while a
+    truncation waits for the sync (``_os_size``).  A kill -9 loses the tail
+    and the pending cut; :meth:`sync` writes them, then fsyncs.  Closing the
+    file hands them to the OS without a sync, as closing a file leaves its
+    bytes in the page cache (the log syncs the files it keeps before it
+    closes them)."""
+
+    def __init__(self, path: str, name: str, fd: int) -> None:
+        super().__init__(path, name, fd)
+        self._os_size = self._size
+        self._base = self._size
+        self._tail = bytearray()
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        self._live()
+        self._tail += data
+        self._size += len(data)
+
+    def read(self, position: int, size: int) -> bytes:
+        if position < 0 or size < 0:
+            raise storage_error(f"file {self._path}: read at {position} of {size} bytes")
+        size = min(size, max(0, self._size - position))
+        end = position + size
+        head = b""
+        if position < self._base:
+            head = super().read(position, min(end, self._base) - position)
+        if end <= self._base:
+            return head
+        return head + bytes(self._tail[max(0, position - self._base) : end - self._base])
+
+    def truncate(self, size: int) -> None:
+        self._live()
+        if not 0 <= size <= self._size:
+            raise storage_error(f"file {self._path}: cannot truncate {self._size} bytes to {size}")
+        if size >= self._base:
+            del self._tail[size - self._base :]
+        else:
+            self._base = size
+            self._tail.clear()
+        self._size = size
+
+    def _write_back(self) -> None:
+        """Hand the held cut and bytes to the OS (no fsync)."""
+        fd = self._live()
+        try:
+            if self._os_size != self._base:
+                os.ftruncate(fd, self._base)
+                self._os_size = self._base
+            while self._tail:
+                # O_APPEND: at the OS file's end, which is _base now.
+                written = os.write(fd, self._tail)
+                del self._tail[:written]
+                self._os_size += written
+                self._base = self._os_size
+        except OSError as error:
+            raise storage_error(f"writing {self._path}: {error}") from error
+
+    def sync(self) -> None:
+        self._write_back()
+        super().sync()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            try:
+                self._write_back()
+            finally:
+                super().close()
+
+
 class OsDirectory:
     """A :class:`~partition_log.files.FileDirectory` on an existing directory."""
+
+    # The class of the files it opens (PowerLossOsDirectory's hold unsynced bytes).
+    _file_class: type[OsFile] = OsFile
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
@@ -124,7 +216,7 @@ class OsDirectory:
             raise storage_error(f"file {path} does not exist") from None
         except OSError as error:
             raise storage_error(f"opening {path}: {error}") from error
-        return OsFile(path, name, fd)
+        return self._file_class(path, name, fd)
 
     def create(self, name: str) -> OsFile:
         return self._open(name, os.O_CREAT | os.O_EXCL)
@@ -160,3 +252,11 @@ class OsDirectory:
 
     def sync_directory(self) -> None:
         fsync_directory(self.path)
+
+
+class PowerLossOsDirectory(OsDirectory):
+    """An :class:`OsDirectory` of :class:`PowerLossOsFile` s: the power-loss
+    test mode, in which a kill -9 of the process drops every byte not
+    synced (``server.storage_mode`` turns it on for a broker)."""
+
+    _file_class = PowerLossOsFile

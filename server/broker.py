@@ -73,10 +73,11 @@ from metadata.image import MetadataImage, TopicIdPartition
 from metadata.records import LeaderRecoveryState
 from metadata.state_machine import ControllerStateMachine
 from partition_log.errors import PartitionLogError
+from partition_log.os_files import OsDirectory, PowerLossOsDirectory
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.snapshot_files import fsync_dir
-from quorum.driver.storage_format import StorageFormatError, read_meta
+from quorum.driver.storage_format import StorageFormatError, open_node_storage, read_meta
 from quorum.driver.tls import TlsFiles, dial
 from quorum.shared_log import SharedLog
 from quorum.types import Batch
@@ -84,6 +85,7 @@ from server.broker_metrics import PrometheusBrokerMetrics
 from server.config import SETTINGS, ConfigError, Settings, controller_config
 from server.errors import EXIT_FAILURE
 from server.injected_bugs import install_from_environment
+from server.storage_mode import StorageModeError, lose_unsynced_from_environment
 
 __all__ = [
     "BrokerProcess",
@@ -232,13 +234,24 @@ class _PartitionGauges:
 
 
 class BrokerProcess:
-    """One broker; :meth:`start`, then :meth:`stop`."""
+    """One broker; :meth:`start`, then :meth:`stop`.  With ``lose_unsynced``
+    its partition logs and metadata log run in the power-loss test mode
+    (:mod:`server.storage_mode`)."""
 
     def __init__(
-        self, settings: BrokerSettings, log_dirs: Sequence[LogDirectory] | None = None
+        self,
+        settings: BrokerSettings,
+        log_dirs: Sequence[LogDirectory] | None = None,
+        *,
+        lose_unsynced: bool = False,
     ) -> None:
         self.settings = settings
-        dirs = log_dirs if log_dirs is not None else [OsLogDirectory(d) for d in settings.log_dirs]
+        files = PowerLossOsDirectory if lose_unsynced else OsDirectory
+        dirs = (
+            log_dirs
+            if log_dirs is not None
+            else [OsLogDirectory(d, files) for d in settings.log_dirs]
+        )
         # The data plane's metrics, in the node's registry once it exists.
         self.broker_metrics = PrometheusBrokerMetrics(settings.node_id)
         self.replicas = ReplicaManager(
@@ -274,6 +287,11 @@ class BrokerProcess:
                 metrics_listen=settings.metrics_listen,
                 tls=settings.tls,
             ),
+            open_node_storage(
+                settings.metadata_dir, settings.cluster_id, settings.node_id, lose_unsynced=True
+            )
+            if lose_unsynced
+            else None,
             state_machine=SharedLog([("metadata", self.metadata)]),
             plugins=[lambda host: _BrokerPlugin(self.service)],
         )
@@ -1056,6 +1074,16 @@ def run_broker(settings: BrokerSettings) -> int:
     if not install_from_environment(os.environ, log, f"broker {settings.node_id}"):
         return EXIT_FAILURE
     try:
+        lose_unsynced = lose_unsynced_from_environment(os.environ)
+    except StorageModeError as exc:
+        log.error("cannot start broker %d: %s", settings.node_id, exc)
+        return EXIT_FAILURE
+    if lose_unsynced:
+        log.warning(
+            "broker %d runs in the power-loss test mode: writes not synced are lost at a kill",
+            settings.node_id,
+        )
+    try:
         meta = read_meta(settings.metadata_dir)
     except StorageFormatError as exc:
         log.error("cannot start broker %d: %s", settings.node_id, exc)
@@ -1077,10 +1105,10 @@ def run_broker(settings: BrokerSettings) -> int:
     except LogDirFormatError as exc:
         log.error("cannot start broker %d: %s", settings.node_id, exc)
         return EXIT_FAILURE
-    return asyncio.run(_serve(settings))
+    return asyncio.run(_serve(settings, lose_unsynced))
 
 
-async def _serve(settings: BrokerSettings) -> int:
+async def _serve(settings: BrokerSettings, lose_unsynced: bool = False) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -1095,7 +1123,7 @@ async def _serve(settings: BrokerSettings) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         try:
-            process = BrokerProcess(settings)
+            process = BrokerProcess(settings, lose_unsynced=lose_unsynced)
             await process.start()
         except (OSError, RuntimeError, ValueError) as exc:
             log.error("cannot start broker %d on %s: %s", settings.node_id, settings.listen, exc)

@@ -68,6 +68,8 @@ IGNORED_ENV = frozenset(
         # The deliberate bugs' switch (bugs, server.injected_bugs).
         "KQ_INJECT_BUGS",
         "KQ_INJECT_BUGS_ACK",
+        # The power-loss test mode of the storage (server.storage_mode).
+        "KQ_LOSE_UNSYNCED",
     }
 )
 

@@ -27,13 +27,14 @@ from metadata.state_machine import ControllerStateMachine
 from quorum.driver.loop import run as run_loop
 from quorum.driver.rocks import StorageOpenError
 from quorum.driver.server import NodeConfig, NodeServer
-from quorum.driver.storage_format import StorageFormatError, read_meta
+from quorum.driver.storage_format import StorageFormatError, open_node_storage, read_meta
 from quorum.shared_log import SharedLog
 from quorum.storage import NodeStorage, StorageCorruptError
 from quorum.types import Role
 from server.config import ControllerConfig
 from server.errors import EXIT_FAILURE
 from server.injected_bugs import install_from_environment
+from server.storage_mode import StorageModeError, lose_unsynced_from_environment
 
 __all__ = ["controller_server", "kv_of", "kv_server", "plugin_of", "run_controller"]
 
@@ -96,6 +97,11 @@ def run_controller(config: ControllerConfig) -> int:
     """Open the node's storage, serve until a signal, stop; the exit status."""
     if not install_from_environment(os.environ, log, f"node {config.node_id}"):
         return EXIT_FAILURE
+    try:
+        lose_unsynced = lose_unsynced_from_environment(os.environ)
+    except StorageModeError as exc:
+        log.error("cannot start node %d: %s", config.node_id, exc)
+        return EXIT_FAILURE
     where = config.settings.config_file
     log.info(
         "starting node %d of cluster %s: data dir %s, address %s, voters %s%s",
@@ -123,10 +129,10 @@ def run_controller(config: ControllerConfig) -> int:
         )
         return EXIT_FAILURE
     # uvloop when installed (quorum.driver.loop; KQ_UVLOOP=0: asyncio's).
-    return run_loop(_serve(config))
+    return run_loop(_serve(config, lose_unsynced))
 
 
-async def _serve(config: ControllerConfig) -> int:
+async def _serve(config: ControllerConfig, lose_unsynced: bool = False) -> int:
     node_id = config.node_id
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -144,9 +150,19 @@ async def _serve(config: ControllerConfig) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         try:
+            storage = None
+            if lose_unsynced:
+                log.warning(
+                    "node %d runs in the power-loss test mode: writes not synced are lost "
+                    "at a kill",
+                    node_id,
+                )
+                storage = open_node_storage(
+                    config.data_dir, config.cluster_id, node_id, lose_unsynced=True
+                )
             # The gRPC server of a NodeServer belongs to the loop it is made in.
             server = controller_server(
-                config.node_config(), config.controller, authorizer=config.authorizer
+                config.node_config(), config.controller, storage, authorizer=config.authorizer
             )
         except (
             StorageFormatError,

@@ -37,6 +37,14 @@ offset).  At the first batch that fails:
 
 A corrupt quorum state also refuses to open, naming the key and database.
 
+The power-loss test mode, :class:`PowerLossRocksStorage` (off unless a
+process is started with it, ``server.storage_mode``): a write made without
+``sync`` goes to RocksDB's memtable only (``disable_wal``), where reads see
+it and a kill -9 drops it, as a power loss drops an unsynced WAL tail; the
+next synced write or :meth:`RocksStorage.flush` first flushes the memtable
+(which makes those writes durable, in order), so nothing synced is lost and
+nothing unsynced survives a kill.
+
 Threading: every method takes one lock, so the asyncio driver may call
 ``persist`` from a worker thread (``run_in_executor``); rocksdict releases the
 GIL while RocksDB writes and syncs.
@@ -73,6 +81,7 @@ from quorum.types import Batch, QuorumState
 __all__ = [
     "LOG_PREFIX",
     "STATE_KEY",
+    "PowerLossRocksStorage",
     "RocksLogStore",
     "RocksQuorumStateStore",
     "RocksStorage",
@@ -415,6 +424,59 @@ class RocksStorage:
             batch = self._decode_entry(key, value, batches[-1].end_offset if batches else None)
             batches.append(batch)
         return batches
+
+
+class PowerLossRocksStorage(RocksStorage):
+    """A :class:`RocksStorage` in which a kill -9 of the process drops
+    every write not synced (the power-loss test mode; module docstring).
+
+    RocksDB writes an unsynced write's WAL record to the OS at once, where
+    a kill keeps it; here it skips the WAL instead and stays in the
+    memtable until the next sync flushes the memtable (an SST file, synced
+    by RocksDB).  The quorum core syncs every log append and vote
+    (``Ready.must_sync``), so in a correct build only a compaction
+    (``compact_to``) is ever held."""
+
+    def __init__(
+        self, path: str | os.PathLike[str], *, snapshots: SnapshotStore | None = None
+    ) -> None:
+        self._memtable_only = WriteOptions()
+        self._memtable_only.sync = False
+        # A property at run time; rocksdict's stub declares it a method.
+        self._memtable_only.disable_wal = True  # type: ignore[method-assign,assignment]
+        # Whether the memtable holds writes that skipped the WAL.
+        self._held = False
+        super().__init__(path, snapshots=snapshots)
+
+    def _write(self, wb: WriteBatch, *, sync: bool) -> None:
+        if not sync:
+            if wb.len() > 0:
+                self._db.write(wb, self._memtable_only)
+                self._held = True
+            return
+        self._make_held_durable()
+        super()._write(wb, sync=True)
+
+    def _make_held_durable(self) -> None:
+        if self._held:
+            # A memtable flush writes the held writes (and every one before
+            # them) into a synced SST file before the synced write that
+            # follows them, so a crash keeps them in order.
+            self._db.flush(True)
+            self._held = False
+
+    def flush(self) -> None:
+        with self._lock:
+            self._check_open()
+            self._make_held_durable()
+            self._db.flush_wal(True)
+
+    def close(self) -> None:
+        # A clean stop keeps what a process that exits leaves to the OS.
+        with self._lock:
+            if not self._closed:
+                self._make_held_durable()
+        super().close()
 
 
 class RocksLogStore:

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from quorum.driver.rocks import RocksStorage
+from quorum.driver.rocks import PowerLossRocksStorage, RocksStorage
 from quorum.driver.snapshot_files import fsync_dir
 from quorum.types import NodeId, VoterSet
 
@@ -199,13 +199,18 @@ def read_meta(directory: str | os.PathLike[str]) -> StorageMeta:
 
 
 def open_node_storage(
-    directory: str | os.PathLike[str], cluster_id: str, node_id: NodeId
+    directory: str | os.PathLike[str],
+    cluster_id: str,
+    node_id: NodeId,
+    *,
+    lose_unsynced: bool = False,
 ) -> RocksStorage:
     """Open the stores of ``node_id`` of ``cluster_id`` in a formatted directory.
 
     Refuses a directory that is not formatted, or that belongs to another
     cluster or node, naming both.  The returned RocksStorage holds the log,
-    the quorum state and a FileSnapshotStore (``.snapshots``).
+    the quorum state and a FileSnapshotStore (``.snapshots``); with
+    ``lose_unsynced``, the power-loss test mode (:class:`PowerLossRocksStorage`).
     """
     path = Path(directory)
     meta = read_meta(path)
@@ -214,4 +219,4 @@ def open_node_storage(
             f"data directory {path} belongs to cluster {meta.cluster_id} node "
             f"{meta.node_id}, not cluster {cluster_id} node {node_id}; refusing to start"
         )
-    return RocksStorage(path)
+    return PowerLossRocksStorage(path) if lose_unsynced else RocksStorage(path)

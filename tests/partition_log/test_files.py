@@ -12,15 +12,17 @@ import pytest
 
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import FileDirectory, MemoryDirectory
-from partition_log.os_files import OsDirectory
+from partition_log.os_files import OsDirectory, PowerLossOsDirectory
 
 Make = Callable[[], FileDirectory]
 
 
-@pytest.fixture(params=["os", "memory"])
+@pytest.fixture(params=["os", "power-loss", "memory"])
 def make(request: pytest.FixtureRequest, tmp_path: Path) -> Make:
     if request.param == "os":
         return lambda: OsDirectory(tmp_path)
+    if request.param == "power-loss":
+        return lambda: PowerLossOsDirectory(tmp_path)
     directory = MemoryDirectory()
     return lambda: directory
 

@@ -36,7 +36,14 @@ from partition_log.errors import Errors, PartitionLogError
 # ``list`` is also a method of the directories below.
 Names = list[str]
 
-__all__ = ["FileDirectory", "LogFile", "MemoryDirectory", "MemoryFile", "storage_error"]
+__all__ = [
+    "FileDirectory",
+    "LogFile",
+    "MemoryDirectory",
+    "MemoryFile",
+    "ProcessBufferedFile",
+    "storage_error",
+]
 
 
 def storage_error(message: str) -> PartitionLogError:
@@ -107,6 +114,66 @@ class FileDirectory(Protocol):
         """Make the names durable (fsync of the directory): call it after
         create, rename and delete."""
         ...
+
+
+class ProcessBufferedFile:
+    """A :class:`LogFile` whose appends wait in a process buffer instead of
+    reaching the OS: bug B13 only (``Segment`` takes it under
+    ``bugs.Bug.UNFLUSHED_APPEND``). It breaks this module's rule that a
+    kill -9 loses nothing: the buffer reaches the file on :meth:`sync` (a
+    flush or a roll) and :meth:`close` (a clean shutdown), so a run without
+    kills keeps everything. Reads and the size see the buffer, as the
+    process does."""
+
+    __slots__ = ("_buffer", "_file")
+
+    def __init__(self, file: LogFile) -> None:
+        self._file = file
+        self._buffer = bytearray()
+
+    @property
+    def name(self) -> str:
+        return self._file.name
+
+    @property
+    def size(self) -> int:
+        return self._file.size + len(self._buffer)
+
+    def _write_out(self) -> None:
+        if self._buffer:
+            self._file.append(self._buffer)
+            self._buffer = bytearray()
+
+    def append(self, data: bytes | bytearray | memoryview) -> None:
+        self._buffer += data
+
+    def read(self, position: int, size: int) -> bytes:
+        written = self._file.size
+        if position + size <= written or not self._buffer:
+            return self._file.read(position, size)
+        if position < 0 or size < 0:
+            raise storage_error(f"file {self.name}: read at {position} of {size} bytes")
+        head = self._file.read(position, written - position) if position < written else b""
+        start = max(0, position - written)
+        return head + bytes(self._buffer[start : start + size - len(head)])
+
+    def truncate(self, size: int) -> None:
+        written = self._file.size
+        if not 0 <= size <= written + len(self._buffer):
+            raise storage_error(f"file {self.name}: cannot truncate {self.size} bytes to {size}")
+        if size >= written:
+            del self._buffer[size - written :]
+        else:
+            self._buffer.clear()
+            self._file.truncate(size)
+
+    def sync(self) -> None:
+        self._write_out()
+        self._file.sync()
+
+    def close(self) -> None:
+        self._write_out()
+        self._file.close()
 
 
 # -- the in-memory twin --------------------------------------------------------

@@ -30,7 +30,7 @@ from partition_log.batch import (
     decode_records,
 )
 from partition_log.errors import Errors, PartitionLogError
-from partition_log.files import FileDirectory, LogFile
+from partition_log.files import FileDirectory, LogFile, ProcessBufferedFile
 from partition_log.index import (
     DEFAULT_INDEX_BYTES,
     DEFAULT_INDEX_INTERVAL_BYTES,
@@ -146,7 +146,10 @@ class Segment:
     ) -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self._log = log
+        # B13: appends wait in a process buffer until a flush, roll or clean
+        # close, not handed to the OS when the produce is answered; a kill -9
+        # of every replica loses acknowledged records.
+        self._log: LogFile = ProcessBufferedFile(log) if bugs.on(Bug.UNFLUSHED_APPEND) else log
         self.created_ms = now_ms
         self.offsets = OffsetIndex(base_offset, max_index_bytes)
         self.times = TimeIndex(base_offset, max_index_bytes)

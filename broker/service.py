@@ -50,7 +50,7 @@ from broker.metrics import BrokerMetrics, RequestKind
 from broker.producer_ids import ProducerIdsError, ProducerIdSource
 from broker.purgatory import Operation, Purgatory
 from broker.replica import AlterPartitionRequest, FetchAnswer, FetchRequest, Role
-from broker.replica.leader import check_current_leader_epoch
+from broker.replica.leader import check_current_leader_epoch, consumer_read_bound
 from broker.replica.types import NO_EPOCH
 from broker.replica_manager import NotLeaderError, ReplicaManager
 from kqproto import broker_pb2, broker_pb2_grpc
@@ -870,7 +870,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         if read:
             try:
                 # Consumers read only below the high watermark.
-                records = log_.read(part.fetch_offset, limit, max_offset=high_watermark)
+                bound = consumer_read_bound(high_watermark, end)
+                records = log_.read(part.fetch_offset, limit, max_offset=bound)
             except PartitionLogError as error:
                 return FetchAnswer(
                     from_partition_log_error(error),

@@ -121,6 +121,18 @@ class Bug(enum.Enum):
     # B16: compaction renumbers the records it keeps; inconsistent-offsets
     # and nonmonotonic-poll.
     COMPACTION_RENUMBERS = ("B16", "compaction-renumbers")
+    # R2, KIP-101 scenario 2 (KIP-595's check removed): the leader answers a
+    # follower's fetch at its offset without checking the last fetched
+    # epoch; replicas diverge below the HW after a double power loss.
+    NO_DIVERGENCE_CHECK = ("R2", "no-divergence-check")
+    # R9, KIP-966: the controller keeps no eligible leader replicas, so the
+    # last ISR member is the only clean candidate; lost-write when it loses
+    # power with an unsynced tail.
+    NO_ELR = ("R9", "no-elr")
+    # R10, Jepsen's Kafka 0.8 test: min.insync.replicas is ignored (taken as
+    # 1); acks=all is accepted and acknowledged by a leader alone, lost when
+    # it dies.
+    IGNORE_MIN_ISR = ("R10", "ignore-min-isr")
     # B18: the test client records NOT_LEADER_OR_FOLLOWER after sending as a
     # definite failure; a harness bug that G1a must expose.
     HARNESS_NOT_LEADER_AS_FAIL = ("B18", "harness-not-leader-as-fail")

@@ -32,6 +32,7 @@ import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
+import bugs
 from broker.errors import Errors
 from broker.replica.seam import BrokerView
 from broker.replica.types import (
@@ -41,6 +42,7 @@ from broker.replica.types import (
     AlterPartitionRequest,
     DivergingEpoch,
 )
+from bugs import Bug
 from metadata.records import LeaderRecoveryState
 from partition_log.epoch_cache import LeaderEpochCache
 
@@ -52,6 +54,7 @@ __all__ = [
     "acks_check",
     "alter_partition_error_action",
     "check_current_leader_epoch",
+    "consumer_read_bound",
     "effective_min_isr",
     "fetch_divergence",
     "high_watermark_candidate",
@@ -249,6 +252,8 @@ def is_follower_in_sync(
     epoch start offset (KAFKA-7128: "otherwise, if there is committed data
     between current leader's HW and LEO, the replica may become the leader
     before it fetches the committed data and the data will be lost")."""
+    if bugs.on(Bug.EXPAND_WITHOUT_EPOCH_START):
+        return follower_end_offset >= high_watermark  # B4: KAFKA-7128 undone
     return (
         follower_end_offset >= high_watermark
         and leader_epoch_start_offset is not None
@@ -303,6 +308,19 @@ def high_watermark_candidate(
         if wait_for and replica.log_end_offset < new_hw:
             new_hw = replica.log_end_offset
     return new_hw
+
+
+# -- consumers -----------------------------------------------------------------------------
+
+
+def consumer_read_bound(high_watermark: int, log_end_offset: int) -> int:
+    """Where a consumer's read of the leader's log stops: the HW, so that a
+    consumer sees only committed records, which no failover truncates
+    (``Partition.fetchRecords`` with ``FetchIsolation.HIGH_WATERMARK``;
+    KAFKA-2334, and brokers.md §1.3). Followers read up to the LEO."""
+    if bugs.on(Bug.CONSUME_TO_LEO):
+        return log_end_offset  # B10: uncommitted records reach consumers
+    return high_watermark
 
 
 # -- produce -------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import bugs
 from broker.errors import Errors, ReplicaError, from_partition_log_error
 from broker.replica.follower import (
     divergence_truncation,
@@ -60,6 +61,7 @@ from broker.replica.types import (
     Role,
     Truncation,
 )
+from bugs import Bug
 from metadata.image import PartitionRegistration
 from metadata.records import NO_LEADER, LeaderRecoveryState
 from partition_log.errors import PartitionLogError
@@ -110,6 +112,10 @@ class PartitionReplica:
         # leader's log start.
         self.fenced = False
         self.start_at: int | None = None
+        # Only with B2 (truncation by offset): truncated once to a leader's
+        # end offset, the follower fetches without a last fetched epoch
+        # until it follows another leader, as before KIP-279.
+        self.by_offset = False
 
     # -- state ------------------------------------------------------------------
 
@@ -123,6 +129,8 @@ class PartitionReplica:
 
     @property
     def min_isr(self) -> int:
+        if bugs.on(Bug.IGNORE_MIN_ISR):
+            return 1  # R10: min.insync.replicas ignored, a leader alone suffices
         return effective_min_isr(self.config.min_insync_replicas, max(len(self.replicas), 1))
 
     @property
@@ -235,6 +243,11 @@ class PartitionReplica:
         self.leader_epoch_start_offset = None
         self.fenced = False
         self.start_at = None
+        self.by_offset = False
+        if bugs.on(Bug.TRUNCATE_TO_HW_ON_BECOME_FOLLOWER):
+            # B1, the rule before KIP-101: "It truncates its log to the high
+            # watermark".
+            self.log.truncate_to(self.log.high_watermark)
         return True
 
     # -- leader: the HW, the ISR, AlterPartition --------------------------------
@@ -246,7 +259,9 @@ class PartitionReplica:
         """``Partition.maybeIncrementLeaderHW``: never under min ISR
         (KAFKA-15583); otherwise the minimum LEO over the maximal ISR and
         caught-up eligible replicas. Whether the HW moved."""
-        if self.role is not Role.LEADER or self.is_under_min_isr:
+        if self.role is not Role.LEADER:
+            return False
+        if self.is_under_min_isr and not bugs.on(Bug.HW_UNDER_MIN_ISR):  # B6: moves anyway
             return False
         candidate = high_watermark_candidate(
             self.log.log_end_offset,
@@ -414,7 +429,10 @@ class PartitionReplica:
             log_start_offset=log_start,
             log_end_offset=log_end,
             fetch_offset=request.fetch_offset,
-            last_fetched_epoch=request.last_fetched_epoch,
+            # R2: no divergence check, the leader reads at the follower's offset.
+            last_fetched_epoch=NO_EPOCH
+            if bugs.on(Bug.NO_DIVERGENCE_CHECK)
+            else request.last_fetched_epoch,
         )
         if isinstance(divergence, Errors):
             return self._refusal(
@@ -550,7 +568,10 @@ class PartitionReplica:
             replica_epoch=broker_epoch,
             current_leader_epoch=self.leader_epoch,
             fetch_offset=log.log_end_offset,
-            last_fetched_epoch=log.epoch_cache.latest_epoch,
+            # B2: after a truncation by offset, fetches carry no epoch.
+            last_fetched_epoch=NO_EPOCH
+            if self.by_offset and bugs.on(Bug.TRUNCATE_BY_OFFSET)
+            else log.epoch_cache.latest_epoch,
             log_start_offset=log.log_start_offset,
             max_bytes=self.config.replica_fetch_max_bytes,
         )
@@ -571,6 +592,13 @@ class PartitionReplica:
             return FollowerOutcome(FollowerStep.STALE)
         error = answer.error
         if error is Errors.NONE and answer.diverging_epoch is not None:
+            if bugs.on(Bug.TRUNCATE_BY_OFFSET):
+                # B2, KIP-279 undone (KAFKA-6361): cut at the leader's end of
+                # that epoch whether or not our log has the epoch, then fetch
+                # by offset alone.
+                self.by_offset = True
+                offset = min(answer.diverging_epoch.end_offset, log.log_end_offset)
+                return FollowerOutcome(FollowerStep.FETCH, self._truncate(offset, True))
             # truncateOnFetchResponse (KAFKA-10554).
             step = divergence_truncation(
                 log.epoch_cache, log.log_end_offset, log.high_watermark, answer.diverging_epoch

@@ -2,7 +2,7 @@
 partitions, driven by a controller stub, on a simulated network in virtual
 time.
 
-Each broker holds a :class:`~broker.sim.replica.SimReplica` of each of its
+Each broker holds a :class:`~broker.replica.PartitionReplica` of each of its
 partitions over a :class:`PartitionLog` on its own :class:`MemoryDirectory`.
 Everything that happens is an event taken from one queue ordered by
 (virtual time, sequence number): a message delivered, a broker's or the
@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.errors import Errors, ReplicaError
-from broker.replica import AlterPartitionRequest, MappingBrokerView, Role
+from broker.replica import AlterPartitionRequest, MappingBrokerView, PartitionReplica, Role
+from broker.replica.leader import consumer_read_bound
 from broker.replica.types import (
     AlterPartitionResult,
     FetchAnswer,
@@ -48,10 +49,9 @@ from broker.replica.types import (
     FollowerStep,
     ReplicaConfig,
 )
-from broker.sim.config import Bug, SimConfig
+from broker.sim.config import SimConfig
 from broker.sim.controller import BrokerChange, PartitionChange, SimController
 from broker.sim.logs import BatchId, read_values
-from broker.sim.replica import SimReplica
 from metadata.records import NO_LEADER
 from partition_log.batch import BatchScanner, build_batch
 from partition_log.errors import PartitionLogError
@@ -224,7 +224,7 @@ class BrokerSim:
     lost_power: bool = False
     registered: bool = True
     logs: dict[int, PartitionLog] = field(default_factory=dict)
-    replicas: dict[int, SimReplica] = field(default_factory=dict)
+    replicas: dict[int, PartitionReplica] = field(default_factory=dict)
     view: MappingBrokerView = field(default_factory=lambda: MappingBrokerView({}))
     metadata_offset: int = 0
     fetching: dict[int, tuple[FetchRequest, int]] = field(default_factory=dict)
@@ -432,8 +432,8 @@ class SimCluster:
                 high_watermark=broker.hw_checkpoint.get(p, 0),
             )
             broker.logs[p] = log
-            broker.replicas[p] = SimReplica(
-                broker.broker_id, log, self.replica_config, broker.view, self.config.bugs
+            broker.replicas[p] = PartitionReplica(
+                broker.broker_id, log, self.replica_config, broker.view
             )
         broker.metadata_offset = 0
         broker.fetching = {}
@@ -738,7 +738,7 @@ class SimCluster:
                 self.recorder.polled(p, None, None)
             return None
         log = broker.logs[p]
-        limit = log.log_end_offset if Bug.CONSUME_TO_LEO in self.config.bugs else log.high_watermark
+        limit = consumer_read_bound(log.high_watermark, log.log_end_offset)
         try:
             data = log.read(self.positions[p], 1 << 16, max_offset=limit)
         except PartitionLogError:

@@ -1,47 +1,17 @@
-"""The broker simulation's configuration and its bug switches.
+"""The broker simulation's configuration.
 
-A :class:`Bug` breaks on purpose one rule of Kafka's replication, each the
-rule a historical bug broke (``brokers.md`` §1.12 and the bug-injection
-catalogue of §5.7); the scenarios (:mod:`broker.sim.scenarios`) run once
-with every rule and once with their rule broken, and show that an invariant
-(:mod:`broker.sim.invariants`) fires. Bugs exist only in the simulator: the
-replica state machine has no switch; the simulator breaks a rule by
-replacing one of its decisions (:mod:`broker.sim.replica`).
+Rules are broken on purpose by the process-wide switch of :mod:`bugs`
+(``with bugs.injected(Bug.X):``), at the line of the replica state machine
+or of the controller stub that keeps the rule; the scenarios
+(:mod:`broker.sim.scenarios`) run once with every rule and once with their
+bug on, and show that an invariant (:mod:`broker.sim.invariants`) fires.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-__all__ = ["Bug", "SimConfig"]
-
-
-class Bug(enum.Enum):
-    # B1, R1: a follower truncates its log to its HW when it starts
-    # following (the rule before KIP-101).
-    TRUNCATE_TO_HW_ON_BECOME_FOLLOWER = "truncate-to-hw-on-become-follower"
-    # R2: the leader answers a fetch without the divergence check of the last
-    # fetched epoch (KIP-101 before epochs, KIP-595's check removed).
-    NO_DIVERGENCE_CHECK = "no-divergence-check"
-    # B2, R3: a follower truncates once to the leader's end offset of the
-    # diverging epoch, whether or not it has that epoch, then fetches by
-    # offset (KIP-101 before KIP-279: KAFKA-6361).
-    TRUNCATE_BY_OFFSET = "truncate-by-offset"
-    # B4, R4: ISR expansion on LEO >= HW alone, without the leader epoch
-    # start offset (KAFKA-7128).
-    EXPAND_WITHOUT_EPOCH_START = "expand-without-epoch-start"
-    # B6, R5: the leader's HW advances while the ISR is below min ISR
-    # (KAFKA-15583).
-    HW_UNDER_MIN_ISR = "hw-under-min-isr"
-    # R9: the controller keeps no eligible leader replicas (KIP-966): the
-    # last ISR member is the only clean candidate.
-    NO_ELR = "no-elr"
-    # R10: min.insync.replicas is ignored: acks=all is accepted and
-    # acknowledged by a leader alone (Jepsen's Kafka 0.8 finding).
-    IGNORE_MIN_ISR = "ignore-min-isr"
-    # B10: consumers read up to the LEO instead of the HW.
-    CONSUME_TO_LEO = "consume-to-leo"
+__all__ = ["SimConfig"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +58,6 @@ class SimConfig:
     # in-sync copy of every partition it holds (losing the last one is the
     # loss Kafka documents, brokers.md §1.10); off: drawn for any broker.
     guard_power_loss: bool = True
-    bugs: frozenset[Bug] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         if self.brokers < 1:

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import bugs
 from broker.errors import Errors
 from broker.replica.types import AlterPartitionRequest, AlterPartitionResult
-from broker.sim.config import Bug, SimConfig
+from broker.sim.config import SimConfig
+from bugs import Bug
 from metadata.image import BrokerRegistration, PartitionRegistration
 from metadata.records import NO_LEADER, LeaderRecoveryState
 
@@ -72,7 +74,7 @@ class SimController:
         return self.log[offset:]
 
     def _use_elr(self) -> bool:
-        return self.config.elr and Bug.NO_ELR not in self.config.bugs
+        return self.config.elr and not bugs.on(Bug.NO_ELR)  # R9: no ELR kept
 
     def _publish(
         self, partition: int, new: PartitionRegistration, exclude: int | None = None

@@ -1,7 +1,9 @@
 """Kafka's historical replication bugs (``brokers.md`` §1.12) as scripted
 schedules of the simulator. Each runs with every rule in place, when no
 invariant may fire, and with its rule broken by its :class:`Bug`, when the
-invariant named in :data:`SCENARIOS` fires.
+invariant named in :data:`SCENARIOS` fires. A bug is turned on with the
+process-wide switch (:func:`bugs.injected`) for the run, so the rule breaks
+at its line in the replica state machine or the controller stub.
 
 Scripts fetch explicitly (``auto_fetch`` off) so that each fetch lands
 where the recipe says; everything else (heartbeats, fencing, metadata
@@ -13,12 +15,15 @@ event.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
+import bugs
 from broker.sim.cluster import SimCluster
-from broker.sim.config import Bug, SimConfig
+from broker.sim.config import SimConfig
 from broker.sim.invariants import InvariantChecker, Violation
 from broker.sim.logs import batches
+from bugs import Bug
 from metadata.records import NO_LEADER
 
 __all__ = ["SCENARIOS", "Scenario", "ScenarioRun", "run_scenario"]
@@ -84,7 +89,7 @@ class _Script:
         return self.c.outcomes[op].status
 
 
-def _config(brokers: int, min_isr: int, bugs: frozenset[Bug], **fields: object) -> SimConfig:
+def _config(brokers: int, min_isr: int, **fields: object) -> SimConfig:
     base = SimConfig(
         brokers=brokers,
         partitions=1,
@@ -92,7 +97,6 @@ def _config(brokers: int, min_isr: int, bugs: frozenset[Bug], **fields: object) 
         min_insync_replicas=min_isr,
         # acks=all produces wait as long as a script needs.
         produce_timeout_ms=60_000,
-        bugs=bugs,
     )
     return replace(base, **fields)  # type: ignore[arg-type]
 
@@ -327,13 +331,13 @@ def run_scenario(name: str, *, broken: bool = False, seed: int = 0) -> ScenarioR
     scenario = SCENARIOS.get(name)
     if scenario is None:
         raise ValueError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
-    bugs = frozenset({scenario.bug}) if broken else frozenset()
-    config = _config(scenario.brokers, scenario.min_isr, bugs, **dict(scenario.options))
-    script = _Script(config, seed)
-    violation = None
-    try:
-        scenario.script(script)
-    except Violation as found:
-        violation = found
-        script.c.log(f"VIOLATION {found}")
+    config = _config(scenario.brokers, scenario.min_isr, **dict(scenario.options))
+    with bugs.injected(scenario.bug) if broken else nullcontext():
+        script = _Script(config, seed)
+        violation = None
+        try:
+            scenario.script(script)
+        except Violation as found:
+            violation = found
+            script.c.log(f"VIOLATION {found}")
     return ScenarioRun(script.c, violation, script.facts)

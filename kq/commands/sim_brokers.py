@@ -4,6 +4,8 @@ partitions (:mod:`broker.sim`) and report the invariants.
 The same flags and seed give the same events, trace and verdict. With
 ``--scenario`` it runs one of Kafka's historical bugs (brokers.md §1.12)
 as a scripted schedule, ``--broken`` with its rule broken on purpose.
+``--bug`` turns on deliberate bugs of :mod:`bugs` in this process for the
+random runs (the simulated brokers run the real replica state machine).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
-from broker.sim import ALL_NEMESES, Bug, SimConfig, SimResult, replay_command, run_random
+import bugs
+from broker.sim import ALL_NEMESES, SimConfig, SimResult, replay_command, run_random
 from broker.sim.cluster import SimCluster
 from broker.sim.history import QueueHistory
 from broker.sim.scenarios import SCENARIOS, run_scenario
+from bugs import Bug
 
 __all__ = ["add_arguments", "run"]
 
@@ -45,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         type=_bug,
         default=[],
-        help="break one rule on purpose (repeatable): " + ", ".join(b.value for b in Bug),
+        help="break one rule on purpose (repeatable; an id or a name): "
+        + ", ".join(f"{b.id} {b.title}" for b in Bug),
     )
     parser.add_argument(
         "--scenario",
@@ -80,11 +85,12 @@ def _bounded(flag: str, low: int, high: int) -> Any:
 
 def _bug(text: str) -> Bug:
     try:
-        return Bug(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"unknown bug {text!r}; known: {', '.join(b.value for b in Bug)}"
-        ) from None
+        found = bugs.parse([text])
+    except bugs.BugSwitchError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    if len(found) != 1:
+        raise argparse.ArgumentTypeError(f"--bug needs one bug, got {text!r}")
+    return next(iter(found))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,13 +99,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.scenario:
         return _run_scenario(args)
+    with bugs.injected(*args.bug):
+        return _run_random(args)
+
+
+def _run_random(args: argparse.Namespace) -> int:
     config = replace(
         SimConfig(),
         brokers=args.brokers,
         replication_factor=args.brokers,
         partitions=args.partitions,
         min_insync_replicas=args.min_isr,
-        bugs=frozenset(args.bug),
     )
     failures = 0
     for seed in range(args.seed, args.seed + args.schedules):
@@ -142,7 +152,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
     row = {
         "scenario": scenario.name,
         "broken": args.broken,
-        "bug": scenario.bug.value if args.broken else None,
+        "bug": scenario.bug.title if args.broken else None,
         "violation": None if run_.violation is None else str(run_.violation),
         "rule": fired,
         "expected_rule": expected,
@@ -156,7 +166,7 @@ def _run_scenario(args: argparse.Namespace) -> int:
             print(line)
         verdict = "every invariant held" if fired is None else f"VIOLATION {row['violation']}"
         print(
-            f"{scenario.name}{' with ' + scenario.bug.value if args.broken else ''}: {verdict}"
+            f"{scenario.name}{' with ' + scenario.bug.title if args.broken else ''}: {verdict}"
             f" ({'as expected' if row['as_expected'] else 'NOT as expected'})"
         )
     return 0 if row["as_expected"] else 1
@@ -174,7 +184,7 @@ def _write_run(
         "brokers": list(range(config.brokers)),
         "partitions": config.partitions,
         "min_insync_replicas": config.min_insync_replicas,
-        "bugs": sorted(b.value for b in config.bugs),
+        "bugs": sorted(b.title for b in bugs.active()),
         "faults": [n.value for n in ALL_NEMESES],
         "seed": result.seed,
         "steps": result.steps,

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import bugs
 from broker.errors import Errors
 from broker.replica.types import AlterPartitionRequest, BrokerState
-from broker.sim.config import Bug, SimConfig
+from broker.sim.config import SimConfig
 from broker.sim.controller import PartitionChange, SimController
+from bugs import Bug
 from metadata.records import NO_LEADER, LeaderRecoveryState
 
 
@@ -86,13 +88,14 @@ def test_elr_under_strict_min_isr_elects_an_eligible_replica() -> None:
 
 
 def test_without_elr_nobody_out_of_the_isr_leads() -> None:
-    c = controller(bugs=frozenset({Bug.NO_ELR}))
-    c.fence(2)
-    c.fence(1)
-    assert c.partitions[0].elr == ()
-    c.register(1, 5, unclean_shutdown=False)
-    c.fence(0)
-    assert c.partitions[0].leader == NO_LEADER
+    with bugs.injected(Bug.NO_ELR):
+        c = controller()
+        c.fence(2)
+        c.fence(1)
+        assert c.partitions[0].elr == ()
+        c.register(1, 5, unclean_shutdown=False)
+        c.fence(0)
+        assert c.partitions[0].leader == NO_LEADER
 
 
 def test_an_unclean_shutdown_leaves_the_isr_and_the_elr() -> None:

@@ -27,7 +27,7 @@ def test_scenario_holds_with_every_rule(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_scenario_fires_with_its_rule_broken(name: str) -> None:
     run = run_scenario(name, broken=True)
-    assert run.violation is not None, f"{name} with {SCENARIOS[name].bug.value}: nothing fired"
+    assert run.violation is not None, f"{name} with {SCENARIOS[name].bug.title}: nothing fired"
     assert run.violation.rule == SCENARIOS[name].fires, str(run.violation)
     assert f"seed {run.cluster.seed}, event {run.violation.event}" in str(run.violation)
 

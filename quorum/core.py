@@ -50,6 +50,8 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import bugs
+from bugs import Bug
 from quorum.config import QuorumConfig
 from quorum.log import LogError, RaftLog
 from quorum.majority import VoteResult, committed_offset, vote_result
@@ -1313,9 +1315,13 @@ class RaftCore:
         only forward, and only past the start of the leader's own epoch.
         Returns True if it moved.
         """
-        acked = {n: p.end_offset for n, p in self._progress.items() if p.is_voter}
-        acked[self.node_id] = self._stable_end
-        candidate = committed_offset(self.voters.voters, acked)
+        if bugs.on(Bug.COMMIT_WITHOUT_MAJORITY):
+            # Q1 (deliberate bug): the leader's own durable end, no majority.
+            candidate = self._stable_end
+        else:
+            acked = {n: p.end_offset for n, p in self._progress.items() if p.is_voter}
+            acked[self.node_id] = self._stable_end
+            candidate = committed_offset(self.voters.voters, acked)
         if candidate > self._epoch_start_offset and candidate > self._high_watermark:
             self._high_watermark = candidate
             self._complete_parked_fetches()

@@ -987,13 +987,19 @@ class RaftCore:
         self._send(self._vote_response(req, granted))
 
     def _may_grant_vote(self, req: VoteRequest) -> bool:
-        """One vote per epoch, only for an up-to-date log.  Subclasses in the
-        tests break this rule on purpose to show the simulator notices."""
+        """One vote per epoch (Raft §3.4), only for an up-to-date log
+        (§3.6.1).  The deliberate bug Q2 breaks the first rule, and
+        subclasses in the tests break both, to show the simulator notices."""
         if self._role in (Role.LEADER, Role.FOLLOWER, Role.RESIGNED, Role.CANDIDATE):
             return False
         if self.leader_id is not None:
             return False  # the epoch already has a leader (we may have timed out on it)
-        if self.voted_for is not None and self.voted_for != req.src:
+        if (
+            self.voted_for is not None
+            and self.voted_for != req.src
+            # Q2 (deliberate bug): a second vote in an epoch already voted in.
+            and not bugs.on(Bug.DOUBLE_VOTE)
+        ):
             return False
         return self._log_is_up_to_date(req.last_epoch, req.end_offset)
 

@@ -14,17 +14,27 @@ Q4 lives in the node's read path: tests/kvstore/test_injected_read_bug.py.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
 import pytest
 
 import bugs
 from bugs import Bug
-from quorum.sim import SimConfig, run_schedule
+from quorum.messages import Message, VoteRequest
+from quorum.sim import SimCluster, SimConfig, Violation, run_schedule
+from quorum.sim.cluster import SIM_QUORUM_CONFIG
+from quorum.sim.invariants import InvariantChecker
+from quorum.sim.node import SimNode
+from quorum.types import NodeId, Role
 
 SEEDS = range(40)
 
 SEEDED_CASES = [
     # Raft thesis §3.6.2: the leader counts its own durable end alone.
     (Bug.COMMIT_WITHOUT_MAJORITY, 3, "MajorityReachedHighWatermark"),
+    # §3.4: one vote per epoch; two candidates of one epoch both win.
+    (Bug.DOUBLE_VOTE, 5, "SingleLeader"),
 ]
 
 
@@ -50,3 +60,129 @@ def test_a_seeded_schedule_catches_the_bug_and_passes_without_it(
     assert failing.violation.split(":")[0] == rule, failing.violation
     clean = run_schedule(failing.seed, config)
     assert clean.ok, f"seed {failing.seed} fails with no bug on: {clean.violation}"
+
+
+# -- scripts with only a real cluster's checks --------------------------------
+
+
+class OutsideChecker(InvariantChecker):
+    """The simulator's checks minus those that read a node's stores (the
+    Ready contract's durability checks and MajorityReachedHighWatermark): a
+    chaos run cannot see a disk either, only who leads, what is applied and
+    what was acknowledged."""
+
+    def on_send(self, node: SimNode, msg: Message) -> None:
+        pass
+
+    def _check_majority_has(self, nodes: Iterable[SimNode], end_offset: int) -> None:
+        pass
+
+
+class ScriptedCluster(SimCluster):
+    """A simulated cluster whose script may drop chosen messages."""
+
+    def __init__(self, seed: int, config: SimConfig) -> None:
+        super().__init__(seed, config)
+        self.checker = OutsideChecker(self.checker.voters)
+        self.drop: Callable[[Message], bool] = lambda msg: False
+
+    def _send(self, msg: Message) -> None:
+        if not self.drop(msg):
+            super()._send(msg)
+
+    def role_of(self, node: NodeId) -> Role | None:
+        core = self.nodes[node].core
+        return None if core is None else core.role
+
+    def must(self, cond: Callable[[], bool], what: str, ms: int = 30_000) -> None:
+        if not self.run_until(cond, ms):
+            raise AssertionError(f"script stuck (seed {self.seed}): {what}")
+
+
+def _two_candidates_ask_one_voter(
+    restart_voter: bool, seed: int = 11
+) -> tuple[ScriptedCluster, int, NodeId]:
+    """Two candidates of one epoch, A and B, ask the same third voter G.
+
+    All three are cut apart until each has lost the first leader, then A and
+    B may talk to G (not to each other) and G never campaigns itself.  Long
+    election timeouts keep A and B candidates of the same epoch while their
+    vote requests are held back; then the first request to reach G is
+    granted (its sender is W); if ``restart_voter``, G crashes at once and
+    restarts once W leads; G is cut off from W.  G then hears the other
+    candidate's request for the same epoch.  Returns the cluster, the epoch
+    and W.
+    """
+    quorum = replace(SIM_QUORUM_CONFIG, election_timeout_ms=5_000)
+    cluster = ScriptedCluster(seed, SimConfig(voters=3, quorum=quorum, snapshot_every=0))
+    net = cluster.network
+    ids = sorted(cluster.nodes)
+    cluster.start()
+    cluster.start_client()
+    cluster.must(lambda: cluster.leader() is not None, "a first leader")
+    cluster.run_for(500)
+    cluster.stop_client()
+    first = cluster.leader()
+    assert first is not None and first.core is not None
+    end = first.core.log.end_offset
+    cluster.must(lambda: cluster.all_applied(end), "every node caught up")
+    g = min(n for n in ids if n != first.node_id)
+    a, b = (n for n in ids if n != g)
+
+    for n in ids:
+        net.isolate(n, ids)
+    cluster.must(
+        lambda: all(cluster.role_of(n) is Role.PROSPECTIVE for n in ids), "all prospective"
+    )
+    held = {"real votes": True}
+    cluster.drop = lambda msg: (
+        isinstance(msg, VoteRequest) and (msg.src == g or (held["real votes"] and not msg.pre_vote))
+    )
+    net.heal()
+    net.isolate(a, [b])
+    cluster.must(
+        lambda: cluster.role_of(a) is Role.CANDIDATE and cluster.role_of(b) is Role.CANDIDATE,
+        "A and B candidates",
+    )
+    a_core, b_core = cluster.nodes[a].core, cluster.nodes[b].core
+    assert a_core is not None and b_core is not None
+    epoch = a_core.epoch
+    assert b_core.epoch == epoch, "the candidates campaign in different epochs"
+
+    held["real votes"] = False
+
+    def g_voted() -> bool:
+        core = cluster.nodes[g].core
+        return core is not None and core.voted_for in (a, b) and core.epoch == epoch
+
+    cluster.must(g_voted, "G grants a vote")
+    g_core = cluster.nodes[g].core
+    assert g_core is not None and g_core.voted_for is not None
+    w = g_core.voted_for
+    if restart_voter:
+        cluster.crash(g, lose_all_unflushed=True)
+    cluster.must(lambda: cluster.role_of(w) is Role.LEADER, "W leads with G's vote")
+    # W's announcement, now in flight, must not reach G (G would follow W
+    # and refuse votes for that reason alone): cut them apart.
+    net.isolate(w, [g])
+    if restart_voter:
+        cluster.restart(g)
+    return cluster, epoch, w
+
+
+@pytest.mark.parametrize(
+    ("bug", "restart_voter"),
+    [(Bug.DOUBLE_VOTE, False)],
+    ids=["Q2-live-voter"],
+)
+def test_two_leaders_of_one_epoch_with_the_bug_one_without(bug: Bug, restart_voter: bool) -> None:
+    with bugs.injected(bug), pytest.raises(Violation) as caught:
+        cluster, epoch, w = _two_candidates_ask_one_voter(restart_voter)
+        cluster.run_for(3_000)
+    print(f"{bug.id} ({bug.title}): seed 11: {caught.value}")
+    assert caught.value.rule == "SingleLeader", caught.value
+
+    cluster, epoch, w = _two_candidates_ask_one_voter(restart_voter)
+    cluster.run_for(3_000)
+    # W won the epoch with G's vote; the other candidate never led it.
+    assert cluster.checker.leaders.get(epoch) == w

@@ -671,7 +671,7 @@ class RaftCore:
             truncate_to=self._pending_truncate,
             entries=entries,
             compact_to=self._pending_compact,
-            quorum_state=self._state if self._state_dirty else None,
+            quorum_state=self._state_to_persist() if self._state_dirty else None,
             must_sync=bool(
                 entries
                 or self._state_dirty
@@ -714,6 +714,17 @@ class RaftCore:
             # The leader's own log end counts toward the high watermark only
             # once it is durable.
             self._maybe_update_high_watermark()
+
+    def _state_to_persist(self) -> QuorumState:
+        """The quorum state the driver writes: ours, vote included (Raft
+        Figure 3.1: votedFor is persistent state, durable before the grant
+        leaves, so a restarted voter cannot vote twice in one epoch)."""
+        state = self._state
+        if state.voted_for is not None and bugs.on(Bug.FORGET_VOTE):
+            # Q3 (deliberate bug): the vote is kept in memory only; after a
+            # restart the voter may grant the same epoch to another node.
+            return QuorumState(state.epoch, None, state.leader_id)
+        return state
 
     # ------------------------------------------------------------------
     # helpers

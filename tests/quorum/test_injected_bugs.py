@@ -35,6 +35,8 @@ SEEDED_CASES = [
     (Bug.COMMIT_WITHOUT_MAJORITY, 3, "MajorityReachedHighWatermark"),
     # §3.4: one vote per epoch; two candidates of one epoch both win.
     (Bug.DOUBLE_VOTE, 5, "SingleLeader"),
+    # Figure 3.1: votedFor is persistent; a grant leaves with no durable vote.
+    (Bug.FORGET_VOTE, 3, "VoteDurableBeforeGrant"),
 ]
 
 
@@ -172,8 +174,8 @@ def _two_candidates_ask_one_voter(
 
 @pytest.mark.parametrize(
     ("bug", "restart_voter"),
-    [(Bug.DOUBLE_VOTE, False)],
-    ids=["Q2-live-voter"],
+    [(Bug.FORGET_VOTE, True), (Bug.DOUBLE_VOTE, False)],
+    ids=["Q3-restarted-voter", "Q2-live-voter"],
 )
 def test_two_leaders_of_one_epoch_with_the_bug_one_without(bug: Bug, restart_voter: bool) -> None:
     with bugs.injected(bug), pytest.raises(Violation) as caught:

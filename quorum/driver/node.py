@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import bugs
+from bugs import Bug
 from quorum.config import QuorumConfig
 from quorum.core import NotLeaderError, RaftCore, ReadBarrier, SafetyError, Status
 from quorum.driver.metrics import NodeMetrics
@@ -325,6 +327,11 @@ class QuorumNode:
         self._check_running()
         if self.core.role is not Role.LEADER:
             raise self._not_leader()
+        if bugs.on(Bug.READ_WITHOUT_BARRIER):
+            # Q4 (deliberate bug): no commit in this epoch, no quorum round
+            # (Raft thesis §6.4): a deposed leader that has not noticed yet
+            # serves its stale state.
+            return self.state_machine.applied_offset
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
         self._reads.append((None, future, time.monotonic()))

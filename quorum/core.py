@@ -665,6 +665,10 @@ class RaftCore:
                 early.append(msg)
             else:
                 late.append(msg)
+        # Q5 (deliberate bug, off unless injected): new entries are written
+        # but not fsynced before the messages that count them leave (a
+        # follower's next fetch offset, the leader's own end at advance()).
+        sync_entries = bool(entries) and not bugs.on(Bug.ACK_BEFORE_FSYNC)
         ready = Ready(
             snapshot_chunks=tuple(self._pending_chunks),
             reset_to_snapshot=self._pending_reset,
@@ -673,7 +677,7 @@ class RaftCore:
             compact_to=self._pending_compact,
             quorum_state=self._state_to_persist() if self._state_dirty else None,
             must_sync=bool(
-                entries
+                sync_entries
                 or self._state_dirty
                 or self._pending_reset
                 or self._pending_truncate is not None

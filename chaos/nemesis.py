@@ -37,9 +37,16 @@ Fault kinds (:data:`FAULT_KINDS`):
   ``{"drop", "duplicate", "max_delay_ms"}``; ``duplicate`` is always 0 (the
   backends do not duplicate packets).
 
-- ``kill-partition-leader`` / ``pause-partition-leader``: the broker that
-  leads a partition of the queue workload (drawn when the fault starts,
-  from the controllers' metadata), killed or paused: an *intent*
+- ``power-loss``: one node (a controller or a broker) loses power: a
+  ``kill`` with ``kind="power-loss"``, ended by a ``start`` of it with the
+  same kind.  The runner starts every process of such a run in the
+  storage's power-loss test mode (``server.storage_mode``), in which a
+  kill drops every write not synced, as a power loss does;
+
+- ``kill-partition-leader`` / ``pause-partition-leader`` /
+  ``power-loss-partition-leader``: the broker that leads a partition of
+  the queue workload (drawn when the fault starts, from the controllers'
+  metadata), killed, paused or power-cut: an *intent*
   (``target="partition-leader"``) the runner resolves when it acts; its
   ``start`` / ``resume`` carries the same intent and ends that node's fault;
 - ``isolate-follower``: a follower of a partition (drawn likewise) cut off
@@ -78,6 +85,8 @@ __all__ = [
     "PACKET_KIND",
     "PARTITION_LEADER_KINDS",
     "PARTITION_KINDS",
+    "POWER_LOSS_KIND",
+    "POWER_LOSS_KINDS",
     "ROTATE_KIND",
     "Action",
     "action_ops",
@@ -99,12 +108,33 @@ NETWORK_KINDS: Final = (*PARTITION_KINDS, PACKET_KIND, "isolate-follower")
 """The network faults: at most one is in force, and ``heal`` ends it."""
 ROTATE_KIND: Final = "rotate-certs"
 """Every node's certificate re-issued while it runs (instant; TLS only)."""
-PARTITION_LEADER_KINDS: Final = ("kill-partition-leader", "pause-partition-leader")
-"""The leader of a queue partition killed or paused (brokers only)."""
+POWER_LOSS_KIND: Final = "power-loss"
+"""A node's power cut: a kill of a process that keeps unsynced writes in memory."""
+PARTITION_LEADER_KINDS: Final = (
+    "kill-partition-leader",
+    "pause-partition-leader",
+    "power-loss-partition-leader",
+)
+"""The leader of a queue partition killed, paused or power-cut (brokers only)."""
+POWER_LOSS_KINDS: Final = (POWER_LOSS_KIND, "power-loss-partition-leader")
+"""The faults whose run starts its processes in the power-loss test mode."""
 BROKER_KINDS: Final = (*PARTITION_LEADER_KINDS, "isolate-follower")
 """Faults aimed at a partition's replicas: they need brokers."""
-FAULT_KINDS: Final = (*KILL_KINDS, "pause", *NETWORK_KINDS, ROTATE_KIND, *PARTITION_LEADER_KINDS)
-_ENDS: Final = {"kill": "start", "pause": "resume", "partition": "heal", "packet": "heal"}
+FAULT_KINDS: Final = (
+    *KILL_KINDS,
+    "pause",
+    *NETWORK_KINDS,
+    ROTATE_KIND,
+    *PARTITION_LEADER_KINDS,
+    POWER_LOSS_KIND,
+)
+_ENDS: Final = {
+    "kill": "start",
+    "pause": "resume",
+    POWER_LOSS_KIND: "start",
+    "partition": "heal",
+    "packet": "heal",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +144,8 @@ class Action:
     ``f`` is the history's: ``kill``, ``start``, ``pause``, ``resume``,
     ``partition``, ``packet``, ``heal`` or ``rotate-certs``.  ``nodes`` are the targets of the
     per-node ones; ``groups`` and ``kind`` describe a partition (``kind``
-    also marks a ``kill-leader`` or ``kill-majority`` kill and its start).
+    also marks a ``kill-leader``, ``kill-majority`` or ``power-loss`` kill
+    and its start).
     ``target`` is ``"leader"`` for an action whose targets are known only
     when it is carried out (:func:`resolve`).  ``drop``, ``delay_ms`` and
     ``jitter_ms`` describe a ``packet`` fault (each packet between nodes
@@ -318,20 +349,23 @@ def schedule(
             if not (k in NETWORK_KINDS and net is not None)
             and not (k == "kill-majority" and count() > 0)
             and not (
-                k in ("kill", "pause", "kill-leader", *PARTITION_LEADER_KINDS)
+                k in ("kill", "pause", POWER_LOSS_KIND, "kill-leader", *PARTITION_LEADER_KINDS)
                 and (leader_down or targeted is not None)
             )
         ]
         rng.shuffle(options)
         cur_groups, cur_target = (net[0], net[1]) if net is not None else (None, None)
         for kind in options:
-            if kind in ("kill", "pause"):
+            if kind in ("kill", "pause", POWER_LOSS_KIND):
                 free = [n for n in ids if n not in down]
                 rng.shuffle(free)
                 for n in free:
                     if safe([*down, n], cur_groups, cur_target, leader_down):
                         down[n] = kind
-                        out.append(Action(t, kind, nodes=(n,)))
+                        if kind == POWER_LOSS_KIND:
+                            out.append(Action(t, "kill", nodes=(n,), kind=kind))
+                        else:
+                            out.append(Action(t, kind, nodes=(n,)))
                         return True
             elif kind == "kill-leader":
                 if len(down) < len(ids) and safe(down, cur_groups, cur_target, True):
@@ -341,7 +375,7 @@ def schedule(
             elif kind in PARTITION_LEADER_KINDS:
                 if len(down) < len(ids) and safe(down, cur_groups, cur_target, True):
                     targeted = kind
-                    f = "kill" if kind == "kill-partition-leader" else "pause"
+                    f = "pause" if kind == "pause-partition-leader" else "kill"
                     out.append(Action(t, f, kind=kind, target="partition-leader"))
                     return True
             elif kind == "kill-majority":
@@ -382,7 +416,7 @@ def schedule(
             out.append(Action(t, "start", kind="kill-leader", target="leader"))
         elif pick == "targeted":
             assert targeted is not None
-            f = "start" if targeted == "kill-partition-leader" else "resume"
+            f = "resume" if targeted == "pause-partition-leader" else "start"
             out.append(Action(t, f, kind=targeted, target="partition-leader"))
             targeted = None
         elif pick == "majority":
@@ -391,7 +425,10 @@ def schedule(
             majority = None
         else:
             assert isinstance(pick, int)
-            out.append(Action(t, _ENDS[down.pop(pick)], nodes=(pick,)))
+            how = down.pop(pick)
+            # A power loss's start repeats its kind, as a kill-leader's does.
+            kind = how if how == POWER_LOSS_KIND else None
+            out.append(Action(t, _ENDS[how], nodes=(pick,), kind=kind))
 
     def count() -> int:
         return (

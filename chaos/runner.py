@@ -47,6 +47,8 @@ from chaos.nemesis import (
     NETWORK_KINDS,
     PACKET_KIND,
     PARTITION_KINDS,
+    POWER_LOSS_KIND,
+    POWER_LOSS_KINDS,
     ROTATE_KIND,
     Action,
     nemesis_op,
@@ -69,6 +71,7 @@ from history.files import NEMESIS, HistoryWriter, Op, Problem, check_well_formed
 from history.runs import FORMAT_VERSION, RunDir, create_run_dir, summarize, write_json
 from metadata.client import MetadataClient
 from quorum.driver.client import describe
+from server.storage_mode import LOSE_UNSYNCED_VARIABLE
 
 __all__ = [
     "BACKENDS",
@@ -82,6 +85,7 @@ __all__ = [
     "current_leader",
     "expand_nemesis",
     "run_chaos",
+    "storage_environment",
     "summary_of",
     "wait_recovered",
 ]
@@ -320,6 +324,7 @@ WORKLOADS: Final[dict[str, WorkloadSpec]] = {
 
 NEMESES: Final = (
     *KILL_KINDS,
+    POWER_LOSS_KIND,
     "pause",
     "partition",
     *PARTITION_KINDS,
@@ -332,7 +337,10 @@ leader, ``kill-majority`` a majority at once (only when named);
 ``partition`` is every partition kind the node count allows; the kinds can
 also be named one by one; ``packet`` (slow, lossy links) and
 ``rotate-certs`` (every node's certificate and key re-issued while it runs;
-TLS clusters only) only by name."""
+TLS clusters only) only by name; ``power-loss`` a random node's power cut
+and ``power-loss-partition-leader`` a queue partition leader's (every
+process of the run then starts in the power-loss test mode:
+:func:`storage_environment`)."""
 
 
 def expand_nemesis(names: Sequence[str], nodes: int) -> list[str]:
@@ -369,6 +377,8 @@ _MIN_NODES: Final = {
     ROTATE_KIND: 1,
     "kill-partition-leader": 1,
     "pause-partition-leader": 1,
+    "power-loss-partition-leader": 1,
+    POWER_LOSS_KIND: 1,
     "isolate-follower": 2,
 }
 assert set(_MIN_NODES) == set(FAULT_KINDS) and set(TOPOLOGIES) <= set(_MIN_NODES)
@@ -376,6 +386,19 @@ assert set(_MIN_NODES) == set(FAULT_KINDS) and set(TOPOLOGIES) <= set(_MIN_NODES
 
 def _kind_fits(kind: str, nodes: int) -> bool:
     return nodes >= _MIN_NODES[kind]
+
+
+def storage_environment(config: RunConfig, own: Mapping[str, str]) -> dict[str, str]:
+    """The storage mode's variable for every controller and broker process
+    of a run (:mod:`server.storage_mode`): on when the run's faults include
+    a power loss, so that a kill drops what the processes did not sync; off
+    if this process's environment ``own`` has it (the nodes would inherit
+    it); else nothing."""
+    if any(f in POWER_LOSS_KINDS for f in config.faults):
+        return {LOSE_UNSYNCED_VARIABLE: "1"}
+    if LOSE_UNSYNCED_VARIABLE in own:
+        return {LOSE_UNSYNCED_VARIABLE: "0"}
+    return {}
 
 
 # -- configuration and results ---------------------------------------------------

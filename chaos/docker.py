@@ -173,7 +173,8 @@ class DockerCluster:
     ``docker``: the daemon (default: :func:`chaos.docker_image.ensure_daemon`).
     Host-side files (configs, certificates, copies) live in a temporary
     folder that :meth:`stop` removes.  Without ``tls``, the nodes listen
-    PLAINTEXT."""
+    PLAINTEXT.  ``env``: environment variables of every node's container
+    (the bug switch of :mod:`bugs`, for the catalogue)."""
 
     def __init__(
         self,
@@ -185,10 +186,12 @@ class DockerCluster:
         docker: Docker | None = None,
         start_timeout_s: float = 60.0,
         tls: bool = True,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if not 1 <= nodes <= 50:
             raise ValueError(f"nodes must be in 1..50, got {nodes}")
         self._count = nodes
+        self._env = dict(env or {})
         self._tls = tls
         self._credentials = CallerCredentials()
         self._settings = dict(settings or {})
@@ -347,6 +350,7 @@ class DockerCluster:
         if Path("/etc/localtime").is_file():
             zone = ["-v", "/etc/localtime:/etc/localtime:ro"]
         tz = ["-e", f"TZ={os.environ['TZ']}"] if os.environ.get("TZ") else []
+        env = [f"--env={k}={v}" for k, v in sorted(self._env.items())]
         certs = ["-v", f"{self._node_certs(node)}:{HOME}/{CERTS}:ro"] if self._tls else []
         self._containers[node] = name
         self.docker.run(
@@ -354,7 +358,7 @@ class DockerCluster:
             "--label", f"{LABEL}={self.token}",
             "--network", self.name, "--ip", self.host(node),
             "--init", "--cap-add", "NET_ADMIN",
-            *zone, *tz, *certs,
+            *zone, *tz, *env, *certs,
             image, "/bin/sh", "-c", self._command(node),
         )  # fmt: skip
         self.docker.run("cp", str(config), f"{name}:{CONFIG}")

@@ -123,7 +123,9 @@ class LocalCluster:
     again by :meth:`stop` unless ``keep_data``).  ``settings`` are config
     keys (``quorum.*``, ``node.*``, ...) for every node.  Without
     ``network_faults``, no iptables rules are installed and :meth:`block`
-    refuses.  Without ``tls``, the nodes listen PLAINTEXT."""
+    refuses.  Without ``tls``, the nodes listen PLAINTEXT.  ``env``:
+    environment variables of every controller and broker process, over
+    this process's (the bug switch of :mod:`bugs`, for the catalogue)."""
 
     def __init__(
         self,
@@ -137,12 +139,14 @@ class LocalCluster:
         tls: bool = True,
         brokers: int = 0,
         broker_settings: Mapping[str, object] | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         if not 1 <= nodes <= 50:
             raise ValueError(f"nodes must be in 1..50, got {nodes}")
         if not 0 <= brokers <= 20:
             raise ValueError(f"brokers must be in 0..20, got {brokers}")
         self._brokers = brokers
+        self._env = dict(env or {})
         self._broker_settings = {**BROKER_CHAOS_SETTINGS, **(broker_settings or {})}
         self.directory = Path(directory).resolve()
         self._tls = tls
@@ -261,11 +265,11 @@ class LocalCluster:
             format_new_nodes(state)
             self.start_unix_ns = time.time_ns()
             for n in state.nodes:
-                self._procs[n.node_id] = spawn_node(state, n)
+                self._procs[n.node_id] = spawn_node(state, n, self._env)
             await wait_for_leader(state, self._procs, self._start_timeout_s)
             if state.brokers:
                 # As kq cluster up: each registered and unfenced.
-                started = {b.node_id: spawn_node(state, b) for b in state.brokers}
+                started = {b.node_id: spawn_node(state, b, self._env) for b in state.brokers}
                 self._procs.update(started)
                 await wait_for_brokers(state, started, self._start_timeout_s)
         except BaseException:
@@ -335,7 +339,7 @@ class LocalCluster:
             await self._restart_broker(n, max(timeout_s, 30.0))
             return
         await self._terminate(node)
-        proc = self._procs[node] = spawn_node(self.state, n)
+        proc = self._procs[node] = spawn_node(self.state, n, self._env)
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
@@ -356,7 +360,7 @@ class LocalCluster:
         registered anew (a higher broker epoch) and unfenced."""
         await self._terminate(broker.node_id)
         since = await broker_epochs(self.state)
-        proc = self._procs[broker.node_id] = spawn_node(self.state, broker)
+        proc = self._procs[broker.node_id] = spawn_node(self.state, broker, self._env)
         await wait_for_brokers(self.state, {broker.node_id: proc}, timeout_s, since)
 
     async def wait_brokers(self, timeout_s: float) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import random
 import shutil
 import tempfile
@@ -39,6 +40,8 @@ from typing import Any, Final, Literal, Protocol
 
 import grpc
 
+import bugs
+from bugs import Bug
 from chaos.backend import TOPOLOGIES, ClusterBackend, isolate
 from chaos.nemesis import (
     BROKER_KINDS,
@@ -77,11 +80,13 @@ __all__ = [
     "BACKENDS",
     "NEMESES",
     "WORKLOADS",
+    "CLIENT_BUGS",
     "BackendSpec",
     "Progress",
     "RunConfig",
     "RunResult",
     "WorkloadSpec",
+    "bug_environment",
     "current_leader",
     "expand_nemesis",
     "run_chaos",
@@ -114,8 +119,11 @@ class BackendSpec:
     unstarted backend whose scratch data lives under ``workdir`` (removed
     after the run), able to partition the network if ``network_faults``, on
     mutual TLS if ``tls`` (else PLAINTEXT), running ``brokers`` brokers
-    beside the controllers (``broker_settings`` in each broker's config).
-    ``brokers``: whether the backend can run brokers.
+    beside the controllers (``broker_settings`` in each broker's config),
+    every controller and broker process with the environment variables of
+    the keyword ``env`` (the bug switch, :func:`bug_environment`), which a
+    run gives only when it sets them (so a factory without it still makes
+    every run without bugs).  ``brokers``: whether the backend can run brokers.
     """
 
     make: MakeBackend
@@ -130,6 +138,8 @@ def _make_local(
     tls: bool,
     brokers: int = 0,
     broker_settings: Mapping[str, object] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
 ) -> ClusterBackend:
     from chaos.local import LocalCluster
 
@@ -140,6 +150,7 @@ def _make_local(
         tls=tls,
         brokers=brokers,
         broker_settings=broker_settings,
+        env=env,
     )
 
 
@@ -150,18 +161,43 @@ def _make_docker(
     tls: bool,
     brokers: int = 0,
     broker_settings: Mapping[str, object] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
 ) -> ClusterBackend:
     from chaos.docker import DockerCluster
 
     if brokers:
         raise ValueError(NO_DOCKER_BROKERS)
-    return DockerCluster(nodes, tls=tls)
+    return DockerCluster(nodes, tls=tls, env=env)
 
 
 NO_DOCKER_BROKERS: Final = (
     "the docker backend runs no brokers yet, so it cannot run the queue workload: "
     "use --backend local"
 )
+
+
+CLIENT_BUGS: Final = frozenset({Bug.HARNESS_NOT_LEADER_AS_FAIL})
+"""Bugs of the chaos client itself (the harness), not of the nodes: a run
+with one of them turns it on in the runner's own process."""
+
+
+def bug_environment(on: frozenset[Bug]) -> dict[str, str]:
+    """The environment that turns exactly ``on`` on in a controller or
+    broker process (:func:`bugs.from_environment`): the bugs' ids with the
+    acknowledgement, or both variables empty, so that a run without bugs
+    never inherits the switch from the runner's own environment."""
+    if not on:
+        return {bugs.BUGS_VARIABLE: "", bugs.ACK_VARIABLE: ""}
+    return {
+        bugs.BUGS_VARIABLE: ",".join(bug_ids(on)),
+        bugs.ACK_VARIABLE: bugs.ACKNOWLEDGEMENT,
+    }
+
+
+def bug_ids(on: frozenset[Bug]) -> list[str]:
+    """``on``'s ids in a stable order (B2 before B10)."""
+    return [b.id for b in sorted(on, key=_bug_order)]
 
 
 BACKENDS: Final[dict[str, BackendSpec]] = {
@@ -434,6 +470,11 @@ class RunConfig:
     tls: bool = True
     # The queue workload's options (brokers, topics, acks, ...).
     queue: QueueOptions = QueueOptions()
+    # Deliberate bugs (the catalogue's, :mod:`bugs`): on in every controller
+    # and broker process, and those of the chaos client (CLIENT_BUGS) in
+    # this one for the run.  A history made with bugs is marked as such in
+    # config.json, summary.json and the replay command.
+    bugs: frozenset[Bug] = frozenset()
 
     @property
     def brokers(self) -> int:
@@ -450,6 +491,9 @@ class RunConfig:
             raise ValueError(f"unknown backend {self.backend!r}; known: {', '.join(BACKENDS)}")
         if self.workload not in WORKLOADS:
             raise ValueError(f"unknown workload {self.workload!r}; known: {', '.join(WORKLOADS)}")
+        odd = [b for b in self.bugs if not isinstance(b, Bug)]
+        if odd:
+            raise ValueError(f"bugs must be bugs.Bug members, got {odd!r}")
         if WORKLOADS[self.workload].needs_brokers:
             if not BACKENDS[self.backend].brokers:
                 raise ValueError(
@@ -803,6 +847,12 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
     config or a run folder it cannot make; every later failure is in the
     result and the run folder)."""
     config.check()
+    # The chaos client's own bugs are on in this process for the run only.
+    with bugs.injected(*(config.bugs & CLIENT_BUGS)):
+        return await _run_chaos(config, progress)
+
+
+async def _run_chaos(config: RunConfig, progress: ProgressFn | None) -> RunResult:
     seed = config.seed if config.seed is not None else random.randrange(2**32)
     spec = BACKENDS[config.backend]
     nodes = list(range(1, config.nodes + 1))
@@ -843,8 +893,9 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
         **{
             k: v
             for k, v in asdict(config).items()
-            if k not in ("name", "faults", "nodes", "runs_dir", "queue")
+            if k not in ("name", "faults", "nodes", "runs_dir", "queue", "bugs")
         },
+        "bugs": bug_ids(config.bugs),
         "node_count": config.nodes,
         "keys": register_keys(config) if config.workload == "register" else [],
         "store": config.store if config.workload == "register" else None,
@@ -863,13 +914,31 @@ async def run_chaos(config: RunConfig, progress: ProgressFn | None = None) -> Ru
     backend: ClusterBackend | None = None
     started = False
     try:
+        if config.bugs:
+            emit(
+                "WARNING: deliberate bugs on, this history is not a real run's: "
+                + ", ".join(f"{b.id} {b.title}" for b in sorted(config.bugs, key=_bug_order))
+            )
         brokers = f" and {config.brokers} brokers" if config.brokers else ""
         emit(f"starting {config.nodes} {config.backend} nodes{brokers}")
         network = any(f in NETWORK_KINDS for f in config.faults)
+        # The switch is set explicitly whenever bugs are on or this process
+        # has it in its environment (which the nodes would inherit).
+        process_env = {
+            **(
+                bug_environment(config.bugs)
+                if config.bugs or bugs.BUGS_VARIABLE in os.environ
+                else {}
+            ),
+            **storage_environment(config, os.environ),
+        }
+        if process_env.get(LOSE_UNSYNCED_VARIABLE) == "1":
+            emit("the nodes run in the power-loss test mode: a kill drops their unsynced writes")
+        env: dict[str, Any] = {"env": process_env} if process_env else {}
         backend = (
-            spec.make(config.nodes, workdir, network, config.tls, brokers=config.brokers)
+            spec.make(config.nodes, workdir, network, config.tls, brokers=config.brokers, **env)
             if config.brokers
-            else spec.make(config.nodes, workdir, network, config.tls)
+            else spec.make(config.nodes, workdir, network, config.tls, **env)
         )
         await backend.start()
         started = True
@@ -1023,6 +1092,7 @@ def _finish(
             "backend": config.backend,
             "workload": config.workload,
             "security_protocol": config.security_protocol,
+            "bugs": bug_ids(config.bugs),
             "completed": result.completed,
             "recovered": result.recovered,
             "error": result.error,
@@ -1052,8 +1122,11 @@ def _describe_action(action: Action) -> str:
 
 
 def _replay(config: RunConfig, seed: int) -> str:
-    """The command that runs the same configuration and schedule again."""
-    return (
+    """The command that runs the same configuration and schedule again
+    (with its bugs, the switch's variables before it)."""
+    switch = bug_environment(config.bugs)
+    prefix = " ".join(f"{k}={v}" for k, v in switch.items()) + " " if config.bugs else ""
+    return prefix + (
         f"kq chaos run --backend {config.backend} --workload {config.workload} "
         f"--nemesis {','.join(config.faults) or 'none'} --nodes {config.nodes} "
         f"--time-limit {config.time_limit_s:g} --rate {config.rate:g} "
@@ -1072,6 +1145,10 @@ def _queue_flags(config: RunConfig) -> str:
         f"--max-send {q.max_send} --final-time {q.final_time_s:g} "
         f"--replica-lag-ms {q.replica_lag_ms}"
     )
+
+
+def _bug_order(bug: Bug) -> tuple[str, int]:
+    return bug.id[0], int(bug.id[1:])
 
 
 def summary_of(path: Path) -> Mapping[str, Any] | None:

@@ -441,10 +441,14 @@ def free_base_port(count: int, host: str = "127.0.0.1", brokers: int = 0) -> int
     raise UserError(f"no range of {count} free ports on {host}")
 
 
-def spawn_node(state: ClusterState, node: NodeState) -> subprocess.Popen[bytes]:
+def spawn_node(
+    state: ClusterState, node: NodeState, env: Mapping[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     """Start ``node``: ``kq controller start`` for a controller, ``kq
     broker start`` for a :class:`BrokerState`, with its config, in its own
-    session, its output appended to its log file; its pid saved."""
+    session, its output appended to its log file; its pid saved.  ``env``:
+    variables set for the process over this one's (a chaos run's bug
+    switch, :mod:`bugs`)."""
     log_path = state.path(node.log_file)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     role = "broker" if isinstance(node, BrokerState) else "controller"
@@ -468,7 +472,7 @@ def spawn_node(state: ClusterState, node: NodeState) -> subprocess.Popen[bytes]:
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=state.dir,
-            env=_child_env(),
+            env={**_child_env(), **(env or {})},
             start_new_session=True,
         )
     node.pid = proc.pid

@@ -5,17 +5,24 @@
   status 0 when the run completed, the cluster recovered and the history is
   well formed; 1 otherwise (saying why); 2 for bad usage.
 - ``kq chaos list``: the runs of a runs folder, newest last.
+- ``kq chaos catalogue``: every deliberate bug (:mod:`bugs`) run under the
+  faults that expose it, each run verified with Spark, then clean runs
+  (:mod:`chaos.catalogue`).  Exit status 0 when every bug was caught and
+  no clean run raised anything; 1 otherwise; 2 for bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import bugs
 from chaos.runner import (
     BACKENDS,
     NEMESES,
@@ -29,6 +36,9 @@ from chaos.runner import (
 )
 from chaos.workloads.queue_setup import ACKS, QueueOptions
 from history.runs import check_run, find_runs
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 from kq.commands.common import (
     EXIT_FAILURE,
     EXIT_OK,
@@ -87,6 +97,26 @@ def _nemesis(text: str) -> list[str]:
             f"unknown nemesis {', '.join(unknown)}; known: {', '.join(NEMESES)}, or none"
         )
     return names
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
+    return value
+
+
+def _bugs(text: str) -> frozenset[bugs.Bug]:
+    try:
+        found = bugs.parse(text)
+    except bugs.BugSwitchError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if not found:
+        raise argparse.ArgumentTypeError("name some bugs (ids such as B5 or names)")
+    return found
 
 
 def register(subparsers: Subparsers) -> None:
@@ -278,6 +308,63 @@ def register(subparsers: Subparsers) -> None:
     check.add_argument("paths", nargs="+", type=Path, metavar="PATH")
     check.set_defaults(func=_check)
 
+    catalogue = sub.add_parser(
+        "catalogue",
+        help="run every deliberate bug under the faults that expose it, verify each run "
+        "with Spark, then clean runs",
+        description="The proof that the checks can fail: each bug of the catalogue "
+        "(bugs.Bug: Q1-Q5 in the quorum, B1-B18 in the brokers and the harness) is turned "
+        "on in a local cluster and run with its recipe (workload, faults, flags) until a "
+        "check of the Spark verification (kq chaos run --verify) fires or its budget of "
+        "runs is spent; then the same recipes run with no bug. Prints a table: bug, "
+        "recipe, the checks that fired, runs until the first detection, time. A bug no "
+        "check caught is a finding; a clean run where a check fired (or that gave no "
+        "verdict) is a false alarm. Needs root (iptables) and Java 17+ (docs/chaos.md).",
+        epilog="Exit status: 0 every bug caught and every clean run clean; 1 a finding or "
+        "a false alarm; 2 bad usage; 4 Spark cannot run.",
+    )
+    catalogue.add_argument(
+        "--bugs",
+        type=_bugs,
+        metavar="BUG[,BUG...]",
+        help="the bugs to run, by id or name (default: every bug)",
+    )
+    catalogue.add_argument(
+        "--runs",
+        type=_positive_int,
+        metavar="N",
+        help="runs allowed per bug before it counts as not caught (default: each recipe's budget)",
+    )
+    catalogue.add_argument(
+        "--clean-runs",
+        type=_non_negative_int,
+        default=1,
+        metavar="N",
+        help="runs with no bug, over the chosen bugs' recipes in turn (default: %(default)s)",
+    )
+    catalogue.add_argument(
+        "--backend",
+        choices=sorted(BACKENDS),
+        default="local",
+        help="where the clusters run (default: %(default)s)",
+    )
+    catalogue.add_argument("--seed", type=_seed, help="seed of every run's seed (default: random)")
+    catalogue.add_argument(
+        "--runs-dir",
+        default="runs",
+        metavar="DIR",
+        help="where run folders go (default: %(default)s)",
+    )
+    catalogue.add_argument(
+        "--list",
+        action="store_true",
+        help="print every recipe and the checks it expects to fire, and run nothing",
+    )
+    catalogue.add_argument(
+        "--json", action="store_true", help="no progress; print the results as JSON"
+    )
+    catalogue.set_defaults(func=_catalogue)
+
 
 # -- kq chaos check ----------------------------------------------------------------
 
@@ -320,8 +407,14 @@ def _run(args: argparse.Namespace) -> int:
         faults = expand_nemesis(args.nemesis, args.nodes + brokers)
     except ValueError as exc:
         raise CommandError(f"--nemesis: {exc}", EXIT_USAGE) from None
+    try:
+        # A replayed catalogue run names its bugs in the environment.
+        injected = bugs.from_environment(os.environ)
+    except bugs.BugSwitchError as exc:
+        raise CommandError(str(exc), EXIT_USAGE) from None
     name = args.name or f"{args.workload}-{args.backend}"
     config = RunConfig(
+        bugs=injected,
         name=name,
         backend=args.backend,
         workload=args.workload,
@@ -357,6 +450,13 @@ def _run(args: argparse.Namespace) -> int:
         raise CommandError(str(exc), EXIT_USAGE) from None
     except OSError as exc:
         raise CommandError(f"cannot make the run folder: {exc}") from None
+    if injected:
+        print(
+            "kq chaos run: WARNING: deliberate bugs were on (KQ_INJECT_BUGS): "
+            + ", ".join(f"{b.id} {b.title}" for b in sorted(injected, key=lambda b: b.id))
+            + "; this run's history is not a real run's",
+            file=sys.stderr,
+        )
     if args.insecure:
         print(
             "kq chaos run: WARNING: --insecure: the cluster ran PLAINTEXT, without encryption "
@@ -429,6 +529,77 @@ def _verify(path: Path, quiet: bool, reasons: list[str]) -> dict[str, Any] | Non
         word = "INVALID" if done.valid is False else "unknown"
         reasons.append(f"the verification's verdict is {word} (see {done.verdict_path})")
     return dict(done.verdict)
+
+
+# -- kq chaos catalogue ------------------------------------------------------------
+
+
+class SparkVerifier:
+    """``kq chaos run --verify``'s job (:func:`spark_verify.job.verify`) on
+    one run folder at a time, on one local Spark session started at the
+    first run and kept warm until :meth:`close` (its start costs seconds)."""
+
+    def __init__(self, master: str | None = None) -> None:
+        self._master = master
+        self._spark: SparkSession | None = None
+
+    def __call__(self, path: Path) -> Mapping[str, Any]:
+        from spark_verify.job import VerifyOptions, verify
+        from spark_verify.session import spark_session
+
+        if self._spark is None:
+            self._spark = spark_session(self._master)
+        return verify(self._spark, [path], VerifyOptions()).verdict
+
+    def close(self) -> None:
+        if self._spark is not None:
+            self._spark.stop()
+            self._spark = None
+
+
+@command("chaos catalogue")
+def _catalogue(args: argparse.Namespace) -> int:
+    from chaos.catalogue import bug_order, recipe_table, render_table, run_catalogue
+
+    chosen = sorted(args.bugs or bugs.Bug, key=bug_order)
+    if args.list:
+        print(recipe_table(chosen))
+        return EXIT_OK
+    if bugs.BUGS_VARIABLE in os.environ:
+        raise CommandError(
+            f"{bugs.BUGS_VARIABLE} is set: the catalogue turns bugs on itself, run by run "
+            "(unset it)",
+            EXIT_USAGE,
+        )
+    from spark_verify.run import EXIT_SPARK
+    from spark_verify.session import java_problem
+
+    problem = java_problem()
+    if problem is not None:
+        raise CommandError(f"the catalogue verifies every run with Spark: {problem}", EXIT_SPARK)
+    verifier = SparkVerifier()
+    try:
+        result = run_async(
+            run_catalogue(
+                chosen,
+                verifier,
+                runs=args.runs,
+                clean_runs=args.clean_runs,
+                backend=args.backend,
+                runs_dir=args.runs_dir,
+                seed=args.seed,
+                progress=None if args.json else lambda line: print(line, flush=True),
+            )
+        )
+    except ValueError as exc:  # a backend that cannot run a recipe
+        raise CommandError(str(exc), EXIT_USAGE) from None
+    finally:
+        verifier.close()
+    if args.json:
+        print_json(result.to_json())
+    else:
+        print(render_table(result))
+    return EXIT_OK if result.ok else EXIT_FAILURE
 
 
 # -- kq chaos list -----------------------------------------------------------------

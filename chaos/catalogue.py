@@ -1,0 +1,669 @@
+"""The catalogue of deliberate bugs: the proof that kq's checks can fail.
+
+Every member of :class:`bugs.Bug` has a :class:`Recipe` in :data:`RECIPES`:
+the workload (``queue`` on the brokers, ``register`` on the quorum's
+key-value store), the nemesis faults and the flags that expose the bug on a
+real cluster (acks, min ISR, replication factor, a short
+``replica.lag.time.max.ms``, the rate), the checks expected to fire, and a
+budget of runs.  :func:`run_catalogue` runs each bug's recipe with that bug
+on (``RunConfig.bugs``: the controllers' and brokers' environment, or the
+chaos client itself for a harness bug) until a check fires or the budget is
+spent, verifies every run with a :data:`Verifier` (the Spark job of ``kq
+chaos run --verify``), then runs the same recipes with no bug.
+
+The verdict of a catalogue (:class:`Catalogue`): a bug that no check caught
+within its budget is a *finding*, listed, never hidden; a clean run in which
+any check fired is a *false alarm*, and so is a clean run that gave no
+verdict (the catalogue cannot vouch for it).  The catalogue passes only
+with neither.  The reference's list of bugs and their expected anomalies is
+Jepsen's Kafka workload and the brokers' notes (§5.7, B1-B18); the quorum's
+bugs break Raft's rules (§3.4, §3.6.2, §3.8, §6.4 of Ongaro's thesis).
+
+A library: ``kq chaos catalogue`` (:mod:`kq.commands.chaos`) adapts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from bugs import Bug
+from chaos.runner import NEMESES, RunConfig, RunResult, expand_nemesis, run_chaos
+from chaos.workloads.queue_setup import QueueOptions
+
+__all__ = [
+    "RECIPES",
+    "RECIPE_IDS",
+    "BugResult",
+    "Catalogue",
+    "Recipe",
+    "RunOutcome",
+    "Verifier",
+    "bug_order",
+    "fired_checks",
+    "recipe_table",
+    "render_table",
+    "run_catalogue",
+]
+
+Verifier = Callable[[Path], Mapping[str, Any]]
+"""Verifies one run folder and returns its verdict (``verdict.json``'s
+object: ``checks`` by name, each with ``valid``); raises if it cannot."""
+
+RunFn = Callable[[RunConfig], Awaitable[RunResult]]
+"""Runs one chaos run (:func:`chaos.runner.run_chaos`)."""
+
+HARNESS_FINAL_CHECK: Final = "final-check"
+"""The name a fired harness final check (the workload's own final reads,
+``summary.json``'s ``final_check``) gets among the Spark checks."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    """How to expose a bug: ``workload`` with the ``nemesis`` names of
+    ``kq chaos run --nemesis`` for ``time_limit_s``, at ``rate`` by
+    ``concurrency`` clients; for ``queue``, the topic's ``partitions``,
+    ``replication_factor`` and ``min_isr``, the producer's ``acks`` and the
+    cluster's ``replica_lag_ms``.  ``expected``: the checks that should
+    fire; ``budget``: runs before the bug counts as not caught; ``note``:
+    why these faults (or what the recipe still lacks)."""
+
+    workload: str
+    nemesis: tuple[str, ...]
+    expected: tuple[str, ...]
+    budget: int = 3
+    time_limit_s: float = 15.0
+    rate: float = 30.0
+    concurrency: int = 3
+    partitions: int = 2
+    replication_factor: int = 3
+    min_isr: int = 2
+    acks: str = "all"
+    replica_lag_ms: int = 1_500
+    final_time_s: float = 20.0
+    fault_interval_s: float = 1.5
+    fault_period_s: float = 10.0
+    quiet_s: float = 2.0
+    keys: int = 3
+    note: str = ""
+
+    def describe(self) -> str:
+        """One line for a table: workload, faults, flags, time and budget."""
+        faults = ",".join(self.nemesis) or "none"
+        flags = ""
+        if self.workload == "queue":
+            flags = (
+                f" acks={self.acks} rf={self.replication_factor} min-isr={self.min_isr}"
+                f" lag={self.replica_lag_ms / 1000:g}s"
+            )
+        return (
+            f"{self.workload} {faults}{flags} {self.rate:g}/s {self.time_limit_s:g}s x{self.budget}"
+        )
+
+    def config(
+        self,
+        *,
+        name: str,
+        bugs: frozenset[Bug],
+        seed: int,
+        runs_dir: str,
+        backend: str = "local",
+        nodes: int = 3,
+    ) -> RunConfig:
+        """The run of this recipe with ``bugs`` on."""
+        queue = QueueOptions(
+            partitions=self.partitions,
+            replication_factor=self.replication_factor,
+            min_isr=self.min_isr,
+            acks=self.acks,
+            final_time_s=self.final_time_s,
+            replica_lag_ms=self.replica_lag_ms,
+        )
+        brokers = queue.brokers if self.workload == "queue" else 0
+        return RunConfig(
+            name=name,
+            backend=backend,
+            workload=self.workload,
+            faults=tuple(expand_nemesis(self.nemesis, nodes + brokers)),
+            nodes=nodes,
+            time_limit_s=self.time_limit_s,
+            rate=self.rate,
+            concurrency=self.concurrency,
+            keys=self.keys,
+            store="kv",
+            seed=seed,
+            runs_dir=runs_dir,
+            fault_interval_s=self.fault_interval_s,
+            fault_period_s=self.fault_period_s,
+            quiet_s=self.quiet_s,
+            queue=queue,
+            bugs=bugs,
+        )
+
+
+_LEADER_LOSS: Final = ("kill-partition-leader", "pause-partition-leader")
+_ISR_CHURN: Final = ("isolate-follower", "kill-partition-leader")
+_LOSS: Final = ("lost-write", "no-loss")
+_QUORUM_FAILOVER: Final = ("kill-leader", "isolate-leader", "pause")
+
+
+def _power_loss(*otherwise: str) -> tuple[str, ...]:
+    """The power-loss fault where the nemesis has it (a kill that drops
+    what a process had not synced), else ``otherwise``."""
+    return ("power-loss",) if "power-loss" in NEMESES else otherwise
+
+
+_BY_ID: Final[Mapping[str, Recipe]] = {
+    # -- the quorum: the register workload on the key-value store, whose
+    # reads carry versions, failing over the metadata quorum's leader.
+    "Q1": Recipe(  # commit-without-majority
+        "register",
+        ("isolate-leader", "kill-leader"),
+        ("linearizable", "lost-writes", "log-agreement"),
+        note="an isolated leader commits alone; the majority elects another and its "
+        "acknowledged writes vanish",
+    ),
+    "Q2": Recipe(  # double-vote
+        "register",
+        _QUORUM_FAILOVER,
+        ("single-leader", "linearizable", "log-agreement"),
+        note="elections under failover; a second vote in one epoch makes two leaders",
+    ),
+    "Q3": Recipe(  # forget-vote
+        "register",
+        ("kill", "kill-leader"),
+        ("single-leader", "log-agreement"),
+        note="a voter killed after voting votes again in the same epoch once restarted",
+    ),
+    "Q4": Recipe(  # read-without-barrier
+        "register",
+        ("isolate-leader",),
+        ("linearizable", "stale-reads"),
+        note="a deposed, isolated leader answers linearizable reads from its own state",
+    ),
+    "Q5": Recipe(  # ack-before-fsync
+        "register",
+        _power_loss("kill-majority"),
+        ("lost-writes", "linearizable"),
+        note="needs a power loss (unsynced bytes dropped by a kill); a plain kill keeps "
+        "the OS's page cache, so only a majority losing unsynced writes exposes it",
+    ),
+    # -- the brokers: the queue workload (Jepsen's Kafka workload).
+    "B1": Recipe(  # truncate-to-hw-on-become-follower
+        "queue",
+        _LEADER_LOSS,
+        _LOSS,
+        note="KIP-101's first scenario: a follower cut back to its stale HW becomes leader",
+    ),
+    "B2": Recipe(  # truncate-by-offset
+        "queue",
+        _LEADER_LOSS,
+        ("inconsistent-offsets", *_LOSS),
+        note="fast double failover: divergent tails kept where the epochs differ",
+    ),
+    "B3": Recipe(  # no-epoch-start-entry
+        "queue",
+        _LEADER_LOSS,
+        ("inconsistent-offsets", *_LOSS),
+        note="KIP-279: the new leader's epoch start missing, a follower's divergence "
+        "check answers from an older epoch",
+    ),
+    "B4": Recipe(  # expand-without-epoch-start
+        "queue",
+        _ISR_CHURN,
+        _LOSS,
+        note="KAFKA-7128: a follower back in the ISR before it reached the epoch start, "
+        "then the leader is killed",
+    ),
+    "B5": Recipe(  # hw-at-leader-leo
+        "queue",
+        ("kill-partition-leader",),
+        _LOSS,
+        note="acks=all answered at the append; the killed leader takes the tail with it",
+    ),
+    "B6": Recipe(  # hw-under-min-isr
+        "queue",
+        _ISR_CHURN,
+        _LOSS,
+        note="KAFKA-15583: the ISR shrinks below min ISR while the HW moves on",
+    ),
+    "B7": Recipe(  # pending-shrink-counts
+        "queue",
+        _ISR_CHURN,
+        _LOSS,
+        note="KIP-497: a shrink not yet committed already moves the HW",
+    ),
+    "B8": Recipe(  # expand-with-ineligible
+        "queue",
+        ("kill", "kill-partition-leader"),
+        _LOSS,
+        note="KIP-841: a restarting or fenced replica taken into the ISR, then a failover",
+    ),
+    "B9": Recipe(  # unclean-election
+        "queue",
+        ("isolate-follower", "kill-partition-leader"),
+        _LOSS,
+        min_isr=1,
+        note="positive control: with min ISR 1 the ISR shrinks to the leader, whose kill "
+        "leaves only out-of-sync replicas to elect",
+    ),
+    "B10": Recipe(  # consume-to-leo
+        "queue",
+        _ISR_CHURN,
+        ("inconsistent-offsets", "G1a", "lost-write", "no-loss"),
+        note="KAFKA-2334: a poll reads past the HW, the tail is truncated on failover and "
+        "its offsets reused",
+    ),
+    "B11": Recipe(  # no-dedup-window
+        "queue",
+        ("pause-partition-leader", "packet"),
+        ("duplicate",),
+        note="retries of a batch whose answer was lost or late are appended again",
+    ),
+    "B12": Recipe(  # out-of-order-for-duplicate
+        "queue",
+        ("pause-partition-leader", "packet"),
+        ("duplicate",),
+        note="Redpanda #3039: a retried batch refused as out of order is resent anew",
+    ),
+    "B13": Recipe(  # unflushed-append
+        "queue",
+        _power_loss("kill-majority"),
+        _LOSS,
+        note="appends kept in the process; only a kill of every replica at once loses "
+        "them (a power loss fault does it more often)",
+    ),
+    "B14": Recipe(  # recovery-skips-crc
+        "queue",
+        _power_loss("kill"),
+        ("inconsistent-offsets", *_LOSS),
+        note="needs a torn or corrupted segment tail (a power loss fault or a bit flip); "
+        "a clean kill leaves whole batches",
+    ),
+    "B15": Recipe(  # retention-above-hw
+        "queue",
+        ("isolate-follower",),
+        ("unseen", *_LOSS),
+        note="needs a small retention on the queue's topic, which the workload does not set yet",
+    ),
+    "B16": Recipe(  # compaction-renumbers
+        "queue",
+        ("kill",),
+        ("inconsistent-offsets", "nonmonotonic-poll"),
+        note="needs a compacted topic, which the workload does not create yet",
+    ),
+    "R2": Recipe(  # no-divergence-check
+        "queue",
+        _power_loss(*_LEADER_LOSS),
+        ("inconsistent-offsets", *_LOSS),
+        note="KIP-101's second scenario: replicas lose unsynced tails and come back in the "
+        "other order; without the epoch check a follower keeps a divergent tail",
+    ),
+    "R9": Recipe(  # no-elr
+        "queue",
+        ("isolate-follower", *_power_loss("kill-partition-leader")),
+        _LOSS,
+        note="KIP-966: the last ISR member loses power with an unsynced tail and no "
+        "eligible replica remains to lead",
+    ),
+    "R10": Recipe(  # ignore-min-isr
+        "queue",
+        _ISR_CHURN,
+        _LOSS,
+        note="Jepsen's Kafka 0.8 test: acks=all answered by a leader alone once its "
+        "followers are cut off, then the leader is killed",
+    ),
+    "B18": Recipe(  # harness-not-leader-as-fail
+        "queue",
+        _LEADER_LOSS,
+        ("G1a",),
+        note="a harness bug: NOT_LEADER_OR_FOLLOWER after sending recorded as fail; a "
+        "poll then sees a value whose send failed",
+    ),
+}
+"""Recipes by bug id."""
+
+RECIPES: Final[Mapping[Bug, Recipe]] = {b: _BY_ID[b.id] for b in Bug if b.id in _BY_ID}
+"""The recipe of every bug (a test checks that none is missing, and that
+every recipe's id names a bug)."""
+
+RECIPE_IDS: Final = frozenset(_BY_ID)
+"""The bug ids that have a recipe."""
+
+
+# -- results -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunOutcome:
+    """One run of a recipe: its folder, its seed, the checks that fired
+    (Spark's, and the harness's final check as :data:`HARNESS_FINAL_CHECK`),
+    and ``error`` when the run or its verification gave no verdict."""
+
+    path: Path | None
+    seed: int
+    fired: tuple[str, ...]
+    seconds: float
+    error: str | None = None
+
+    @property
+    def detected(self) -> bool:
+        return bool(self.fired)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": None if self.path is None else str(self.path),
+            "seed": self.seed,
+            "fired": list(self.fired),
+            "seconds": round(self.seconds, 3),
+            "error": self.error,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BugResult:
+    """A recipe's runs with ``bug`` on (``None``: a clean run, no bug), of
+    ``budget`` allowed (they stop at the first detection)."""
+
+    bug: Bug | None
+    recipe: Recipe
+    runs: tuple[RunOutcome, ...]
+    budget: int = 1
+
+    @property
+    def first_detection(self) -> int | None:
+        """The number of runs until a check first fired (1-based)."""
+        for i, run in enumerate(self.runs, 1):
+            if run.detected:
+                return i
+        return None
+
+    @property
+    def fired(self) -> tuple[str, ...]:
+        """The checks that fired in the first run where any did."""
+        n = self.first_detection
+        return () if n is None else self.runs[n - 1].fired
+
+    @property
+    def seconds(self) -> float:
+        return sum(r.seconds for r in self.runs)
+
+    @property
+    def caught(self) -> bool:
+        return self.first_detection is not None
+
+    @property
+    def status(self) -> str:
+        """``caught`` or ``NOT CAUGHT`` (a finding) for a bug; ``clean``,
+        ``FALSE ALARM`` or ``NO VERDICT`` for a clean run."""
+        if self.bug is not None:
+            return "caught" if self.caught else "NOT CAUGHT"
+        if self.caught:
+            return "FALSE ALARM"
+        if any(r.error for r in self.runs):
+            return "NO VERDICT"
+        return "clean"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "bug": None if self.bug is None else self.bug.id,
+            "title": None if self.bug is None else self.bug.title,
+            "recipe": self.recipe.describe(),
+            "expected": list(self.recipe.expected),
+            "status": self.status,
+            "fired": list(self.fired),
+            "runs_until_detection": self.first_detection,
+            "budget": self.budget,
+            "seconds": round(self.seconds, 3),
+            "runs": [r.to_json() for r in self.runs],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Catalogue:
+    """The catalogue's results: ``bugs`` one per bug, ``clean`` one per
+    clean run."""
+
+    bugs: tuple[BugResult, ...]
+    clean: tuple[BugResult, ...] = ()
+    seconds: float = 0.0
+
+    @property
+    def findings(self) -> tuple[BugResult, ...]:
+        """Bugs no check caught within their budget."""
+        return tuple(b for b in self.bugs if not b.caught)
+
+    @property
+    def false_alarms(self) -> tuple[BugResult, ...]:
+        """Clean runs in which a check fired or that gave no verdict."""
+        return tuple(c for c in self.clean if c.status != "clean")
+
+    @property
+    def ok(self) -> bool:
+        """Every bug caught and every clean run clean."""
+        return not self.findings and not self.false_alarms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "seconds": round(self.seconds, 3),
+            "bugs": [b.to_json() for b in self.bugs],
+            "clean": [c.to_json() for c in self.clean],
+            "findings": [b.bug.id for b in self.findings if b.bug is not None],
+            "false_alarms": [
+                {"recipe": c.recipe.describe(), "fired": list(c.fired)} for c in self.false_alarms
+            ],
+        }
+
+
+def fired_checks(verdict: Mapping[str, Any], summary: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The checks that found an anomaly: every check of the Spark verdict
+    whose ``valid`` is false, then the harness's own final check
+    (``summary.json``'s ``final_check``) if it failed."""
+    checks = verdict.get("checks") or {}
+    fired = [name for name, check in checks.items() if check.get("valid") is False]
+    final = (summary or {}).get("final_check")
+    if isinstance(final, Mapping) and final.get("ok") is False:
+        fired.append(HARNESS_FINAL_CHECK)
+    return tuple(fired)
+
+
+# -- running it --------------------------------------------------------------------------
+
+
+def _run_seed(base: int, what: str, i: int) -> int:
+    return random.Random(f"{base}-{what}-{i}").randrange(2**32)
+
+
+def bug_order(bug: Bug) -> tuple[int, int]:
+    """Q bugs, then B, then R, each by number."""
+    return "QBR".find(bug.id[0]), int(bug.id[1:])
+
+
+def _clean_recipes(chosen: Sequence[Bug], recipes: Mapping[Bug, Recipe]) -> list[Recipe]:
+    """The distinct recipes of ``chosen``, in order."""
+    out: list[Recipe] = []
+    for bug in chosen:
+        if recipes[bug] not in out:
+            out.append(recipes[bug])
+    return out
+
+
+async def _one_run(
+    config: RunConfig, verifier: Verifier, run: RunFn, timeout_s: float
+) -> RunOutcome:
+    """Run ``config`` and verify it as ``kq chaos run --verify`` does
+    (a run that did not complete is not verified)."""
+    assert config.seed is not None
+    t0 = time.monotonic()
+    try:
+        result = await asyncio.wait_for(run(config), timeout_s)
+    except TimeoutError:
+        return RunOutcome(
+            None, config.seed, (), time.monotonic() - t0, f"the run took over {timeout_s:g} s"
+        )
+    if not result.completed:
+        error = f"the run did not complete: {result.error}"
+        return RunOutcome(result.path, config.seed, (), time.monotonic() - t0, error)
+    try:
+        # In this thread: a Spark session kept warm across runs is the
+        # active one of the thread that made it.
+        verdict = verifier(result.path)
+    except Exception as exc:  # the outcome says so; the catalogue goes on
+        error = f"verification: {type(exc).__name__}: {exc}"
+        return RunOutcome(result.path, config.seed, (), time.monotonic() - t0, error)
+    fired = fired_checks(verdict, result.summary)
+    problem: str | None = None
+    if not fired and verdict.get("verdict") not in (None, "valid"):
+        problem = f"the verdict is {verdict.get('verdict')}"
+    elif not fired and not result.recovered:
+        problem = "the cluster did not recover after the final heal"
+    return RunOutcome(result.path, config.seed, fired, time.monotonic() - t0, problem)
+
+
+async def run_catalogue(
+    bugs: Iterable[Bug],
+    verifier: Verifier,
+    *,
+    runs: int | None = None,
+    clean_runs: int = 1,
+    backend: str = "local",
+    runs_dir: str = "runs",
+    seed: int | None = None,
+    progress: Callable[[str], None] | None = None,
+    run: RunFn = run_chaos,
+    recipes: Mapping[Bug, Recipe] = RECIPES,
+) -> Catalogue:
+    """Run each bug's recipe with the bug on, up to ``runs`` times (default:
+    the recipe's budget), stopping at the first run where a check fires;
+    then ``clean_runs`` runs with no bug, over the distinct recipes of
+    ``bugs`` in turn.  Every run is verified with ``verifier``."""
+    chosen = sorted(set(bugs), key=bug_order)
+    missing = [b.id for b in chosen if b not in recipes]
+    if missing:
+        raise ValueError(f"no recipe for {', '.join(missing)}")
+    if runs is not None and runs < 1:
+        raise ValueError(f"runs must be at least 1, got {runs}")
+    if clean_runs < 0:
+        raise ValueError(f"clean runs must not be negative, got {clean_runs}")
+    base = seed if seed is not None else random.randrange(2**32)
+    t0 = time.monotonic()
+
+    def say(message: str) -> None:
+        if progress is not None:
+            progress(f"{time.monotonic() - t0:7.1f}s  {message}")
+
+    def timeout(recipe: Recipe) -> float:
+        # The workload, the final polls, and starting, recovering and
+        # collecting a cluster of six processes on a loaded host.
+        return recipe.time_limit_s + recipe.final_time_s + 240.0
+
+    results: list[BugResult] = []
+    for bug in chosen:
+        recipe = recipes[bug]
+        budget = runs if runs is not None else recipe.budget
+        outcomes: list[RunOutcome] = []
+        for i in range(budget):
+            config = recipe.config(
+                name=f"catalogue-{bug.id}",
+                bugs=frozenset({bug}),
+                seed=_run_seed(base, bug.id, i),
+                runs_dir=runs_dir,
+                backend=backend,
+            )
+            say(f"{bug.id} {bug.title}: run {i + 1}/{budget} ({recipe.describe()})")
+            outcome = await _one_run(config, verifier, run, timeout(recipe))
+            outcomes.append(outcome)
+            say(f"{bug.id}: run {i + 1}: {_outcome_text(outcome)}")
+            if outcome.detected:
+                break
+        results.append(BugResult(bug, recipe, tuple(outcomes), budget))
+
+    clean: list[BugResult] = []
+    plain = _clean_recipes(chosen, recipes)
+    for i in range(clean_runs if plain else 0):
+        recipe = plain[i % len(plain)]
+        config = recipe.config(
+            name="catalogue-clean",
+            bugs=frozenset(),
+            seed=_run_seed(base, "clean", i),
+            runs_dir=runs_dir,
+            backend=backend,
+        )
+        say(f"clean run {i + 1}/{clean_runs} ({recipe.describe()})")
+        outcome = await _one_run(config, verifier, run, timeout(recipe))
+        say(f"clean run {i + 1}: {_outcome_text(outcome)}")
+        clean.append(BugResult(None, recipe, (outcome,)))
+    return Catalogue(tuple(results), tuple(clean), time.monotonic() - t0)
+
+
+def _outcome_text(outcome: RunOutcome) -> str:
+    where = f" ({outcome.path})" if outcome.path is not None else ""
+    if outcome.fired:
+        return f"fired: {', '.join(outcome.fired)}{where}"
+    if outcome.error:
+        return f"no verdict: {outcome.error}{where}"
+    return f"nothing fired{where}"
+
+
+# -- tables ------------------------------------------------------------------------------
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in (header, *rows)
+    ]
+
+
+def render_table(catalogue: Catalogue) -> str:
+    """The catalogue for people: one line per bug and per clean run (bug,
+    recipe, checks fired, runs until the first detection over the budget,
+    time, result), then the findings and false alarms by name."""
+    rows = []
+    for r in (*catalogue.bugs, *catalogue.clean):
+        n = r.first_detection
+        rows.append(
+            [
+                "clean" if r.bug is None else f"{r.bug.id} {r.bug.title}",
+                r.recipe.describe(),
+                ", ".join(r.fired) or "-",
+                f"{'-' if n is None else n}/{r.budget}",
+                f"{r.seconds:.0f}s",
+                r.status,
+            ]
+        )
+    lines = _table(["BUG", "RECIPE", "CHECKS FIRED", "RUNS", "TIME", "RESULT"], rows)
+    caught = sum(1 for b in catalogue.bugs if b.caught)
+    lines.append(
+        f"{caught}/{len(catalogue.bugs)} bugs caught; "
+        f"{len(catalogue.clean) - len(catalogue.false_alarms)}/{len(catalogue.clean)} clean "
+        f"runs clean; {catalogue.seconds:.0f} s"
+    )
+    for b in catalogue.findings:
+        assert b.bug is not None
+        lines.append(f"finding: {b.bug.id} {b.bug.title} not caught in {len(b.runs)} run(s)")
+    for c in catalogue.false_alarms:
+        if c.caught:
+            lines.append(f"false alarm: clean {c.recipe.describe()}: {', '.join(c.fired)}")
+        else:
+            why = "; ".join(r.error for r in c.runs if r.error)
+            lines.append(f"no verdict: clean {c.recipe.describe()}: {why}")
+    return "\n".join(lines)
+
+
+def recipe_table(chosen: Iterable[Bug] = tuple(Bug)) -> str:
+    """Every recipe, without running: bug, recipe, the checks expected."""
+    rows = [
+        [f"{b.id} {b.title}", RECIPES[b].describe(), ", ".join(RECIPES[b].expected)]
+        if b in RECIPES
+        else [f"{b.id} {b.title}", "(no recipe)", "-"]
+        for b in chosen
+    ]
+    return "\n".join(_table(["BUG", "RECIPE", "EXPECTED CHECKS"], rows))

@@ -177,6 +177,9 @@ class IsrState:
         pending = self.pending
         if pending is not None and pending.kind is ChangeKind.EXPAND:
             return tuple(sorted({*self.isr, *pending.replicas}))
+        if pending is not None and bugs.on(Bug.PENDING_SHRINK_COUNTS):
+            # B7: the shrink counts before the controller committed it.
+            return tuple(b for b in self.isr if b not in pending.replicas)
         return self.isr
 
 

@@ -184,7 +184,8 @@ class PartitionReplica:
         is_new_leader = self.role is not Role.LEADER
         if registration.leader_epoch > self.leader_epoch or is_new_leader:
             start = self.log.log_end_offset
-            self.log.maybe_assign_epoch_start_offset(registration.leader_epoch)
+            if not bugs.on(Bug.NO_EPOCH_START_ENTRY):  # B3: no (epoch, LEO) until an append
+                self.log.maybe_assign_epoch_start_offset(registration.leader_epoch)
             remotes: dict[int, RemoteReplica] = {}
             for broker_id in registration.replicas:
                 if broker_id == self.broker_id:
@@ -263,14 +264,17 @@ class PartitionReplica:
             return False
         if self.is_under_min_isr and not bugs.on(Bug.HW_UNDER_MIN_ISR):  # B6: moves anyway
             return False
-        candidate = high_watermark_candidate(
-            self.log.log_end_offset,
-            self.remotes.values(),
-            self.isr_state.maximal_isr,
-            now_ms,
-            self.config.replica_lag_time_max_ms,
-            self._eligible,
-        )
+        if bugs.on(Bug.HW_AT_LEADER_LEO):
+            candidate = self.log.log_end_offset  # B5: the ISR ignored
+        else:
+            candidate = high_watermark_candidate(
+                self.log.log_end_offset,
+                self.remotes.values(),
+                self.isr_state.maximal_isr,
+                now_ms,
+                self.config.replica_lag_time_max_ms,
+                self._eligible,
+            )
         if candidate <= self.log.high_watermark:
             return False
         return self.log.maybe_increment_high_watermark(candidate)
@@ -318,7 +322,8 @@ class PartitionReplica:
         if (
             state.is_inflight
             or replica.broker_id in state.isr
-            or not self._eligible(replica)
+            # B8: fenced, shutting-down and stale-epoch replicas taken in too.
+            or (not self._eligible(replica) and not bugs.on(Bug.EXPAND_WITH_INELIGIBLE))
             or not is_follower_in_sync(
                 replica.log_end_offset, self.log.high_watermark, self.leader_epoch_start_offset
             )

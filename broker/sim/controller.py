@@ -264,6 +264,7 @@ class SimController:
             return None, Errors.FENCED_LEADER_EPOCH
         if request.partition_epoch != p.partition_epoch:
             return None, Errors.INVALID_UPDATE_VERSION
+        ineligible_ok = bugs.on(Bug.EXPAND_WITH_INELIGIBLE)
         for member in request.new_isr:
             registration = self.registrations.get(member.broker_id)
             eligible = (
@@ -271,7 +272,9 @@ class SimController:
                 and registration.active
                 and member.broker_epoch in (-1, registration.epoch)
             )
-            if not eligible and member.broker_id not in p.isr:
+            # B8 (KIP-841, KIP-903): the leader's check undone, and this one
+            # with it (the controller would otherwise refuse the expansion).
+            if not eligible and member.broker_id not in p.isr and not ineligible_ok:
                 return None, Errors.INELIGIBLE_REPLICA
         if not request.isr or p.leader not in request.isr:
             return None, Errors.INVALID_REQUEST

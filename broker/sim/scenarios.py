@@ -19,7 +19,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import bugs
-from broker.sim.cluster import SimCluster
+from broker.sim.cluster import CONTROLLER, SimCluster
 from broker.sim.config import SimConfig
 from broker.sim.invariants import InvariantChecker, Violation
 from broker.sim.logs import batches
@@ -265,6 +265,82 @@ def r10(s: _Script) -> None:
     s.facts["leader"] = s.c.serving_leader(P)
 
 
+def _wait_for_pending(s: _Script, broker: int, limit_ms: int) -> None:
+    """Run events until ``broker``'s replica has an AlterPartition in
+    flight (at most ``limit_ms`` of virtual time); its kind and replicas
+    are recorded."""
+    replica = s.c.brokers[broker].replicas[P]
+    end = s.c.now_ms + limit_ms
+    while replica.isr_state.pending is None and s.c.now_ms < end and s.c.step():
+        pass
+    pending = replica.isr_state.pending
+    s.facts["pending"] = None if pending is None else (pending.kind.value, pending.replicas)
+
+
+def b5(s: _Script) -> None:
+    """B5, min ISR 2: an acks=all write while both followers are in the ISR
+    but have not fetched it; the leader dies and a follower leads. With the
+    HW at the leader's LEO the write was answered at its append."""
+    s.produce()
+    s.fetch(1, 2)
+    s.fetch(2, 2)
+    op = s.produce()
+    s.facts["status"] = s.status(op)
+    s.c.kill(0)
+    s.fence_wait()
+    s.facts["leader"] = s.c.serving_leader(P)
+
+
+def b7(s: _Script) -> None:
+    """B7 (KIP-497), min ISR 1: the followers stop fetching; the leader's
+    link to the controller is cut, so its shrink of the ISR to itself stays
+    pending (never committed). An acks=all write then; the controller
+    fences the silent leader and a follower, still in the committed ISR,
+    leads."""
+    s.produce()
+    s.fetch(1, 2)
+    s.fetch(2, 2)
+    s.produce(acks=1)  # the followers fall behind the leader's LEO
+    s.settle(s.c.config.replica_lag_time_max_ms // 2)
+    s.c.cut_link(0, CONTROLLER)
+    _wait_for_pending(s, 0, s.c.config.replica_lag_time_max_ms)
+    op = s.produce()
+    s.facts["status"] = s.status(op)
+    s.facts["isr"] = s.c.controller.partitions[P].isr
+    s.fence_wait()
+    s.facts["leader"] = s.c.serving_leader(P)
+
+
+def b8(s: _Script) -> None:
+    """B8 (KIP-903), min ISR 2: replica 2 left the ISR and catches up; its
+    fetch at the leader's end has the leader ask to add it back with its
+    broker epoch, but before the controller sees the request 2 loses power
+    (its unsynced records with it) and registers again under a new epoch.
+    Then 0 and 1 die."""
+    s.produce()
+    s.fetch(1, 2)
+    s.fetch(2, 2)
+    s.c.kill(2)
+    s.fence_wait()
+    s.c.restart(2)
+    s.settle()
+    acked = [s.produce() for _ in range(3)]
+    s.fetch(1, 2)
+    s.facts["acked"] = [s.status(op) for op in acked]
+    s.fetch(2)  # the three records, not synced
+    s.c.fetch(2, P)  # at the leader's end: the leader proposes 2 for the ISR
+    _wait_for_pending(s, 0, 100)
+    s.c.power_loss(2)
+    s.c.restart(2)
+    s.settle()
+    s.facts["isr"] = s.c.controller.partitions[P].isr
+    s.c.kill(0)
+    s.fence_wait()
+    s.c.kill(1)
+    s.fence_wait()
+    s.facts["leader"] = s.c.controller.partitions[P].leader
+
+
 @dataclass(frozen=True, slots=True)
 class Scenario:
     """A §1.12 scenario: its script and shape, the bug that breaks its
@@ -321,6 +397,33 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("R5", r5, 3, 2, Bug.HW_UNDER_MIN_ISR, "consumed-on-leader"),
         Scenario("R9", r9, 3, 2, Bug.NO_ELR, "acked-on-leader"),
         Scenario("R10", r10, 3, 2, Bug.IGNORE_MIN_ISR, "acked-on-leader"),
+        Scenario(
+            "B5",
+            b5,
+            3,
+            2,
+            Bug.HW_AT_LEADER_LEO,
+            "acked-on-leader",
+            (("replica_lag_time_max_ms", LONG_LAG),),
+        ),
+        Scenario(
+            "B7",
+            b7,
+            3,
+            1,
+            Bug.PENDING_SHRINK_COUNTS,
+            "acked-on-leader",
+            (("replica_lag_time_max_ms", 1_000),),
+        ),
+        Scenario(
+            "B8",
+            b8,
+            3,
+            2,
+            Bug.EXPAND_WITH_INELIGIBLE,
+            "acked-on-leader",
+            (("replica_lag_time_max_ms", LONG_LAG),),
+        ),
     )
 }
 

@@ -97,6 +97,33 @@ def test_r10_acks_all_refused_when_the_isr_is_the_leader_alone() -> None:
     assert run.facts["leader"] == 1
 
 
+def test_b5_acks_all_waits_for_the_followers_so_a_failover_keeps_it() -> None:
+    run = run_scenario("B5")
+    assert run.facts["status"] == "pending"
+    assert run.facts["leader"] == 1
+    assert run_scenario("B5", broken=True).facts["status"] == "ok"
+
+
+def test_b7_a_pending_shrink_leaves_the_hw_to_the_committed_isr() -> None:
+    run = run_scenario("B7")
+    assert run.facts["pending"] == ("shrink", (1, 2))
+    # Never committed: the controller's ISR still names the followers.
+    assert run.facts["isr"] == (0, 1, 2)
+    assert run.facts["status"] == "pending"
+    assert run.facts["leader"] == 1
+    assert run_scenario("B7", broken=True).facts["status"] == "ok"
+
+
+def test_b8_the_controller_refuses_the_stale_broker_epoch_and_nobody_leads() -> None:
+    run = run_scenario("B8")
+    assert run.facts["acked"] == ["ok"] * 3
+    assert run.facts["pending"] == ("expand", (2,))
+    assert run.facts["isr"] == (0, 1)
+    # 0 and 1 are gone; 2 was never in sync again: the partition waits.
+    assert run.facts["leader"] == NO_LEADER
+    assert run_scenario("B8", broken=True).facts["isr"] == (0, 1, 2)
+
+
 def test_unknown_scenario_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(ValueError, match="unknown scenario 'R7'; known: R1, R2"):
         run_scenario("R7")

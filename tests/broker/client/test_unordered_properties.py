@@ -7,6 +7,7 @@ overtaking batch is retried behind the earlier one, never failed."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from hypothesis import HealthCheck, given, settings
@@ -45,14 +46,7 @@ class UnorderedHistory(History):
 def test_random_answers_in_any_order_keep_the_log_exactly_once_and_in_order(
     steps: list[tuple[str, int, object]], seed: int, short_timeout: bool
 ) -> None:
-    config = ProducerConfig(
-        batch_size=80,
-        linger_ms=0,
-        request_timeout_ms=100,
-        delivery_timeout_ms=600 if short_timeout else 10**9,
-        retry_backoff_ms=10,
-        retry_backoff_max_ms=40,
-    )
+    config = dataclasses.replace(CONFIG, delivery_timeout_ms=600 if short_timeout else 10**9)
     run(UnorderedHistory(config, seed), steps)
 
 

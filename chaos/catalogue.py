@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bugs import Bug
-from chaos.runner import NEMESES, RunConfig, RunResult, expand_nemesis, run_chaos
+from chaos.runner import RunConfig, RunResult, expand_nemesis, run_chaos
 from chaos.workloads.queue_setup import QueueOptions
 
 __all__ = [
@@ -152,12 +152,6 @@ _LOSS: Final = ("lost-write", "no-loss")
 _QUORUM_FAILOVER: Final = ("kill-leader", "isolate-leader", "pause")
 
 
-def _power_loss(*otherwise: str) -> tuple[str, ...]:
-    """The power-loss fault where the nemesis has it (a kill that drops
-    what a process had not synced), else ``otherwise``."""
-    return ("power-loss",) if "power-loss" in NEMESES else otherwise
-
-
 _BY_ID: Final[Mapping[str, Recipe]] = {
     # -- the quorum: the register workload on the key-value store, whose
     # reads carry versions, failing over the metadata quorum's leader.
@@ -188,10 +182,10 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "Q5": Recipe(  # ack-before-fsync
         "register",
-        _power_loss("kill-majority"),
+        ("power-loss", "kill-leader"),
         ("lost-writes", "linearizable"),
-        note="needs a power loss (unsynced bytes dropped by a kill); a plain kill keeps "
-        "the OS's page cache, so only a majority losing unsynced writes exposes it",
+        note="entries counted before they are synced: nodes losing power one after "
+        "another take acknowledged entries with them (a plain kill keeps the page cache)",
     ),
     # -- the brokers: the queue workload (Jepsen's Kafka workload).
     "B1": Recipe(  # truncate-to-hw-on-become-follower
@@ -273,14 +267,14 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B13": Recipe(  # unflushed-append
         "queue",
-        _power_loss("kill-majority"),
+        ("kill-majority", "kill-partition-leader"),
         _LOSS,
-        note="appends kept in the process; only a kill of every replica at once loses "
-        "them (a power loss fault does it more often)",
+        note="appends kept in the process: a killed leader takes its unflushed tail, and "
+        "a kill of a majority of the nodes may take every replica's at once",
     ),
     "B14": Recipe(  # recovery-skips-crc
         "queue",
-        _power_loss("kill"),
+        ("power-loss-partition-leader", "power-loss"),
         ("inconsistent-offsets", *_LOSS),
         note="needs a torn or corrupted segment tail (a power loss fault or a bit flip); "
         "a clean kill leaves whole batches",
@@ -299,14 +293,14 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "R2": Recipe(  # no-divergence-check
         "queue",
-        _power_loss(*_LEADER_LOSS),
+        ("power-loss-partition-leader", "kill-partition-leader"),
         ("inconsistent-offsets", *_LOSS),
         note="KIP-101's second scenario: replicas lose unsynced tails and come back in the "
         "other order; without the epoch check a follower keeps a divergent tail",
     ),
     "R9": Recipe(  # no-elr
         "queue",
-        ("isolate-follower", *_power_loss("kill-partition-leader")),
+        ("isolate-follower", "power-loss-partition-leader"),
         _LOSS,
         note="KIP-966: the last ISR member loses power with an unsynced tail and no "
         "eligible replica remains to lead",

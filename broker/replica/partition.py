@@ -390,6 +390,21 @@ class PartitionReplica:
 
     def _refusal(self, error: Errors, message: str) -> LeaderFetchOutcome:
         leader, epoch = self._leader_hint()
+        if error is Errors.OFFSET_OUT_OF_RANGE:
+            # With our log's bounds, which the follower's out_of_range needs
+            # (kq's answer in place of Kafka's ListOffsets round trip).
+            log = self.log
+            return LeaderFetchOutcome(
+                FetchAnswer(
+                    error,
+                    log.high_watermark,
+                    log.log_start_offset,
+                    log.log_end_offset,
+                    current_leader=leader,
+                    current_leader_epoch=epoch,
+                    message=message,
+                )
+            )
         return LeaderFetchOutcome(
             FetchAnswer(error, current_leader=leader, current_leader_epoch=epoch, message=message)
         )

@@ -1,0 +1,51 @@
+"""A follower's fetch the leader answers ``OFFSET_OUT_OF_RANGE`` carries the
+leader's log start and end (``docs/brokers.md``: kq's answer in place of
+Kafka's ListOffsets round trip), so that the follower takes the right one
+of ``fetchOffsetAndTruncate``'s cases; without them it computed a
+truncation to -1, which the log refuses, and backed off forever."""
+
+from __future__ import annotations
+
+from broker.errors import Errors
+from broker.replica import FollowerStep, MappingBrokerView, PartitionReplica, ReplicaConfig
+from metadata.image import PartitionRegistration
+from partition_log.files import MemoryDirectory
+from partition_log.log import LogConfig, PartitionLog
+from tests.broker.cluster import value_batch
+from tests.broker.test_leader import brokers, fetch, make_leader
+
+
+def leader_from_3() -> PartitionReplica:
+    """A leader of five records whose log starts at 3 (DeleteRecords)."""
+    leader = make_leader(records=5)
+    log = leader.log
+    assert isinstance(log, PartitionLog)
+    log.maybe_increment_high_watermark(5)
+    log.delete_records(3)
+    return leader
+
+
+def test_a_fetch_below_the_log_start_is_answered_with_the_logs_bounds() -> None:
+    leader = leader_from_3()
+    for last_fetched_epoch in (0, -1):  # the divergence check, and the read
+        answer = leader.step_fetch(fetch(1, 1, last_fetched_epoch=last_fetched_epoch), 2_000)
+        assert answer.answer.error is Errors.OFFSET_OUT_OF_RANGE
+        got = answer.answer
+        assert (got.high_watermark, got.log_start_offset, got.log_end_offset) == (5, 3, 5)
+
+
+def test_a_follower_behind_the_leaders_log_start_waits_instead_of_backing_off() -> None:
+    leader = leader_from_3()
+    log = PartitionLog.open(MemoryDirectory(), LogConfig(), now_ms=0)
+    log.append_as_leader(value_batch(b"old"), 0, 0)
+    follower = PartitionReplica(1, log, ReplicaConfig(), MappingBrokerView(brokers()))
+    follower.become_follower(
+        PartitionRegistration((0, 1, 2), (0, 1, 2), leader=0, leader_epoch=1, partition_epoch=5),
+        now_ms=1_000,
+    )
+    request = follower.next_fetch_request(101)
+    assert request is not None and request.fetch_offset == 1
+    outcome = follower.step_fetch_answer(request, leader.step_fetch(request, 2_000).answer, 2_000)
+    # The leader's log starts past ours: the partition waits (docs/brokers.md).
+    assert outcome.step is FollowerStep.WAIT_FOR_METADATA and outcome.start_at == 3
+    assert follower.next_fetch_request(101) is None

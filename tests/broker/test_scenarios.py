@@ -1,23 +1,17 @@
 """Kafka's historical replication bugs as scenarios (brokers.md §1.12) over
 several replicas and a tiny controller (``tests/broker/cluster.py``). Each
 runs once with the rules as built, showing no loss, and once with the rule
-that prevents it broken on purpose, showing the loss the rule exists for.
+that prevents it broken on purpose (its deliberate bug, ``bugs.injected``),
+showing the loss the rule exists for.
 """
 
 from __future__ import annotations
 
-from unittest import mock
-
-import pytest
-
+import bugs
 from broker.errors import Errors
-from broker.replica import PartitionReplica, Truncation
-from broker.replica import partition as partition_module
-from broker.replica.types import DivergingEpoch
-from metadata.image import PartitionRegistration
+from broker.replica import Truncation
+from bugs import Bug
 from metadata.records import NO_LEADER
-from partition_log.divergence import TruncationStep
-from partition_log.epoch_cache import LeaderEpochCache
 from tests.broker.cluster import BatchId, Cluster
 
 LAG = 10_000
@@ -48,22 +42,9 @@ def test_r1_no_truncation_to_the_hw_keeps_m2() -> None:
     assert c.lost_acks() == []
 
 
-def truncate_to_hw_on_become_follower(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = PartitionReplica.become_follower
-
-    def become_follower(
-        self: PartitionReplica, registration: PartitionRegistration, now_ms: int
-    ) -> bool:
-        changed = original(self, registration, now_ms)
-        self.log.truncate_to(self.log.high_watermark)  # the pre-KIP-101 rule
-        return changed
-
-    monkeypatch.setattr(PartitionReplica, "become_follower", become_follower)
-
-
-def test_r1_broken_truncation_to_the_hw_loses_m2(monkeypatch: pytest.MonkeyPatch) -> None:
-    truncate_to_hw_on_become_follower(monkeypatch)
-    c = run_r1()
+def test_r1_broken_truncation_to_the_hw_loses_m2() -> None:
+    with bugs.injected(Bug.TRUNCATE_TO_HW_ON_BECOME_FOLLOWER):
+        c = run_r1()
     assert [a.offset for a in c.lost_acks()] == [1]
 
 
@@ -98,15 +79,9 @@ def test_r3_follower_truncates_in_two_rounds_and_agrees() -> None:
     assert c.nodes[1].log.log_end_offset == c.nodes[0].log.log_end_offset == 5
 
 
-def test_r3_broken_truncation_by_offset_diverges(monkeypatch: pytest.MonkeyPatch) -> None:
-    def by_offset(
-        cache: LeaderEpochCache, log_end_offset: int, high_watermark: int, diverging: DivergingEpoch
-    ) -> TruncationStep:
-        # Truncate to the leader's end, whether or not we had its epoch.
-        return TruncationStep(min(diverging.end_offset, log_end_offset), completed=True)
-
-    monkeypatch.setattr(partition_module, "divergence_truncation", by_offset)
-    c, _ = run_r3()
+def test_r3_broken_truncation_by_offset_diverges() -> None:
+    with bugs.injected(Bug.TRUNCATE_BY_OFFSET):
+        c, _ = run_r3()
     assert set(c.inconsistent()) == {2, 3}
 
 
@@ -145,11 +120,9 @@ def test_r4_lagging_follower_does_not_join_and_nothing_is_lost() -> None:
     assert c.partition.leader == 1 and c.lost_acks() == []
 
 
-def test_r4_broken_epoch_start_rule_loses_acknowledged_records(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(partition_module, "is_follower_in_sync", lambda end, hw, start: end >= hw)
-    c = run_r4()
+def test_r4_broken_epoch_start_rule_loses_acknowledged_records() -> None:
+    with bugs.injected(Bug.EXPAND_WITHOUT_EPOCH_START):
+        c = run_r4()
     assert c.partition.leader == 2
     assert [a.offset for a in c.lost_acks()] == [6, 7, 8, 9]
 
@@ -178,19 +151,9 @@ def test_r5_hw_frozen_and_acks_all_refused_under_min_isr() -> None:
     assert c.leader.log.log_end_offset == 4
 
 
-def no_strict_min_isr_for_the_hw(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = PartitionReplica.maybe_increment_leader_hw
-
-    def without(self: PartitionReplica, now_ms: int) -> bool:
-        with mock.patch.object(PartitionReplica, "is_under_min_isr", False):
-            return original(self, now_ms)
-
-    monkeypatch.setattr(PartitionReplica, "maybe_increment_leader_hw", without)
-
-
-def test_r5_broken_strict_min_isr_moves_the_hw(monkeypatch: pytest.MonkeyPatch) -> None:
-    no_strict_min_isr_for_the_hw(monkeypatch)
-    c, committed, _ = run_r5()
+def test_r5_broken_strict_min_isr_moves_the_hw() -> None:
+    with bugs.injected(Bug.HW_UNDER_MIN_ISR):
+        c, committed, _ = run_r5()
     assert c.leader.log.high_watermark == c.leader.log.log_end_offset == 4 > committed
 
 
@@ -235,11 +198,9 @@ def test_r9_hw_frozen_so_the_elr_member_holds_every_committed_record() -> None:
     assert c.lost(committed) == {} and c.lost_acks() == []
 
 
-def test_r9_broken_strict_min_isr_loses_committed_records(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    no_strict_min_isr_for_the_hw(monkeypatch)
-    c, committed = run_r9(elect_elr=True)
+def test_r9_broken_strict_min_isr_loses_committed_records() -> None:
+    with bugs.injected(Bug.HW_UNDER_MIN_ISR):
+        c, committed = run_r9(elect_elr=True)
     assert sorted(c.lost(committed)) == [3, 4]  # 1 fetched r2
 
 

@@ -10,7 +10,10 @@ kind, ``DelayedOperationPurgatory``'s ``delayedOperation`` tag); here they
 share the watch lists, since whoever changes a partition wakes both kinds,
 and are counted apart for the metrics.
 
-One event loop: no locks, every call on the loop's thread.
+One event loop: no locks, every call on the loop's thread but the two
+counts the metrics exporter reads from its own thread (:meth:`Purgatory.watched`,
+:meth:`Purgatory.delayed`), which count over copies: the loop may add or
+remove waiters while they run.
 """
 
 from __future__ import annotations
@@ -49,20 +52,17 @@ class Purgatory:
         all (Kafka's ``PurgatorySize``: an operation counts once per
         partition it watches)."""
         if operation is None:
-            return sum(len(futures) for futures in self._waiting.values())
-        kinds = self._operations
-        return sum(
-            kinds.get(future) is operation
-            for futures in self._waiting.values()
-            for future in futures
-        )
+            return sum(len(futures) for futures in list(self._waiting.values()))
+        watches = [tuple(futures) for futures in list(self._waiting.values())]
+        kinds = dict(self._operations)
+        return sum(kinds.get(future) is operation for futures in watches for future in futures)
 
     def delayed(self, operation: Operation | None = None) -> int:
         """How many operations wait, of one kind or of all (Kafka's
         ``NumDelayedOperations``)."""
         if operation is None:
             return len(self._operations)
-        return sum(kind is operation for kind in self._operations.values())
+        return sum(kind is operation for kind in list(self._operations.values()))
 
     def wake(self, key: TopicIdPartition) -> None:
         """Something changed on ``key``: its waiters check again

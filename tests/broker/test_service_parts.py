@@ -5,6 +5,8 @@ requests wait (broker/purgatory.py) and the producer ids from blocks
 from __future__ import annotations
 
 import asyncio
+import sys
+import threading
 
 import pytest
 
@@ -118,3 +120,54 @@ def test_a_block_that_goes_backwards_is_refused() -> None:
     asyncio.run(body())
     with pytest.raises(ValueError, match="length > 0"):
         ProducerIdBlock(0, 0)
+
+
+def test_the_counts_can_be_read_from_another_thread_while_waiters_come_and_go() -> None:
+    """The metrics exporter reads watched() and delayed() from its own
+    thread while the loop adds and removes waiters: no "changed size during
+    iteration" (it came within a few hundred waiters before the counts
+    read copies)."""
+    keys = [TopicIdPartition("id-t", i) for i in range(100)]
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def scrape() -> None:
+        while not done.is_set():
+            try:
+                for operation in (None, *Operation):
+                    assert purgatory.watched(operation) >= 0
+                    assert purgatory.delayed(operation) >= 0
+            except RuntimeError as error:
+                errors.append(error)
+                return
+
+    async def body() -> None:
+        for n in range(500):
+            operation = Operation.FETCH if n % 2 else Operation.PRODUCE
+            watched = keys[n % 50 : n % 50 + 50]
+            ready = [False]
+            waiter = purgatory.wait_until(
+                watched, lambda r=ready: "done" if r[0] else None, 10, operation=operation
+            )
+            task = asyncio.ensure_future(waiter)
+            await asyncio.sleep(0)
+            ready[0] = True
+            purgatory.wake(watched[0])
+            assert await task == "done"
+            if errors:
+                return
+
+    purgatory = Purgatory()
+    reader = threading.Thread(target=scrape)
+    # The threads take turns often, so that a read overlaps a change.
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    reader.start()
+    try:
+        asyncio.run(body())
+    finally:
+        done.set()
+        reader.join()
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert purgatory.watched() == 0 and purgatory.delayed() == 0

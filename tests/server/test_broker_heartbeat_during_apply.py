@@ -19,7 +19,7 @@ from partition_log.log_config import LogConfig
 from quorum.driver.identity import Identity
 from tests.driver.cluster_util import CLUSTER_ID, free_ports
 from tests.metadata.test_metadata_replication import OPTIONS
-from tests.server.test_broker_process import SETTINGS, Controllers, broker, wait_for
+from tests.server.test_broker_process import SETTINGS, Controllers, broker, stop_all, wait_for
 
 BROKER = 11
 PARTITIONS = 100
@@ -85,10 +85,7 @@ async def create_many(tmp_path: Path) -> tuple[int, bool, int]:
             len(process.replicas.replicas),
         )
     finally:
-        if process is not None:
-            await process.stop(controlled=False)
-        for node in list(cluster.servers):
-            await cluster.stop(node)
+        await stop_all(cluster, process)
 
 
 def fenced_by_controller(caplog: pytest.LogCaptureFixture) -> bool:

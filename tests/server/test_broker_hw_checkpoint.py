@@ -20,7 +20,7 @@ from quorum.driver.tls import dial
 from server.broker import HW_CHECKPOINT_INTERVAL_MS, BrokerProcess
 from tests.driver.cluster_util import CLUSTER_ID, free_ports
 from tests.metadata.test_metadata_replication import OPTIONS
-from tests.server.test_broker_process import Controllers, broker, produce, wait_for
+from tests.server.test_broker_process import Controllers, broker, produce, stop_all, wait_for
 
 BROKER = 11
 
@@ -71,9 +71,6 @@ def test_high_watermarks_are_checkpointed_at_the_interval_not_every_tick(tmp_pat
                 await asyncio.sleep(0.1)
             assert (_checkpointed(logs) or "").endswith("\n20\n"), _checkpointed(logs)
         finally:
-            if process is not None:
-                await process.stop(controlled=False)
-            for node in list(cluster.servers):
-                await cluster.stop(node)
+            await stop_all(cluster, process)
 
     asyncio.run(asyncio.wait_for(body(), 90))

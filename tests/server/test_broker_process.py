@@ -72,6 +72,16 @@ def broker(cluster: Controllers, broker_id: int, port: int, *, new: bool = True)
     )
 
 
+async def stop_all(cluster: Controllers, *brokers: BrokerProcess | None) -> None:
+    """A test's end: each broker stopped as a crash would, then every
+    controller."""
+    for process in brokers:
+        if process is not None:
+            await process.stop(controlled=False)
+    for node in list(cluster.servers):
+        await cluster.stop(node)
+
+
 def produce(value: bytes) -> broker_pb2.ProduceRequest:
     return broker_pb2.ProduceRequest(
         acks=-1,
@@ -192,10 +202,7 @@ def test_three_brokers_replicate_and_fail_over(tmp_path: Path) -> None:
                 values = [r.value for b in split_batches(got.records) for r in decode_records(b)]
                 assert values == [*(b"v%d" % i for i in range(5)), b"after"]
         finally:
-            for process in brokers.values():
-                await process.stop(controlled=False)
-            for node in list(cluster.servers):
-                await cluster.stop(node)
+            await stop_all(cluster, *brokers.values())
 
     asyncio.run(asyncio.wait_for(body(), 90))
 
@@ -310,10 +317,7 @@ def test_a_crashed_follower_leaves_the_isr_and_comes_back(tmp_path: Path) -> Non
             assert log is not None
             await wait_for(lambda: log.log_end_offset == 3)
         finally:
-            for process in brokers.values():
-                await process.stop(controlled=False)
-            for node in list(cluster.servers):
-                await cluster.stop(node)
+            await stop_all(cluster, *brokers.values())
 
     asyncio.run(asyncio.wait_for(body(), 90))
 
@@ -335,9 +339,6 @@ def test_a_log_directory_that_does_not_load_stops_the_broker(tmp_path: Path) -> 
             assert "not a partition" in failure
             assert not process.replicas.replicas
         finally:
-            if process is not None:
-                await process.stop(controlled=False)
-            for node in list(cluster.servers):
-                await cluster.stop(node)
+            await stop_all(cluster, process)
 
     asyncio.run(asyncio.wait_for(body(), 60))

@@ -59,6 +59,7 @@ from server.local_cluster import (
     STATE_FILE,
     BrokerState,
     ClusterState,
+    NodeState,
     check_configs,
     check_ports,
     format_new_nodes,
@@ -518,13 +519,7 @@ def _down(args: argparse.Namespace) -> int:
 
 @command("cluster kill")
 def _kill(args: argparse.Namespace) -> int:
-    state = _need_state(args.dir)
-    node = state.member(args.node)
-    what = _what(node)
-    if not node_alive(state, node):
-        raise CommandError(f"{what} {node.node_id} is not running")
-    assert node.pid is not None
-    pid = node.pid
+    state, node, what, pid = _running_member(args)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     if not wait_gone(state, [node], 5.0):
@@ -577,21 +572,28 @@ def _start(args: argparse.Namespace) -> int:
     return 0
 
 
-def _signal(args: argparse.Namespace, sig: signal.Signals) -> tuple[str, int, int]:
+def _running_member(args: argparse.Namespace) -> tuple[ClusterState, NodeState, str, int]:
+    """The local cluster, its controller or broker ``args.node`` (which must
+    be running), what it is ("node" or "broker") and its pid."""
     state = _need_state(args.dir)
     node = state.member(args.node)
     what = _what(node)
     if not node_alive(state, node):
         raise CommandError(f"{what} {node.node_id} is not running")
     assert node.pid is not None
-    paused = process_paused(node.pid)
+    return state, node, what, node.pid
+
+
+def _signal(args: argparse.Namespace, sig: signal.Signals) -> tuple[str, int, int]:
+    _, node, what, pid = _running_member(args)
+    paused = process_paused(pid)
     if paused == (sig is signal.SIGSTOP):
         raise CommandError(
-            f"{what} {node.node_id} (pid {node.pid}) is "
+            f"{what} {node.node_id} (pid {pid}) is "
             + ("already paused" if paused else "not paused")
         )
-    os.kill(node.pid, sig)
-    return what, node.node_id, node.pid
+    os.kill(pid, sig)
+    return what, node.node_id, pid
 
 
 @command("cluster pause")

@@ -82,13 +82,13 @@ async def stop_all(cluster: Controllers, *brokers: BrokerProcess | None) -> None
         await cluster.stop(node)
 
 
-def produce(value: bytes) -> broker_pb2.ProduceRequest:
+def produce(value: bytes, topic: str = "t") -> broker_pb2.ProduceRequest:
     return broker_pb2.ProduceRequest(
         acks=-1,
         timeout_ms=10_000,
         topics=[
             broker_pb2.ProduceTopicData(
-                name="t",
+                name=topic,
                 partitions=[
                     broker_pb2.ProducePartitionData(
                         partition=0,
@@ -100,12 +100,12 @@ def produce(value: bytes) -> broker_pb2.ProduceRequest:
     )
 
 
-def fetch(offset: int) -> broker_pb2.FetchRequest:
+def fetch(offset: int, topic: str = "t") -> broker_pb2.FetchRequest:
     return broker_pb2.FetchRequest(
         max_wait_ms=0,
         topics=[
             broker_pb2.FetchTopic(
-                topic="t",
+                topic=topic,
                 partitions=[
                     broker_pb2.FetchPartition(
                         partition=0,

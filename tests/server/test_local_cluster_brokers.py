@@ -20,9 +20,8 @@ from typing import Any
 import pytest
 
 from broker.errors import Errors
-from kqproto import broker_pb2, broker_pb2_grpc
-from partition_log.batch import build_batch, decode_records, split_batches
-from partition_log.records import Record
+from kqproto import broker_pb2_grpc
+from partition_log.batch import decode_records, split_batches
 from quorum.driver.tls import dial
 from server.local_cluster import (
     broker_addresses,
@@ -31,6 +30,7 @@ from server.local_cluster import (
     process_alive,
     run_kq,
 )
+from tests.server.test_broker_process import fetch, produce
 
 pytestmark = pytest.mark.slow
 
@@ -125,31 +125,6 @@ def test_up_starts_three_controllers_and_three_unfenced_brokers(cluster: Up) -> 
     assert row.split()[5:7] == ["yes", "unfenced"]
 
 
-def _produce(value: bytes) -> broker_pb2.ProduceRequest:
-    record = Record(0, int(time.time() * 1000), b"k", value)
-    return broker_pb2.ProduceRequest(
-        acks=-1,
-        timeout_ms=10_000,
-        topics=[
-            broker_pb2.ProduceTopicData(
-                name="demo",
-                partitions=[
-                    broker_pb2.ProducePartitionData(partition=0, records=build_batch([record]))
-                ],
-            )
-        ],
-    )
-
-
-def _fetch() -> broker_pb2.FetchRequest:
-    partition = broker_pb2.FetchPartition(
-        partition=0, fetch_offset=0, current_leader_epoch=-1, last_fetched_epoch=-1
-    )
-    return broker_pb2.FetchRequest(
-        max_wait_ms=0, topics=[broker_pb2.FetchTopic(topic="demo", partitions=[partition])]
-    )
-
-
 def test_the_admin_user_produces_and_fetches_through_the_brokers(cluster: Up) -> None:
     """No ACL is needed: the admin user and the brokers are the brokers'
     super users (the brokers replicate to each other, acks=all)."""
@@ -169,11 +144,11 @@ def test_the_admin_user_produces_and_fetches_through_the_brokers(cluster: Up) ->
             for address in broker_addresses(cluster.dir):
                 async with dial(address, credentials) as channel:
                     stub = broker_pb2_grpc.BrokerServiceStub(channel)
-                    answer = (await stub.Produce(_produce(b"hello"))).topics[0].partitions[0]
+                    answer = (await stub.Produce(produce(b"hello", "demo"))).topics[0].partitions[0]
                     if answer.error != Errors.NONE:
                         continue
                     assert answer.base_offset == 0
-                    got = (await stub.Fetch(_fetch())).topics[0].partitions[0]
+                    got = (await stub.Fetch(fetch(0, "demo"))).topics[0].partitions[0]
                     assert got.error == Errors.NONE and got.high_watermark == 1
                     values = [
                         r.value for b in split_batches(got.records) for r in decode_records(b)

@@ -32,7 +32,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,8 +107,7 @@ def history_of(cache: Path, target: Target) -> Path:
         write_register_run(cache, s, name=folder.name)
     else:
         for i in range(target.runs):
-            sizes = Sizes(ops=s.ops, keys=s.keys, per_key=s.per_key, seed=s.seed + i, nodes=s.nodes)
-            write_register_run(folder, sizes, name=f"r{i:03d}")
+            write_register_run(folder, replace(s, seed=s.seed + i), name=f"r{i:03d}")
     done.write_text("")
     return folder
 

@@ -20,18 +20,12 @@ import pytest
 
 from spark_verify.run import EXIT_INVALID, EXIT_VALID
 from spark_verify.session import ConnectError, java_problem, remote_session
+from tests.driver.cluster_util import free_ports
 from tests.spark_verify.test_jepsen import INDEPENDENT_INVALID, INDEPENDENT_VALID
 from tests.spark_verify.test_verify_runs import json_equivalent
 
 KQ = str(Path(sys.executable).parent / "kq")
 START_TIMEOUT_S = 240.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _spark_home() -> Path:
@@ -50,7 +44,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     if not script.is_file():
         pytest.skip(f"this pyspark has no {script.name} (no Spark Connect server to start)")
     logs = tmp_path_factory.mktemp("connect-server")
-    port = _free_port()
+    [port] = free_ports(1)
     env = {
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,

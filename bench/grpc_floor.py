@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,32 +85,33 @@ async def _measure(port: int, messages: int) -> dict[str, Any]:
         stream = channel.stream_stream(
             f"/{SERVICE}/Stream", request_serializer=_identity, response_deserializer=_identity
         )
-        out: dict[str, Any] = {}
         call = stream()
-        for _ in range(200):  # warm-up
+
+        async def on_stream() -> None:
             await call.write(PAYLOAD)
             await call.read()
-        times = []
-        start = time.perf_counter()
-        for _ in range(messages):
-            t0 = time.perf_counter()
-            await call.write(PAYLOAD)
-            await call.read()
-            times.append(time.perf_counter() - t0)
-        elapsed = time.perf_counter() - start
+
+        async def by_unary() -> None:
+            await unary(PAYLOAD)
+
+        out = {"stream": await _round_trips(on_stream, messages)}
         await call.done_writing()
-        out["stream"] = {"round_trips_per_s": messages / elapsed, **latency_summary(times)}
-        for _ in range(200):
-            await unary(PAYLOAD)
-        times = []
-        start = time.perf_counter()
-        for _ in range(messages):
-            t0 = time.perf_counter()
-            await unary(PAYLOAD)
-            times.append(time.perf_counter() - t0)
-        elapsed = time.perf_counter() - start
-        out["unary"] = {"round_trips_per_s": messages / elapsed, **latency_summary(times)}
+        out["unary"] = await _round_trips(by_unary, messages)
         return out
+
+
+async def _round_trips(round_trip: Callable[[], Awaitable[None]], messages: int) -> dict[str, Any]:
+    """``messages`` round trips after 200 to warm up: their rate and latencies."""
+    for _ in range(200):
+        await round_trip()
+    times = []
+    start = time.perf_counter()
+    for _ in range(messages):
+        t0 = time.perf_counter()
+        await round_trip()
+        times.append(time.perf_counter() - t0)
+    elapsed = time.perf_counter() - start
+    return {"round_trips_per_s": messages / elapsed, **latency_summary(times)}
 
 
 def measure(messages: int = 5000) -> dict[str, Any]:

@@ -526,11 +526,9 @@ class RaftTransport(pb_grpc.RaftServiceServicer):
         except IdentityError as exc:
             return f"the caller's certificate names no kq identity ({exc})"
 
-    def _refusal(self, msg: Message, context: Any) -> str | None:
-        """Why the caller may not send ``msg`` (None: it may)."""
-        return self._refusal_of(msg, self._caller_identity(context))
-
     def _refusal_of(self, msg: Message, identity: Identity | str | None) -> str | None:
+        """Why the caller of ``identity`` (a string: why it has none) may not
+        send ``msg`` (None: it may)."""
         what = type(msg).__name__
         if isinstance(identity, str):
             return identity

@@ -475,7 +475,7 @@ class LocalCluster:
             log_path = state.path(b.log_file)
             text = log_path.read_text(errors="replace") if log_path.exists() else ""
             await asyncio.to_thread(
-                export_broker, run, b.node_id, text, [state.path(d) for d in b.log_dirs]
+                export_broker, run, b.node_id, text, [state.path(d) for d in b.log_dirs], start
             )
         for n in state.nodes:
             log_path = state.path(n.log_file)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from history.exports import Change, LogEntry, record_hash
 from history.runs import RunDir
 from metadata.records import (
     NO_LEADER_CHANGE,
+    LeaderRecoveryState,
     MalformedRecordError,
     PartitionChangeRecord,
     PartitionRecord,
@@ -231,19 +233,120 @@ def partition_exports(
     return records, states
 
 
-def export_broker(run: RunDir, broker: int, log_text: str, log_dirs: list[Path]) -> None:
+PARTITION_TIMELINE_FILE = "partition_timeline.jsonl"
+"""Under ``nodes/<broker>/``: each partition's state over time and its
+truncations, from the broker's log lines (``docs/history-format.md``)."""
+
+_STATE_LINE = re.compile(
+    _STAMP + r"broker (?P<n>\d+) partition (?P<tp>.+): role (?P<role>\w+) leader (?P<leader>-?\d+)"
+    r" epoch (?P<epoch>-?\d+) hw (?P<hw>-?\d+) leo (?P<leo>-?\d+) isr (?P<isr>[\d,]*)$"
+)
+_TRUNCATE_LINE = re.compile(
+    _STAMP + r"broker (?P<n>\d+) partition (?P<tp>.+) truncated from (?P<from>-?\d+) to "
+    r"(?P<to>-?\d+) in epoch (?P<epoch>-?\d+)$"
+)
+_REMOVED_LINE = re.compile(_STAMP + r"broker (?P<n>\d+) partition (?P<tp>.+) removed$")
+_LIFE_LINE = re.compile(_STAMP + r"broker (?P<n>\d+) samples its partitions every \d+ ms$")
+
+
+def partition_timeline(broker: int, log_text: str, start_unix_ns: int) -> list[dict[str, object]]:
+    """Each partition state line and truncation line of ``broker``'s log
+    text (``server.broker``: a state line whenever a partition's role,
+    leader, leader epoch, HW, log end or ISR changed, checked every tick;
+    a line for each follower truncation), in log order.
+
+    Each line: ``node``, ``seq`` (the line's number in the log text: the
+    order within one broker), ``life`` (the process's start, counted from
+    0: a HW restarts from its checkpoint in a new life), ``time``
+    (nanoseconds since ``start_unix_ns``, from the line's millisecond
+    stamp, at least 0), ``topic``, ``partition``, ``event`` (``state``,
+    ``truncate`` or ``removed``: the replica left the broker) and
+    ``leader_epoch``; a state adds ``role``, ``leader``,
+    ``high_watermark``, ``log_end_offset`` and ``isr``; a truncation
+    ``truncated_from`` and ``truncated_to`` (the others null)."""
+    out: list[dict[str, object]] = []
+    life = -1
+    for seq, line in enumerate(log_text.splitlines(), start=1):
+        if " broker " not in line:
+            continue
+        m = _LIFE_LINE.match(line)
+        if m is not None and int(m["n"]) == broker:
+            life += 1
+            continue
+        m = _STATE_LINE.match(line) or _TRUNCATE_LINE.match(line) or _REMOVED_LINE.match(line)
+        if m is None or int(m["n"]) != broker:
+            continue
+        tp = _PARTITION_DIR.match(m["tp"])
+        if tp is None:
+            continue
+        groups = m.groupdict()
+        state = "hw" in groups
+        truncate = "to" in groups
+        out.append(
+            {
+                "node": broker,
+                "seq": seq,
+                "life": max(life, 0),
+                "time": max(_stamp_ns(m["stamp"]) - start_unix_ns, 0),
+                "topic": tp["topic"],
+                "partition": int(tp["partition"]),
+                "event": "state" if state else "truncate" if truncate else "removed",
+                "leader_epoch": int(m["epoch"]) if state or truncate else None,
+                "role": m["role"] if state else None,
+                "leader": int(m["leader"]) if state else None,
+                "high_watermark": int(m["hw"]) if state else None,
+                "log_end_offset": int(m["leo"]) if state else None,
+                "isr": [int(b) for b in m["isr"].split(",") if b] if state else None,
+                "truncated_from": int(m["from"]) if truncate else None,
+                "truncated_to": int(m["to"]) if truncate else None,
+            }
+        )
+    return out
+
+
+def export_broker(
+    run: RunDir,
+    broker: int,
+    log_text: str,
+    log_dirs: list[Path],
+    start_unix_ns: int | None = None,
+) -> None:
     """Write what the stopped ``broker`` left: its log text as
-    ``logs/broker-<id>.log`` and its partitions (:func:`partition_exports`)
-    under ``nodes/<id>/``."""
+    ``logs/broker-<id>.log``, its partitions (:func:`partition_exports`)
+    and their states over time (:func:`partition_timeline`, times counting
+    from ``start_unix_ns``: default, the first line's time) under
+    ``nodes/<id>/``."""
     run.logs.mkdir(parents=True, exist_ok=True)
     (run.logs / f"broker-{broker}.log").write_text(log_text)
     records, states = partition_exports(broker, log_dirs)
+    if start_unix_ns is None:
+        start_unix_ns = _first_stamp_ns(log_text)
+    timeline = partition_timeline(broker, log_text, start_unix_ns)
     folder = run.node_dir(broker)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, lines in ((PARTITIONS_FILE, records), (PARTITION_STATE_FILE, states)):
+    for name, lines in (
+        (PARTITIONS_FILE, records),
+        (PARTITION_STATE_FILE, states),
+        (PARTITION_TIMELINE_FILE, timeline),
+    ):
         (folder / name).write_text(
             "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
         )
+
+
+def _stamp_ns(stamp: str) -> int:
+    """A log line's stamp (local time, milliseconds) in Unix nanoseconds,
+    exactly (a float's nanoseconds are off by a few hundred)."""
+    when = datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f")
+    return int(time.mktime(when.timetuple())) * 1_000_000_000 + when.microsecond * 1000
+
+
+def _first_stamp_ns(log_text: str) -> int:
+    for line in log_text.splitlines():
+        m = re.match(_STAMP, line)
+        if m is not None:
+            return _stamp_ns(m["stamp"])
+    return 0
 
 
 PARTITION_CHANGES_FILE = "partition_changes.jsonl"
@@ -297,6 +400,8 @@ def partition_changes(
                     "partition_epoch": record.partition_epoch,
                     "isr": list(record.isr),
                     "elr": list(record.elr),
+                    "leader_recovery_state": record.leader_recovery_state.name.lower(),
+                    "unclean": False,
                 }
             elif isinstance(record, PartitionChangeRecord):
                 key = (record.topic_id, record.partition_id)
@@ -311,6 +416,14 @@ def partition_changes(
                     s["isr"] = list(record.isr)
                 if record.elr is not None:
                     s["elr"] = list(record.elr)
+                # An unclean election (Kafka's PartitionChangeBuilder): a new
+                # leader RECOVERING, which may have lost committed records.
+                recovery = record.leader_recovery_state
+                s["unclean"] = (
+                    record.leader != NO_LEADER_CHANGE and recovery is LeaderRecoveryState.RECOVERING
+                )
+                if recovery is not None:
+                    s["leader_recovery_state"] = recovery.name.lower()
             else:
                 continue
             out.append(

@@ -309,7 +309,7 @@ class BrokerProcess:
         )
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         # Each partition's state in its last state line (_log_partition_states).
-        self._states_logged: dict[TopicIdPartition, tuple[object, ...]] = {}
+        self._states_logged: dict[TopicIdPartition, tuple[str, tuple[object, ...]]] = {}
         # The image waiting for its logs to be created in parts, and the task
         # creating them (_publish).
         self._pending: MetadataImage | None = None
@@ -630,18 +630,23 @@ class BrokerProcess:
                 replica.log.log_end_offset,
                 replica.isr,
             )
-            if seen.get(key) == state:
+            last = seen.get(key)
+            if last is not None and last[1] == state:
                 continue
-            seen[key] = state
+            name = last[0] if last is not None else self._partition_name(key)
+            seen[key] = (name, state)
             log.info(
                 "broker %d partition %s: role %s leader %d epoch %d hw %d leo %d isr %s",
                 self.settings.node_id,
-                self._partition_name(key),
+                name,
                 *state[:5],
                 ",".join(map(str, state[5])),
             )
         for key in [k for k in seen if k not in self.replicas.replicas]:
-            del seen[key]
+            # Gone from this broker (reassigned away, deleted): a replica
+            # that comes back starts a new log, from HW 0.
+            name, _ = seen.pop(key)
+            log.info("broker %d partition %s removed", self.settings.node_id, name)
 
     # -- AlterPartition ---------------------------------------------------------------
 

@@ -1,0 +1,273 @@
+"""The brokers' partition checks over a run's node exports (the reference).
+
+A run with brokers exports, for each broker, its partition logs record by
+record (``partitions.jsonl``), each partition's checkpointed HW
+(``partition_state.jsonl``) and its partition states over time and
+truncations (``partition_timeline.jsonl``), and for each controller the
+partition changes it committed (``partition_changes.jsonl``); see
+``docs/history-format.md`` ("Brokers' partitions").  Four checks read them:
+
+- ``replica-divergence``: replicas agree on every offset below the highest
+  HW announced for the partition (same record hash, leader epoch, producer
+  and sequence), each replica at the offsets below its own highest HW: a
+  replica whose HW never passed an offset may still hold a tail it has not
+  truncated yet (Kafka truncates on the follower's next fetch, KIP-101), but
+  one whose HW passed it agreed with the leader there;
+- ``hw-regression``: a replica's HW never goes down within one process life
+  (a restarted broker starts from its checkpoint, which lags), except by a
+  truncation (judged by ``truncated-committed``) or the replica's removal;
+- ``epoch-regression``: a replica's leader epoch never goes down, across
+  restarts too (epochs come from the committed metadata), except across the
+  replica's removal;
+- ``truncated-committed``: no follower truncates below a committed HW, its
+  own last HW before the truncation in the same life (the records below it
+  were committed and matched the leader's), unless the controllers recorded
+  an unclean election of the partition at or before the truncation's leader
+  epoch (Kafka: only an unclean leader may lack committed records).  The
+  partition's highest HW is not the bound: a replica's records between its
+  own HW and the leader's may be a divergent tail of an older epoch, which
+  it must truncate (KIP-101), and the timeline does not say which records a
+  truncation cut.
+
+Pure over the export lines (dicts, as the files hold them): the Spark job
+(``spark_verify.partitions``) is tested against it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = [
+    "PARTITION_CHECKS",
+    "PartitionAnomaly",
+    "PartitionExports",
+    "check_partitions",
+    "read_partition_exports",
+]
+
+PARTITION_CHECKS: Final = (
+    "replica-divergence",
+    "hw-regression",
+    "epoch-regression",
+    "truncated-committed",
+)
+"""The partition checks, in the order they are reported."""
+
+_FILES: Final = {
+    "records": "partitions.jsonl",
+    "states": "partition_state.jsonl",
+    "timeline": "partition_timeline.jsonl",
+    "changes": "partition_changes.jsonl",
+}
+
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionExports:
+    """A run's partition exports, every node's lines of each file."""
+
+    records: tuple[Row, ...] = ()
+    states: tuple[Row, ...] = ()
+    timeline: tuple[Row, ...] = ()
+    changes: tuple[Row, ...] = ()
+
+    @property
+    def present(self) -> bool:
+        """Whether the run exported brokers' partitions at all."""
+        return bool(self.records or self.states or self.timeline)
+
+
+def read_partition_exports(run: Path) -> PartitionExports:
+    """The partition exports of the run folder ``run`` (every
+    ``nodes/<id>/`` file of :data:`_FILES` there is); a line that is not a
+    JSON object raises ValueError naming its file and line."""
+    found: dict[str, list[Row]] = {name: [] for name in _FILES}
+    nodes = run / "nodes"
+    folders = sorted(nodes.iterdir()) if nodes.is_dir() else []
+    for folder in folders:
+        for name, file in _FILES.items():
+            path = folder / file
+            if not path.is_file():
+                continue
+            for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+                try:
+                    obj = json.loads(line)
+                except ValueError as e:
+                    raise ValueError(f"{path}: line {lineno}: not JSON: {e}") from None
+                if not isinstance(obj, dict):
+                    raise ValueError(f"{path}: line {lineno}: expected a JSON object")
+                found[name].append(obj)
+    return PartitionExports(**{k: tuple(v) for k, v in found.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAnomaly:
+    """One anomaly of one partition: the check, the nodes and offsets (or
+    HWs, epochs) involved, the timeline lines (``seq``) that show it, and a
+    sentence."""
+
+    check: str
+    topic: str
+    partition: int
+    nodes: tuple[int, ...]
+    offsets: tuple[int, ...]
+    seqs: tuple[int, ...]
+    message: str
+
+    def ident(self) -> tuple[str, str, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """What two checkers must agree on (the message may be worded apart)."""
+        return (self.check, self.topic, self.partition, self.nodes, self.offsets, self.seqs)
+
+
+def _tp(row: Row) -> tuple[str, int]:
+    return str(row["topic"]), int(row["partition"])
+
+
+def check_partitions(exports: PartitionExports) -> dict[str, list[PartitionAnomaly]]:
+    """Every partition check's anomalies, by check (:data:`PARTITION_CHECKS`)."""
+    found: dict[str, list[PartitionAnomaly]] = {c: [] for c in PARTITION_CHECKS}
+    states = [r for r in exports.timeline if r["event"] == "state"]
+    found["replica-divergence"] = _divergence(exports.records, exports.states, states)
+    found["hw-regression"] = _regressions(exports.timeline, "hw")
+    found["epoch-regression"] = _regressions(exports.timeline, "epoch")
+    found["truncated-committed"] = _truncations(exports.timeline, exports.changes)
+    return found
+
+
+def _divergence(
+    records: Iterable[Row], checkpoints: Iterable[Row], states: Iterable[Row]
+) -> list[PartitionAnomaly]:
+    own: dict[tuple[str, int, int], int] = {}
+    for row in (*checkpoints, *states):
+        k = (*_tp(row), int(row["node"]))
+        own[k] = max(own.get(k, -1), int(row["high_watermark"]))
+    at: dict[tuple[str, int, int], dict[int, tuple[Any, ...]]] = defaultdict(dict)
+    for r in records:
+        topic, partition = _tp(r)
+        node, offset = int(r["node"]), int(r["offset"])
+        if offset < own.get((topic, partition, node), -1):
+            at[topic, partition, offset][node] = (
+                r["hash"],
+                r["epoch"],
+                r["producer_id"],
+                r["sequence"],
+            )
+    out = []
+    for (topic, partition, offset), by_node in sorted(at.items()):
+        if len(set(by_node.values())) < 2:
+            continue
+        nodes = tuple(sorted(by_node))
+        held = "; ".join(
+            f"node {n}: epoch {by_node[n][1]}, producer {by_node[n][2]} sequence "
+            f"{by_node[n][3]}, hash {str(by_node[n][0])[:12]}"
+            for n in nodes
+        )
+        out.append(
+            PartitionAnomaly(
+                "replica-divergence",
+                topic,
+                partition,
+                nodes,
+                (offset,),
+                (),
+                f"{topic}-{partition} offset {offset}, below the HW of each replica shown, "
+                f"differs between replicas: {held}",
+            )
+        )
+    return out
+
+
+def _regressions(timeline: Sequence[Row], what: str) -> list[PartitionAnomaly]:
+    """HWs (per life) or leader epochs (across lives) that went down between
+    two successive state lines of one replica, unless a removal (or, for
+    HWs, a truncation) came between them."""
+    per: dict[tuple[str, int, int], list[Row]] = defaultdict(list)
+    for row in timeline:
+        per[(*_tp(row), int(row["node"]))].append(row)
+    out = []
+    for (topic, partition, node), rows in sorted(per.items()):
+        prev: Row | None = None
+        for row in sorted(rows, key=lambda r: int(r["seq"])):
+            event = row["event"]
+            if event == "removed" or (what == "hw" and event == "truncate"):
+                prev = None
+                continue
+            if event != "state":
+                continue
+            if what == "hw":
+                if prev is not None and prev["life"] != row["life"]:
+                    prev = None
+                a = None if prev is None else int(prev["high_watermark"])
+                b = int(row["high_watermark"])
+            else:
+                if int(row["leader_epoch"]) < 0:
+                    continue  # no epoch known yet
+                a = None if prev is None else int(prev["leader_epoch"])
+                b = int(row["leader_epoch"])
+            if prev is not None and a is not None and b < a:
+                word = "HW" if what == "hw" else "leader epoch"
+                out.append(
+                    PartitionAnomaly(
+                        f"{what}-regression",
+                        topic,
+                        partition,
+                        (node,),
+                        (a, b),
+                        (int(prev["seq"]), int(row["seq"])),
+                        f"node {node}'s {word} of {topic}-{partition} went from {a} down to {b} "
+                        f"(at {int(prev['time']) / 1e9:.3f} s and {int(row['time']) / 1e9:.3f} s)",
+                    )
+                )
+            prev = row
+    return out
+
+
+def _truncations(timeline: Sequence[Row], changes: Iterable[Row]) -> list[PartitionAnomaly]:
+    states: dict[tuple[str, int], list[Row]] = defaultdict(list)
+    for row in timeline:
+        if row["event"] == "state":
+            states[_tp(row)].append(row)
+    unclean: dict[tuple[str, int], int] = {}
+    for c in changes:
+        if c.get("unclean"):
+            k = _tp(c)
+            unclean[k] = min(unclean.get(k, int(c["leader_epoch"])), int(c["leader_epoch"]))
+    out = []
+    for t in sorted(timeline, key=lambda r: (int(r["node"]), int(r["seq"]))):
+        if t["event"] != "truncate":
+            continue
+        k = _tp(t)
+        node, seq, when = int(t["node"]), int(t["seq"]), int(t["time"])
+        committed = max(
+            (
+                int(s["high_watermark"])
+                for s in states[k]
+                if int(s["node"]) == node and s["life"] == t["life"] and int(s["seq"]) < seq
+            ),
+            default=-1,
+        )
+        to = int(t["truncated_to"])
+        if to >= committed:
+            continue
+        if k in unclean and unclean[k] <= int(t["leader_epoch"]):
+            continue  # an unclean election may lose committed records
+        out.append(
+            PartitionAnomaly(
+                "truncated-committed",
+                k[0],
+                k[1],
+                (node,),
+                (to, committed),
+                (seq,),
+                f"node {node} truncated {k[0]}-{k[1]} from {int(t['truncated_from'])} to {to} "
+                f"in leader epoch {int(t['leader_epoch'])} at {when / 1e9:.3f} s, below the "
+                f"committed HW {committed}, with no unclean election recorded",
+            )
+        )
+    return out

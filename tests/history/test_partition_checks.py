@@ -1,0 +1,135 @@
+"""The partition checks (history.partition_checks) on synthetic exports:
+quiet on a clean run, each firing on its planted anomaly and only there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from history.exports import record_hash
+from history.partition_checks import (
+    PARTITION_CHECKS,
+    PartitionExports,
+    check_partitions,
+    read_partition_exports,
+)
+from tests.history.partition_exports import Partitions, T, clean
+
+
+def fired(p: Partitions) -> dict[str, list[tuple[object, ...]]]:
+    found = check_partitions(p.exports())
+    assert list(found) == list(PARTITION_CHECKS)
+    return {c: [a.ident() for a in found[c]] for c in PARTITION_CHECKS if found[c]}
+
+
+def test_a_clean_run_raises_nothing() -> None:
+    # Truncations of uncommitted tails, a HW that restarts from its
+    # checkpoint after a restart, leader changes: all allowed.
+    assert fired(clean()) == {}
+
+
+def test_replicas_that_differ_below_their_hw_diverge() -> None:
+    p = clean()
+    p.records[3 * 0 + 1] = {**p.records[1], "hash": record_hash(b"99")}  # node 1, offset 1
+    found = check_partitions(p.exports())["replica-divergence"]
+    assert [a.ident() for a in found] == [("replica-divergence", T, 0, (1, 2, 3), (1,), ())]
+    assert "offset 1" in found[0].message and "node 1" in found[0].message
+
+
+@pytest.mark.parametrize("field", ["epoch", "producer_id", "sequence"])
+def test_the_same_value_from_another_batch_diverges_too(field: str) -> None:
+    p = clean()
+    p.records[0] = {**p.records[0], field: p.records[0][field] + 7}
+    assert fired(p) == {"replica-divergence": [("replica-divergence", T, 0, (1, 2, 3), (0,), ())]}
+
+
+def test_a_stale_tail_above_the_replicas_own_hw_is_not_divergence() -> None:
+    # Broker 4 never saw a HW above 3: its offsets 3 and 4 are a tail it has
+    # not truncated yet (it would on its next fetch), not a divergence,
+    # though the partition's highest HW is 5.
+    p = clean()
+    p.state(4, 500, 3, 5, 0, 1)
+    p.log(4, [1, 2, 3, 40, 41], epoch=0)
+    p.checkpoint(4, 3, 5)
+    assert fired(p) == {}
+    # Once its HW passed offset 3, its record there must agree.
+    p.state(4, 600, 4, 5, 0, 1)
+    assert fired(p) == {
+        "replica-divergence": [("replica-divergence", T, 0, (1, 2, 3, 4), (3,), ())]
+    }
+
+
+def test_a_hw_that_goes_down_within_a_life() -> None:
+    p = clean()
+    p.state(2, 1500, 4, 5, 1, 2, (2, 3))
+    got = fired(p)
+    assert got == {"hw-regression": [("hw-regression", T, 0, (2,), (5, 4), (4, 5))]}
+    message = check_partitions(p.exports())["hw-regression"][0].message
+    assert "from 5 down to 4" in message
+
+
+def test_a_hw_after_a_restart_or_a_removal_starts_again() -> None:
+    p = clean()
+    p.restart(2)
+    p.state(2, 1500, 1, 5, 1, 2, (2, 3))
+    p.removed(3, 1600)
+    p.state(3, 1700, 0, 0, 1, 2, (2, 3))
+    assert fired(p) == {}
+
+
+def test_a_leader_epoch_that_goes_down_even_across_a_restart() -> None:
+    p = clean()
+    p.restart(3)
+    p.state(3, 1600, 5, 5, 0, 1)
+    assert fired(p) == {"epoch-regression": [("epoch-regression", T, 0, (3,), (1, 0), (6, 8))]}
+
+
+def test_epochs_not_yet_known_and_removals_are_not_regressions() -> None:
+    p = clean()
+    p.state(3, 1600, 5, 5, -1, -1)
+    p.removed(2, 1700)
+    p.state(2, 1800, 0, 0, 0, 1)
+    assert fired(p) == {}
+
+
+def test_a_truncation_below_the_committed_hw() -> None:
+    p = clean()
+    # Leader 2 announced HW 5 at 1.4 s; follower 3 then cuts to 4.
+    p.truncate(3, 1500, 5, 4, 1)
+    got = fired(p)
+    assert got == {
+        "truncated-committed": [("truncated-committed", T, 0, (3,), (4, 5), (7,))],
+        # The truncation lowers 3's HW, but that is the truncation's fault,
+        # reported once.
+    }
+
+
+def test_the_committed_hw_includes_the_replicas_own_last_one() -> None:
+    p = Partitions()
+    p.state(3, 100, 4, 6, 0, 1)
+    p.truncate(3, 100, 6, 2, 0)  # the same millisecond: its own HW 4 counts
+    assert fired(p)["truncated-committed"] == [("truncated-committed", T, 0, (3,), (2, 4), (2,))]
+
+
+def test_an_unclean_election_excuses_later_truncations_only() -> None:
+    p = clean()
+    p.change(40, 2, 2, [2], unclean=True)
+    p.truncate(3, 1500, 5, 4, 2)  # in the unclean leader's epoch: excused
+    assert fired(p) == {}
+    q = clean()
+    q.change(40, 2, 3, [2], unclean=True)
+    q.truncate(3, 1500, 5, 4, 2)  # before the unclean election's epoch
+    assert list(fired(q)) == ["truncated-committed"]
+
+
+def test_read_partition_exports_round_trips_and_names_a_bad_line(tmp_path: Path) -> None:
+    p = clean()
+    p.write(tmp_path)
+    read = read_partition_exports(tmp_path)
+    assert sorted(map(repr, read.timeline)) == sorted(map(repr, p.timeline))
+    assert read.present and len(read.records) == len(p.records)
+    assert read_partition_exports(tmp_path / "nowhere") == PartitionExports()
+    (tmp_path / "nodes" / "1" / "partition_timeline.jsonl").write_text("{}\nnope\n")
+    with pytest.raises(ValueError, match=r"partition_timeline.jsonl: line 2: not JSON"):
+        read_partition_exports(tmp_path)

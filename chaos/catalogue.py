@@ -152,6 +152,15 @@ _LOSS: Final = ("lost-write", "no-loss")
 _QUORUM_FAILOVER: Final = ("kill-leader", "isolate-leader", "pause")
 
 
+# Faults that outlast the brokers' session (controller.broker_session_timeout_ms,
+# 4 s in a chaos run), so that a paused or cut-off leader is fenced and its
+# partitions move while it still holds appends.
+_LONG_FAULTS: Final[dict[str, Any]] = {
+    "time_limit_s": 20.0,
+    "fault_interval_s": 4.0,
+    "fault_period_s": 12.0,
+}
+
 _BY_ID: Final[Mapping[str, Recipe]] = {
     # -- the quorum: the register workload on the key-value store, whose
     # reads carry versions, failing over the metadata quorum's leader.
@@ -216,9 +225,13 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B5": Recipe(  # hw-at-leader-leo
         "queue",
-        ("kill-partition-leader",),
+        ("isolate-one", "kill-partition-leader"),
         _LOSS,
-        note="acks=all answered at the append; the killed leader takes the tail with it",
+        note="acks=all answered at the append: a leader cut off from its followers and "
+        "the controllers (not from the clients) acknowledges a tail that the new leader "
+        "never had, and truncates it at the heal; faults last longer than the brokers' "
+        "4 s session so that leadership moves",
+        **_LONG_FAULTS,
     ),
     "B6": Recipe(  # hw-under-min-isr
         "queue",
@@ -314,8 +327,9 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B18": Recipe(  # harness-not-leader-as-fail
         "queue",
-        _LEADER_LOSS,
+        ("pause-partition-leader", "isolate-one"),
         ("G1a",),
+        **_LONG_FAULTS,
         note="a harness bug: NOT_LEADER_OR_FOLLOWER after sending recorded as fail; a "
         "poll then sees a value whose send failed",
     ),

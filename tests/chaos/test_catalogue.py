@@ -38,6 +38,7 @@ from chaos.runner import (
     RunConfig,
     RunResult,
     bug_environment,
+    expand_nemesis,
     run_chaos,
 )
 from history.runs import RunDir
@@ -133,7 +134,9 @@ def test_a_bug_is_caught_at_the_first_run_where_a_check_fires(tmp_path: Path) ->
     assert b18.first_detection == 1 and b18.fired == ("G1a",)
     # Each bug's runs had exactly that bug on, with the recipe's faults.
     assert [cluster.key(c) for c in cluster.configs] == ["B5", "B5", "B18", "clean", "clean"]
-    assert cluster.configs[0].faults == ("kill-partition-leader",)
+    recipe = RECIPES[Bug.HW_AT_LEADER_LEO]
+    assert cluster.configs[0].faults == tuple(expand_nemesis(recipe.nemesis, 6))
+    assert cluster.configs[0].time_limit_s == recipe.time_limit_s
     assert len({c.seed for c in cluster.configs}) == len(cluster.configs)
     # The clean runs go over the chosen bugs' recipes in turn, with no bug.
     assert [c.recipe for c in result.clean] == [

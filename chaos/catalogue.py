@@ -67,7 +67,8 @@ HARNESS_FINAL_CHECK: Final = "final-check"
 class Recipe:
     """How to expose a bug: ``workload`` with the ``nemesis`` names of
     ``kq chaos run --nemesis`` for ``time_limit_s``, at ``rate`` by
-    ``concurrency`` clients; for ``queue``, the topic's ``partitions``,
+    ``concurrency`` clients on ``controllers`` controllers (and, for
+    ``queue``, 3 brokers); for ``queue``, the topic's ``partitions``,
     ``replication_factor`` and ``min_isr``, the producer's ``acks`` and the
     cluster's ``replica_lag_ms``.  ``expected``: the checks that should
     fire; ``budget``: runs before the bug counts as not caught; ``note``:
@@ -90,6 +91,7 @@ class Recipe:
     fault_period_s: float = 10.0
     quiet_s: float = 2.0
     keys: int = 3
+    controllers: int = 3
     note: str = ""
 
     def describe(self) -> str:
@@ -101,8 +103,10 @@ class Recipe:
                 f" acks={self.acks} rf={self.replication_factor} min-isr={self.min_isr}"
                 f" lag={self.replica_lag_ms / 1000:g}s"
             )
+        nodes = f" controllers={self.controllers}" if self.controllers != 3 else ""
         return (
-            f"{self.workload} {faults}{flags} {self.rate:g}/s {self.time_limit_s:g}s x{self.budget}"
+            f"{self.workload} {faults}{flags}{nodes} {self.rate:g}/s "
+            f"{self.time_limit_s:g}s x{self.budget}"
         )
 
     def config(
@@ -113,9 +117,9 @@ class Recipe:
         seed: int,
         runs_dir: str,
         backend: str = "local",
-        nodes: int = 3,
     ) -> RunConfig:
         """The run of this recipe with ``bugs`` on."""
+        nodes = self.controllers
         queue = QueueOptions(
             partitions=self.partitions,
             replication_factor=self.replication_factor,
@@ -156,10 +160,13 @@ _QUORUM_FAILOVER: Final = ("kill-leader", "isolate-leader", "pause")
 # 4 s in a chaos run), so that a paused or cut-off leader is fenced and its
 # partitions move while it still holds appends.
 _LONG_FAULTS: Final[dict[str, Any]] = {
-    "time_limit_s": 20.0,
-    "fault_interval_s": 4.0,
-    "fault_period_s": 12.0,
+    "time_limit_s": 30.0,
+    "fault_interval_s": 6.0,
+    "fault_period_s": 20.0,
 }
+# One controller: a fault on one node of four, rather than of six, then
+# hits a partition's leader half of the time.
+_ONE_CONTROLLER: Final[dict[str, Any]] = {"controllers": 1}
 
 _BY_ID: Final[Mapping[str, Recipe]] = {
     # -- the quorum: the register workload on the key-value store, whose
@@ -225,13 +232,14 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B5": Recipe(  # hw-at-leader-leo
         "queue",
-        ("isolate-one", "kill-partition-leader"),
+        ("isolate-one",),
         _LOSS,
         note="acks=all answered at the append: a leader cut off from its followers and "
         "the controllers (not from the clients) acknowledges a tail that the new leader "
         "never had, and truncates it at the heal; faults last longer than the brokers' "
         "4 s session so that leadership moves",
         **_LONG_FAULTS,
+        **_ONE_CONTROLLER,
     ),
     "B6": Recipe(  # hw-under-min-isr
         "queue",
@@ -270,13 +278,17 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "queue",
         ("pause-partition-leader", "packet"),
         ("duplicate",),
-        note="retries of a batch whose answer was lost or late are appended again",
+        note="a leader paused longer than the producer's 2 s request timeout: the retry "
+        "of a batch it had appended is appended again",
+        **_LONG_FAULTS,
     ),
     "B12": Recipe(  # out-of-order-for-duplicate
         "queue",
         ("pause-partition-leader", "packet"),
         ("duplicate",),
-        note="Redpanda #3039: a retried batch refused as out of order is resent anew",
+        note="Redpanda #3039: a leader paused past the request timeout refuses the retry "
+        "as out of order, and the batch is resent anew",
+        **_LONG_FAULTS,
     ),
     "B13": Recipe(  # unflushed-append
         "queue",
@@ -330,6 +342,7 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         ("pause-partition-leader", "isolate-one"),
         ("G1a",),
         **_LONG_FAULTS,
+        **_ONE_CONTROLLER,
         note="a harness bug: NOT_LEADER_OR_FOLLOWER after sending recorded as fail; a "
         "poll then sees a value whose send failed",
     ),

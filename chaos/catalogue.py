@@ -68,7 +68,7 @@ class Recipe:
     """How to expose a bug: ``workload`` with the ``nemesis`` names of
     ``kq chaos run --nemesis`` for ``time_limit_s``, at ``rate`` by
     ``concurrency`` clients on ``controllers`` controllers (and, for
-    ``queue``, 3 brokers); for ``queue``, the topic's ``partitions``,
+    ``queue``, ``brokers`` brokers); for ``queue``, the topic's ``partitions``,
     ``replication_factor`` and ``min_isr``, the producer's ``acks`` and the
     cluster's ``replica_lag_ms``.  ``expected``: the checks that should
     fire; ``budget``: runs before the bug counts as not caught; ``note``:
@@ -92,6 +92,7 @@ class Recipe:
     quiet_s: float = 2.0
     keys: int = 3
     controllers: int = 3
+    brokers: int = 3
     note: str = ""
 
     def describe(self) -> str:
@@ -104,6 +105,8 @@ class Recipe:
                 f" lag={self.replica_lag_ms / 1000:g}s"
             )
         nodes = f" controllers={self.controllers}" if self.controllers != 3 else ""
+        if self.workload == "queue" and self.brokers != 3:
+            nodes += f" brokers={self.brokers}"
         return (
             f"{self.workload} {faults}{flags}{nodes} {self.rate:g}/s "
             f"{self.time_limit_s:g}s x{self.budget}"
@@ -121,6 +124,7 @@ class Recipe:
         """The run of this recipe with ``bugs`` on."""
         nodes = self.controllers
         queue = QueueOptions(
+            brokers=self.brokers,
             partitions=self.partitions,
             replication_factor=self.replication_factor,
             min_isr=self.min_isr,
@@ -234,10 +238,13 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "queue",
         ("isolate-one",),
         _LOSS,
+        brokers=2,
+        replication_factor=2,
         note="acks=all answered at the append: a leader cut off from its followers and "
         "the controllers (not from the clients) acknowledges a tail that the new leader "
         "never had, and truncates it at the heal; faults last longer than the brokers' "
-        "4 s session so that leadership moves",
+        "4 s session so that leadership moves; with one controller and two brokers, "
+        "each leading a partition, two faults in three hit a leader",
         **_LONG_FAULTS,
         **_ONE_CONTROLLER,
     ),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
@@ -255,8 +256,6 @@ def _failed(
 
 
 def _json_line(obj: dict[str, Any]) -> None:
-    import json
-
     print(json.dumps(obj), flush=True)
 
 

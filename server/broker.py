@@ -431,12 +431,23 @@ class BrokerProcess:
             self._apply(self.metadata.image)
 
     def _caught_up_offset(self) -> int | None:
-        """The high watermark learned at start, once the leader told it."""
+        """Where the first publish may come: past the high watermark learned
+        at start, once the leader told it, and past this process's
+        registration (the record at its broker epoch), as Kafka's
+        BrokerServer publishes only once the controller says the broker
+        caught up to its registration (``initialCatchUpFuture``).  Before
+        it, a restarted broker's image still gives it the leaderships and
+        ISR places of its previous process, which the registration takes
+        away: applied, it would lead with a log that a power loss cut short,
+        and its followers would truncate to that log, acknowledged records
+        and all."""
         if self._catch_up_offset is None:
             high_watermark = self.node.raft.core.high_watermark
             if high_watermark > self._start_high_watermark:
                 self._catch_up_offset = high_watermark
-        return self._catch_up_offset
+        if self._catch_up_offset is None or not self._registered.is_set():
+            return None
+        return max(self._catch_up_offset, self.broker_epoch + 1)
 
     def _apply(self, image: MetadataImage) -> None:
         if self.replicas.shut_down:
@@ -530,6 +541,10 @@ class BrokerProcess:
                 log.info(
                     "broker %d registered with epoch %d", self.settings.node_id, self.broker_epoch
                 )
+                if self.replicas.loaded is None:
+                    # The metadata copy may have passed the registration
+                    # before its answer came: no later commit need come.
+                    self._publish(self.metadata.image)
                 return
             if answer is not None:
                 log.warning(

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 
 from broker.client.errors import (
     CLIENT_ERROR,
+    FORCE_CLOSED,
     MAY_HAVE_WRITTEN,
     NETWORK_EXCEPTION,
     BufferExhaustedError,
@@ -322,7 +323,7 @@ class RecordAccumulator:
         failed = []
         for batch in list(self._incomplete.values()):
             error = _error(
-                "KafkaException",
+                FORCE_CLOSED,
                 CLIENT_ERROR,
                 f"{batch.topic_partition}: the producer was closed forcefully with "
                 f"{batch.record_count} record(s) not acknowledged",

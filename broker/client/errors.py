@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from broker.errors import Errors
 
 __all__ = [
+    "FORCE_CLOSED",
     "MAY_HAVE_WRITTEN",
     "NETWORK_EXCEPTION",
     "RETRIABLE",
@@ -41,6 +42,9 @@ NETWORK_EXCEPTION = 13
 # Client-side errors without a broker code (Kafka's TimeoutException,
 # BufferExhaustedException, KafkaException on close): -1 with their name.
 CLIENT_ERROR = -1
+# The name of the error a forced close gives every record not yet complete
+# (RecordAccumulator.abortIncompleteBatches' KafkaException).
+FORCE_CLOSED = "KafkaException"
 
 
 class Outcome(enum.Enum):

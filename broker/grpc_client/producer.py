@@ -38,7 +38,7 @@ from typing import Self
 import grpc
 
 from broker.client.accumulator import ProduceAnswer, ProduceRequest, RecordAccumulator
-from broker.client.errors import BufferExhaustedError
+from broker.client.errors import FORCE_CLOSED, BufferExhaustedError
 from broker.client.producer_batch import ProducerBatch, ProducerConfig, RecordFuture
 from broker.client.sequencing import Sequencing
 from broker.errors import Errors
@@ -177,7 +177,7 @@ class Producer:
                 return
             if record.error is not None:
                 fatal = self._fatal
-                if fatal is not None and record.error.name == "KafkaException":
+                if fatal is not None and record.error.name == FORCE_CLOSED:
                     result.set_exception(fatal)
                 else:
                     result.set_exception(DeliveryFailedError(record.error))

@@ -48,6 +48,13 @@ from spark_verify.load import (
 from spark_verify.logs import check_exports, check_version_collisions
 from spark_verify.ops import KEYS_SCHEMA_DDL, CheckOp
 from spark_verify.pairing import pair_ops
+from spark_verify.partitions import (
+    PARTITION_CHECKS,
+    PartitionFrames,
+    check_partition_runs,
+    load_partition_exports,
+    partition_plots,
+)
 from spark_verify.queue import QUEUE_CHECKS, check_queue_runs
 from spark_verify.report import write_report
 from spark_verify.session import is_remote, master_of, parallelism
@@ -289,14 +296,22 @@ def verify_runs(
         checks[result.name] = _merge(checks.get(result.name), result)
     checks["final-metadata"] = _final_metadata(runs)
     queue_runs = sorted(r.name for r in runs if r.model == "queue")
+    folders = {r.name: r.path for r in runs if r.model == "queue" and r.path.is_dir()}
     if queue_runs:
         say("checking the queue runs (Jepsen's queue checks and no-loss)")
         in_queue = F.col("run").isin(queue_runs)
-        folders = {r.name: r.path for r in runs if r.model == "queue"}
         for result in check_queue_runs(ops.where(in_queue), history.where(in_queue), folders):
             checks[result.name] = result
+        say("checking the brokers' partition exports")
+        partition_frames: PartitionFrames | None = load_partition_exports(spark, folders)
+        for result in check_partition_runs(spark, folders, partition_frames):
+            checks[result.name] = result
+    else:
+        partition_frames = None
 
-    ordered = tuple(checks[name] for name in (*CHECK_ORDER, *QUEUE_CHECKS) if name in checks)
+    ordered = tuple(
+        checks[name] for name in (*CHECK_ORDER, *QUEUE_CHECKS, *PARTITION_CHECKS) if name in checks
+    )
     run_rows = [
         {
             "name": r.name,
@@ -326,11 +341,17 @@ def verify_runs(
         verdict["elapsed_s"] = round(time.monotonic() - t0, 3)
         report_path = out / "report.html"
         per_run = tl.per_run()
+        plots = (
+            partition_plots(partition_frames, ops, folders, opts.buckets)
+            if partition_frames is not None
+            else {}
+        )
         write_report(
             report_path,
             verdict,
             {r.name: per_run[r.name] for r in runs if r.name in per_run},
             key_rows,
+            partitions=plots,
             title="kq verification: "
             + ", ".join(r.name for r in runs[:3])
             + (f" and {len(runs) - 3} more" if len(runs) > 3 else ""),

@@ -5,7 +5,9 @@ its throughput and latency over time with the faults shaded (as Jepsen's
 ``perf`` checker draws them: what each fault did to the clients is the first
 question about a failing run), the anomalies of that run with their witness
 operations, and the per-key linearizability results (Knossos/Porcupine
-verdicts, the invalid and unknown keys first).
+verdicts, the invalid and unknown keys first).  A run with brokers adds, per
+partition, HW and LEO over time per replica, the leader's ISR size and the
+consumer lag, on the same time axis with the same faults shaded.
 
 It opens from a file with no network: the CSS is inline, the plots are inline
 SVG, and there is no script, font or image to fetch.  Every text that comes
@@ -25,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from spark_verify.partitions import PartitionPlot, Series
 from spark_verify.timeline import FaultInterval, RunTimeline, Timeline
 from spark_verify.verdict import UNKNOWN, Validity, validity_from_json
 
@@ -462,6 +465,123 @@ def _run_plots(rt: RunTimeline) -> _Markup:
     )
 
 
+# -- the partitions' plots (runs with brokers) --------------------------------------
+
+_HW_WIDTH, _LEO_DASH = 1.8, "5 3"
+
+
+def _steps(
+    points: Sequence[tuple[float, float]], frame: _Frame, y: Any
+) -> list[tuple[float, float]]:
+    """A value held until the next point: horizontal, then vertical."""
+    out: list[tuple[float, float]] = []
+    for i, (t, v) in enumerate(points):
+        if i:
+            out.append((frame.x(t), out[-1][1]))
+        out.append((frame.x(t), y(v)))
+    return out
+
+
+def _step_plot(
+    label: str,
+    frame: _Frame,
+    lines: Sequence[tuple[Series, str, str | None, float]],
+    y_title: str,
+    empty: str,
+    integer: bool = False,
+) -> _Markup:
+    top = max((v for s, *_ in lines for _, v in s.points), default=0.0)
+    ticks = _ticks(max(top, 1.0) if integer else top, 5)
+    if integer:
+        ticks = [t for t in ticks if t == int(t)]
+    hi = ticks[-1] or 1.0
+
+    def y(v: float) -> float:
+        return _MT + _PH - v / hi * _PH
+
+    body = [_frame_markup(frame, [(y(t), _num(t)) for t in ticks], y_title)]
+    for series, colour, dash, width in lines:
+        if series.points:
+            body.append(
+                _series([_steps(series.points, frame, y)], colour, dash, width, series.name)
+            )
+    if not any(s.points for s, *_ in lines):
+        body.append(_no_data(empty))
+    return _svg(label, _cat(body))
+
+
+def _partition_plots(plot: PartitionPlot, frame: _Frame, colours: Mapping[str, str]) -> _Markup:
+    title = plot.name + (f" (key {plot.key})" if plot.key is not None else "")
+    replicas = [(s, colours[s.name.rsplit(" ", 1)[0]], None, _HW_WIDTH) for s in plot.hw] + [
+        (s, colours[s.name.rsplit(" ", 1)[0]], _LEO_DASH, 1.2) for s in plot.leo
+    ]
+    return _cat(
+        [
+            _el("h4", None, f"Partition {title}"),
+            _step_plot(
+                f"HW and LEO of {plot.name} in run {plot.run}",
+                frame,
+                replicas,
+                "offset",
+                "no partition state lines",
+            ),
+            _step_plot(
+                f"ISR size of {plot.name} in run {plot.run}",
+                frame,
+                [(plot.isr, "#333", None, 1.5)],
+                "ISR size (leader's)",
+                "no leader state lines",
+                integer=True,
+            ),
+            _step_plot(
+                f"consumer lag of {plot.name} in run {plot.run}",
+                frame,
+                [(plot.lag, "#d62728", None, 1.5)],
+                "consumer lag (records)",
+                "no poll returned records of this partition",
+            ),
+        ]
+    )
+
+
+def _partitions_section(plots: Sequence[PartitionPlot], rt: RunTimeline | None) -> _Markup:
+    """Each partition of a run with brokers: HW (solid) and LEO (dashed) per
+    replica, the leader's ISR size, the consumer lag, faults shaded as above."""
+    # The run's time axis, stretched to the brokers' last line (they stop
+    # after the history ends).
+    end = max(
+        (t for p in plots for s in (*p.hw, *p.leo, p.isr, p.lag) for t, _ in s.points),
+        default=0.0,
+    )
+    faults = rt.faults if rt is not None else ()
+    end = max(end, rt.end_s if rt is not None else 0.0) or 1.0
+    labels = sorted({x.label for x in faults})
+    fills = {lab: _FAULT_FILLS[i % len(_FAULT_FILLS)] for i, lab in enumerate(labels)}
+    frame = _Frame(end_s=end, faults=faults, fills=fills)
+    brokers = sorted({s.name.rsplit(" ", 1)[0] for p in plots for s in (*p.hw, *p.leo)})
+    colours = {b: _F_COLOURS[i % len(_F_COLOURS)] for i, b in enumerate(brokers)}
+    items = [
+        _el("span", {"class": "item"}, _line_swatch(c, None, 3), b) for b, c in colours.items()
+    ]
+    items.append(_el("span", {"class": "item"}, _line_swatch("#333", None, _HW_WIDTH), "HW"))
+    items.append(_el("span", {"class": "item"}, _line_swatch("#333", _LEO_DASH, 1.2), "LEO"))
+    for label, fill in fills.items():
+        swatch = _el("span", {"class": "fsw", "style": f"background:{fill}"})
+        items.append(_el("span", {"class": "item fault-key"}, swatch, label))
+    legend = _el("div", {"class": "legend"}, *items)
+    parts = [
+        _el(
+            "p",
+            {"class": "note"},
+            f"{len(plots)} partition(s), from the brokers' partition state lines "
+            "(one point per bucket, the last in it) and the history's polls.",
+        ),
+        legend,
+    ]
+    parts.extend(_partition_plots(p, frame, colours) for p in plots)
+    return _cat(parts)
+
+
 # -- tables -----------------------------------------------------------------
 
 
@@ -756,13 +876,15 @@ def render_report(
     *,
     title: str,
     max_keys: int = MAX_KEY_ROWS,
+    partitions: Mapping[str, Sequence[PartitionPlot]] | None = None,
 ) -> str:
     """The report as one HTML page with no external reference.
 
     ``verdict`` is the verdict JSON object (``format``, ``valid``, ``runs``,
     ``checks``, ``elapsed_s``); ``timelines`` maps a run's name to a Timeline
     holding that run (``Timeline.per_run()``); ``keys`` are KEYS rows (as
-    mappings; Spark Rows are taken too).
+    mappings; Spark Rows are taken too); ``partitions`` maps a run with
+    brokers to its partitions' series (``spark_verify.partitions.partition_plots``).
     """
     if not isinstance(verdict, Mapping):
         raise ValueError(f"the verdict must be a JSON object, not {type(verdict).__name__}")
@@ -798,6 +920,7 @@ def render_report(
     names = [r["name"] for r in runs]
     extra = set(per_run) | set(keys_by_run)
     extra |= {a["run"] for c in checks.values() for a in c["anomalies"] if a.get("run")}
+    extra |= set(partitions or {})
     names += sorted(n for n in extra if n not in set(names))
 
     elapsed = verdict.get("elapsed_s")
@@ -845,6 +968,9 @@ def render_report(
         body.append(
             _run_plots(rt) if rt is not None else _el("p", {"class": "note"}, "no timeline")
         )
+        if partitions and partitions.get(name):
+            body.append(_el("h3", None, "Partitions"))
+            body.append(_partitions_section(partitions[name], rt))
         found = _anomalies(checks, name)
         if found:
             body.append(_el("h3", None, "Anomalies"))
@@ -908,9 +1034,12 @@ def write_report(
     *,
     title: str,
     max_keys: int = MAX_KEY_ROWS,
+    partitions: Mapping[str, Sequence[PartitionPlot]] | None = None,
 ) -> None:
     """Render the report and write it to ``path`` (UTF-8), replacing the file atomically."""
-    text = render_report(verdict, timelines, keys, title=title, max_keys=max_keys)
+    text = render_report(
+        verdict, timelines, keys, title=title, max_keys=max_keys, partitions=partitions
+    )
     tmp = f"{os.fspath(path)}.tmp"
     with open(tmp, "w", encoding="utf-8") as out:
         out.write(text)

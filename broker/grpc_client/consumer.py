@@ -175,9 +175,9 @@ class Consumer:
             self._raise_pending()
             try:
                 await self._update_positions()
-            except (NoBrokerError, BrokerClientError) as error:
-                if isinstance(error, NoBrokerError) or error.code == Errors.BROKER_NOT_AVAILABLE:
-                    # No broker answered: keep trying until the timeout.
+            except BrokerClientError as error:
+                if error.code == Errors.BROKER_NOT_AVAILABLE:
+                    # No broker answered (NoBrokerError): keep trying until the timeout.
                     if now_ms() >= deadline:
                         return []
                     await asyncio.sleep(self.retry_backoff_ms / 1000)

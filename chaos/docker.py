@@ -50,6 +50,29 @@ node reported, and the changes from its log lines.  The
 containers share the host's time zone (``/etc/localtime``), so that the
 lines' local times read right on the host.
 
+With ``brokers``, the cluster also runs that many broker containers, as the
+local backend runs its broker processes (:mod:`chaos.local`): broker ids
+after the controllers' (controllers 1..C, brokers C+1..C+B), broker ``b``
+at ``10.88.X.(10+b)`` on the same network, each with its own certificate
+(``broker-<b>``, valid for its address), a config written as ``kq cluster
+up --brokers`` writes it (:func:`server.local_cluster.write_broker_configs`;
+under ``/kq``: ``metadata/``, the metadata copy, and ``logs/``, its log
+directory, both formatted by ``kq storage format`` on first start), and
+``kq broker start``.  They are started once a controller leads and waited
+for until the controller has each registered and unfenced (a restarted one:
+registered again, at a higher broker epoch).  Brokers are nodes of the
+backend like the controllers (:attr:`DockerCluster.nodes` holds both), so
+every fault may pick one; :meth:`DockerCluster.addresses` stays the
+controllers', :meth:`DockerCluster.broker_addresses` are the brokers'.  A
+power loss needs nothing of the backend: the run's environment (``env``)
+starts every process in the storage's power-loss test mode, and ``docker
+kill -s KILL`` then drops what it did not sync.  :meth:`DockerCluster.collect`
+stops the brokers first (a controlled shutdown needs the controllers),
+copies each broker's log, metadata copy and log directory out and writes
+its partitions' exports (:func:`chaos.node_exports.export_broker`) and
+the controllers' partition changes
+(:func:`chaos.node_exports.export_partition_changes`).
+
 Needs root, the docker command and a daemon (:func:`chaos.docker_image.ensure_daemon`
 starts one when none answers) and iptables.
 """
@@ -72,18 +95,22 @@ import grpc
 
 from chaos.backend import check_packet, partition_pairs
 from chaos.docker_image import Docker, DockerError, ensure_daemon, ensure_image
+from chaos.local import BROKER_CHAOS_SETTINGS, CONTROLLER_BROKER_SETTINGS
 from chaos.netfilter import IptablesChains, NetfilterError, nfqueue_target, random_match
 from chaos.nfqueue import Delayer, queue_number
-from chaos.node_exports import export_node
+from chaos.node_exports import export_broker, export_node, export_partition_changes
 from history.runs import RunDir
 from quorum.driver.client import describe
 from quorum.driver.storage_format import META_FILE
+from server.local_brokers import broker_epochs, broker_registrations, broker_state
 from server.local_cluster import (
     CallerCredentials,
     ClusterState,
+    broker_tls,
     issue_node_cert,
     make_certs,
     new_cluster_state,
+    write_broker_configs,
     write_configs,
 )
 
@@ -94,7 +121,13 @@ ADDRESS_BASE = 10
 """Node i gets address 10.88.X.(ADDRESS_BASE + i)."""
 HOME = "/kq"
 LOG = f"{HOME}/controller.log"
+BROKER_LOG = f"{HOME}/broker.log"
 CONFIG = f"{HOME}/config.toml"
+BROKER_METADATA = "metadata"
+"""A broker's metadata copy, relative to ``HOME`` (as its config names it)."""
+BROKER_LOG_DIR = "logs"
+"""A broker's one log directory, relative to ``HOME``."""
+MAX_BROKERS = 20
 CERTS = "certs"
 """The node's certificates folder, relative to ``HOME`` (a bind mount)."""
 LABEL = "kq.chaos"
@@ -174,7 +207,11 @@ class DockerCluster:
     Host-side files (configs, certificates, copies) live in a temporary
     folder that :meth:`stop` removes.  Without ``tls``, the nodes listen
     PLAINTEXT.  ``env``: environment variables of every node's container
-    (the bug switch of :mod:`bugs`, for the catalogue)."""
+    (the bug switch of :mod:`bugs`, for the catalogue; the storage's
+    power-loss test mode).  ``brokers``: broker containers beside the
+    ``nodes`` controllers, each with ``broker_settings`` over
+    :data:`chaos.local.BROKER_CHAOS_SETTINGS` in its config (the
+    controllers then fence a silent broker as the local backend's do)."""
 
     def __init__(
         self,
@@ -187,14 +224,23 @@ class DockerCluster:
         start_timeout_s: float = 60.0,
         tls: bool = True,
         env: Mapping[str, str] | None = None,
+        brokers: int = 0,
+        broker_settings: Mapping[str, object] | None = None,
     ) -> None:
         if not 1 <= nodes <= 50:
             raise ValueError(f"nodes must be in 1..50, got {nodes}")
+        if not 0 <= brokers <= MAX_BROKERS:
+            raise ValueError(f"brokers must be in 0..{MAX_BROKERS}, got {brokers}")
         self._count = nodes
+        self._brokers = brokers
         self._env = dict(env or {})
         self._tls = tls
         self._credentials = CallerCredentials()
-        self._settings = dict(settings or {})
+        self._settings = {
+            **(CONTROLLER_BROKER_SETTINGS if brokers else {}),
+            **(settings or {}),
+        }
+        self._broker_settings = {**BROKER_CHAOS_SETTINGS, **(broker_settings or {})}
         self._image = image
         self._base = base
         self._docker = docker
@@ -220,7 +266,19 @@ class DockerCluster:
 
     @property
     def nodes(self) -> Sequence[int]:
+        """The controllers, then the brokers: every node a fault may pick."""
+        return list(range(1, self._count + self._brokers + 1))
+
+    @property
+    def controllers(self) -> Sequence[int]:
         return list(range(1, self._count + 1))
+
+    @property
+    def brokers(self) -> Sequence[int]:
+        return list(range(self._count + 1, self._count + self._brokers + 1))
+
+    def is_broker(self, node: int) -> bool:
+        return node > self._count
 
     @property
     def docker(self) -> Docker:
@@ -252,7 +310,12 @@ class DockerCluster:
         return f"10.88.{self._subnet}.{ADDRESS_BASE + node}"
 
     def addresses(self) -> Mapping[int, str]:
-        return {n: f"{self.host(n)}:{PORT}" for n in self.nodes}
+        """The controllers' client addresses (the metadata quorum's)."""
+        return {n: f"{self.host(n)}:{PORT}" for n in self.controllers}
+
+    def broker_addresses(self) -> Mapping[int, str]:
+        """Each broker's client address (empty without brokers)."""
+        return {b: f"{self.host(b)}:{PORT}" for b in self.brokers}
 
     @property
     def security_protocol(self) -> str:
@@ -266,10 +329,17 @@ class DockerCluster:
         return self._credentials.of(self._state, broker)
 
     def _node_certs(self, node: int) -> Path:
-        """The host folder mounted as ``node``'s certificates folder."""
+        """The host folder mounted as ``node``'s certificates folder
+        (``node-<i>/certs``, ``broker-<b>/certs``)."""
         if self._state is None:
             raise RuntimeError("the cluster is not started")
-        return self._state.dir / f"node-{node}" / CERTS
+        folder = f"broker-{node}" if self.is_broker(node) else f"node-{node}"
+        return self._state.dir / folder / CERTS
+
+    def _stem(self, node: int) -> str:
+        """The name of ``node``'s certificate and key in the cluster's
+        certificates folder (as :mod:`server.local_cluster` names them)."""
+        return f"broker-{node}" if self.is_broker(node) else f"controller-{node}"
 
     def _publish_certs(self, node: int) -> None:
         """Copy ``node``'s files from the cluster's certificates folder into
@@ -279,7 +349,7 @@ class DockerCluster:
         assert state is not None
         folder = self._node_certs(node)
         folder.mkdir(parents=True, exist_ok=True)
-        stem = f"controller-{node}"
+        stem = self._stem(node)
         for name in (f"{stem}.key", f"{stem}.crt", "ca.crt"):
             data = (state.certs_dir / name).read_bytes()
             tmp = folder / f".{name}.tmp"
@@ -289,7 +359,7 @@ class DockerCluster:
             os.replace(tmp, folder / name)
 
     def _tls_settings(self, node: int) -> dict[str, object]:
-        stem = f"{CERTS}/controller-{node}"
+        stem = f"{CERTS}/{self._stem(node)}"
         return {
             "tls.ca_file": f"{CERTS}/ca.crt",
             "tls.cert_file": f"{stem}.crt",
@@ -304,8 +374,19 @@ class DockerCluster:
             raise RuntimeError("the cluster is not started")
         for node in nodes:
             self._check(node)
-            await asyncio.to_thread(issue_node_cert, state, state.node(node), (f"node-{node}",))
+            if self.is_broker(node):
+                await asyncio.to_thread(self._reissue_broker_cert, node)
+            else:
+                await asyncio.to_thread(issue_node_cert, state, state.node(node), (f"node-{node}",))
             await asyncio.to_thread(self._publish_certs, node)
+
+    def _reissue_broker_cert(self, broker: int) -> None:
+        """A new certificate and key for ``broker`` in the cluster's folder
+        (the broker reads only its mounted copy, replaced by rename after)."""
+        state = self.state
+        for suffix in (".crt", ".key"):
+            (state.certs_dir / f"{self._stem(broker)}{suffix}").unlink(missing_ok=True)
+        broker_tls(state, broker)
 
     def _check(self, node: int) -> None:
         if node not in self.nodes:
@@ -335,13 +416,21 @@ class DockerCluster:
                 raise DockerError(f"docker network create {self.name}: {done.stderr.strip()}")
         raise DockerError("no free 10.88.X.0/24 subnet for the cluster's network")
 
+    def _log(self, node: int) -> str:
+        """Where ``node``'s output goes in its container."""
+        return BROKER_LOG if self.is_broker(node) else LOG
+
     def _command(self, node: int) -> str:
-        meta = f"data/{META_FILE}"
+        # A broker's format also stamps its log directory (kq storage format
+        # reads broker.log_dirs from its config).
+        broker = self.is_broker(node)
+        meta = f"{BROKER_METADATA if broker else 'data'}/{META_FILE}"
+        what, role = ("broker", "broker") if broker else ("node", "controller")
         return (
-            f"cd {HOME} && exec >>{LOG} 2>&1 && "
-            f"echo \"--- $(date '+%Y-%m-%d %H:%M:%S') starting node {node}\" && "
+            f"cd {HOME} && exec >>{self._log(node)} 2>&1 && "
+            f"echo \"--- $(date '+%Y-%m-%d %H:%M:%S') starting {what} {node}\" && "
             f"{{ [ -e {meta} ] || kq storage format --config {CONFIG}; }} && "
-            f"exec kq controller start --config {CONFIG}"
+            f"exec kq {role} start --config {CONFIG}"
         )
 
     def _create(self, node: int, image: str, config: Path) -> None:
@@ -354,7 +443,8 @@ class DockerCluster:
         certs = ["-v", f"{self._node_certs(node)}:{HOME}/{CERTS}:ro"] if self._tls else []
         self._containers[node] = name
         self.docker.run(
-            "create", "--name", name, "--hostname", f"node-{node}",
+            "create", "--name", name,
+            "--hostname", f"broker-{node}" if self.is_broker(node) else f"node-{node}",
             "--label", f"{LABEL}={self.token}",
             "--network", self.name, "--ip", self.host(node),
             "--init", "--cap-add", "NET_ADMIN",
@@ -376,7 +466,9 @@ class DockerCluster:
             await asyncio.to_thread(self.netfilter.install)
             await asyncio.to_thread(self._make_network)
             self._dir = Path(tempfile.mkdtemp(prefix=f"{self.name}-"))
-            state = new_cluster_state(self._dir, PORT, self.addresses())
+            state = new_cluster_state(
+                self._dir, PORT, self.addresses(), brokers=self.broker_addresses()
+            )
             state.tls = self._tls
             self._state = state
             if self._tls:
@@ -389,11 +481,24 @@ class DockerCluster:
                 header="node of a docker chaos cluster",
                 per_node=self._tls_settings if self._tls else None,
             )
-            for n in state.nodes:
+            if state.brokers:
+                write_broker_configs(
+                    state,
+                    self._broker_settings,
+                    per_broker=self._tls_settings if self._tls else None,
+                )
+            for n in state.members:
                 await asyncio.to_thread(self._create, n.node_id, image, state.path(n.config))
             self.start_unix_ns = time.time_ns()
-            await asyncio.to_thread(self.docker.run, "start", *self._containers.values())
+            names = [self._containers[n] for n in self.controllers]
+            await asyncio.to_thread(self.docker.run, "start", *names)
             await self._wait_for_leader()
+            if self.brokers:
+                # As kq cluster up: once a controller leads, each registered
+                # and unfenced.
+                names = [self._containers[b] for b in self.brokers]
+                await asyncio.to_thread(self.docker.run, "start", *names)
+                await self._wait_for_brokers(self.brokers, self._start_timeout_s)
         except BaseException:
             await self.stop()
             raise
@@ -407,8 +512,9 @@ class DockerCluster:
     def log_tail(self, node: int, lines: int = 15) -> str:
         """The end of ``node``'s log, read from its container."""
         with tempfile.TemporaryDirectory() as tmp:
-            copy = Path(tmp) / "controller.log"
-            done = self.docker.run("cp", f"{self._containers[node]}:{LOG}", str(copy), check=False)
+            copy = Path(tmp) / "node.log"
+            source = f"{self._containers[node]}:{self._log(node)}"
+            done = self.docker.run("cp", source, str(copy), check=False)
             if done.returncode != 0:
                 return "(no log)"
             text = copy.read_text(errors="replace")
@@ -420,8 +526,8 @@ class DockerCluster:
         credentials = self.client_credentials()
         while True:
             running = await asyncio.to_thread(self._running)
-            for node, up in running.items():
-                if not up:
+            for node in self.controllers:
+                if not running[node]:
                     tail = await asyncio.to_thread(self.log_tail, node)
                     raise DockerError(f"node {node} exited while starting:\n{tail}")
             answers = await asyncio.gather(
@@ -432,6 +538,60 @@ class DockerCluster:
             if time.monotonic() >= deadline:
                 raise DockerError(f"no leader was elected within {self._start_timeout_s:g} s")
             await asyncio.sleep(0.2)
+
+    async def _wait_for_brokers(
+        self, brokers: Sequence[int], timeout_s: float, since: Mapping[int, int] | None = None
+    ) -> None:
+        """Wait until the active controller has each of ``brokers``
+        registered at a broker epoch above ``since`` (its epoch before it
+        was started; -1: any) and unfenced, as
+        :func:`server.local_brokers.wait_for_brokers` waits for processes;
+        :class:`DockerError` with the end of its log if one exits, or
+        naming those not up and their state at the timeout."""
+        deadline = time.monotonic() + timeout_s
+        since = since or {}
+        while True:
+            running = await asyncio.to_thread(self._running)
+            for b in brokers:
+                if not running[b]:
+                    tail = await asyncio.to_thread(self.log_tail, b)
+                    raise DockerError(f"broker {b} exited while starting:\n{tail}")
+            wait = min(2.0, max(0.5, deadline - time.monotonic()))
+            seen = await broker_registrations(self.state, wait)
+            found = {b: None if seen is None else seen.get(b) for b in brokers}
+            late = [
+                b
+                for b, r in found.items()
+                if r is None
+                or r.broker_epoch <= since.get(b, -1)
+                or r.fenced
+                or r.in_controlled_shutdown
+            ]
+            if not late:
+                return
+            if time.monotonic() >= deadline:
+                why = (
+                    "no controller answered"
+                    if seen is None
+                    else ", ".join(f"broker {b}: {broker_state(found[b])}" for b in late)
+                )
+                tail = await asyncio.to_thread(self.log_tail, late[0])
+                raise DockerError(
+                    f"broker(s) {','.join(map(str, late))} not registered and unfenced within "
+                    f"{timeout_s:g} s ({why}); the end of broker {late[0]}'s log:\n{tail}"
+                )
+            await asyncio.sleep(0.2)
+
+    async def wait_brokers(self, timeout_s: float) -> bool:
+        """Whether every broker is running, registered and unfenced within
+        ``timeout_s`` (True at once without brokers)."""
+        if not self.brokers:
+            return True
+        try:
+            await self._wait_for_brokers(self.brokers, timeout_s)
+        except DockerError:
+            return False
+        return True
 
     def _remove(self) -> None:
         docker = self._docker
@@ -483,6 +643,13 @@ class DockerCluster:
 
     async def restart(self, node: int, timeout_s: float = 20.0) -> None:
         name = self._name(node)
+        if self.is_broker(node):
+            # Back once registered anew (a higher broker epoch) and unfenced.
+            since = await broker_epochs(self.state)
+            await self._stop_container(node)
+            await asyncio.to_thread(self.docker.run, "start", name)
+            await self._wait_for_brokers([node], max(timeout_s, 30.0), since)
+            return
         await self._stop_container(node)
         await asyncio.to_thread(self.docker.run, "start", name)
         address = self.addresses()[node]
@@ -603,7 +770,7 @@ class DockerCluster:
         """Ask every running, unpaused node its high watermark; the last one
         each node reported."""
         running = await asyncio.to_thread(self._running)
-        live = [n for n, up in running.items() if up and n not in self._paused]
+        live = [n for n in self.controllers if running[n] and n not in self._paused]
         addresses = self.addresses()
         credentials = self.client_credentials()
         answers = await asyncio.gather(*(describe(addresses[n], 1.0, credentials) for n in live))
@@ -622,9 +789,22 @@ class DockerCluster:
             raise RuntimeError("the cluster is not started")
         await self.heal()
         await self.high_watermarks()
-        await asyncio.gather(*(self._stop_container(n) for n in self.nodes))
+        # Brokers first: a broker's controlled shutdown needs the controllers.
+        await asyncio.gather(*(self._stop_container(b) for b in self.brokers))
+        await asyncio.gather(*(self._stop_container(n) for n in self.controllers))
         run = RunDir(Path(run_dir))
         start = self.start_unix_ns if start_unix_ns is None else start_unix_ns
+        for b in state.brokers:
+            await asyncio.to_thread(self._copy_broker, b.node_id)
+            log_path = state.path(b.log_file)
+            await asyncio.to_thread(
+                export_broker,
+                run,
+                b.node_id,
+                log_path.read_text(errors="replace") if log_path.exists() else "",
+                [state.path(d) for d in b.log_dirs],
+                start,
+            )
         for n in state.nodes:
             name = self._containers[n.node_id]
             log_path = state.path(n.log_file)
@@ -642,3 +822,25 @@ class DockerCluster:
                 self._high_watermark.get(n.node_id, 0),
                 start,
             )
+            if state.brokers:
+                await asyncio.to_thread(
+                    export_partition_changes,
+                    run,
+                    n.node_id,
+                    data_dir,
+                    state.cluster_id,
+                    self._high_watermark.get(n.node_id, 0),
+                )
+
+    def _copy_broker(self, broker: int) -> None:
+        """Copy a stopped broker's log, metadata copy and log directory out
+        of its container to where the cluster's state has them."""
+        state = self.state
+        b = state.broker(broker)
+        name = self._containers[broker]
+        self.docker.run("cp", f"{name}:{BROKER_LOG}", str(state.path(b.log_file)), check=False)
+        (log_dir,) = b.log_dirs
+        for inside, outside in ((BROKER_METADATA, b.data_dir), (BROKER_LOG_DIR, log_dir)):
+            dest = state.path(outside)
+            shutil.rmtree(dest, ignore_errors=True)
+            self.docker.run("cp", f"{name}:{HOME}/{inside}", str(dest), check=False)

@@ -166,15 +166,7 @@ def _make_docker(
 ) -> ClusterBackend:
     from chaos.docker import DockerCluster
 
-    if brokers:
-        raise ValueError(NO_DOCKER_BROKERS)
-    return DockerCluster(nodes, tls=tls, env=env)
-
-
-NO_DOCKER_BROKERS: Final = (
-    "the docker backend runs no brokers yet, so it cannot run the queue workload: "
-    "use --backend local"
-)
+    return DockerCluster(nodes, tls=tls, env=env, brokers=brokers, broker_settings=broker_settings)
 
 
 CLIENT_BUGS: Final = frozenset({Bug.HARNESS_NOT_LEADER_AS_FAIL})
@@ -210,9 +202,11 @@ BACKENDS: Final[dict[str, BackendSpec]] = {
     ),
     "docker": BackendSpec(
         _make_docker,
-        "one container per node on a Docker network of its own; "
+        "one container per node on a Docker network of its own, and with brokers one "
+        "`kq broker start` container per broker on it; "
         "docker kill, docker pause, iptables partitions in DOCKER-USER, "
         "packet loss and delay (netem, else NFQUEUE)",
+        brokers=True,
     ),
 }
 """Cluster backends by name (``--backend``)."""
@@ -496,11 +490,7 @@ class RunConfig:
             raise ValueError(f"bugs must be bugs.Bug members, got {odd!r}")
         if WORKLOADS[self.workload].needs_brokers:
             if not BACKENDS[self.backend].brokers:
-                raise ValueError(
-                    NO_DOCKER_BROKERS
-                    if self.backend == "docker"
-                    else f"the {self.backend} backend runs no brokers: use --backend local"
-                )
+                raise ValueError(f"the {self.backend} backend runs no brokers: use --backend local")
             self.queue.check()
         else:
             aimed = [f for f in self.faults if f in BROKER_KINDS]

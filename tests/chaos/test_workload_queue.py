@@ -321,10 +321,8 @@ def test_the_no_loss_check_fires_on_lost_moved_and_inconsistent_records() -> Non
 # -- the run config -------------------------------------------------------------------
 
 
-def test_the_docker_backend_refuses_the_queue_workload_for_now() -> None:
-    config = RunConfig(backend="docker", workload="queue")
-    with pytest.raises(ValueError, match="docker backend runs no brokers yet"):
-        config.check()
+def test_both_backends_take_the_queue_workload() -> None:
+    RunConfig(backend="docker", workload="queue").check()
     RunConfig(backend="local", workload="queue").check()
     assert RunConfig(workload="register").brokers == 0
     assert RunConfig(workload="queue").brokers == 3
@@ -345,11 +343,16 @@ def test_bad_queue_options_are_refused(options: QueueOptions, message: str) -> N
         RunConfig(workload="queue", queue=options).check()
 
 
-def test_the_docker_backend_factory_refuses_brokers(tmp_path: Path) -> None:
+def test_the_docker_backend_factory_makes_brokers_after_the_controllers(tmp_path: Path) -> None:
+    from chaos.docker import DockerCluster
     from chaos.runner import BACKENDS
 
-    with pytest.raises(ValueError, match="docker backend runs no brokers yet"):
-        BACKENDS["docker"].make(3, tmp_path, False, True, brokers=3)
+    cluster = BACKENDS["docker"].make(3, tmp_path, False, True, brokers=3)
+    assert isinstance(cluster, DockerCluster)
+    assert list(cluster.nodes) == [1, 2, 3, 4, 5, 6]
+    assert (list(cluster.controllers), list(cluster.brokers)) == ([1, 2, 3], [4, 5, 6])
+    with pytest.raises(ValueError, match="brokers must be in 0..20"):
+        BACKENDS["docker"].make(3, tmp_path, False, True, brokers=21)
 
 
 def test_faults_aimed_at_partitions_need_the_queue_workload() -> None:
@@ -487,7 +490,6 @@ def test_the_local_backend_counts_brokers_as_nodes_on_their_own_addresses(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--workload", "queue", "--backend", "docker"], "docker backend runs no brokers yet"),
         (["--workload", "queue", "--min-isr", "4"], "above the replication factor"),
         (["--workload", "queue", "--acks", "2"], "invalid choice"),
         (["--nemesis", "isolate-follower"], "they need brokers"),

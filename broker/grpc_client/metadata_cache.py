@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -114,6 +114,10 @@ class MetadataCache:
         # the metadata (Kafka's Cluster.availablePartitionsForTopic), not on
         # every record the sticky partitioner places.
         self._available: dict[str, list[int]] = {}
+        # Each partition's leader, likewise computed once per change: the
+        # sender reads it on every pass (Kafka's Cluster is immutable and
+        # replaced on each update).
+        self._leaders: dict[TopicPartition, int | None] | None = None
         # Topics the client uses: refreshed together.
         self._wanted: set[str] = set()
         # Why the last refresh did not describe a topic: (code, message).
@@ -159,12 +163,20 @@ class MetadataCache:
             return None
         return info
 
-    def leaders(self) -> dict[TopicPartition, int | None]:
-        """Each known partition's leader (None: no leader, or no address)."""
-        return {
-            tp: (info.leader if self.leader(tp) is not None else None)
-            for tp, info in self.partitions.items()
-        }
+    def leaders(self) -> Mapping[TopicPartition, int | None]:
+        """Each known partition's leader (None: no leader, or no address);
+        the same mapping until the metadata changes: read it, do not change it."""
+        if self._leaders is None:
+            self._leaders = {
+                tp: (info.leader if self.leader(tp) is not None else None)
+                for tp, info in self.partitions.items()
+            }
+        return self._leaders
+
+    def _changed(self) -> None:
+        """The brokers or partitions changed: what is derived from them goes."""
+        self._available.clear()
+        self._leaders = None
 
     def available(self, topic: str) -> list[int]:
         """The topic's partitions with a leader (for the sticky partitioner)."""
@@ -198,7 +210,7 @@ class MetadataCache:
         (and the leaders' endpoints). Taken if the epoch is not older than
         the known one (KIP-320); True if the client can go there now, else
         a refresh is requested."""
-        self._available.clear()
+        self._changed()
         for endpoint in endpoints:
             self.brokers[endpoint.node_id] = f"{endpoint.host}:{endpoint.port}"
         known = self.partitions.get(tp)
@@ -287,7 +299,7 @@ class MetadataCache:
         )
 
     def _take(self, response: broker_pb2.MetadataResponse) -> None:
-        self._available.clear()
+        self._changed()
         self.refreshes += 1
         self._last_refresh_ms = now_ms()
         self.cluster_id = response.cluster_id

@@ -694,3 +694,35 @@ def test_a_kip951_leader_hint_moves_the_partition_without_a_refresh() -> None:
     # A hint naming a broker whose address it does not know asks for one.
     assert not cache.apply_leader_hint(tp, 3, 6)
     assert cache.refresh_due() and cache.leaders() == {tp: 2}
+
+
+def test_the_leaders_are_computed_once_per_change_of_the_metadata() -> None:
+    cache = MetadataCache(["127.0.0.1:1"])
+    tp = TopicPartition("t", 0)
+
+    def answer(leader: int, epoch: int) -> broker_pb2.MetadataResponse:
+        return broker_pb2.MetadataResponse(
+            brokers=[
+                broker_pb2.NodeEndpoint(node_id=n, host="127.0.0.1", port=9090 + n) for n in (1, 2)
+            ],
+            topics=[
+                broker_pb2.MetadataTopic(
+                    name="t",
+                    partitions=[
+                        broker_pb2.MetadataPartition(
+                            partition=0, leader_id=leader, leader_epoch=epoch
+                        )
+                    ],
+                )
+            ],
+        )
+
+    cache._take(answer(1, 4))
+    first = cache.leaders()
+    assert first == {tp: 1} and cache.leaders() is first
+    cache._take(answer(2, 5))  # a refresh
+    assert cache.leaders() == {tp: 2}
+    assert cache.apply_leader_hint(tp, 1, 6)  # a KIP-951 hint
+    assert cache.leaders() == {tp: 1}
+    cache._take(answer(-1, 7))  # an election in progress
+    assert cache.leaders() == {tp: None}

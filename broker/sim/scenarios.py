@@ -1,7 +1,8 @@
-"""Kafka's historical replication bugs (``brokers.md`` §1.12) as scripted
-schedules of the simulator. Each runs with every rule in place, when no
-invariant may fire, and with its rule broken by its :class:`Bug`, when the
-invariant named in :data:`SCENARIOS` fires. A bug is turned on with the
+"""Kafka's historical replication bugs (``brokers.md`` §1.12, and B5, B7
+and B8 of the bug catalogue, §5.7) as scripted schedules of the
+simulator. Each runs with every rule in place, when no invariant may fire,
+and with its rule broken by its :class:`Bug`, when the invariant named in
+:data:`SCENARIOS` fires. A bug is turned on with the
 process-wide switch (:func:`bugs.injected`) for the run, so the rule breaks
 at its line in the replica state machine or the controller stub.
 
@@ -343,7 +344,7 @@ def b8(s: _Script) -> None:
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
-    """A §1.12 scenario: its script and shape, the bug that breaks its
+    """A scenario: its script and shape, the bug that breaks its
     rule, and the invariant that then fires."""
 
     name: str

@@ -2,8 +2,9 @@
 partitions (:mod:`broker.sim`) and report the invariants.
 
 The same flags and seed give the same events, trace and verdict. With
-``--scenario`` it runs one of Kafka's historical bugs (brokers.md §1.12)
-as a scripted schedule, ``--broken`` with its rule broken on purpose.
+``--scenario`` it runs one of Kafka's historical bugs (brokers.md §1.12,
+and B5, B7, B8 of the bug catalogue, §5.7) as a scripted schedule,
+``--broken`` with its rule broken on purpose.
 ``--bug`` turns on deliberate bugs of :mod:`bugs` in this process for the
 random runs (the simulated brokers run the real replica state machine).
 """
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--scenario",
         choices=sorted(SCENARIOS),
-        help="run a scripted scenario of brokers.md §1.12 instead of a random schedule",
+        help="run a scripted scenario (brokers.md §1.12, §5.7) instead of a random schedule",
     )
     parser.add_argument(
         "--broken", action="store_true", help="with --scenario: break the rule it tests"

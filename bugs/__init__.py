@@ -87,9 +87,11 @@ class Bug(enum.Enum):
     # B5: the HW is the leader's LEO (the ISR ignored); acks=all is answered
     # at the append; lost-write on a leader kill.
     HW_AT_LEADER_LEO = ("B5", "hw-at-leader-leo")
-    # B6, KAFKA-15583: the HW advances and acks=all is accepted while the
-    # ISR is below min.insync.replicas; lost-write with an isolated follower
-    # and a kill.
+    # B6, KAFKA-15583: the HW advances while the ISR is below
+    # min.insync.replicas (acks=all is still refused at the append: R10
+    # breaks that too); records consumed from the leader alone are lost
+    # when it loses power and an eligible replica leads (isolated
+    # followers, then a power loss).
     HW_UNDER_MIN_ISR = ("B6", "hw-under-min-isr")
     # B7, KIP-497: a pending ISR shrink counts toward the HW before the
     # controller committed it; lost-write when the AlterPartition fails.

@@ -17,6 +17,8 @@ import os
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
+from quorum.driver.switches import env_switch
+
 __all__ = ["loop_factory", "loop_name", "run", "uvloop_wanted"]
 
 log = logging.getLogger("kq.loop")
@@ -26,12 +28,7 @@ T = TypeVar("T")
 
 def uvloop_wanted(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether the environment allows uvloop (``KQ_UVLOOP``, default 1)."""
-    value = environ.get("KQ_UVLOOP", "1").strip().lower()
-    if value in ("1", "true", "yes", "on", ""):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"KQ_UVLOOP must be 0 or 1, got {value!r}")
+    return env_switch("KQ_UVLOOP", environ)
 
 
 def loop_factory(

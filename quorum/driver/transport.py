@@ -50,6 +50,7 @@ from kqproto import raft_pb2 as pb
 from kqproto import raft_pb2_grpc as pb_grpc
 from quorum.driver.identity import Identity, IdentityError, Role, peer_identity
 from quorum.driver.rpc_guard import Malformed, RateLimitedLog, peer_host
+from quorum.driver.switches import env_switch
 from quorum.driver.tls import DEFAULT_MAX_MESSAGE_BYTES, TlsError, TlsFiles, dial
 from quorum.driver.wire import WireError, from_pb, to_pb
 from quorum.messages import (
@@ -124,12 +125,7 @@ def streaming_enabled(environ: Mapping[str, str] = os.environ) -> bool:
     environment sets ``KQ_FETCH_STREAM=0`` (unary fetches only, as before
     the stream existed: a way to compare the two, or to talk to a peer
     whose stream misbehaves)."""
-    value = environ.get("KQ_FETCH_STREAM", "1").strip().lower()
-    if value in ("1", "true", "yes", "on", ""):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"KQ_FETCH_STREAM must be 0 or 1, got {value!r}")
+    return env_switch("KQ_FETCH_STREAM", environ)
 
 
 class _Outbound:

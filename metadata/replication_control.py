@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+import bugs
+from bugs import Bug
 from metadata import configs
 from metadata.configs import ResourceType
 from metadata.control_state import ControlState
@@ -410,6 +412,8 @@ class ReplicationControl:
                 Errors.INVALID_REQUEST,
                 f"the new ISR holds brokers {outside} that are not replicas {list(p.replicas)}",
             )
+        # B8 (KIP-841, KIP-903 undone): no member's eligibility is checked.
+        ineligible_ok = bugs.on(Bug.EXPAND_WITH_INELIGIBLE)
         for b, epoch in item.new_isr:
             reg = self.state.image.brokers.get(b)
             why = ""
@@ -421,6 +425,8 @@ class ReplicationControl:
                 why = "is shutting down"
             elif epoch != -1 and epoch != reg.epoch:
                 why = f"has broker epoch {reg.epoch}, not {epoch}"
+            if why and ineligible_ok:
+                continue
             if why and b not in p.isr:
                 raise ApiError(
                     Errors.INELIGIBLE_REPLICA, f"broker {b} {why}: it may not join the ISR"

@@ -107,7 +107,18 @@ class PartitionChange:
         if any(r not in replicas for r in isr):
             isr = tuple(r for r in isr if r in replicas)
             bump = True
-        elr, last_known_elr = self._target_elr(isr, replicas)
+        if bugs.on(Bug.NO_ELR):
+            # R9 (KIP-966 undone): as Kafka before it, no ELR is kept and
+            # the ISR never becomes empty (PartitionChangeBuilder set the
+            # ISR only to a non-empty target): the last member stays in it
+            # when fenced, and leads again when back, even after an unclean
+            # shutdown that may have lost its unsynced tail.
+            if not isr:
+                isr = tuple(r for r in p.isr if r in replicas)
+            elr: tuple[int, ...] = ()
+            last_known_elr: tuple[int, ...] = ()
+        else:
+            elr, last_known_elr = self._target_elr(isr, replicas)
         leader = p.leader
         recovery = p.leader_recovery_state
         if self.recovered and recovery is LeaderRecoveryState.RECOVERING:

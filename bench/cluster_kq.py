@@ -43,7 +43,7 @@ MODE_FLAGS: dict[Security, tuple[str, ...]] = {
 class KqTarget:
     name = "kq"
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, max_requests_in_flight: int | None = None) -> None:
         self.dir = directory
         state = load_state(directory)
         assert state is not None
@@ -53,6 +53,7 @@ class KqTarget:
             list(self.addresses.values()),
             timeout_s=REQUEST_TIMEOUT_S,
             credentials=state.client_credentials(),
+            max_requests_in_flight=max_requests_in_flight,
         )
         self._killed: list[int] = []
 
@@ -163,8 +164,14 @@ class KqTarget:
 
 @contextlib.asynccontextmanager
 async def open_target(
-    workdir: Path, security: Security = Security.PLAINTEXT
+    workdir: Path,
+    security: Security = Security.PLAINTEXT,
+    *,
+    max_requests_in_flight: int | None = None,
 ) -> AsyncIterator[KqTarget]:
+    """A fresh kq cluster in ``workdir`` and a target on it; its key-value
+    client keeps ``max_requests_in_flight`` write requests in flight
+    (None: the client's default)."""
     directory = workdir / "kq"
     up = run_kq(
         "cluster", "up", "--dir", str(directory), "--nodes", str(NODES), "--brokers", "0",
@@ -173,7 +180,7 @@ async def open_target(
     try:
         if up.returncode != 0:
             raise RuntimeError(f"kq cluster up failed: {up.stderr.strip() or up.stdout.strip()}")
-        target = KqTarget(directory)
+        target = KqTarget(directory, max_requests_in_flight)
         if target.security is not security:
             # What is measured must be the mode the figures are labelled with.
             await target.close()

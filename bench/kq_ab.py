@@ -27,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import harness
 from bench.cluster_kq import open_target
 from bench.harness import Security
-from kvstore import client as kv_client
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -50,18 +49,18 @@ CLIENT_IN_FLIGHT = "CLIENT_IN_FLIGHT"
 async def one_run(env: dict[str, str], security: Security, p: harness.Params) -> dict[str, Any]:
     env = dict(env)
     in_flight = env.pop(CLIENT_IN_FLIGHT, None)
-    default_in_flight = kv_client.MAX_REQUESTS_IN_FLIGHT
-    if in_flight is not None:
-        kv_client.MAX_REQUESTS_IN_FLIGHT = int(in_flight)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
         with tempfile.TemporaryDirectory(prefix="kq-ab-") as tmp:
-            async with open_target(Path(tmp), security) as target:
+            async with open_target(
+                Path(tmp),
+                security,
+                max_requests_in_flight=None if in_flight is None else int(in_flight),
+            ) as target:
                 seq = await harness.sequential(target, p)
                 conc = await harness.concurrent(target, p)
     finally:
-        kv_client.MAX_REQUESTS_IN_FLIGHT = default_in_flight
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -83,6 +83,13 @@ class BrokerCluster:
         assert self.controllers is not None
         return list(self.controllers.voters.values())
 
+    def _admin(self) -> MetadataClient:
+        """A controllers' client presenting the admin's certificate."""
+        assert self.admin_tls is not None
+        return MetadataClient(
+            self.controller_addresses, credentials=self.admin_tls.channel_credentials()
+        )
+
     def create_topic(
         self,
         name: str,
@@ -91,10 +98,7 @@ class BrokerCluster:
         configs: Mapping[str, str] | None = None,
     ) -> None:
         async def create() -> None:
-            assert self.admin_tls is not None
-            async with MetadataClient(
-                self.controller_addresses, credentials=self.admin_tls.channel_credentials()
-            ) as admin:
+            async with self._admin() as admin:
                 created = await admin.create_topics(
                     [NewTopic(name, partitions, replication_factor, configs=dict(configs or {}))]
                 )
@@ -120,10 +124,7 @@ class BrokerCluster:
         """Create ACL bindings (``metadata.client.acl_binding``)."""
 
         async def create() -> None:
-            assert self.admin_tls is not None
-            async with MetadataClient(
-                self.controller_addresses, credentials=self.admin_tls.channel_credentials()
-            ) as admin:
+            async with self._admin() as admin:
                 created = await admin.create_acls(list(bindings))
                 assert all(r.error == 0 for r in created.results), created
 

@@ -138,18 +138,34 @@ class ReplicaManager:
     metrics: BrokerMetrics = NO_METRICS
     # What loading the logs found, once :meth:`publish` has loaded them.
     loaded: LoadResult | None = None
+    # ``fetching`` per leader, in partition order, rebuilt whenever it
+    # changes (:meth:`_index_fetching`): the stream of each leader reads its
+    # own part on every fetch round (:meth:`is_fetching_from`,
+    # :meth:`next_fetch_request`) without sorting every partition fetched.
+    _by_leader: dict[int, dict[TopicIdPartition, FetchTarget]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         self.brokers = MappingBrokerView(self.image.brokers)
+        self._index_fetching()
 
     # -- the fetcher plan ---------------------------------------------------------
 
-    def fetchers(self) -> dict[int, dict[TopicIdPartition, FetchTarget]]:
-        """The partitions fetched from each leader."""
+    def _index_fetching(self) -> None:
         plan: dict[int, dict[TopicIdPartition, FetchTarget]] = {}
         for key, target in sorted(self.fetching.items()):
             plan.setdefault(target.leader, {})[key] = target
-        return plan
+        self._by_leader = plan
+
+    def fetchers(self) -> dict[int, dict[TopicIdPartition, FetchTarget]]:
+        """The partitions fetched from each leader (a copy)."""
+        return {leader: dict(targets) for leader, targets in self._by_leader.items()}
+
+    def is_fetching_from(self, leader: int) -> bool:
+        """Whether any partition here is fetched from ``leader`` (its
+        stream goes on while so)."""
+        return leader in self._by_leader
 
     # -- metadata --------------------------------------------------------------
 
@@ -234,7 +250,12 @@ class ReplicaManager:
         if self.shut_down:
             raise RuntimeError("the replica manager is shut down")
         with self.logs.deferred_directory_syncs():
-            return self._apply_delta(image, now_ms, changes)
+            try:
+                return self._apply_delta(image, now_ms, changes)
+            except BaseException:
+                # What fetching changed before the failure holds.
+                self._index_fetching()
+                raise
 
     def _apply_delta(
         self, image: MetadataImage, now_ms: int, changes: LocalChanges | None
@@ -340,6 +361,7 @@ class ReplicaManager:
             for key, target in started.items()
             if key in before and before[key].leader != target.leader
         }
+        self._index_fetching()
         return ApplyResult(
             changes,
             self.fetchers(),
@@ -374,6 +396,7 @@ class ReplicaManager:
         logs cleanly (``ReplicaManager.shutdown`` then ``LogManager.shutdown``)."""
         stopped = frozenset(self.fetching)
         self.fetching.clear()
+        self._index_fetching()
         self.replicas.clear()
         self.logs.close()
         self.shut_down = True
@@ -492,18 +515,31 @@ class ReplicaManager:
 
     # -- the follower side -----------------------------------------------------
 
+    def next_fetch_request(
+        self, leader: int, broker_epoch: int
+    ) -> dict[TopicIdPartition, FetchRequest]:
+        """The fetch of every partition fetched from ``leader`` (one request
+        per follower-leader pair; ``AbstractFetcherThread.buildFetch``), in
+        partition order; the other leaders' partitions are not looked at.
+        Partitions waiting (fenced by their leader, or to restart past its
+        log start) are left out: empty if all are."""
+        found: dict[TopicIdPartition, FetchRequest] = {}
+        for key in self._by_leader.get(leader, ()):
+            request = self.replicas[key].next_fetch_request(broker_epoch)
+            if request is not None:
+                found[key] = request
+        return found
+
     def next_fetch_requests(
         self, broker_epoch: int
     ) -> dict[int, dict[TopicIdPartition, FetchRequest]]:
-        """Per leader, the fetch of every partition fetched from it (one
-        request per follower-leader pair; ``AbstractFetcherThread.buildFetch``).
-        Partitions waiting (fenced by their leader, or to restart past its
-        log start) are left out."""
+        """:meth:`next_fetch_request` of every leader fetched from that
+        has a partition to fetch."""
         found: dict[int, dict[TopicIdPartition, FetchRequest]] = {}
-        for key, target in sorted(self.fetching.items()):
-            request = self.replicas[key].next_fetch_request(broker_epoch)
-            if request is not None:
-                found.setdefault(target.leader, {})[key] = request
+        for leader in self._by_leader:
+            requests = self.next_fetch_request(leader, broker_epoch)
+            if requests:
+                found[leader] = requests
         return found
 
     def step_fetch_answer(

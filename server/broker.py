@@ -767,7 +767,7 @@ class BrokerProcess:
         reconnected with backoff while the plan names the leader."""
         await self._registered.wait()
         delay = _BACKOFF_S[0]
-        while not self._stopping and leader in self.replicas.fetchers():
+        while not self._stopping and self.replicas.is_fetching_from(leader):
             address = self._leader_address(leader)
             if address is None:
                 await asyncio.sleep(delay)
@@ -809,8 +809,8 @@ class BrokerProcess:
     async def _stream(self, leader: int, stub: broker_pb2_grpc.BrokerServiceAsyncStub) -> None:
         call = stub.ReplicaFetch()
         try:
-            while not self._stopping and leader in self.replicas.fetchers():
-                requests = self.replicas.next_fetch_requests(self.broker_epoch).get(leader)
+            while not self._stopping and self.replicas.is_fetching_from(leader):
+                requests = self.replicas.next_fetch_request(leader, self.broker_epoch)
                 if not requests:
                     await asyncio.sleep(_BACKOFF_S[0])
                     continue

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -356,3 +357,49 @@ def test_random_leadership_changes_and_restarts_keep_committed_records(seed: int
     c.replicate(rounds=3)
     ends = {c.log(b).log_end_offset for b in (1, 2, 3)}
     assert len(ends) == 1
+
+
+def test_one_leader_s_fetch_looks_only_at_the_partitions_fetched_from_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each per-leader stream builds its fetch every round: it must not
+    walk (or sort) the partitions fetched from the other leaders."""
+    c = Cluster()
+    c.step(*topic("a", "id-a", *[(1, 3)] * 3, *[(2, 3)] * 2))
+    manager = c.brokers[3]
+    asked: list[TopicIdPartition] = []
+    for key, replica in manager.replicas.items():
+
+        def spy(
+            broker_epoch: int, key: TopicIdPartition = key, ask: Any = replica.next_fetch_request
+        ) -> Any:
+            asked.append(key)
+            return ask(broker_epoch)
+
+        monkeypatch.setattr(replica, "next_fetch_request", spy)
+    from_1 = [TopicIdPartition("id-a", i) for i in range(3)]
+    requests = manager.next_fetch_request(1, EPOCHS[3])
+    assert list(requests) == from_1
+    assert asked == from_1
+    assert manager.next_fetch_request(4, EPOCHS[3]) == {}
+    assert [manager.is_fetching_from(b) for b in (1, 2, 3)] == [True, True, False]
+    assert manager.next_fetch_requests(EPOCHS[3]) == {
+        1: requests,
+        2: manager.next_fetch_request(2, EPOCHS[3]),
+    }
+
+
+def test_the_leaders_fetched_from_follow_each_image_and_the_shutdown() -> None:
+    c = Cluster()
+    c.step(*topic("a", "id-a", (1, 3), (2, 3)))
+    manager = c.brokers[3]
+    assert manager.fetchers() == c.results[3].fetchers
+    c.step(change("id-a", 1, leader=3, isr=(3, 2)))
+    # Broker 3 leads what it fetched from broker 2: that stream has nothing left.
+    assert not manager.is_fetching_from(2) and manager.is_fetching_from(1)
+    assert set(manager.next_fetch_requests(EPOCHS[3])) == {1}
+    c.step(change("id-a", 0, leader=2, isr=(2, 1, 3)))
+    assert not manager.is_fetching_from(1) and manager.is_fetching_from(2)
+    assert list(manager.next_fetch_request(2, EPOCHS[3])) == [A0]
+    manager.shutdown()
+    assert not manager.is_fetching_from(2) and manager.fetchers() == {}

@@ -37,10 +37,11 @@ def _leftovers(docker: Docker, cluster: DockerCluster) -> list[str]:
     return out + cluster.netfilter.leftovers()
 
 
-def test_a_short_docker_queue_run_with_kill_pause_and_partition_ends_valid(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker: Docker, image: str
-) -> None:
-    scratch = scratch_tempdir(tmp_path, monkeypatch)
+def _docker_backend(
+    monkeypatch: pytest.MonkeyPatch, docker: Docker, image: str
+) -> list[DockerCluster]:
+    """Runs of the docker backend use the tests' daemon and image; the
+    clusters they made."""
     made: list[DockerCluster] = []
 
     def make(
@@ -66,6 +67,14 @@ def test_a_short_docker_queue_run_with_kill_pause_and_partition_ends_valid(
         return cluster
 
     monkeypatch.setitem(BACKENDS, "docker", BackendSpec(make, "test", brokers=True))
+    return made
+
+
+def test_a_short_docker_queue_run_with_kill_pause_and_partition_ends_valid(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker: Docker, image: str
+) -> None:
+    scratch = scratch_tempdir(tmp_path, monkeypatch)
+    made = _docker_backend(monkeypatch, docker, image)
     faults = tuple(expand_nemesis(["kill", "pause", "partition"], 6))
     config = RunConfig(
         name="queue-docker",
@@ -135,3 +144,84 @@ def test_a_short_docker_queue_run_with_kill_pause_and_partition_ends_valid(
         for line in (run.node_dir(1) / "partition_changes.jsonl").read_text().splitlines()
     ]
     assert {(c["topic"], c["partition"]) for c in changes} == {("queue", p) for p in range(2)}
+
+
+def test_the_faults_aimed_at_partitions_and_power_loss_run_on_docker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docker: Docker, image: str
+) -> None:
+    """A partition's leader paused, killed and power-cut (every container in
+    the power-loss test mode), and a follower cut off, each found from the
+    controllers' metadata: the run ends valid and nothing is left."""
+    scratch = scratch_tempdir(tmp_path, monkeypatch)
+    made = _docker_backend(monkeypatch, docker, image)
+    faults = tuple(
+        expand_nemesis(
+            [
+                "pause-partition-leader",
+                "kill-partition-leader",
+                "isolate-follower",
+                "power-loss-partition-leader",
+            ],
+            6,
+        )
+    )
+    config = RunConfig(
+        name="queue-docker-partitions",
+        backend="docker",
+        workload="queue",
+        faults=faults,
+        time_limit_s=16,
+        rate=30,
+        concurrency=3,
+        # Seed 38's schedule has each of the four faults once.
+        seed=38,
+        fault_interval_s=2.0,
+        fault_period_s=8.0,
+        quiet_s=2.0,
+        runs_dir=str(tmp_path / "runs"),
+        queue=QueueOptions(partitions=2, replication_factor=3, min_isr=2, final_time_s=30),
+    )
+    result = asyncio.run(asyncio.wait_for(run_chaos(config), 420))
+    [cluster] = made
+    assert _leftovers(docker, cluster) == []
+    assert list(scratch.iterdir()) == []
+    assert result.completed, result.error
+    assert result.recovered and result.final_ok, result.final_check
+    assert result.problems == []
+    run = RunDir(result.path)
+    assert check_run(run.path) == []
+    ops = read_history(run.history)
+    # The nemesis's ops come in turn: each invoke, then its completion.
+    nemesis = [op for op in ops if op.process == NEMESIS]
+    done = list(zip(nemesis[::2], nemesis[1::2], strict=True))
+    assert all(end.type == "ok" for _, end in done), [(a.f, b.type) for a, b in done]
+    hit = {(op.f, op.value.get("kind")) for op, _ in done if isinstance(op.value, dict)}
+    for f, kind in (
+        ("pause", "pause-partition-leader"),
+        ("kill", "kill-partition-leader"),
+        ("partition", "isolate-follower"),
+        ("kill", "power-loss-partition-leader"),
+    ):
+        assert (f, kind) in hit, (f, kind, hit)
+    # Each hit a broker: the partitions' replicas are the brokers.
+    targets = {
+        n
+        for op in ops
+        if op.process == NEMESIS
+        and op.type == "invoke"
+        and op.f in ("kill", "pause")
+        and isinstance(op.value, dict)
+        for n in op.value.get("nodes", ())
+    }
+    assert targets and targets <= {4, 5, 6}, targets
+    final = json.loads(run.summary.read_text())["final_polls"]
+    assert final["complete"], final
+    assert check_final_polls(ops, final["from_index"]) == {
+        "lost": [],
+        "moved": [],
+        "inconsistent": [],
+    }
+    for broker in (4, 5, 6):
+        text = (run.logs / f"broker-{broker}.log").read_text()
+        assert "runs in the power-loss test mode" in text, broker
+        assert (run.node_dir(broker) / "partitions.jsonl").exists()

@@ -145,6 +145,12 @@ class ReplicaManager:
     _by_leader: dict[int, dict[TopicIdPartition, FetchTarget]] = field(
         default_factory=dict, init=False, repr=False
     )
+    # (image held, image, their local changes) of the last image asked
+    # about: logs_to_create and apply_delta of one image, which a broker
+    # calls in turn for each image committed, compute them once.
+    _changes: tuple[MetadataImage, MetadataImage, LocalChanges] | None = field(
+        default=None, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         self.brokers = MappingBrokerView(self.image.brokers)
@@ -169,6 +175,18 @@ class ReplicaManager:
 
     # -- metadata --------------------------------------------------------------
 
+    def changes_to(self, image: MetadataImage) -> LocalChanges:
+        """This broker's changes from the image held to ``image``
+        (:func:`~broker.local_changes.local_changes`), computed once for
+        each pair of images: kept by the identity of both, they are never
+        those of another image held."""
+        cached = self._changes
+        if cached is not None and cached[0] is self.image and cached[1] is image:
+            return cached[2]
+        changes = local_changes(self.image, image, self.broker_id)
+        self._changes = (self.image, image, changes)
+        return changes
+
     def _replica(
         self, key: TopicIdPartition, local: LocalPartition, now_ms: int
     ) -> PartitionReplica:
@@ -190,7 +208,7 @@ class ReplicaManager:
         """(partition, topic name) of every replica ``image`` gives this
         broker whose log does not exist yet: what :meth:`apply_delta` would
         create, for :meth:`create_logs` to create ahead in parts."""
-        changes = local_changes(self.image, image, self.broker_id)
+        changes = self.changes_to(image)
         hosted = self.logs.partitions
         return sorted(
             (key, local.topic_name)
@@ -244,7 +262,7 @@ class ReplicaManager:
         self, image: MetadataImage, now_ms: int, changes: LocalChanges | None = None
     ) -> ApplyResult:
         """Move to ``image``: its local changes against the image held
-        (computed here unless given), in Kafka's order. The log directories
+        (:meth:`changes_to` unless given), in Kafka's order. The log directories
         are synced once at the end for every partition directory created
         (:meth:`LogManager.deferred_directory_syncs`)."""
         if self.shut_down:
@@ -261,7 +279,9 @@ class ReplicaManager:
         self, image: MetadataImage, now_ms: int, changes: LocalChanges | None
     ) -> ApplyResult:
         if changes is None:
-            changes = local_changes(self.image, image, self.broker_id)
+            changes = self.changes_to(image)
+        # Past this image the pair cannot come again: the older image goes.
+        self._changes = None
         previous = self.image
         self.image = image
         self.brokers.brokers = image.brokers

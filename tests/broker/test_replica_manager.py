@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 
+from broker import replica_manager
 from broker.errors import Errors
+from broker.local_changes import local_changes
 from broker.log_dirs import MemoryLogDirectory
 from broker.log_manager import LogManager
 from broker.replica import Role
@@ -403,3 +405,40 @@ def test_the_leaders_fetched_from_follow_each_image_and_the_shutdown() -> None:
     assert list(manager.next_fetch_request(2, EPOCHS[3])) == [A0]
     manager.shutdown()
     assert not manager.is_fetching_from(2) and manager.fetchers() == {}
+
+
+def test_the_local_changes_of_an_image_are_computed_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A broker asks which logs an image creates, maybe again while it
+    creates them in parts, then applies it: one computation of its local
+    changes, and never one made against another image held."""
+    computed: list[tuple[int, int]] = []
+
+    def counting(previous: Any, image: Any, broker_id: int) -> Any:
+        computed.append((previous.offset, image.offset))
+        return local_changes(previous, image, broker_id)
+
+    monkeypatch.setattr(replica_manager, "local_changes", counting)
+    md = Metadata()
+    manager = ReplicaManager(1, LogManager([MemoryLogDirectory()]))
+    held = manager.image
+    md.step(*topic("a", "id-a", (1,), (1,)))
+    first = md.image
+    assert len(manager.logs_to_create(first)) == 2
+    assert len(manager.logs_to_create(first)) == 2
+    manager.apply_delta(first, 0)
+    assert computed == [(held.offset, first.offset)]
+    # Another image asked about, then a third applied: the second's changes
+    # were against the first held and are computed again against the third.
+    md.step(*topic("b", "id-b", (1,)))
+    second = md.image
+    assert [key.topic_id for key, _ in manager.logs_to_create(second)] == ["id-b"]
+    md.step(*topic("c", "id-c", (1,)))
+    manager.apply_delta(md.image, 0)
+    assert manager.logs_to_create(second) == []
+    assert computed[1:] == [
+        (first.offset, second.offset),
+        (first.offset, md.image.offset),
+        (md.image.offset, second.offset),
+    ]

@@ -25,7 +25,7 @@ from typing import Any
 
 from bench.harness import Security, first_success
 from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2
-from kvstore.client import KvClient
+from kvstore.client import MAX_REQUESTS_IN_FLIGHT, KvClient
 from server.local_cluster import free_base_port, load_state, run_kq
 
 REQUEST_TIMEOUT_S = 5.0
@@ -43,7 +43,9 @@ MODE_FLAGS: dict[Security, tuple[str, ...]] = {
 class KqTarget:
     name = "kq"
 
-    def __init__(self, directory: Path, max_requests_in_flight: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, max_requests_in_flight: int = MAX_REQUESTS_IN_FLIGHT
+    ) -> None:
         self.dir = directory
         state = load_state(directory)
         assert state is not None
@@ -167,11 +169,10 @@ async def open_target(
     workdir: Path,
     security: Security = Security.PLAINTEXT,
     *,
-    max_requests_in_flight: int | None = None,
+    max_requests_in_flight: int = MAX_REQUESTS_IN_FLIGHT,
 ) -> AsyncIterator[KqTarget]:
     """A fresh kq cluster in ``workdir`` and a target on it; its key-value
-    client keeps ``max_requests_in_flight`` write requests in flight
-    (None: the client's default)."""
+    client keeps ``max_requests_in_flight`` write requests in flight."""
     directory = workdir / "kq"
     up = run_kq(
         "cluster", "up", "--dir", str(directory), "--nodes", str(NODES), "--brokers", "0",

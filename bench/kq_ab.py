@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench import harness
 from bench.cluster_kq import open_target
 from bench.harness import Security
+from kvstore.client import MAX_REQUESTS_IN_FLIGHT
 
 
 def parse_env(text: str) -> dict[str, str]:
@@ -56,7 +57,9 @@ async def one_run(env: dict[str, str], security: Security, p: harness.Params) ->
             async with open_target(
                 Path(tmp),
                 security,
-                max_requests_in_flight=None if in_flight is None else int(in_flight),
+                max_requests_in_flight=(
+                    MAX_REQUESTS_IN_FLIGHT if in_flight is None else int(in_flight)
+                ),
             ) as target:
                 seq = await harness.sequential(target, p)
                 conc = await harness.concurrent(target, p)

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
-from kqproto import kv_pb2, kv_pb2_grpc
+from kqproto import kv_pb2, kv_pb2_grpc, quorum_pb2
 from quorum.driver.client import (
     ClientError,
     IndeterminateWriteError,
@@ -67,6 +68,11 @@ MAX_BYTES_PER_REQUEST = 1024 * 1024
 MAX_REQUESTS_IN_FLIGHT = 4
 
 
+def _position(position: quorum_pb2.LogPosition) -> OffsetAndEpoch:
+    """A write's log position as the node answered it."""
+    return OffsetAndEpoch(epoch=position.epoch, offset=position.offset)
+
+
 @dataclass(slots=True)
 class _QueuedPut:
     key: str
@@ -82,12 +88,10 @@ class KvClient(LeaderFollowingClient):
         timeout_s: float = 5.0,
         credentials: grpc.ChannelCredentials | None = None,
         *,
-        max_requests_in_flight: int | None = None,
+        max_requests_in_flight: int = MAX_REQUESTS_IN_FLIGHT,
         max_puts_per_request: int = MAX_PUTS_PER_REQUEST,
     ) -> None:
         super().__init__(bootstrap, timeout_s, credentials)
-        if max_requests_in_flight is None:
-            max_requests_in_flight = MAX_REQUESTS_IN_FLIGHT
         if max_requests_in_flight < 1:
             raise ValueError(
                 f"max_requests_in_flight must be at least 1, got {max_requests_in_flight}"
@@ -96,7 +100,9 @@ class KvClient(LeaderFollowingClient):
             raise ValueError(f"max_puts_per_request must be at least 1, got {max_puts_per_request}")
         self.max_requests_in_flight = max_requests_in_flight
         self.max_puts_per_request = max_puts_per_request
-        self._queued: list[_QueuedPut] = []
+        # Taken from the front as requests leave (a list's pop(0) made a
+        # long stream of queued puts quadratic).
+        self._queued: deque[_QueuedPut] = deque()
         self._writes_in_flight = 0
         self._senders: set[asyncio.Task[None]] = set()
         # Requests sent for puts, and puts sent: their ratio is the batching.
@@ -174,7 +180,7 @@ class KvClient(LeaderFollowingClient):
             finally:
                 self._writes_in_flight -= 1
                 self._maybe_send_queued()
-            return OffsetAndEpoch(epoch=r.position.epoch, offset=r.position.offset)
+            return _position(r.position)
         return await self.put_nowait(key, value, timeout_s)
 
     def put_nowait(
@@ -212,7 +218,7 @@ class KvClient(LeaderFollowingClient):
                 queued = self._queued[0]
                 if batch and size + len(queued.value) + len(queued.key) > MAX_BYTES_PER_REQUEST:
                     break
-                self._queued.pop(0)
+                self._queued.popleft()
                 if queued.future.done():  # cancelled by its caller
                     continue
                 batch.append(queued)
@@ -247,7 +253,7 @@ class KvClient(LeaderFollowingClient):
                 # and only the bad ones fail.
                 await asyncio.gather(*(self._send_alone(q) for q in batch))
                 return
-            position = OffsetAndEpoch(epoch=r.position.epoch, offset=r.position.offset)
+            position = _position(r.position)
             for q in batch:
                 if not q.future.done():
                     q.future.set_result(position)
@@ -276,14 +282,14 @@ class KvClient(LeaderFollowingClient):
                 q.future.set_exception(exc)
             return
         if not q.future.done():
-            q.future.set_result(OffsetAndEpoch(epoch=r.position.epoch, offset=r.position.offset))
+            q.future.set_result(_position(r.position))
 
     async def put_many(
         self, items: Sequence[tuple[str, bytes]], timeout_s: float | None = None
     ) -> OffsetAndEpoch:
         request = kv_pb2.PutManyRequest(puts=[kv_pb2.PutRequest(key=k, value=v) for k, v in items])
         r = await self._write("PutMany", request, timeout_s)
-        return OffsetAndEpoch(epoch=r.position.epoch, offset=r.position.offset)
+        return _position(r.position)
 
     async def cas(
         self, key: str, expected: bytes | None, value: bytes, timeout_s: float | None = None
@@ -292,14 +298,14 @@ class KvClient(LeaderFollowingClient):
             key=key, expected=expected or b"", expect_absent=expected is None, value=value
         )
         r = await self._write("Cas", request, timeout_s)
-        position = OffsetAndEpoch(epoch=r.position.epoch, offset=r.position.offset)
+        position = _position(r.position)
         if r.error == kv_pb2.PRECONDITION_FAILED:
             return CasOutcome(False, position, r.current if r.current_present else None)
         return CasOutcome(True, position)
 
     async def delete(self, key: str, timeout_s: float | None = None) -> OffsetAndEpoch:
         r = await self._write("Delete", kv_pb2.DeleteRequest(key=key), timeout_s)
-        return OffsetAndEpoch(epoch=r.position.epoch, offset=r.position.offset)
+        return _position(r.position)
 
     # -- reads -------------------------------------------------------------
 
@@ -336,11 +342,7 @@ class KvClient(LeaderFollowingClient):
                 continue
             if linearizable:
                 self._leader = address
-            version = (
-                OffsetAndEpoch(epoch=r.version.epoch, offset=r.version.offset)
-                if r.present
-                else None
-            )
+            version = _position(r.version) if r.present else None
             return ReadResult(
                 r.present, r.value if r.present else None, version, r.applied_offset, address
             )

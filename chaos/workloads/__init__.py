@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
@@ -22,9 +23,18 @@ __all__ = [
     "Pacer",
     "Workload",
     "WorkloadStats",
+    "error_word",
     "run_workers",
     "sleep_unless_stopped",
 ]
+
+
+def error_word(error: str | enum.Enum) -> str:
+    """An error as the histories write it: a Kafka error name, or an
+    error code by its name, in lower case with dashes (``NOT_ENOUGH_REPLICAS``
+    is ``not-enough-replicas``); ``unknown`` for a blank name."""
+    name = error if isinstance(error, str) else error.name
+    return name.strip().lower().replace("_", "-") or "unknown"
 
 
 @dataclass

@@ -45,7 +45,7 @@ from typing import Any, Final, Protocol
 import bugs
 from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError
 from bugs import Bug
-from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, run_workers
+from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, error_word, run_workers
 from history.ops import HistoryRecorder, Op, next_process
 from history.queue import (
     KeyMap,
@@ -96,13 +96,6 @@ class ConsumerLike(Protocol):
     async def poll(self, timeout_ms: int = 1_000, max_records: int | None = None) -> list[Any]: ...
 
     async def close(self) -> None: ...
-
-
-def error_word(name: str) -> str:
-    """A Kafka error name as the history writes it: ``NOT_ENOUGH_REPLICAS``
-    is ``not-enough-replicas``."""
-    word = name.strip().lower().replace("_", "-")
-    return word or "unknown"
 
 
 @dataclass(frozen=True, slots=True)

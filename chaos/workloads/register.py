@@ -37,8 +37,7 @@ from typing import Any, Final, Literal, Protocol
 
 import grpc
 
-from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, run_workers
-from chaos.workloads.topics import error_word
+from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, error_word, run_workers
 from history.ops import HistoryRecorder, Op, next_process
 from kvstore.client import KvClient
 from metadata.client import (

@@ -42,7 +42,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, Literal
 
-from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, sleep_unless_stopped
+from chaos.workloads import (
+    FinalVerdict,
+    Pacer,
+    WorkloadStats,
+    error_word,
+    sleep_unless_stopped,
+)
 from history.ops import NEMESIS, HistoryRecorder, Op, next_process
 from metadata.client import (
     Endpoint,
@@ -57,7 +63,7 @@ from metadata.client import (
 from metadata.controller import SUPPORTED_FEATURES
 from metadata.errors import Errors
 
-__all__ = ["FS", "MetadataProblem", "TopicsWorkload", "check_final_metadata", "error_word"]
+__all__ = ["FS", "MetadataProblem", "TopicsWorkload", "check_final_metadata"]
 
 FS: Final = ("create-topic", "delete-topic", "register-broker", "heartbeat")
 """The ``f`` values of the ``topics`` model."""
@@ -136,12 +142,6 @@ def _broker_order(key: str) -> tuple[int, str]:
 CompletionType = Literal["ok", "fail", "info"]
 Outcome = tuple[CompletionType, str | None]
 """A completion's type and error word."""
-
-
-def error_word(code: Errors) -> str:
-    """The history's error word of a definite refusal: the code's name in
-    lower case with dashes (``TOPIC_ALREADY_EXISTS``: ``topic-already-exists``)."""
-    return code.name.lower().replace("_", "-")
 
 
 def _unknown(exc: IndeterminateError) -> Outcome:

@@ -1003,8 +1003,8 @@ class RaftCore:
 
     def _may_grant_vote(self, req: VoteRequest) -> bool:
         """One vote per epoch (Raft §3.4), only for an up-to-date log
-        (§3.6.1).  The deliberate bug Q2 breaks the first rule, and
-        subclasses in the tests break both, to show the simulator notices."""
+        (§3.6.1).  The deliberate bug Q2 breaks the first rule, to show
+        the simulator notices."""
         if self._role in (Role.LEADER, Role.FOLLOWER, Role.RESIGNED, Role.CANDIDATE):
             return False
         if self.leader_id is not None:

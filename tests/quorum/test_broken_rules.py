@@ -1,8 +1,11 @@
 """Proof that the simulator's checks can fail.
 
-Each test breaks one rule of the protocol on purpose, in a subclass of the
-core, and shows the simulator reports the violation of the property that rule
-protects, while the correct core passes the very same schedules.
+Each test breaks one rule of the protocol on purpose and shows the simulator
+reports the violation of the property that rule protects, on every schedule
+it fails, while the correct core passes the very same schedules. The rules
+the core's deliberate bugs break (``bugs.Bug`` Q1-Q3, wired at the line that
+keeps each rule) are broken by turning the bug on; Figure 8's, which no bug
+covers, by a subclass of the core.
 """
 
 from __future__ import annotations
@@ -12,47 +15,14 @@ from dataclasses import dataclass, replace
 
 import pytest
 
+import bugs
+from bugs import Bug
 from quorum.core import RaftCore
 from quorum.majority import committed_offset
-from quorum.messages import VoteRequest
-from quorum.ready import Ready
 from quorum.sim import SimCluster, SimConfig, Violation, run_schedule
 from quorum.sim.cluster import SIM_QUORUM_CONFIG
 from quorum.sim.node import CoreFactory, SimNode
-from quorum.types import QuorumState, Role
-
-
-class CommitWithoutMajority(RaftCore):
-    """The leader commits whatever it has itself durably written."""
-
-    def _maybe_update_high_watermark(self) -> bool:
-        own = self._stable_end
-        if own > self._epoch_start_offset and own > self._high_watermark:
-            self._high_watermark = own
-            self._complete_parked_fetches()
-            return True
-        return False
-
-
-class TwoVotesPerEpoch(RaftCore):
-    """A voter forgets it already voted in this epoch."""
-
-    def _may_grant_vote(self, req: VoteRequest) -> bool:
-        if self.role in (Role.LEADER, Role.FOLLOWER, Role.RESIGNED, Role.CANDIDATE):
-            return False
-        return self._log_is_up_to_date(req.last_epoch, req.end_offset)
-
-
-class VoteNotPersisted(RaftCore):
-    """The grant is sent, but the vote never reaches the quorum-state store."""
-
-    def ready(self) -> Ready | None:
-        ready = super().ready()
-        state = ready.quorum_state if ready is not None else None
-        if ready is not None and state is not None and state.voted_for not in (None, self.node_id):
-            ready = replace(ready, quorum_state=QuorumState(state.epoch, None, state.leader_id))
-            self._outstanding = ready
-        return ready
+from quorum.types import Role
 
 
 class HighWatermarkIntoPreviousEpoch(RaftCore):
@@ -84,17 +54,21 @@ def _first_violations(core: CoreFactory, voters: int) -> dict[str, list[int]]:
 
 
 @pytest.mark.parametrize(
-    ("core", "rule", "voters"),
+    ("bug", "rule", "voters"),
     [
-        (CommitWithoutMajority, "MajorityReachedHighWatermark", 3),
-        (TwoVotesPerEpoch, "SingleLeader", 5),
-        (VoteNotPersisted, "VoteDurableBeforeGrant", 3),
+        # The leader commits whatever it has itself durably written.
+        (Bug.COMMIT_WITHOUT_MAJORITY, "MajorityReachedHighWatermark", 3),
+        # A voter forgets it already voted in this epoch.
+        (Bug.DOUBLE_VOTE, "SingleLeader", 5),
+        # The grant is sent, but the vote never reaches the quorum-state store.
+        (Bug.FORGET_VOTE, "VoteDurableBeforeGrant", 3),
     ],
     ids=["commit-without-majority", "two-votes-per-epoch", "vote-not-persisted"],
 )
-def test_random_schedules_catch_broken_rule(core: CoreFactory, rule: str, voters: int) -> None:
-    found = _first_violations(core, voters)
-    assert rule in found, f"{core.__name__} was not caught; violations seen: {found}"
+def test_random_schedules_catch_broken_rule(bug: Bug, rule: str, voters: int) -> None:
+    with bugs.injected(bug):
+        found = _first_violations(RaftCore, voters)
+    assert rule in found, f"{bug.id} ({bug.title}) was not caught; violations seen: {found}"
     # The broken rule is what the simulator blames, not some side effect.
     assert set(found) == {rule}, found
 

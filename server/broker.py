@@ -202,6 +202,13 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+async def _back_off(delay_s: float) -> float:
+    """Wait ``delay_s`` after a failure; the delay after the next one:
+    doubled, up to ``_BACKOFF_S``'s longest."""
+    await asyncio.sleep(delay_s)
+    return min(delay_s * 2, _BACKOFF_S[1])
+
+
 # The partition gauges, ``kq_broker_<name>_partitions``: (name, help).
 _PARTITION_GAUGES = (
     ("leader", "Partitions led here."),
@@ -553,8 +560,7 @@ class BrokerProcess:
                     metadata_pb2.MetadataError.Name(answer.error),
                     answer.message,
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, _BACKOFF_S[1])
+            delay = await _back_off(delay)
 
     async def _heartbeat(
         self, *, want_shutdown: bool = False
@@ -792,8 +798,7 @@ class BrokerProcess:
                     address,
                     error,
                 )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _BACKOFF_S[1])
+                delay = await _back_off(delay)
             except PartitionLogError as error:
                 # A local log refused the leader's records: logged, fetched
                 # again after the backoff (the partition stays behind).
@@ -803,8 +808,7 @@ class BrokerProcess:
                     leader,
                     error,
                 )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _BACKOFF_S[1])
+                delay = await _back_off(delay)
 
     async def _stream(self, leader: int, stub: broker_pb2_grpc.BrokerServiceAsyncStub) -> None:
         call = stub.ReplicaFetch()

@@ -324,7 +324,6 @@ class BrokerProcess:
         self._tasks: list[asyncio.Task[None]] = []
         self._registered = asyncio.Event()
         self._stopping = False
-        self.caught_up = asyncio.Event()
         # Why the broker cannot go on (its logs would not load), if so.
         self.failure: str | None = None
 
@@ -597,8 +596,6 @@ class BrokerProcess:
                             "fenced" if answer.is_fenced else "unfenced",
                         )
                     self.fenced = answer.is_fenced
-                    if answer.is_caught_up:
-                        self.caught_up.set()
             await asyncio.sleep(interval)
 
     async def _tick(self) -> None:

@@ -168,6 +168,13 @@ _LONG_FAULTS: Final[dict[str, Any]] = {
     "fault_interval_s": 6.0,
     "fault_period_s": 20.0,
 }
+# Pauses of 1.5 to 4.5 s: most outlast the producer's 2 s request timeout
+# (a retry) and not the brokers' 4 s session (the leader stays).
+_RETRY_PAUSES: Final[dict[str, Any]] = {
+    "time_limit_s": 25.0,
+    "fault_interval_s": 3.0,
+    "fault_period_s": 12.0,
+}
 # One controller: a fault on one node of four, rather than of six, then
 # hits a partition's leader half of the time.
 _ONE_CONTROLLER: Final[dict[str, Any]] = {"controllers": 1}
@@ -177,10 +184,11 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     # reads carry versions, failing over the metadata quorum's leader.
     "Q1": Recipe(  # commit-without-majority
         "register",
-        ("isolate-leader", "kill-leader"),
+        ("isolate-leader",),
         ("linearizable", "lost-writes", "log-agreement"),
-        note="an isolated leader commits alone; the majority elects another and its "
-        "acknowledged writes vanish",
+        note="an isolated leader commits alone, the clients still reaching it; the "
+        "majority elects another and its acknowledged writes vanish",
+        **_LONG_FAULTS,
     ),
     "Q2": Recipe(  # double-vote
         "register",
@@ -198,7 +206,9 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "register",
         ("isolate-leader",),
         ("linearizable", "stale-reads"),
-        note="a deposed, isolated leader answers linearizable reads from its own state",
+        note="a deposed, isolated leader answers linearizable reads from its own state "
+        "while the new one takes writes",
+        **_LONG_FAULTS,
     ),
     "Q5": Recipe(  # ack-before-fsync
         "register",
@@ -282,19 +292,20 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B11": Recipe(  # no-dedup-window
         "queue",
-        ("pause-partition-leader", "packet"),
+        ("pause-partition-leader",),
         ("duplicate",),
-        note="a leader paused longer than the producer's 2 s request timeout: the retry "
-        "of a batch it had appended is appended again",
-        **_LONG_FAULTS,
+        note="a leader paused longer than the producer's 2 s request timeout but shorter "
+        "than the brokers' 4 s session: it keeps its leadership, and the retry of a batch "
+        "it had appended is appended again",
+        **_RETRY_PAUSES,
     ),
     "B12": Recipe(  # out-of-order-for-duplicate
         "queue",
-        ("pause-partition-leader", "packet"),
+        ("pause-partition-leader",),
         ("duplicate",),
-        note="Redpanda #3039: a leader paused past the request timeout refuses the retry "
-        "as out of order, and the batch is resent anew",
-        **_LONG_FAULTS,
+        note="Redpanda #3039: a leader paused past the request timeout (not past the "
+        "session) refuses the retry as out of order, and the batch is resent anew",
+        **_RETRY_PAUSES,
     ),
     "B13": Recipe(  # unflushed-append
         "queue",

@@ -146,9 +146,11 @@ def test_the_counts_can_be_read_from_another_thread_while_waiters_come_and_go() 
             operation = Operation.FETCH if n % 2 else Operation.PRODUCE
             watched = keys[n % 50 : n % 50 + 50]
             ready = [False]
-            waiter = purgatory.wait_until(
-                watched, lambda r=ready: "done" if r[0] else None, 10, operation=operation
-            )
+
+            def check(r: list[bool] = ready) -> str | None:
+                return "done" if r[0] else None
+
+            waiter = purgatory.wait_until(watched, check, 10, operation=operation)
             task = asyncio.ensure_future(waiter)
             await asyncio.sleep(0)
             ready[0] = True

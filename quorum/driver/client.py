@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Self
+from typing import Any, Self
 
 import grpc
 
@@ -77,26 +77,41 @@ class IndeterminateWriteError(Exception):
         self.timed_out = timed_out
 
 
+_POOL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.initial_reconnect_backoff_ms", 50),
+    ("grpc.max_reconnect_backoff_ms", 500),
+    # Metadata answers (a cluster's topics) may be large.
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+)
+
+
 class ChannelPool:
     """One gRPC channel per address, with the reconnect back-off a client
-    wants (a node that restarts is found again within half a second)."""
+    wants (a node that restarts is found again within half a second).
 
-    def __init__(self, credentials: grpc.ChannelCredentials | None = None) -> None:
+    ``options``: more channel options for every channel, after the pool's
+    own.  A node's process passes its
+    ``node.dscp`` mark here (``("grpc.dscp", n)``) so that its calls to
+    other nodes are cut by the chaos harness's partitions like its Raft
+    and replica traffic (chaos.netfilter); a client of the cluster passes
+    none."""
+
+    def __init__(
+        self,
+        credentials: grpc.ChannelCredentials | None = None,
+        *,
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
         self._channels: dict[str, grpc.aio.Channel] = {}
         # Mutual TLS (quorum.driver.tls.TlsFiles.channel_credentials); None:
         # plaintext.
         self._credentials = credentials
+        self.options: tuple[tuple[str, Any], ...] = _POOL_OPTIONS + tuple(options)
 
     def get(self, address: str) -> grpc.aio.Channel:
         channel = self._channels.get(address)
         if channel is None:
-            options = [
-                ("grpc.initial_reconnect_backoff_ms", 50),
-                ("grpc.max_reconnect_backoff_ms", 500),
-                # Metadata answers (a cluster's topics) may be large.
-                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-            ]
-            channel = dial(address, self._credentials, options)
+            channel = dial(address, self._credentials, self.options)
             self._channels[address] = channel
         return channel
 
@@ -109,13 +124,16 @@ class ChannelPool:
 class LeaderFollowingClient:
     """What the kv and metadata clients share: bootstrap addresses tried in
     turn, one channel per address, and the leader's address as last learned
-    from a refusal's hint."""
+    from a refusal's hint.  ``options``: more channel options
+    (:class:`ChannelPool`), for a node's process to mark its calls."""
 
     def __init__(
         self,
         bootstrap: Sequence[str],
         timeout_s: float = 5.0,
         credentials: grpc.ChannelCredentials | None = None,
+        *,
+        options: Sequence[tuple[str, Any]] = (),
     ) -> None:
         if not bootstrap:
             raise ValueError("a client needs at least one bootstrap address")
@@ -123,7 +141,7 @@ class LeaderFollowingClient:
             raise ValueError("timeout_s must be positive")
         self.bootstrap = list(dict.fromkeys(bootstrap))
         self.timeout_s = timeout_s
-        self._channels = ChannelPool(credentials)
+        self._channels = ChannelPool(credentials, options=options)
         self._leader: str | None = None
         self._next = 0
 

@@ -69,6 +69,12 @@ class ControllerSettings:
     # tell how stale their metadata is (KIP-835's
     # metadata.max.idle.interval.ms); 0: never.
     metadata_max_idle_interval_ms: int = 500
+    # KIP-966's last known leader: a partition left with no ISR or ELR
+    # member (every one restarted uncleanly) elects its last leader, in an
+    # unclean election, once that broker is unfenced.  Kafka's
+    # PartitionChangeBuilder.useLastKnownLeaderInBalancedRecovery: true, and
+    # not a Kafka config (kq's [controller] section and environment only).
+    use_last_known_leader: bool = True
 
     def __post_init__(self) -> None:
         if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms:
@@ -111,7 +117,9 @@ class QuorumController:
         self.node = node
         self.sm = state_machine
         self.options = ControllerOptions(
-            cluster_id, session_timeout_ms=settings.broker_session_timeout_ms
+            cluster_id,
+            session_timeout_ms=settings.broker_session_timeout_ms,
+            use_last_known_leader=settings.use_last_known_leader,
         )
         self.controller = Controller(self.options, rng or random.Random())
         self.tick_interval_ms = settings.tick_interval_ms

@@ -15,6 +15,15 @@ ELR; when the ISR is empty, an unfenced ELR member may lead in a clean
 election.  The ISR may therefore become empty; a replica that restarted
 uncleanly (it may have lost its unsynced tail) leaves the ELR for the
 last-known ELR.
+
+The last known leader (KIP-966; Kafka's ``canElectLastKnownLeader`` and
+``maybeUpdateLastKnownLeader``, on by default there:
+``useLastKnownLeaderInBalancedRecovery``): the last-known ELR then holds
+only the leader the partition had when its ISR became empty, and once no
+ISR or ELR member is left (every one restarted uncleanly) that leader, if
+unfenced, is elected in an unclean election (RECOVERING, the ISR itself
+alone, KIP-704), as Kafka 4.1 does; without it a partition whose replicas
+all crashed at once would stay offline for ever.
 """
 
 from __future__ import annotations
@@ -83,6 +92,12 @@ class PartitionChange:
     # Brokers that re-registered after an unclean shutdown: they leave the
     # ELR (Kafka's uncleanShutdownReplicas).
     unclean_shutdown: tuple[int, ...] = ()
+    # KIP-966's last known leader (Kafka's
+    # useLastKnownLeaderInBalancedRecovery, true there): the last-known ELR
+    # holds the leader the partition had when its ISR became empty, elected
+    # (uncleanly) when no ISR or ELR member is left.  False: the last-known
+    # ELR lists the replicas that left the ELR, for information only.
+    use_last_known_leader: bool = True
 
     def build(self) -> PartitionChangeRecord | None:
         p = self.partition
@@ -132,12 +147,20 @@ class PartitionChange:
 
         preferred = replicas[0] if replicas else NO_LEADER
         unclean = False
+        last_known_leader = self._last_known_leader(isr, elr, replicas)
         if self.election is Election.PREFERRED and preferred != leader and can_lead(preferred):
             leader = preferred
         elif not can_lead(leader):
             candidates = [r for r in replicas if can_lead(r)]
             if candidates:
                 leader = candidates[0]
+            elif last_known_leader != NO_LEADER and not bugs.on(Bug.UNCLEAN_ELECTION):
+                # Kafka's electAnyLeader: after the ISR and the ELR, before
+                # any replica, the last known leader (an unclean election:
+                # it restarted uncleanly, so its log may lack a tail that
+                # only the page cache held).  B9 keeps its own fallback.
+                leader = last_known_leader
+                unclean = True
             elif self.election is Election.UNCLEAN or bugs.on(Bug.UNCLEAN_ELECTION):
                 # B9 (a positive control): any election falls back on an
                 # out-of-sync live replica, as unclean.leader.election.enable.
@@ -165,6 +188,8 @@ class PartitionChange:
             isr = (leader,)
             recovery = LeaderRecoveryState.RECOVERING
             elr, last_known_elr = (), ()
+        if self.use_last_known_leader and not bugs.on(Bug.NO_ELR):
+            last_known_elr = self._next_last_known_leader(isr, leader, replicas)
 
         change = PartitionChangeRecord(
             self.topic_id,
@@ -190,6 +215,41 @@ class PartitionChange:
         ):
             return None
         return change
+
+    def _last_known_leader(
+        self, isr: tuple[int, ...], elr: tuple[int, ...], replicas: tuple[int, ...]
+    ) -> int:
+        """The last known leader if it may be elected now, else NO_LEADER:
+        Kafka's ``canElectLastKnownLeader``.  Only with the ISR and the ELR
+        empty, only from a last-known ELR of one member (with the option
+        off it lists several replicas and names no leader), and only when
+        that broker is unfenced (KAFKA-19522, Kafka 4.1: before it a fenced
+        last known leader was elected too)."""
+        if not self.use_last_known_leader or bugs.on(Bug.NO_ELR) or isr or elr:
+            return NO_LEADER
+        known = self.partition.last_known_elr
+        if len(known) != 1 or known[0] not in replicas or not self.is_active(known[0]):
+            return NO_LEADER
+        return known[0]
+
+    def _next_last_known_leader(
+        self, isr: tuple[int, ...], leader: int, replicas: tuple[int, ...]
+    ) -> tuple[int, ...]:
+        """The last-known ELR after this change, holding the last known
+        leader: Kafka's ``maybeUpdateLastKnownLeader``.  The leader of the
+        moment the ISR becomes empty is remembered (once: a later change
+        with the ISR still empty keeps it); a partition with a leader after
+        the change forgets it; otherwise it stays."""
+        p = self.partition
+        if not isr and p.isr:
+            if p.leader != NO_LEADER and p.leader in replicas:
+                return (p.leader,)
+            # Kafka would write the leader -1, which no election takes: a
+            # partition that had no leader when its ISR emptied names none.
+            return ()
+        if leader != NO_LEADER:
+            return ()
+        return p.last_known_elr
 
     def _target_elr(
         self, isr: tuple[int, ...], replicas: tuple[int, ...]

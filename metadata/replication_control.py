@@ -101,6 +101,7 @@ class ReplicationControl:
             is_active or self.state.active,
             election,
             min_isr=self._min_isr_of(topic, p),
+            use_last_known_leader=self.state.options.use_last_known_leader,
         )
         for key, value in kwargs.items():
             setattr(change, key, value)
@@ -144,7 +145,8 @@ class ReplicationControl:
     def elect_leaderless(self, newly_active: int) -> list[Record]:
         """Elections for partitions without a leader that ``newly_active``
         can now lead (it is in their ISR, or in their ELR with the ISR
-        empty, or unclean election is allowed)."""
+        empty, or their last known leader with both empty, or unclean
+        election is allowed)."""
         records: list[Record] = []
         for topic in self.state.image.topics.values():
             for i, p in enumerate(topic.partitions):
@@ -628,11 +630,13 @@ class ReplicationControl:
         """Elections a predecessor decided but lost in its failover (they
         are written apart from the unfencing that triggered them): every
         leaderless partition that an eligible ISR member (or, with the ISR
-        empty, ELR member) can lead."""
+        empty, ELR member) can lead, or, with both empty, its last known
+        leader (KIP-966)."""
         records: list[Record] = []
+        last_known = self.state.options.use_last_known_leader
         for topic in self.state.image.topics.values():
             for i, p in enumerate(topic.partitions):
-                eligible = p.isr or p.elr
+                eligible = p.isr or p.elr or (p.last_known_elr if last_known else ())
                 if not p.has_leader and any(self.state.active(r) for r in eligible):
                     change = self._change(topic, i).build()
                     if change is not None:

@@ -64,6 +64,11 @@ MAX_TOPIC_NAME = 249
 class ControllerOptions:
     cluster_id: str
     session_timeout_ms: int = 9_000
+    # KIP-966's last known leader: with no ISR or ELR member left, the
+    # partition's last leader is elected (uncleanly) once unfenced.  Kafka's
+    # PartitionChangeBuilder.useLastKnownLeaderInBalancedRecovery, true by
+    # default and not a broker config there.
+    use_last_known_leader: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -110,13 +110,16 @@ def _core_settings(
     skip: Iterable[str] = (),
     minimums: Mapping[str, float] | None = None,
 ) -> list[Setting]:
-    """The int and float fields of a settings dataclass, with its defaults."""
+    """The int, float and bool fields of a settings dataclass, with its
+    defaults."""
     minimums = minimums or {}
     out = []
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         kind = "float" if f.type in ("float", float) else "int"
+        if f.type in ("bool", bool):
+            kind = "bool"
         default = f.default
         assert default is not dataclasses.MISSING, f"{cls.__name__}.{f.name} has no plain default"
         out.append(

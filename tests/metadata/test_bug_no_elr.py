@@ -3,8 +3,9 @@ leader replicas and, as Kafka did before KIP-966, never lets the ISR
 become empty, so the last ISR member stays in it when fenced and is
 elected when it comes back, even after an unclean shutdown that may have
 lost its unsynced tail. With the bug off that member goes to the ELR,
-then to the last-known ELR after the unclean restart, and the partition
-waits for an eligible replica."""
+and leaves it after the unclean restart; the partition waits for an
+eligible replica, or, when none is left, elects its last known leader in
+an unclean election (KIP-966) that the exports allow for."""
 
 from __future__ import annotations
 
@@ -39,10 +40,10 @@ def test_r9_fencing_the_last_isr_member_keeps_it_in_the_isr() -> None:
     assert (p.leader, p.isr, p.elr, p.last_known_elr) == (NO_LEADER, (1,), (), ())
 
 
-def _unclean_return(bug: bool) -> PartitionRegistration:
+def _unclean_return(bug: bool, use_last_known_leader: bool = True) -> PartitionRegistration:
     """min ISR 1: 1 leads alone (acks=all answered by it alone), loses power
     (its session ends), restarts without its broker epoch and is back."""
-    h = Harness()
+    h = Harness(use_last_known_leader=use_last_known_leader)
     h.add_brokers(1, 2, 3)
     h.create_topic("t", assignments={0: (1, 2, 3)}, configs={"min.insync.replicas": "1"})
     h.alter_partition("t", 0, [1])
@@ -54,8 +55,15 @@ def _unclean_return(bug: bool) -> PartitionRegistration:
     return h.partition("t")
 
 
-def test_the_last_isr_member_back_from_an_unclean_shutdown_does_not_lead() -> None:
+def test_the_last_isr_member_back_from_an_unclean_shutdown_leads_only_uncleanly() -> None:
+    # KIP-966's last known leader (Kafka's default): with no ISR or ELR
+    # member left, 1 leads again, but in an unclean election (RECOVERING),
+    # which the exports' truncation check allows for.
     p = _unclean_return(bug=False)
+    assert (p.leader, p.isr, p.elr, p.last_known_elr) == (1, (1,), (), ())
+    assert p.leader_recovery_state is LeaderRecoveryState.RECOVERING
+    # Without it, the partition waits for an eligible replica.
+    p = _unclean_return(bug=False, use_last_known_leader=False)
     assert (p.leader, p.isr, p.elr, p.last_known_elr) == (NO_LEADER, (), (), (1,))
 
 

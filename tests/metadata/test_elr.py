@@ -34,6 +34,11 @@ RECOVERED = LeaderRecoveryState.RECOVERED
 RECOVERING = LeaderRecoveryState.RECOVERING
 MIN_ISR = "min.insync.replicas"
 UNCLEAN = "unclean.leader.election.enable"
+# With the last known leader off, the last-known ELR lists every replica that
+# left the ELR (Kafka with useLastKnownLeaderInBalancedRecovery false): the
+# tests of that list run so; tests/metadata/test_last_known_leader.py has
+# the default.
+LISTED = {"use_last_known_leader": False}
 
 
 def after(p: PartitionRegistration, live: Iterable[int], **kwargs: object) -> PartitionRegistration:
@@ -81,12 +86,12 @@ def test_the_elr_is_cleared_at_min_isr() -> None:
 
 def test_an_unclean_shutdown_leaves_the_isr_and_the_elr_for_the_last_known_elr() -> None:
     p = PartitionRegistration((1, 2, 3), (1,), leader=1, elr=(2, 3))
-    p = after(p, [1], target_isr=(1,), min_isr=2, unclean_shutdown=(3,))
+    p = after(p, [1], target_isr=(1,), min_isr=2, unclean_shutdown=(3,), **LISTED)
     assert (p.isr, p.elr, p.last_known_elr) == ((1,), (2,), (3,))
     # An ISR member that restarted uncleanly goes straight to the last-known
     # ELR.
     p = PartitionRegistration((1, 2, 3), (1, 2), leader=1)
-    p = after(p, [1], target_isr=(1,), min_isr=3, unclean_shutdown=(2,))
+    p = after(p, [1], target_isr=(1,), min_isr=3, unclean_shutdown=(2,), **LISTED)
     assert (p.isr, p.elr, p.last_known_elr) == ((1,), (), (2,))
 
 
@@ -129,7 +134,9 @@ def test_an_unclean_election_clears_the_elr() -> None:
 
 def test_a_change_of_the_elr_alone_is_written() -> None:
     p = PartitionRegistration((1, 2, 3), (1,), leader=1, elr=(2, 3))
-    c = PartitionChange("T", 0, p, lambda b: True, min_isr=2, unclean_shutdown=(3,))
+    c = PartitionChange(
+        "T", 0, p, lambda b: True, min_isr=2, unclean_shutdown=(3,), use_last_known_leader=False
+    )
     record = c.build()
     assert record is not None
     assert record.leader == NO_LEADER_CHANGE and record.isr is None
@@ -139,8 +146,10 @@ def test_a_change_of_the_elr_alone_is_written() -> None:
 # -- the controller ---------------------------------------------------------------------
 
 
-def three_brokers(min_isr: int = 2, unclean: bool = False) -> Harness:
-    h = Harness()
+def three_brokers(
+    min_isr: int = 2, unclean: bool = False, use_last_known_leader: bool = True
+) -> Harness:
+    h = Harness(use_last_known_leader=use_last_known_leader)
     h.add_brokers(1, 2, 3)
     configs = {MIN_ISR: str(min_isr)}
     if unclean:
@@ -199,7 +208,7 @@ def test_fencing_the_last_isr_member_leaves_an_empty_isr_and_its_election_on_unf
 
 
 def test_an_unclean_restart_removes_the_broker_from_every_isr_and_elr() -> None:
-    h = three_brokers(min_isr=3)
+    h = three_brokers(min_isr=3, use_last_known_leader=False)
     h.alter_partition("t", 0, [1, 2])
     assert h.partition("t").elr == (3,)
     # 3 restarts without its previous broker epoch: it may have lost records.
@@ -224,7 +233,7 @@ def test_a_clean_restart_keeps_the_broker_in_the_elr() -> None:
 
 def test_unclean_election_only_with_the_topic_config() -> None:
     for unclean in (False, True):
-        h = three_brokers(unclean=unclean)
+        h = three_brokers(unclean=unclean, use_last_known_leader=False)
         h.alter_partition("t", 0, [1])
         h.register(2)  # unclean restarts: 2 and 3 are no longer eligible
         h.register(3)
@@ -275,13 +284,15 @@ def test_kip966_worked_example_elects_the_replica_holding_every_committed_record
     # 2 left the ISR below min ISR: eligible; 1 left it at min ISR: not.
     assert (alone.leader, alone.isr, alone.elr) == (3, (3,), (2,))
     assert (crashed.leader, crashed.isr, crashed.elr) == (NO_LEADER, (), (2, 3))
+    # 3 is the last known leader, but an ELR member is left: it waits.
     assert (restarted.elr, restarted.last_known_elr) == ((2,), (3,))
-    # 3 and 1 come back first: nobody leads; then 2 does.
+    # 3 and 1 come back first: nobody leads; then 2 does, and the partition
+    # forgets its last known leader.
     assert [s.leader for s in healing] == [NO_LEADER, NO_LEADER, 2]
     p = healing[-1]
     assert p.leader == 2 and p.isr == (2,)
     assert p.leader_recovery_state is RECOVERED
-    assert p.last_known_elr == (3,)
+    assert p.last_known_elr == ()
 
 
 def test_kip966_worked_example_fails_when_an_unclean_restart_keeps_its_elr_place(
@@ -405,7 +416,7 @@ def replay(image: MetadataImage, records: Iterable[object]) -> MetadataImage:
 
 
 def test_the_elr_survives_replay_and_snapshots() -> None:
-    h = three_brokers(min_isr=3)
+    h = three_brokers(min_isr=3, use_last_known_leader=False)
     h.alter_partition("t", 0, [1, 2])
     h.register(2)
     h.heartbeat(2)
@@ -435,7 +446,7 @@ def test_a_broker_may_not_override_min_isr() -> None:
 def with_elrs() -> tuple[Harness, str, str]:
     """Topics t (min ISR 3, its own) and u (the cluster's, 3), each with an
     ELR."""
-    h = Harness()
+    h = Harness(use_last_known_leader=False)
     h.add_brokers(1, 2, 3)
     h.set_config(ResourceType.CLUSTER, "", MIN_ISR, "3")
     h.create_topic("t", assignments={0: (1, 2, 3)}, configs={MIN_ISR: "3"})
@@ -476,7 +487,7 @@ def test_changing_the_clusters_min_isr_clears_the_elr_of_topics_without_their_ow
 
 
 def test_an_unregistered_broker_coming_back_is_no_longer_eligible() -> None:
-    h = three_brokers(min_isr=3)
+    h = three_brokers(min_isr=3, use_last_known_leader=False)
     h.alter_partition("t", 0, [1, 2])
     assert h.partition("t").elr == (3,)
     # Unregistration keeps 3 in the ELR, as Kafka's handleBrokerUnregistered

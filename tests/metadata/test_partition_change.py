@@ -244,12 +244,13 @@ def partitions(draw: st.DrawFn) -> tuple[PartitionRegistration, set[int]]:
     )
 
 
-@settings(max_examples=300, deadline=None)
-@given(partitions(), st.sampled_from(Election), st.integers(1, 4), st.data())
+@settings(max_examples=400, deadline=None)
+@given(partitions(), st.sampled_from(Election), st.integers(1, 4), st.booleans(), st.data())
 def test_every_change_keeps_the_invariants(
     state: tuple[PartitionRegistration, set[int]],
     election: Election,
     min_isr: int,
+    last_known_leader: bool,
     data: st.DataObject,
 ) -> None:
     p, live = state
@@ -264,6 +265,7 @@ def test_every_change_keeps_the_invariants(
         target_isr=target_isr,
         min_isr=min_isr,
         unclean_shutdown=unclean_shutdown,
+        use_last_known_leader=last_known_leader,
     ).build()
     if record is None:
         return
@@ -275,14 +277,44 @@ def test_every_change_keeps_the_invariants(
     assert set(new.isr) <= set(new.replicas)
     assert set(new.elr) <= set(new.replicas) and set(new.last_known_elr) <= set(new.replicas)
     assert not set(new.elr) & set(new.isr), "the ELR and the ISR are disjoint"
-    assert not set(new.last_known_elr) & (set(new.isr) | set(new.elr))
+    assert not set(new.last_known_elr) & set(new.isr)
+    if not last_known_leader:
+        assert not set(new.last_known_elr) & set(new.elr)
+    else:
+        # The last-known ELR holds the last known leader alone (Kafka's
+        # maybeUpdateLastKnownLeader): set when the ISR empties, kept while
+        # the partition has no leader, forgotten once it has one.
+        if p.isr and not new.isr and p.leader != NO_LEADER:
+            assert new.last_known_elr == (p.leader,)
+        elif new.has_leader:
+            assert new.last_known_elr == ()
+        else:
+            assert new.last_known_elr in (p.last_known_elr, ())
     assert not set(new.elr) - set(p.elr) - set(p.isr), "the ELR only takes old ISR members"
     asked_isr = target_isr if target_isr is not None else p.isr
     elected_from_elr = new.has_leader and new.leader not in asked_isr
     if len(new.isr) >= min_isr and not elected_from_elr:
         # (After an election from the ELR, Kafka leaves the others in it:
         # the next change clears them.)
+        assert new.elr == ()
+        if not last_known_leader or new.has_leader:
+            assert new.last_known_elr == ()
+    elected_last_known = (
+        last_known_leader
+        and new.has_leader
+        and new.leader != p.leader
+        and p.last_known_elr == (new.leader,)
+        and new.leader not in set(asked_isr) | set(p.elr)
+    )
+    if elected_last_known:
+        # KIP-966's last resort, never while an ISR or ELR member could
+        # lead: unclean (RECOVERING, the ISR itself alone), live, and the
+        # ISR and ELR asked for were empty.
+        assert new.leader in live and new.isr == (new.leader,)
+        assert new.leader_recovery_state is LeaderRecoveryState.RECOVERING
         assert new.elr == () and new.last_known_elr == ()
+        assert not asked_isr
+        return
     if new.has_leader:
         assert new.leader in new.isr
         assert new.leader in live

@@ -70,6 +70,9 @@ IGNORED_ENV = frozenset(
         "KQ_INJECT_BUGS_ACK",
         # The power-loss test mode of the storage (server.storage_mode).
         "KQ_LOSE_UNSYNCED",
+        # The Spark driver's memory of a verification (spark_verify.session),
+        # inherited by the nodes a catalogue or `kq chaos run --verify` starts.
+        "KQ_SPARK_DRIVER_MEMORY",
     }
 )
 

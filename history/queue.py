@@ -25,6 +25,7 @@ __all__ = [
     "poll_invoke_value",
     "poll_ok_value",
     "queue_op_problems",
+    "record_key",
     "send_completion_value",
     "send_invoke_value",
     "sent_values",
@@ -99,6 +100,17 @@ class KeyMap:
 
 
 # -- building values -----------------------------------------------------------
+
+
+def record_key(key: int, value: int, record_keys: int) -> str:
+    """The record key (as text; its UTF-8 bytes are the record's key) of
+    value ``value`` sent to queue key ``key``: with ``record_keys`` 0 the
+    key's decimal text (every record of a partition shares it), else the
+    decimal text of ``value mod record_keys``.  The record keys of a
+    partition then recur, so that compaction has records to remove, while
+    every value stays unique and names the one send that wrote it
+    (``config.json``'s ``queue.record_keys``)."""
+    return str(key if record_keys == 0 else value % record_keys)
 
 
 def send_invoke_value(records: Sequence[tuple[int, int]]) -> list[list[Any]]:

@@ -19,6 +19,15 @@ are unique per key.  :func:`check_queue` runs every check of Jepsen's
 reads.  It is the reference the Spark job (``spark_verify.queue``) is tested
 against, so every rule here is spelled out in rows (key, offset, value) the
 way the job computes them.
+
+On topics with retention or compaction (:class:`Cleanup`, from the run's
+``config.json`` and ``summary.json``) a record may be legitimately gone:
+below the highest log start offset the final reads saw (retention), or
+superseded by a record of the same record key at a higher offset that the
+final reads returned (compaction: the latest record of each record key is
+always kept, ``LogCleaner``).  Such a record counts as neither lost nor
+unseen, and a poll may skip it; everything else is checked as on a plain
+topic (a record kept keeps its offset and value).
 """
 
 from __future__ import annotations
@@ -34,6 +43,8 @@ from history.ops import NEMESIS, Op
 __all__ = [
     "ALWAYS_ALLOWED",
     "CHECKS",
+    "NO_CLEANUP",
+    "Cleanup",
     "FINAL_FS",
     "SUBSCRIBE_ALLOWED",
     "QueueAnomaly",
@@ -162,6 +173,91 @@ class QueueResult:
 
     def all(self) -> list[QueueAnomaly]:
         return [a for c in CHECKS for a in self.anomalies.get(c, ())]
+
+
+@dataclass(frozen=True, slots=True)
+class Cleanup:
+    """What the queue's topics may legitimately remove
+    (``docs/history-format.md``, the ``queue`` model): ``log_start``, per
+    key (decimal text), the highest log start offset the final reads saw,
+    given only when the topics delete by a retention limit (empty: nothing
+    is below a log start); ``record_keys``, the run's ``queue.record_keys``
+    when the topics are compacted (None: they are not)."""
+
+    log_start: Mapping[str, int] = field(default_factory=dict)
+    record_keys: int | None = None
+
+    @classmethod
+    def of_run(cls, config: Mapping[str, Any], summary: Mapping[str, Any]) -> Cleanup:
+        """From a run's ``config.json`` (``queue.cleanup_policy``,
+        ``retention_ms``, ``retention_bytes``, ``record_keys``) and
+        ``summary.json`` (``final_polls.log_start``); a run written before
+        these fields is a plain topic's: no cleanup."""
+        queue = config.get("queue")
+        if not isinstance(queue, Mapping):
+            return cls()
+        policy = str(queue.get("cleanup_policy") or "delete").split(",")
+        limits = (queue.get("retention_ms"), queue.get("retention_bytes"))
+        retains = "delete" in policy and any(isinstance(v, int) and v >= 0 for v in limits)
+        log_start: dict[str, int] = {}
+        polls = summary.get("final_polls")
+        starts = polls.get("log_start") if isinstance(polls, Mapping) else None
+        if retains and isinstance(starts, Mapping):
+            for k, v in starts.items():
+                if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+                    raise ValueError(f"final_polls.log_start[{k!r}] is an offset, got {v!r}")
+                log_start[str(k)] = v
+        record_keys: int | None = None
+        if "compact" in policy:
+            n = queue.get("record_keys", 0)
+            if not (isinstance(n, int) and not isinstance(n, bool) and n >= 0):
+                raise ValueError(f"queue.record_keys is an integer >= 0, got {n!r}")
+            record_keys = n
+        return cls(log_start, record_keys)
+
+    def record_key(self, key: str, value: str) -> str | None:
+        """The record key of ``value`` (JSON text) sent to ``key``
+        (``history.queue.record_key``); None if not compacted or the value
+        is not an integer."""
+        if self.record_keys is None:
+            return None
+        if self.record_keys == 0:
+            return key
+        v = json.loads(value)
+        if not isinstance(v, int) or isinstance(v, bool):
+            return None
+        return str(v % self.record_keys)
+
+    def latest(self, final: Mapping[str, Mapping[int, set[str]]]) -> dict[tuple[str, str], int]:
+        """Per (key, record key), the highest offset the final reads
+        returned a record of it at (compaction keeps that record)."""
+        out: dict[tuple[str, str], int] = {}
+        if self.record_keys is None:
+            return out
+        for key, at in final.items():
+            for offset, values in at.items():
+                for v in values:
+                    rk = self.record_key(key, v)
+                    if rk is not None and offset > out.get((key, rk), -1):
+                        out[(key, rk)] = offset
+        return out
+
+    def gone(
+        self, key: str, offset: int | None, value: str, latest: Mapping[tuple[str, str], int]
+    ) -> bool:
+        """``value`` (JSON text) at ``offset`` of ``key`` may be legitimately
+        absent: below the log start, or superseded (``latest``: from
+        :meth:`latest`)."""
+        if offset is None:
+            return False
+        if offset < self.log_start.get(key, 0):
+            return True
+        rk = self.record_key(key, value)
+        return rk is not None and offset < latest.get((key, rk), -1)
+
+
+NO_CLEANUP: Final = Cleanup()
+"""A plain topic's: every record stays."""
 
 
 def _j(v: Any) -> str:
@@ -297,6 +393,7 @@ class _Order:
     by_value: dict[str, int] = field(default_factory=dict)
     first_index: dict[str, int] = field(default_factory=dict)
     last_index: dict[str, int] = field(default_factory=dict)
+    offsets: list[int] = field(default_factory=list)
 
     def add(self, offset: int, value: str, op: int) -> None:
         self.log.setdefault(offset, set()).add(value)
@@ -304,7 +401,8 @@ class _Order:
         self.value_ops.setdefault(value, set()).add(op)
 
     def build(self) -> None:
-        for i, offset in enumerate(sorted(self.log)):
+        self.offsets = sorted(self.log)
+        for i, offset in enumerate(self.offsets):
             self.index_of_offset[offset] = i
             values = sorted(self.log[offset])
             # Jepsen's by-index takes one value per offset, and by-value
@@ -324,16 +422,23 @@ class _Order:
     def skipped(self, v1: str, v2: str) -> list[str]:
         return self.by_index[self.by_value[v1] + 1 : self.by_value[v2]]
 
+    def offset_of(self, v: str) -> int | None:
+        """The offset of ``v``'s first place in the version order."""
+        i = self.first_index.get(v)
+        return None if i is None else self.offsets[i]
+
 
 def check_queue(
     history: Sequence[Op],
     *,
     final_index: int | None | bool = True,
+    cleanup: Cleanup = NO_CLEANUP,
 ) -> QueueResult:
     """Every queue check over ``history`` (a queue history's ops, in order).
 
     ``final_index``: the invoke index from which polls are final reads;
     True (default) finds them as :func:`final_from` does; None: no final reads.
+    ``cleanup``: what the topics may remove (module docstring).
     """
     ops = pair_queue(history)
     if final_index is True:
@@ -370,6 +475,31 @@ def check_queue(
             orders[r.key].add(r.offset, _j(r.value), r.op)
     for order in orders.values():
         order.build()
+
+    # The final reads (no-loss reads them; compaction's latest records too).
+    final: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
+    final_values: dict[str, set[str]] = defaultdict(set)
+    seen_any: dict[str, set[str]] = defaultdict(set)
+    for r in reads:
+        seen_any[r.key].add(_j(r.value))
+        if (
+            final_start is not None
+            and r.type == "ok"
+            and r.op >= final_start
+            and r.offset is not None
+        ):
+            final[r.key][r.offset].add(_j(r.value))
+            final_values[r.key].add(_j(r.value))
+    latest = cleanup.latest(final)
+    # The values of the version orders that retention or compaction may have
+    # removed (each at its first offset there).
+    gone: dict[str, set[str]] = {
+        key: {v for v in order.first_index if cleanup.gone(key, order.offset_of(v), v, latest)}
+        for key, order in orders.items()
+    }
+
+    def live(key: str, values: Sequence[str]) -> list[str]:
+        return [v for v in values if v not in gone.get(key, ())]
 
     found: dict[str, list[QueueAnomaly]] = {c: [] for c in CHECKS}
 
@@ -446,7 +576,7 @@ def check_queue(
             key=lambda v: (order.last_index[v], v),
         )
         for v in must:
-            if v in ok_read[key]:
+            if v in ok_read[key] or v in gone[key]:
                 continue
             w = writer.get((key, v))
             if w is None or w.op not in committed:
@@ -465,7 +595,11 @@ def check_queue(
 
     # unseen: sent by an ok send, read by no ok poll.
     for s in sorted(sends, key=lambda s: (s.key, s.op, s.pos)):
-        if s.type == "ok" and _j(s.value) not in ok_read[s.key]:
+        if (
+            s.type == "ok"
+            and _j(s.value) not in ok_read[s.key]
+            and _j(s.value) not in gone.get(s.key, ())
+        ):
             add(
                 "unseen",
                 s.key,
@@ -507,8 +641,8 @@ def check_queue(
                 v, v2 = reads_of[prev][key][-1], vs[0]
                 order = orders[key]
                 d = order.delta(v, v2)
-                if d > 1:
-                    skipped = order.skipped(v, v2)
+                skipped = live(key, order.skipped(v, v2)) if d > 1 else []
+                if skipped:
                     add(
                         "poll-skip",
                         key,
@@ -564,7 +698,12 @@ def check_queue(
                 order = orders[key]
                 for v, v2 in zip(vs, vs[1:], strict=False):
                     d = order.delta(v, v2)
-                    if d > 1:
+                    skipped = live(key, order.skipped(v, v2)) if d > 1 else []
+                    # A send's skip is Jepsen's (allowed) int-send-skip: the
+                    # values between are other producers', never removed.
+                    if kind == "send" and d > 1:
+                        skipped = order.skipped(v, v2)
+                    if skipped:
                         add(
                             f"int-{kind}-skip",
                             key,
@@ -572,7 +711,7 @@ def check_queue(
                             [],
                             [o.index],
                             f"op {o.index} {kind}s {v} then {v2} of key {key}, skipping "
-                            f"{d - 1} record(s): {', '.join(order.skipped(v, v2))}",
+                            f"{d - 1} record(s): {', '.join(skipped)}",
                         )
                     elif d < 1:
                         add(
@@ -587,20 +726,8 @@ def check_queue(
 
     # no-loss: every ok send, and every record of an info send that was
     # acknowledged with an offset or that some poll saw, is in the final
-    # reads at its acknowledged offset with its value.
-    final: dict[str, dict[int, set[str]]] = defaultdict(lambda: defaultdict(set))
-    final_values: dict[str, set[str]] = defaultdict(set)
-    seen_any: dict[str, set[str]] = defaultdict(set)
-    for r in reads:
-        seen_any[r.key].add(_j(r.value))
-        if (
-            final_start is not None
-            and r.type == "ok"
-            and r.op >= final_start
-            and r.offset is not None
-        ):
-            final[r.key][r.offset].add(_j(r.value))
-            final_values[r.key].add(_j(r.value))
+    # reads at its acknowledged offset with its value, unless retention or
+    # compaction removed it.
     if final_start is not None:
         for s in sorted(sends, key=lambda s: (s.key, s.op, s.pos)):
             # An info send's records are required one by one (they may have
@@ -611,6 +738,9 @@ def check_queue(
             if not (s.type == "ok" or (s.type == "info" and (s.offset is not None or seen))):
                 continue
             v = _j(s.value)
+            placed = s.offset if s.offset is not None else orders[s.key].offset_of(v)
+            if cleanup.gone(s.key, placed, v, latest):
+                continue
             if s.offset is None:
                 if v not in final_values[s.key]:
                     add(

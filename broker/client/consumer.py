@@ -304,6 +304,10 @@ class ConsumerCore:
     def high_watermark(self, tp: TopicPartition) -> int:
         return self._state(tp).high_watermark
 
+    def log_start_offset(self, tp: TopicPartition) -> int:
+        """The log start offset of the last fetch answer (-1: none yet)."""
+        return self._state(tp).log_start_offset
+
     # -- resets ---------------------------------------------------------------
 
     def partitions_to_reset(self) -> dict[TopicPartition, OffsetResetStrategy]:

@@ -130,6 +130,11 @@ class Consumer:
         chosen = self.assignment() if partitions is None else [_tp(p) for p in partitions]
         self.core.seek_to_beginning(chosen)
 
+    def log_start_offset(self, partition: TopicPartition | tuple[str, int]) -> int:
+        """The partition's log start offset as the last fetch answer gave it
+        (-1 if none came yet): the first offset still readable."""
+        return self.core.log_start_offset(_tp(partition))
+
     def seek_to_end(
         self, partitions: Iterable[TopicPartition | tuple[str, int]] | None = None
     ) -> None:

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -52,9 +53,11 @@ from history.queue import (
     assign_value,
     poll_invoke_value,
     poll_ok_value,
+    record_key,
     send_completion_value,
     send_invoke_value,
 )
+from history.queue_checks import NO_CLEANUP, Cleanup
 
 __all__ = [
     "FS",
@@ -94,6 +97,8 @@ class ConsumerLike(Protocol):
     def seek_to_beginning(self, partitions: Any = None) -> None: ...
 
     async def poll(self, timeout_ms: int = 1_000, max_records: int | None = None) -> list[Any]: ...
+
+    def log_start_offset(self, partition: Any) -> int: ...
 
     async def close(self) -> None: ...
 
@@ -177,7 +182,11 @@ class QueueWorkload:
     relative frequency of ``send``, ``poll``, ``assign`` and ``crash``;
     ``max_send`` the most records in one send; ``poll_ms`` a poll's wait;
     ``op_timeout_s`` the longest the workload waits for a send (its records
-    still unresolved then are ``info`` ``timeout``) or a poll.
+    still unresolved then are ``info`` ``timeout``) or a poll;
+    ``record_keys`` the record keys values cycle through
+    (:func:`history.queue.record_key`); ``compacts`` and ``retains``: the
+    topics are compacted, or delete by a retention limit, so that the final
+    check lets records they removed go (:class:`history.queue_checks.Cleanup`).
     """
 
     def __init__(
@@ -197,6 +206,9 @@ class QueueWorkload:
         final_time_s: float = 60.0,
         final_round_s: float = 10.0,
         prepare: Callable[[], Any] | None = None,
+        record_keys: int = 0,
+        compacts: bool = False,
+        retains: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -204,6 +216,8 @@ class QueueWorkload:
             raise ValueError("rate must be positive")
         if max_send < 1:
             raise ValueError("max_send must be at least 1")
+        if record_keys < 0:
+            raise ValueError("record_keys must be 0 or more")
         w = {**DEFAULT_WEIGHTS, **(weights or {})}
         if set(w) != set(FS) or any(v < 0 for v in w.values()) or w["send"] + w["poll"] <= 0:
             raise ValueError(f"weights are non-negative numbers for {', '.join(FS)}")
@@ -221,6 +235,9 @@ class QueueWorkload:
         self.final_time_s = final_time_s
         self.final_round_s = final_round_s
         self._prepare = prepare
+        self.record_keys = record_keys
+        self.compacts = compacts
+        self.retains = retains
         self.stats = WorkloadStats()
         self._workers: list[_Worker] = []
         self._next_value = 0
@@ -231,6 +248,9 @@ class QueueWorkload:
         self.final_from: int | None = None
         # Every client op this workload recorded (for its final check).
         self.ops: list[Op] = []
+        # The highest log start offset the final polls' fetches saw per key:
+        # what retention removed (docs/history-format.md, final_polls).
+        self.final_log_start: dict[int, int] = {}
 
     # -- workers ---------------------------------------------------------------------
 
@@ -301,7 +321,10 @@ class QueueWorkload:
                 # it itself (max.block.ms for metadata and buffer memory).
                 futures.append(
                     await worker.producer.send(
-                        topic, str(v).encode(), key=str(k).encode(), partition=partition
+                        topic,
+                        str(v).encode(),
+                        key=record_key(k, v, self.record_keys).encode(),
+                        partition=partition,
                     )
                 )
             except Exception as exc:
@@ -458,6 +481,7 @@ class QueueWorkload:
                         for k, recs in op.value[0][1].items():
                             for offset, _ in recs:
                                 reached[int(k)] = max(reached.get(int(k), -1), offset)
+                        self._note_log_start(worker)
                     if all(reached.get(k, -1) >= t for k, t in targets.items()):
                         return reached
                 if time.monotonic() >= deadline:
@@ -474,13 +498,23 @@ class QueueWorkload:
             "rounds": rounds,
             "missing": missing,
             "keys": len(keys),
+            "log_start": {str(k): v for k, v in sorted(self.final_log_start.items())},
         }
+
+    def _note_log_start(self, worker: _Worker) -> None:
+        """Keep the highest log start offset the worker's consumer learned
+        of each key (a record below it was removed by retention while the
+        final polls read; -1: no fetch answer yet)."""
+        for k in self.keymap.keys:
+            start = worker.consumer.log_start_offset(self.keymap.topic_partition(k))
+            if start > self.final_log_start.get(k, -1):
+                self.final_log_start[k] = start
 
     async def final(self) -> FinalVerdict:
         """The final polls, then :func:`check_final_polls` of the history
         recorded so far."""
         final = await self.final_polls()
-        check = check_final_polls(self.ops, final["from_index"])
+        check = check_final_polls(self.ops, final["from_index"], self.cleanup(final))
         problems = sum(len(v) for k, v in check.items() if isinstance(v, list))
         verdict = {"final_polls": final, **check}
         ok = final["complete"] and problems == 0
@@ -496,11 +530,23 @@ class QueueWorkload:
             ok,
         )
 
+    def cleanup(self, final: Mapping[str, Any]) -> Cleanup:
+        """What the topics may have removed, from the final polls' log starts."""
+        return Cleanup(
+            dict(final.get("log_start", {})) if self.retains else {},
+            self.record_keys if self.compacts else None,
+        )
+
     async def close(self) -> None:
         for worker in self._workers:
             self._close_later(worker)
         if self._closing:
             await asyncio.wait(list(self._closing), timeout=10)
+
+
+def _text(value: Any) -> str:
+    """A value's canonical JSON text (as ``history.queue_checks`` compares them)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
 def _decode(value: bytes | None) -> Any:
@@ -518,12 +564,16 @@ def _decode(value: bytes | None) -> Any:
 # -- kq's no-loss rule, on the final polls ----------------------------------------
 
 
-def check_final_polls(ops: Sequence[Op], from_index: int) -> dict[str, list[dict[str, Any]]]:
+def check_final_polls(
+    ops: Sequence[Op], from_index: int, cleanup: Cleanup = NO_CLEANUP
+) -> dict[str, list[dict[str, Any]]]:
     """kq's no-loss rule over a queue history whose final polls start at
     ``from_index`` (``docs/history-format.md``): every record of an ``ok``
     send, and every record of an ``info`` send that some ``ok`` poll saw,
     is in the final polls, at its acknowledged offset (``ok``) or at the
-    offset a poll saw it at, with its value.
+    offset a poll saw it at, with its value, unless the topics' retention
+    or compaction removed it (``cleanup``: below the log start, or
+    superseded by a later record of its record key the final polls read).
 
     ``lost``: such a record that no final poll returned; ``moved``: one
     the final polls returned at another offset; ``inconsistent``: two
@@ -565,9 +615,13 @@ def check_final_polls(ops: Sequence[Op], from_index: int) -> dict[str, list[dict
     for kv in info_sent:
         if kv in seen_at:
             must.setdefault(kv, seen_at[kv])
+    texts = {str(k): {offset: {_text(v)} for offset, v in at.items()} for k, at in final.items()}
+    latest = cleanup.latest(texts)
     lost: list[dict[str, Any]] = []
     moved: list[dict[str, Any]] = []
     for (k, v), offset in sorted(must.items()):
+        if cleanup.gone(str(k), offset, _text(v), latest):
+            continue
         found = where.get((k, v))
         if found is None:
             lost.append({"key": k, "value": v, "offset": offset})

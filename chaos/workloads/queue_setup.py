@@ -22,10 +22,13 @@ from history.ops import HistoryRecorder
 from history.queue import KeyMap
 from metadata.client import ConfigOp, ConfigResource, MetadataClient, NewTopic
 
-__all__ = ["ACKS", "QueueOptions", "make_queue_workload"]
+__all__ = ["ACKS", "CLEANUP_POLICIES", "QueueOptions", "make_queue_workload"]
 
 ACKS: Final = {"all": Acks.ALL, "1": Acks.LEADER, "0": Acks.NONE}
 """``--acks`` values."""
+
+CLEANUP_POLICIES: Final = ("delete", "compact", "compact,delete")
+"""``--cleanup-policy`` values (the topics' ``cleanup.policy``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +39,15 @@ class QueueOptions:
     the most records in one send (``max_send``); the final polls' deadline
     (``final_time_s``); the cluster's ``replica.lag.time.max.ms`` for the
     run (``replica_lag_ms``: short, so that ISRs shrink and grow many
-    times a run)."""
+    times a run).
+
+    The topics' cleanup (set at creation, as ``min.insync.replicas``):
+    ``cleanup_policy`` (``cleanup.policy``), ``retention_ms``,
+    ``retention_bytes`` and ``segment_bytes`` (None: the cluster's
+    default), and ``record_keys``, how many record keys the producer
+    cycles through (:func:`history.queue.record_key`; 0: one per partition).  The brokers
+    check retention and clean one compacted log every tick (250 ms; Kafka's
+    ``log.retention.check.interval.ms`` and the cleaner's backoff)."""
 
     brokers: int = 3
     topics: int = 1
@@ -47,6 +58,11 @@ class QueueOptions:
     max_send: int = 3
     final_time_s: float = 60.0
     replica_lag_ms: int = 1_500
+    cleanup_policy: str = "delete"
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    segment_bytes: int | None = None
+    record_keys: int = 0
 
     def check(self) -> None:
         """:class:`ValueError` naming the first bad option."""
@@ -71,6 +87,66 @@ class QueueOptions:
             raise ValueError(f"final_time_s must be positive, got {self.final_time_s}")
         if not 100 <= self.replica_lag_ms <= 60_000:
             raise ValueError(f"replica_lag_ms must be in 100..60000, got {self.replica_lag_ms}")
+        if self.cleanup_policy not in CLEANUP_POLICIES:
+            raise ValueError(
+                f"cleanup_policy must be one of {', '.join(CLEANUP_POLICIES)}, "
+                f"got {self.cleanup_policy!r}"
+            )
+        for what in ("retention_ms", "retention_bytes"):
+            value = getattr(self, what)
+            if value is not None and value < -1:
+                raise ValueError(f"{what} must be -1 (no limit) or more, got {value}")
+        # metadata.configs: segment.bytes is at least one record's overhead.
+        if self.segment_bytes is not None and self.segment_bytes < 14:
+            raise ValueError(f"segment_bytes must be at least 14, got {self.segment_bytes}")
+        if self.record_keys < 0:
+            raise ValueError(f"record_keys must be 0 or more, got {self.record_keys}")
+
+    @property
+    def compacts(self) -> bool:
+        """The topics are compacted: a record superseded by a later one of
+        its record key may go."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def retains(self) -> bool:
+        """The topics delete old segments by a limit the run set: records
+        below a partition's log start offset may go."""
+        limits = (self.retention_ms, self.retention_bytes)
+        return "delete" in self.cleanup_policy.split(",") and any(
+            v is not None and v >= 0 for v in limits
+        )
+
+    def topic_configs(self) -> dict[str, str]:
+        """The configs each queue topic is created with."""
+        configs = {"min.insync.replicas": str(self.min_isr)}
+        if self.cleanup_policy != "delete":
+            configs["cleanup.policy"] = self.cleanup_policy
+        for name, value in (
+            ("retention.ms", self.retention_ms),
+            ("retention.bytes", self.retention_bytes),
+            ("segment.bytes", self.segment_bytes),
+        ):
+            if value is not None:
+                configs[name] = str(value)
+        return configs
+
+    def topic_flags(self) -> str:
+        """The ``kq chaos run`` flags of the topics' cleanup that differ from
+        the defaults (for a run's replay command), each with a leading space."""
+        out = ""
+        if self.cleanup_policy != "delete":
+            out += f" --cleanup-policy {self.cleanup_policy}"
+        for flag, value in (
+            ("--retention-ms", self.retention_ms),
+            ("--retention-bytes", self.retention_bytes),
+            ("--segment-bytes", self.segment_bytes),
+        ):
+            if value is not None:
+                out += f" {flag} {value}"
+        if self.record_keys:
+            out += f" --record-keys {self.record_keys}"
+        return out
 
     @property
     def keymap(self) -> KeyMap:
@@ -87,6 +163,11 @@ class QueueOptions:
             "max_send": self.max_send,
             "final_time_s": self.final_time_s,
             "replica_lag_ms": self.replica_lag_ms,
+            "cleanup_policy": self.cleanup_policy,
+            "retention_ms": self.retention_ms,
+            "retention_bytes": self.retention_bytes,
+            "segment_bytes": self.segment_bytes,
+            "record_keys": self.record_keys,
         }
 
 
@@ -117,7 +198,7 @@ async def _prepare(
                     name,
                     partitions,
                     options.replication_factor,
-                    configs={"min.insync.replicas": str(options.min_isr)},
+                    configs=options.topic_configs(),
                 )
                 for name, partitions in keymap.topics
             ]
@@ -203,4 +284,7 @@ def make_queue_workload(
         op_timeout_s=op_timeout_s,
         final_time_s=options.final_time_s,
         prepare=prepare,
+        record_keys=options.record_keys,
+        compacts=options.compacts,
+        retains=options.retains,
     )

@@ -34,7 +34,7 @@ from chaos.runner import (
     run_chaos,
     summary_of,
 )
-from chaos.workloads.queue_setup import ACKS, QueueOptions
+from chaos.workloads.queue_setup import ACKS, CLEANUP_POLICIES, QueueOptions
 from history.runs import check_run, find_runs
 
 if TYPE_CHECKING:
@@ -72,6 +72,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def _retention(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < -1:
+        raise argparse.ArgumentTypeError(f"must be -1 (no limit) or more, got {value}")
     return value
 
 
@@ -261,6 +271,40 @@ def register(subparsers: Subparsers) -> None:
         "that ISRs shrink and grow often (default: %(default)s)",
     )
     run.add_argument(
+        "--cleanup-policy",
+        choices=CLEANUP_POLICIES,
+        default=queue.cleanup_policy,
+        help="queue workload: the topics' cleanup.policy (default: %(default)s)",
+    )
+    run.add_argument(
+        "--retention-ms",
+        type=_retention,
+        metavar="MS",
+        help="queue workload: the topics' retention.ms, -1 for none (default: the cluster's)",
+    )
+    run.add_argument(
+        "--retention-bytes",
+        type=_retention,
+        metavar="BYTES",
+        help="queue workload: the topics' retention.bytes, -1 for none (default: the cluster's)",
+    )
+    run.add_argument(
+        "--segment-bytes",
+        type=_positive_int,
+        metavar="BYTES",
+        help="queue workload: the topics' segment.bytes, small so that retention and "
+        "compaction act during a run (default: the cluster's)",
+    )
+    run.add_argument(
+        "--record-keys",
+        type=_non_negative_int,
+        default=queue.record_keys,
+        metavar="N",
+        help="queue workload: record keys the values cycle through (value mod N), so that "
+        "compaction has records to remove; 0: each partition's records share one "
+        "(default: %(default)s)",
+    )
+    run.add_argument(
         "--seed", type=_seed, help="seed of the fault schedule and the workload (default: random)"
     )
     run.add_argument(
@@ -438,6 +482,11 @@ def _run(args: argparse.Namespace) -> int:
             max_send=args.max_send,
             final_time_s=args.final_time,
             replica_lag_ms=args.replica_lag_ms,
+            cleanup_policy=args.cleanup_policy,
+            retention_ms=args.retention_ms,
+            retention_bytes=args.retention_bytes,
+            segment_bytes=args.segment_bytes,
+            record_keys=args.record_keys,
         ),
     )
     try:

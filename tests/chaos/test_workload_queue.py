@@ -29,6 +29,7 @@ from chaos.workloads.queue_setup import QueueOptions
 from history.files import HistoryWriter, read_history
 from history.ops import Op, OpType, check_well_formed
 from history.queue import KeyMap
+from history.queue_checks import Cleanup
 
 # -- the outcome mapping ------------------------------------------------------------
 
@@ -139,6 +140,9 @@ class _Broker:
         self.logs: dict[tuple[str, int], list[bytes]] = {}
         self.refuse: set[tuple[str, int]] = set()
         self.unknown: set[tuple[str, int]] = set()
+        self.log_start: dict[tuple[str, int], int] = {}
+        # The record key of each value sent.
+        self.record_keys: dict[bytes, bytes | None] = {}
 
 
 class _Producer:
@@ -160,6 +164,7 @@ class _Producer:
             return f
         log = self.broker.logs.setdefault(tp, [])
         log.append(value)
+        self.broker.record_keys[value] = key
         if tp in self.broker.unknown:
             f.set_exception(_delivery("REQUEST_TIMED_OUT", 7, Outcome.INFO))
         else:
@@ -190,6 +195,9 @@ class _Consumer:
             self.positions[tp] = min(len(log), pos + 3)
         await asyncio.sleep(0)
         return out
+
+    def log_start_offset(self, partition: Any) -> int:
+        return self.broker.log_start.get((partition[0], partition[1]), 0)
 
     async def close(self) -> None:
         return None
@@ -273,6 +281,58 @@ def test_an_info_send_retires_its_process(tmp_path: Path) -> None:
     assert check_well_formed(_history(tmp_path), model="queue") == []
 
 
+def test_record_keys_recur_while_values_stay_unique(tmp_path: Path) -> None:
+    broker = _Broker()
+    w, writer = _workload(tmp_path, broker, record_keys=2)
+
+    async def main() -> None:
+        await w.prepare()
+        await w.run(0.5)
+        await w.close()
+
+    asyncio.run(main())
+    writer.close()
+    ops = _history(tmp_path)
+    assert check_well_formed(ops, model="queue") == []
+    sent = broker.record_keys
+    assert len(sent) > 4
+    # Each value names its send; its record key is value mod 2.
+    assert all(key == str(int(value) % 2).encode() for value, key in sent.items())
+    assert set(sent.values()) == {b"0", b"1"}
+
+
+def test_the_final_polls_keep_the_highest_log_start_and_let_retention_remove_records(
+    tmp_path: Path,
+) -> None:
+    broker = _Broker()
+    w, writer = _workload(tmp_path, broker, retains=True)
+
+    async def main() -> Any:
+        await w.prepare()
+        worker = w._workers[0]
+        for v in range(4):
+            await w.send(worker, [(0, v)])
+        # Retention removed offsets 0 and 1 of key 0 before the final polls.
+        log = broker.logs[("queue", 0)]
+        broker.log_start[("queue", 0)] = 2
+        log[0] = log[1] = b"removed"
+        verdict = await w.final()
+        await w.close()
+        return verdict
+
+    verdict = asyncio.run(main())
+    writer.close()
+    final = verdict.check["final_polls"]
+    assert final["log_start"] == {"0": 2, "1": 0, "2": 0}
+    assert verdict.check["lost"] == [] and verdict.check["moved"] == []
+    # Without retention the same records count as moved (another value there).
+    ops = _history(tmp_path)
+    plain = check_final_polls(ops, final["from_index"])
+    assert [m["value"] for m in plain["moved"] + plain["lost"]] == [0, 1]
+    below = check_final_polls(ops, final["from_index"], Cleanup({"0": 1}))
+    assert [m["value"] for m in below["moved"] + below["lost"]] == [1]
+
+
 def _op(index: int, type_: OpType, f: str, value: Any, process: int = 0) -> Op:
     return Op(
         index,
@@ -336,11 +396,39 @@ def test_both_backends_take_the_queue_workload() -> None:
         (QueueOptions(acks="2"), "acks must be one of"),
         (QueueOptions(partitions=0), "partitions must be at least 1"),
         (QueueOptions(replica_lag_ms=10), "replica_lag_ms must be in"),
+        (QueueOptions(cleanup_policy="forever"), "cleanup_policy must be one of"),
+        (QueueOptions(retention_ms=-2), "retention_ms must be -1"),
+        (QueueOptions(retention_bytes=-5), "retention_bytes must be -1"),
+        (QueueOptions(segment_bytes=10), "segment_bytes must be at least 14"),
+        (QueueOptions(record_keys=-1), "record_keys must be 0 or more"),
     ],
 )
 def test_bad_queue_options_are_refused(options: QueueOptions, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         RunConfig(workload="queue", queue=options).check()
+
+
+def test_the_topics_cleanup_options() -> None:
+    plain = QueueOptions()
+    assert plain.topic_configs() == {"min.insync.replicas": "2"}
+    assert plain.topic_flags() == "" and not plain.compacts and not plain.retains
+    retained = QueueOptions(retention_ms=2_000, segment_bytes=1_024)
+    assert retained.topic_configs() == {
+        "min.insync.replicas": "2",
+        "retention.ms": "2000",
+        "segment.bytes": "1024",
+    }
+    assert retained.retains and not retained.compacts
+    assert retained.topic_flags() == " --retention-ms 2000 --segment-bytes 1024"
+    # -1 is Kafka's no limit: nothing to let go.
+    assert not QueueOptions(retention_ms=-1).retains
+    compacted = QueueOptions(cleanup_policy="compact", retention_ms=10, record_keys=4)
+    assert compacted.compacts and not compacted.retains
+    assert compacted.topic_configs()["cleanup.policy"] == "compact"
+    assert compacted.topic_flags() == " --cleanup-policy compact --retention-ms 10 --record-keys 4"
+    both = QueueOptions(cleanup_policy="compact,delete", retention_bytes=0)
+    assert both.compacts and both.retains
+    assert compacted.to_json()["record_keys"] == 4 and plain.to_json()["retention_ms"] is None
 
 
 def test_the_docker_backend_factory_makes_brokers_after_the_controllers(tmp_path: Path) -> None:

@@ -59,6 +59,20 @@ Fault kinds (:data:`FAULT_KINDS`):
   action, like a heal: nothing stays in force and nothing ends it, so it
   may come at any time of a fault period, whatever else is in force.
 
+- ``reassign``: a queue partition's replicas moved by a reassignment
+  through the controllers (KIP-455): its leader's replica to a broker that
+  holds none, so that leadership moves once the new replica has caught up,
+  or, with no such broker, its replicas reordered; an intent
+  (``target="partition"``) that the runner resolves with
+  :mod:`chaos.leader_moves`, ended by a ``reassign`` of ``kind="revert"``
+  back to the replicas found.  One at a time;
+- ``elect-leader``: a partition's replicas reordered so that another ISR
+  member is preferred, then a preferred leader election (``target=
+  "partition"``): leadership moves with every node up.  Instant, like
+  ``rotate-certs``; unlike other faults it also comes while faults are in
+  force (half of the actions then, but under ``kill-majority``), since it
+  takes no node down.
+
 A partition's ``groups`` are the topologies of :mod:`chaos.backend` (built
 by :func:`chaos.backend.partition_groups`, the leader's isolated by
 :func:`chaos.backend.isolate`): two nodes talk if and only if some group
@@ -79,14 +93,17 @@ from history.ops import NEMESIS, Op
 
 __all__ = [
     "BROKER_KINDS",
+    "ELECT_LEADER_KIND",
     "FAULT_KINDS",
     "KILL_KINDS",
+    "LEADER_MOVE_KINDS",
     "NETWORK_KINDS",
     "PACKET_KIND",
     "PARTITION_LEADER_KINDS",
     "PARTITION_KINDS",
     "POWER_LOSS_KIND",
     "POWER_LOSS_KINDS",
+    "REASSIGN_KIND",
     "ROTATE_KIND",
     "Action",
     "action_ops",
@@ -118,7 +135,13 @@ PARTITION_LEADER_KINDS: Final = (
 """The leader of a queue partition killed, paused or power-cut (brokers only)."""
 POWER_LOSS_KINDS: Final = (POWER_LOSS_KIND, "power-loss-partition-leader")
 """The faults whose run starts its processes in the power-loss test mode."""
-BROKER_KINDS: Final = (*PARTITION_LEADER_KINDS, "isolate-follower")
+REASSIGN_KIND: Final = "reassign"
+"""A queue partition's replicas moved by the controllers (ended by a revert)."""
+ELECT_LEADER_KIND: Final = "elect-leader"
+"""Another ISR member of a queue partition made its preferred leader (instant)."""
+LEADER_MOVE_KINDS: Final = (REASSIGN_KIND, ELECT_LEADER_KIND)
+"""Leadership moved through the controllers' admin RPCs, every node up."""
+BROKER_KINDS: Final = (*PARTITION_LEADER_KINDS, "isolate-follower", *LEADER_MOVE_KINDS)
 """Faults aimed at a partition's replicas: they need brokers."""
 FAULT_KINDS: Final = (
     *KILL_KINDS,
@@ -127,6 +150,7 @@ FAULT_KINDS: Final = (
     ROTATE_KIND,
     *PARTITION_LEADER_KINDS,
     POWER_LOSS_KIND,
+    *LEADER_MOVE_KINDS,
 )
 _ENDS: Final = {
     "kill": "start",
@@ -324,6 +348,8 @@ def schedule(
     # A kill or pause of a partition's leader in force (its node unknown).
     targeted: str | None = None
     majority: tuple[int, ...] | None = None
+    # A reassignment in force (its partition drawn at run time).
+    moved = False
     net: tuple[Groups | None, str | None, str] | None = None
 
     def safe(
@@ -340,7 +366,7 @@ def schedule(
         )
 
     def start_one(t: float) -> bool:
-        nonlocal net, leader_down, majority, targeted
+        nonlocal net, leader_down, majority, targeted, moved
         if majority is not None:
             return False
         options = [
@@ -386,6 +412,15 @@ def schedule(
                 # Instant, and no threat to a majority: always possible.
                 out.append(Action(t, ROTATE_KIND, nodes=tuple(ids)))
                 return True
+            elif kind == ELECT_LEADER_KIND:
+                # Instant; no node goes down.
+                out.append(Action(t, kind, kind=kind, target="partition"))
+                return True
+            elif kind == REASSIGN_KIND:
+                if not moved:
+                    moved = True
+                    out.append(Action(t, kind, kind=kind, target="partition"))
+                    return True
             else:
                 groups, target = _partition(kind, ids, rng)
                 if safe(down, groups, target, leader_down):
@@ -399,13 +434,14 @@ def schedule(
         return False
 
     def end_one(t: float, which: int | None) -> None:
-        nonlocal net, leader_down, majority, targeted
+        nonlocal net, leader_down, majority, targeted, moved
         active: list[int | str] = [
             *sorted(down),
             *(["leader"] if leader_down else []),
             *(["targeted"] if targeted is not None else []),
             *(["majority"] if majority is not None else []),
             *(["net"] if net is not None else []),
+            *(["moved"] if moved else []),
         ]
         pick = active[which if which is not None else rng.randrange(len(active))]
         if pick == "net":
@@ -419,6 +455,9 @@ def schedule(
             f = "resume" if targeted == "pause-partition-leader" else "start"
             out.append(Action(t, f, kind=targeted, target="partition-leader"))
             targeted = None
+        elif pick == "moved":
+            moved = False
+            out.append(Action(t, REASSIGN_KIND, kind="revert", target="partition"))
         elif pick == "majority":
             assert majority is not None
             out.append(Action(t, "start", nodes=majority, kind="kill-majority"))
@@ -437,6 +476,7 @@ def schedule(
             + (targeted is not None)
             + (majority is not None)
             + (net is not None)
+            + moved
         )
 
     t = start_s
@@ -447,6 +487,14 @@ def schedule(
             if t >= period_end:
                 break
             n = count()
+            if n > 0 and majority is None and ELECT_LEADER_KIND in kinds and rng.random() < 0.5:
+                # An election keeps every node up, so it may come while
+                # other faults are in force (the draw is made only when the
+                # kind is on, so other schedules stay what they were): a
+                # leader moved while a follower is cut off or paused is
+                # one whose purgatory holds produces.
+                out.append(Action(t, ELECT_LEADER_KIND, kind=ELECT_LEADER_KIND, target="partition"))
+                continue
             if n == 0 or (n < max_concurrent and rng.random() < 0.5):
                 if not start_one(t) and n > 0:
                     end_one(t, None)

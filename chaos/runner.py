@@ -43,15 +43,18 @@ import grpc
 import bugs
 from bugs import Bug
 from chaos.backend import TOPOLOGIES, ClusterBackend, isolate
+from chaos.leader_moves import LeaderMoves
 from chaos.nemesis import (
     BROKER_KINDS,
     FAULT_KINDS,
     KILL_KINDS,
+    LEADER_MOVE_KINDS,
     NETWORK_KINDS,
     PACKET_KIND,
     PARTITION_KINDS,
     POWER_LOSS_KIND,
     POWER_LOSS_KINDS,
+    REASSIGN_KIND,
     ROTATE_KIND,
     Action,
     nemesis_op,
@@ -370,7 +373,9 @@ also be named one by one; ``packet`` (slow, lossy links) and
 TLS clusters only) only by name; ``power-loss`` a random node's power cut
 and ``power-loss-partition-leader`` a queue partition leader's (every
 process of the run then starts in the power-loss test mode:
-:func:`storage_environment`)."""
+:func:`storage_environment`); ``reassign`` and ``elect-leader`` move a
+queue partition's leadership through the controllers
+(:mod:`chaos.leader_moves`)."""
 
 
 def expand_nemesis(names: Sequence[str], nodes: int) -> list[str]:
@@ -410,6 +415,7 @@ _MIN_NODES: Final = {
     "power-loss-partition-leader": 1,
     POWER_LOSS_KIND: 1,
     "isolate-follower": 2,
+    **dict.fromkeys(LEADER_MOVE_KINDS, 1),
 }
 assert set(_MIN_NODES) == set(FAULT_KINDS) and set(TOPOLOGIES) <= set(_MIN_NODES)
 
@@ -602,6 +608,8 @@ class _Nemesis:
         self.targeted: int | None = None
         # Finds partitions' leaders and followers (queue runs).
         self.replicas: Callable[[], Awaitable[list[PartitionReplicas]]] | None = None
+        # Moves partitions' leadership through the controllers (queue runs).
+        self.moves: LeaderMoves | None = None
         self.rng = random.Random(0)
         self.injected: Counter[str] = Counter()
         self.rotations = 0  # rotate-certs actions done (ok)
@@ -614,9 +622,11 @@ class _Nemesis:
             out.append(f"partition {self.partition}")
         return tuple(out)
 
-    async def act(self, action: Action) -> tuple[Literal["ok", "info", "skipped"], Action]:
+    async def act(self, action: Action) -> tuple[Literal["ok", "fail", "info", "skipped"], Action]:
         """Carry ``action`` out and record it; returns how it went and the
         action as done (a leader intent resolved)."""
+        if action.target == "partition":
+            return await self._move_leadership(action)
         if action.target in ("partition-leader", "follower"):
             return await self._act_on_partition(action)
         if action.target == "leader" and action.f == "start":
@@ -645,9 +655,43 @@ class _Nemesis:
         self._track(action, ok=True)
         return "ok", action
 
+    async def _move_leadership(
+        self, action: Action
+    ) -> tuple[Literal["ok", "fail", "info", "skipped"], Action]:
+        """A ``reassign`` (or its revert) or an ``elect-leader``: its
+        partition drawn from the controllers' metadata now, the move made
+        through their admin RPCs (:mod:`chaos.leader_moves`)."""
+        kind = action.kind or action.f
+        move = await self.moves.plan(kind, self.down) if self.moves is not None else None
+        if move is None:
+            self.log(f"skipped {kind}: no partition to move")
+            return "skipped", action
+        done = replace(action, nodes=move.replicas, target=None)
+        self.writer.invoke(NEMESIS, move.f, value=move.value())
+        assert self.moves is not None
+        try:
+            error, now = await self.moves.apply(move)
+        except Exception as exc:  # recorded; the run goes on
+            self.writer.info(NEMESIS, "indeterminate")
+            self.log(f"{kind} {move.value()}: {type(exc).__name__}: {exc}")
+            self.injected[kind] += 1
+            return "info", done
+        if error is not None:
+            self.writer.fail(NEMESIS, error)
+            self.log(f"{kind} of {move.name} refused: {error}")
+            return "fail", done
+        value = {**move.value(), "now": now.to_json() if now is not None else None}
+        self.writer.ok(NEMESIS, value=value)
+        self.injected[kind] += 1
+        self.log(
+            f"{kind} {move.name}: {list(move.previous)} -> {list(move.replicas)}, "
+            f"now {value['now']}"
+        )
+        return "ok", done
+
     async def _act_on_partition(
         self, action: Action
-    ) -> tuple[Literal["ok", "info", "skipped"], Action]:
+    ) -> tuple[Literal["ok", "fail", "info", "skipped"], Action]:
         """A fault aimed at a partition's leader or follower: its node drawn
         from the controllers' metadata now (the end of a leader's fault: the
         node it hit)."""
@@ -743,7 +787,13 @@ class _Nemesis:
             Action(0.0, "start" if how == "kill" else "resume", nodes=(node,))
             for node, how in sorted(self.down.items())
         ]
-        return [*out, Action(0.0, "heal")]
+        # A reassignment in force goes back once every node is up again.
+        revert = (
+            [Action(0.0, REASSIGN_KIND, kind="revert", target="partition")]
+            if self.moves is not None and self.moves.in_force is not None
+            else []
+        )
+        return [*out, Action(0.0, "heal"), *revert]
 
 
 @dataclass(frozen=True, slots=True)
@@ -946,6 +996,13 @@ async def _run_chaos(config: RunConfig, progress: ProgressFn | None) -> RunResul
             topics = [name for name, _ in config.queue.keymap.topics]
             live = backend
             nemesis.replicas = lambda: partition_replicas(live, topics)
+            nemesis.moves = LeaderMoves(
+                lambda: list(live.addresses().values()),
+                live.client_credentials(),
+                topics,
+                sorted(set(live.nodes) - set(live.addresses())),
+                random.Random(seed ^ 0x30FE),
+            )
         addresses = dict(backend.addresses())
         broker_addresses = getattr(backend, "broker_addresses", None)
         workload = WORKLOADS[config.workload].make(

@@ -53,6 +53,26 @@ Fault kinds (:data:`FAULT_KINDS`):
   from every other node (``target="follower"``), so that it falls behind
   and leaves the ISR, and rejoins it after the ``heal``;
 
+- ``strand-partition-leader`` / ``strand-power-loss-partition-leader``:
+  KIP-966's worked example (ISR (0,1,2), min ISR 2: broker 0 partitioned
+  out, then broker 1; broker 2 leads alone, then shuts down uncleanly; the
+  partition heals and 2 comes back), on one queue partition drawn when the
+  fault starts.  Four actions: a ``partition`` (``target="strand"``) that
+  cuts every follower off from the leader and from each other while the
+  controllers still reach every node (:func:`strand_groups`), so that the
+  leader shrinks the ISR to itself through the controllers (a lagging
+  follower's AlterPartition, not a fencing); :data:`STRAND_SHRINK_S`
+  later a ``kill`` of that leader (``target="stranded"``; the power-loss
+  variant drops its unsynced writes), which the runner carries out once
+  the controllers' metadata shows the ISR shrunk to the leader alone (or a
+  bound passed); then, :data:`STRAND_HOLD_S` later (past the brokers'
+  session, so that the controllers fence the leader and elect, or do not,
+  another replica while it is down), a ``heal`` and the leader's ``start``
+  (``target="partition-leader"``).  Like ``kill-majority`` it is exclusive:
+  it starts only when no fault is in force and nothing starts while it
+  is; it is exempt from ``keep_majority`` (the controllers stay connected
+  to every node, so the quorum keeps its majority);
+
 - ``rotate-certs``: every node's certificate and key re-issued from the
   cluster's CA while the nodes run (new key, new serial; the files replaced
   by rename), which they pick up on their next handshakes.  An instant
@@ -84,7 +104,7 @@ are not transitive.  Every partition is ended by ``heal``.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
@@ -105,6 +125,9 @@ __all__ = [
     "POWER_LOSS_KINDS",
     "REASSIGN_KIND",
     "ROTATE_KIND",
+    "STRAND_HOLD_S",
+    "STRAND_KINDS",
+    "STRAND_SHRINK_S",
     "Action",
     "action_ops",
     "majority_available",
@@ -112,6 +135,7 @@ __all__ = [
     "packet_fault",
     "resolve",
     "schedule",
+    "strand_groups",
 ]
 
 PARTITION_KINDS: Final = ("isolate-one", "isolate-leader", "halves", "majorities-ring", "bridge")
@@ -121,7 +145,19 @@ KILL_KINDS: Final = ("kill", "kill-leader", "kill-majority")
 """Crashes: a random node, the leader, a majority."""
 PACKET_KIND: Final = "packet"
 """Slow, lossy links between the nodes (ended by ``heal``)."""
-NETWORK_KINDS: Final = (*PARTITION_KINDS, PACKET_KIND, "isolate-follower")
+STRAND_KINDS: Final = ("strand-partition-leader", "strand-power-loss-partition-leader")
+"""A partition's leader stranded in its ISR, then killed or power-cut (brokers only)."""
+STRAND_SHRINK_S: Final = 5.0
+"""Seconds from a strand's partition to its kill: a lagging follower leaves
+the ISR after ``replica.lag.time.max.ms`` (1 to 2 s in chaos runs) and the
+leader's next ISR check (every half of it), then the AlterPartition, about
+2 to 3 s; the leader then leads alone for the rest, as broker 2 does in
+KIP-966's example (what it commits or serves alone is what its loss takes).
+The runner waits longer, up to a bound, if the shrink is not committed yet."""
+STRAND_HOLD_S: Final = (6.0, 9.0)
+"""The range of seconds a stranded leader stays down before the heal and its
+restart: past the brokers' session (4 s in chaos runs) and an election."""
+NETWORK_KINDS: Final = (*PARTITION_KINDS, PACKET_KIND, "isolate-follower", *STRAND_KINDS)
 """The network faults: at most one is in force, and ``heal`` ends it."""
 ROTATE_KIND: Final = "rotate-certs"
 """Every node's certificate re-issued while it runs (instant; TLS only)."""
@@ -133,7 +169,11 @@ PARTITION_LEADER_KINDS: Final = (
     "power-loss-partition-leader",
 )
 """The leader of a queue partition killed, paused or power-cut (brokers only)."""
-POWER_LOSS_KINDS: Final = (POWER_LOSS_KIND, "power-loss-partition-leader")
+POWER_LOSS_KINDS: Final = (
+    POWER_LOSS_KIND,
+    "power-loss-partition-leader",
+    "strand-power-loss-partition-leader",
+)
 """The faults whose run starts its processes in the power-loss test mode."""
 REASSIGN_KIND: Final = "reassign"
 """A queue partition's replicas moved by the controllers (ended by a revert)."""
@@ -141,7 +181,12 @@ ELECT_LEADER_KIND: Final = "elect-leader"
 """Another ISR member of a queue partition made its preferred leader (instant)."""
 LEADER_MOVE_KINDS: Final = (REASSIGN_KIND, ELECT_LEADER_KIND)
 """Leadership moved through the controllers' admin RPCs, every node up."""
-BROKER_KINDS: Final = (*PARTITION_LEADER_KINDS, "isolate-follower", *LEADER_MOVE_KINDS)
+BROKER_KINDS: Final = (
+    *PARTITION_LEADER_KINDS,
+    "isolate-follower",
+    *LEADER_MOVE_KINDS,
+    *STRAND_KINDS,
+)
 """Faults aimed at a partition's replicas: they need brokers."""
 FAULT_KINDS: Final = (
     *KILL_KINDS,
@@ -211,6 +256,33 @@ def resolve(action: Action, leader: int, nodes: Sequence[int]) -> Action:
     if action.f in ("kill", "start"):
         return replace(action, nodes=(leader,), target=None)
     return replace(action, groups=isolate(nodes, leader), target=None)
+
+
+def strand_groups(
+    nodes: Sequence[int], controllers: Collection[int], leader: int, followers: Collection[int]
+) -> Groups:
+    """The groups of a strand (KIP-966's worked example): ``leader`` with
+    the ``controllers`` and every node that is not a follower, and each of
+    ``followers`` alone with the controllers.  Each follower is cut off
+    from the leader and from the other followers (none can fetch, so the
+    leader shrinks the ISR to itself) but keeps its controller session: it
+    is not fenced, so the ISR shrinks by the leader's AlterPartition, and
+    it stays a live candidate the controllers may elect while the leader
+    is down (from the ELR, or by an unclean election)."""
+    known = set(nodes)
+    ctl = set(controllers)
+    fol = set(followers)
+    if len(fol) != len(list(followers)) or not fol:
+        raise ValueError(f"followers must be distinct and not empty, got {list(followers)}")
+    for what, ids in (("controller", ctl), ("follower", fol), ("leader", {leader})):
+        if not ids <= known:
+            raise ValueError(f"{what} {sorted(ids - known)} not one of the nodes {sorted(known)}")
+    if leader in fol or leader in ctl or fol & ctl:
+        raise ValueError(
+            f"leader {leader}, followers {sorted(fol)} and controllers {sorted(ctl)} must be apart"
+        )
+    rest = [n for n in known if n not in fol]
+    return tuple(tuple(sorted(g)) for g in (rest, *([*ctl, f] for f in sorted(fol))))
 
 
 def nemesis_op(action: Action) -> tuple[str, dict[str, Any]]:
@@ -351,6 +423,9 @@ def schedule(
     # A reassignment in force (its partition drawn at run time).
     moved = False
     net: tuple[Groups | None, str | None, str] | None = None
+    # A strand in force: its kind, and the earliest time of its heal and
+    # restart (its kill time plus the hold drawn).
+    strand: tuple[str, float] | None = None
 
     def safe(
         down_now: Iterable[int], groups: Groups | None, target: str | None, leader: bool
@@ -367,13 +442,14 @@ def schedule(
 
     def start_one(t: float) -> bool:
         nonlocal net, leader_down, majority, targeted, moved
-        if majority is not None:
+        nonlocal strand
+        if majority is not None or strand is not None:
             return False
         options = [
             k
             for k in kinds
             if not (k in NETWORK_KINDS and net is not None)
-            and not (k == "kill-majority" and count() > 0)
+            and not (k in ("kill-majority", *STRAND_KINDS) and count() > 0)
             and not (
                 k in ("kill", "pause", POWER_LOSS_KIND, "kill-leader", *PARTITION_LEADER_KINDS)
                 and (leader_down or targeted is not None)
@@ -403,6 +479,16 @@ def schedule(
                     targeted = kind
                     f = "pause" if kind == "pause-partition-leader" else "kill"
                     out.append(Action(t, f, kind=kind, target="partition-leader"))
+                    return True
+            elif kind in STRAND_KINDS:
+                # Exclusive (nothing else in force, the options say), and
+                # whole within the schedule: partition, then kill, then
+                # heal and restart after the hold.
+                kill_s = t + STRAND_SHRINK_S
+                if kill_s + STRAND_HOLD_S[1] <= end_s:
+                    strand = (kind, kill_s + rng.uniform(*STRAND_HOLD_S))
+                    out.append(Action(t, "partition", kind=kind, target="strand"))
+                    out.append(Action(kill_s, "kill", kind=kind, target="stranded"))
                     return True
             elif kind == "kill-majority":
                 majority = tuple(sorted(rng.sample(ids, len(ids) // 2 + 1)))
@@ -434,6 +520,7 @@ def schedule(
         return False
 
     def end_one(t: float, which: int | None) -> None:
+        nonlocal strand
         nonlocal net, leader_down, majority, targeted, moved
         active: list[int | str] = [
             *sorted(down),
@@ -441,10 +528,20 @@ def schedule(
             *(["targeted"] if targeted is not None else []),
             *(["majority"] if majority is not None else []),
             *(["net"] if net is not None else []),
+            *(["strand"] if strand is not None else []),
             *(["moved"] if moved else []),
         ]
         pick = active[which if which is not None else rng.randrange(len(active))]
-        if pick == "net":
+        if pick == "strand":
+            assert strand is not None
+            stranded, until = strand
+            if which is None and t < until:
+                return  # the hold is not over: the strand stays
+            # At the hold's end exactly: nothing came since the kill.
+            out.append(Action(until, "heal"))
+            out.append(Action(until, "start", kind=stranded, target="partition-leader"))
+            strand = None
+        elif pick == "net":
             net = None
             out.append(Action(t, "heal"))
         elif pick == "leader":
@@ -476,6 +573,7 @@ def schedule(
             + (targeted is not None)
             + (majority is not None)
             + (net is not None)
+            + (strand is not None)
             + moved
         )
 
@@ -503,6 +601,8 @@ def schedule(
         t = period_end
         while count():
             end_one(t, 0)
+        # A strand's hold may outlast the period.
+        t = max(t, out[-1].time_s) if out else t
         t += quiet_s
     final = min(t, end_s)
     out.append(Action(max(final, out[-1].time_s) if out else start_s, "heal"))

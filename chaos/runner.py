@@ -56,10 +56,12 @@ from chaos.nemesis import (
     POWER_LOSS_KINDS,
     REASSIGN_KIND,
     ROTATE_KIND,
+    STRAND_KINDS,
     Action,
     nemesis_op,
     resolve,
     schedule,
+    strand_groups,
 )
 from chaos.workloads import Workload
 from chaos.workloads.queue_setup import QueueOptions
@@ -415,9 +417,16 @@ _MIN_NODES: Final = {
     "power-loss-partition-leader": 1,
     POWER_LOSS_KIND: 1,
     "isolate-follower": 2,
+    **dict.fromkeys(STRAND_KINDS, 2),
     **dict.fromkeys(LEADER_MOVE_KINDS, 1),
 }
 assert set(_MIN_NODES) == set(FAULT_KINDS) and set(TOPOLOGIES) <= set(_MIN_NODES)
+
+
+STRAND_WAIT_S: Final = 15.0
+"""How long a strand's kill waits for the controllers to commit the ISR
+shrunk to the leader alone (several of ``replica.lag.time.max.ms``, the
+AlterPartition's retries included)."""
 
 
 def _kind_fits(kind: str, nodes: int) -> bool:
@@ -606,6 +615,11 @@ class _Nemesis:
         self.killed_leader: int | None = None  # the node a kill-leader killed
         # The broker a kill- or pause-partition-leader hit.
         self.targeted: int | None = None
+        # The partition and leader a strand cut off from its followers, and
+        # what each strand saw before its kill (summary.json's strands).
+        self.stranded: PartitionReplicas | None = None
+        self.strands: list[dict[str, Any]] = []
+        self.strand_wait_s = STRAND_WAIT_S
         # Finds partitions' leaders and followers (queue runs).
         self.replicas: Callable[[], Awaitable[list[PartitionReplicas]]] | None = None
         # Moves partitions' leadership through the controllers (queue runs).
@@ -629,6 +643,8 @@ class _Nemesis:
             return await self._move_leadership(action)
         if action.target in ("partition-leader", "follower"):
             return await self._act_on_partition(action)
+        if action.target in ("strand", "stranded"):
+            return await self._strand(action)
         if action.target == "leader" and action.f == "start":
             # The end of a kill-leader: restart the node it killed.
             if self.killed_leader is None:
@@ -724,6 +740,74 @@ class _Nemesis:
             self.targeted = node
             done = replace(action, nodes=(node,), target=None)
         return await self.act(done)
+
+    async def _strand(
+        self, action: Action
+    ) -> tuple[Literal["ok", "fail", "info", "skipped"], Action]:
+        """A strand's partition or kill (:data:`chaos.nemesis.STRAND_KINDS`).
+        The partition: a queue partition whose leader is up and whose ISR
+        holds a follower, drawn from the controllers' metadata now, its
+        followers cut off (:func:`chaos.nemesis.strand_groups`).  The kill:
+        of that leader, once the controllers' metadata shows the ISR shrunk
+        to it alone, or after ``strand_wait_s`` (the kill goes ahead,
+        and ``summary.json``'s ``strands`` says the ISR had not shrunk)."""
+        if action.f == "partition":
+            found = await self.replicas() if self.replicas is not None else []
+            options = [
+                p
+                for p in found
+                if p.leader >= 0
+                and p.leader not in self.down
+                and any(r != p.leader for r in p.isr)
+                and not any(r in self.down for r in p.replicas)
+            ]
+            if not options:
+                self.log(f"skipped {action.kind}: no partition with a follower in its ISR")
+                return "skipped", action
+            chosen = self.rng.choice(sorted(options, key=lambda p: p.name))
+            followers = [r for r in chosen.replicas if r != chosen.leader]
+            groups = strand_groups(
+                self.backend.nodes, list(self.backend.addresses()), chosen.leader, followers
+            )
+            self.log(
+                f"{action.kind}: leader {chosen.leader} of {chosen.name} (isr "
+                f"{list(chosen.isr)}) cut off from its followers {followers}"
+            )
+            outcome, done = await self.act(replace(action, groups=groups, target=None))
+            if outcome != "skipped":
+                self.stranded = chosen
+            return outcome, done
+        if self.stranded is None:
+            self.log(f"skipped {action.kind} kill: no partition leader was stranded")
+            return "skipped", action
+        chosen, self.stranded = self.stranded, None
+        started = time.monotonic()
+        isr: tuple[int, ...] | None = None
+        while True:
+            now = await self.replicas() if self.replicas is not None else []
+            isr = next((p.isr for p in now if p.name == chosen.name), isr)
+            waited = time.monotonic() - started
+            if isr == (chosen.leader,) or waited >= self.strand_wait_s:
+                break
+            await asyncio.sleep(0.2)
+        shrunk = isr == (chosen.leader,)
+        self.strands.append(
+            {
+                "partition": chosen.name,
+                "leader": chosen.leader,
+                "isr_before": list(chosen.isr),
+                "isr_at_kill": None if isr is None else list(isr),
+                "shrunk": shrunk,
+                "waited_s": round(waited, 3),
+            }
+        )
+        self.log(
+            f"{action.kind}: isr of {chosen.name} "
+            + (f"shrunk to {list(isr or ())}" if shrunk else f"still {list(isr or ())}")
+            + f" after {waited:.1f} s; killing {chosen.leader}"
+        )
+        self.targeted = chosen.leader
+        return await self.act(replace(action, nodes=(chosen.leader,), target=None))
 
     async def _apply(self, action: Action) -> None:
         b = self.backend
@@ -1146,6 +1230,7 @@ def _finish(
             "duration_s": round(time.monotonic() - t0, 3),
             "counts": _counts(ops),
             "faults_injected": dict(sorted(nemesis.injected.items())) if nemesis else {},
+            "strands": nemesis.strands if nemesis else [],
             "nemesis_ops": _nemesis_counts(ops),
             "final_check": result.final_check,
         }
@@ -1190,7 +1275,7 @@ def _queue_flags(config: RunConfig) -> str:
         f" --brokers {q.brokers} --topics {q.topics} --partitions {q.partitions} "
         f"--replication-factor {q.replication_factor} --min-isr {q.min_isr} --acks {q.acks} "
         f"--max-send {q.max_send} --final-time {q.final_time_s:g} "
-        f"--replica-lag-ms {q.replica_lag_ms}"
+        f"--replica-lag-ms {q.replica_lag_ms}" + q.topic_flags()
     )
 
 

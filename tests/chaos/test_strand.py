@@ -1,0 +1,348 @@
+"""The strand faults (KIP-966's worked example): a queue partition's
+followers cut off from its leader and from each other, the controllers
+still reaching every node; the leader killed or power-cut once its ISR has
+shrunk to itself; then a heal and its restart.  The schedule (pure), the
+runner's execution against a backend played by the test, and one real
+local run in which the controllers' metadata showed the ISR shrunk to the
+leader alone before the kill."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.backend import partition_pairs, reaches
+from chaos.nemesis import (
+    BROKER_KINDS,
+    FAULT_KINDS,
+    NETWORK_KINDS,
+    POWER_LOSS_KINDS,
+    STRAND_HOLD_S,
+    STRAND_KINDS,
+    STRAND_SHRINK_S,
+    Action,
+    nemesis_op,
+    schedule,
+    strand_groups,
+)
+from chaos.runner import (
+    PartitionReplicas,
+    RunConfig,
+    _Nemesis,
+    expand_nemesis,
+    run_chaos,
+    storage_environment,
+)
+from chaos.workloads.queue_setup import QueueOptions
+from history.files import HistoryWriter, read_history
+from history.ops import NEMESIS
+from history.runs import RunDir
+from server.storage_mode import LOSE_UNSYNCED_VARIABLE
+from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
+
+NODES = [1, 2, 3, 4, 5, 6]  # controllers 1-3, brokers 4-6
+
+
+# -- the groups ------------------------------------------------------------------------
+
+
+def test_strand_groups_cut_each_follower_off_from_the_leader_and_the_others() -> None:
+    groups = strand_groups([*NODES, 7], [1, 2, 3], 5, [4, 6])
+    assert groups == ((1, 2, 3, 5, 7), (1, 2, 3, 4), (1, 2, 3, 6))
+    talk = reaches(partition_pairs([*NODES, 7], groups), [*NODES, 7])
+    assert 5 not in talk[4] and 5 not in talk[6] and 6 not in talk[4]
+    # The controllers reach every node, and the leader a broker that holds
+    # no replica of the partition.
+    for c in (1, 2, 3):
+        assert talk[c] >= {1, 2, 3, 4, 5, 6, 7}
+    assert 7 in talk[5] and 7 not in talk[4]
+
+
+@pytest.mark.parametrize(
+    ("controllers", "leader", "followers", "message"),
+    [
+        ([1, 2, 3], 5, [], "not empty"),
+        ([1, 2, 3], 5, [4, 4], "distinct"),
+        ([1, 2, 3], 9, [4], "leader \\[9\\] not one of"),
+        ([1, 2, 3], 5, [8], "follower \\[8\\] not one of"),
+        ([1, 2, 3], 5, [5, 4], "must be apart"),
+        ([1, 2, 4], 5, [4], "must be apart"),
+    ],
+)
+def test_strand_groups_refuse_what_is_not_a_strand(
+    controllers: list[int], leader: int, followers: list[int], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        strand_groups(NODES, controllers, leader, followers)
+
+
+# -- the schedule ------------------------------------------------------------------------
+
+
+def test_the_strand_kinds_are_broker_and_network_faults_and_one_is_a_power_loss() -> None:
+    assert set(STRAND_KINDS) <= set(FAULT_KINDS) & set(BROKER_KINDS) & set(NETWORK_KINDS)
+    assert "strand-power-loss-partition-leader" in POWER_LOSS_KINDS
+    assert "strand-partition-leader" not in POWER_LOSS_KINDS
+    assert expand_nemesis(list(STRAND_KINDS), 6) == list(STRAND_KINDS)
+    with pytest.raises(ValueError, match="needs at least 2 nodes"):
+        expand_nemesis(["strand-partition-leader"], 1)
+
+
+@pytest.mark.parametrize("power", [False, True])
+def test_a_power_loss_strand_starts_every_process_in_the_power_loss_mode(power: bool) -> None:
+    kind = STRAND_KINDS[1] if power else STRAND_KINDS[0]
+    env = storage_environment(RunConfig(faults=(kind,)), {})
+    assert (env.get(LOSE_UNSYNCED_VARIABLE) == "1") is power
+
+
+def _strands(actions: list[Action]) -> list[list[Action]]:
+    """The actions from each strand's partition to its start."""
+    out: list[list[Action]] = []
+    current: list[Action] | None = None
+    for a in actions:
+        if a.f == "partition" and a.kind in STRAND_KINDS:
+            assert current is None, "a strand started while another was in force"
+            current = [a]
+        elif current is not None:
+            current.append(a)
+            if a.f == "start" and a.kind in STRAND_KINDS:
+                out.append(current)
+                current = None
+    assert current is None, "a strand was never ended"
+    return out
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_each_strand_is_a_partition_a_kill_a_heal_and_a_start_alone(seed: int) -> None:
+    rng = random.Random(seed)
+    kinds = rng.sample(
+        [*STRAND_KINDS, "kill-partition-leader", "isolate-follower", "kill", "pause"],
+        rng.randint(1, 4),
+    )
+    actions = schedule(
+        random.Random(seed),
+        NODES,
+        kinds,
+        duration_s=rng.uniform(10.0, 60.0),
+        interval_s=rng.uniform(0.5, 3.0),
+        fault_period_s=rng.uniform(5.0, 20.0),
+        quiet_s=rng.uniform(0.0, 4.0),
+    )
+    times = [a.time_s for a in actions]
+    assert times == sorted(times)
+    end = max(times)
+    for strand in _strands(actions):
+        partition, kill, heal, start = strand  # nothing else comes in between
+        assert partition.target == "strand" and partition.groups == ()
+        assert (kill.f, kill.kind, kill.target) == ("kill", partition.kind, "stranded")
+        assert kill.time_s == pytest.approx(partition.time_s + STRAND_SHRINK_S)
+        assert heal.f == "heal"
+        assert (start.kind, start.target) == (partition.kind, "partition-leader")
+        hold = start.time_s - kill.time_s
+        assert STRAND_HOLD_S[0] <= hold <= STRAND_HOLD_S[1] + 1e-9
+        assert heal.time_s == start.time_s <= end
+
+
+def test_a_strand_needs_its_whole_length_within_the_schedule() -> None:
+    short = STRAND_SHRINK_S + STRAND_HOLD_S[1] - 0.5
+    for seed in range(20):
+        actions = schedule(
+            random.Random(seed), NODES, ["strand-partition-leader"], duration_s=short
+        )
+        assert [a.f for a in actions] == ["heal"]
+    actions = schedule(
+        random.Random(1), NODES, ["strand-power-loss-partition-leader"], duration_s=40.0
+    )
+    assert len(_strands(actions)) >= 2
+
+
+def test_a_strand_is_exempt_from_keep_majority_as_the_controllers_reach_every_node() -> None:
+    # Two nodes only: a partition of either would leave no majority, yet a
+    # strand starts (its groups keep the controllers with every node).
+    actions = schedule(random.Random(3), [1, 2], ["strand-partition-leader"], duration_s=30)
+    assert _strands(actions)
+
+
+# -- the runner ----------------------------------------------------------------------------
+
+
+class _Backend:
+    """Records what the nemesis does; the controllers are 1-3."""
+
+    nodes = NODES
+
+    def __init__(self) -> None:
+        self.done: list[tuple[str, Any]] = []
+
+    def addresses(self) -> dict[int, str]:
+        return {1: "a", 2: "b", 3: "c"}
+
+    async def kill(self, node: int) -> None:
+        self.done.append(("kill", node))
+
+    async def restart(self, node: int) -> None:
+        self.done.append(("restart", node))
+
+    async def partition(self, groups: Any) -> None:
+        self.done.append(("partition", groups))
+
+    async def heal(self) -> None:
+        self.done.append(("heal", None))
+
+
+def _run_strand(
+    tmp_path: Path, isrs: list[tuple[int, ...]], wait_s: float = 15.0
+) -> tuple[_Backend, _Nemesis, list[tuple[str, Action]]]:
+    """A strand of partition queue-1 (leader 5, replicas 5, 4, 6) whose ISR
+    the controllers report as ``isrs`` in turn (the last one thereafter)."""
+    backend = _Backend()
+    writer = HistoryWriter(tmp_path / "h.jsonl")
+    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+    answers = iter(isrs)
+    last: list[tuple[int, ...]] = []
+
+    async def replicas() -> list[PartitionReplicas]:
+        isr = next(answers, None)
+        if isr is not None:
+            last[:] = [isr]
+        return [
+            # Partition 0 has no follower in its ISR: nothing to strand there.
+            PartitionReplicas("queue-0", 4, (4, 5, 6), (4,)),
+            PartitionReplicas("queue-1", 5, (5, 4, 6), last[0]),
+        ]
+
+    nemesis.replicas = replicas
+    kind = "strand-power-loss-partition-leader"
+    plan = [
+        Action(0, "partition", kind=kind, target="strand"),
+        Action(3, "kill", kind=kind, target="stranded"),
+        Action(9, "heal"),
+        Action(9, "start", kind=kind, target="partition-leader"),
+    ]
+    out: list[tuple[str, Action]] = []
+
+    nemesis.strand_wait_s = wait_s
+
+    async def main() -> None:
+        for action in plan:
+            out.append(await nemesis.act(action))
+
+    asyncio.run(main())
+    writer.close()
+    return backend, nemesis, out
+
+
+def test_the_runner_strands_the_leader_kills_it_once_the_isr_shrank_then_heals(
+    tmp_path: Path,
+) -> None:
+    backend, nemesis, out = _run_strand(tmp_path, [(5, 4, 6), (5, 4, 6), (5, 4, 6), (5, 4), (5,)])
+    assert [how for how, _ in out] == ["ok"] * 4
+    assert backend.done == [
+        ("partition", ((1, 2, 3, 5), (1, 2, 3, 4), (1, 2, 3, 6))),
+        ("kill", 5),
+        ("heal", None),
+        ("restart", 5),
+    ]
+    [strand] = nemesis.strands
+    assert strand["partition"] == "queue-1" and strand["leader"] == 5
+    assert (strand["isr_before"], strand["isr_at_kill"], strand["shrunk"]) == (
+        [5, 4, 6],
+        [5],
+        True,
+    )
+    ops = [op for op in read_history(tmp_path / "h.jsonl") if op.process == NEMESIS]
+    kind = "strand-power-loss-partition-leader"
+    assert [(op.f, op.value) for op in ops if op.type == "ok"] == [
+        ("partition", {"groups": [[1, 2, 3, 5], [1, 2, 3, 4], [1, 2, 3, 6]], "kind": kind}),
+        ("kill", {"nodes": [5], "kind": kind}),
+        ("heal", {}),
+        ("start", {"nodes": [5], "kind": kind}),
+    ]
+    assert [nemesis_op(a) for _, a in out][1] == ("kill", {"nodes": [5], "kind": kind})
+
+
+def test_the_runner_kills_after_its_bound_when_the_isr_never_shrinks(tmp_path: Path) -> None:
+    backend, nemesis, _ = _run_strand(tmp_path, [(5, 4, 6)], wait_s=0.5)
+    assert ("kill", 5) in backend.done
+    [strand] = nemesis.strands
+    assert strand["shrunk"] is False and strand["isr_at_kill"] == [5, 4, 6]
+    assert strand["waited_s"] >= 0.5
+
+
+def test_the_runner_skips_a_strand_with_no_follower_in_any_isr(tmp_path: Path) -> None:
+    backend = _Backend()
+    writer = HistoryWriter(tmp_path / "h.jsonl")
+    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+
+    async def replicas() -> list[PartitionReplicas]:
+        return [PartitionReplicas("queue-0", 4, (4, 5, 6), (4,))]
+
+    nemesis.replicas = replicas
+    kind = "strand-partition-leader"
+
+    async def main() -> list[str]:
+        return [
+            (await nemesis.act(a))[0]
+            for a in (
+                Action(0, "partition", kind=kind, target="strand"),
+                Action(3, "kill", kind=kind, target="stranded"),
+                Action(9, "start", kind=kind, target="partition-leader"),
+            )
+        ]
+
+    assert asyncio.run(main()) == ["skipped"] * 3
+    writer.close()
+    assert backend.done == []
+
+
+# -- a real local cluster ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_local_strand_shrinks_the_isr_to_the_leader_before_killing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need_iptables()
+    scratch_tempdir(tmp_path, monkeypatch)
+    config = RunConfig(
+        name="queue-strand",
+        workload="queue",
+        faults=("strand-partition-leader",),
+        time_limit_s=20,
+        rate=20,
+        concurrency=2,
+        seed=3,
+        fault_interval_s=1.5,
+        fault_period_s=10.0,
+        quiet_s=2.0,
+        runs_dir=str(tmp_path / "runs"),
+        queue=QueueOptions(
+            partitions=2,
+            replication_factor=3,
+            min_isr=2,
+            acks="all",
+            final_time_s=30,
+            replica_lag_ms=1_500,
+        ),
+    )
+    result = asyncio.run(asyncio.wait_for(run_chaos(config), 400))
+    assert result.completed, result.error
+    summary = json.loads(RunDir(result.path).summary.read_text())
+    strands = summary["strands"]
+    assert strands, "no strand was carried out"
+    for s in strands:
+        # The controllers' metadata had the ISR down to the leader alone.
+        assert s["shrunk"] and s["isr_at_kill"] == [s["leader"]], s
+        assert len(s["isr_before"]) >= 2
+    ops = read_history(RunDir(result.path).history)
+    done = [(op.f, (op.value or {}).get("kind")) for op in ops if op.process == NEMESIS]
+    kind = "strand-partition-leader"
+    assert ("partition", kind) in done and ("kill", kind) in done and ("start", kind) in done
+    # A correct build loses nothing: an eligible follower leads while the
+    # stranded leader is down.
+    assert result.recovered and result.final_ok, result.final_check

@@ -239,7 +239,8 @@ truncations, from the broker's log lines (``docs/history-format.md``)."""
 
 _STATE_LINE = re.compile(
     _STAMP + r"broker (?P<n>\d+) partition (?P<tp>.+): role (?P<role>\w+) leader (?P<leader>-?\d+)"
-    r" epoch (?P<epoch>-?\d+) hw (?P<hw>-?\d+) leo (?P<leo>-?\d+) isr (?P<isr>[\d,]*)$"
+    r" epoch (?P<epoch>-?\d+) hw (?P<hw>-?\d+) leo (?P<leo>-?\d+)(?: start (?P<start>-?\d+))?"
+    r" isr (?P<isr>[\d,]*)$"
 )
 _TRUNCATE_LINE = re.compile(
     _STAMP + r"broker (?P<n>\d+) partition (?P<tp>.+) truncated from (?P<from>-?\d+) to "
@@ -262,7 +263,8 @@ def partition_timeline(broker: int, log_text: str, start_unix_ns: int) -> list[d
     stamp, at least 0), ``topic``, ``partition``, ``event`` (``state``,
     ``truncate`` or ``removed``: the replica left the broker) and
     ``leader_epoch``; a state adds ``role``, ``leader``,
-    ``high_watermark``, ``log_end_offset`` and ``isr``; a truncation
+    ``high_watermark``, ``log_end_offset``, ``log_start_offset`` (null
+    from a broker that did not log it) and ``isr``; a truncation
     ``truncated_from`` and ``truncated_to`` (the others null)."""
     out: list[dict[str, object]] = []
     life = -1
@@ -296,6 +298,7 @@ def partition_timeline(broker: int, log_text: str, start_unix_ns: int) -> list[d
                 "leader": int(m["leader"]) if state else None,
                 "high_watermark": int(m["hw"]) if state else None,
                 "log_end_offset": int(m["leo"]) if state else None,
+                "log_start_offset": int(m["start"]) if state and m["start"] is not None else None,
                 "isr": [int(b) for b in m["isr"].split(",") if b] if state else None,
                 "truncated_from": int(m["from"]) if truncate else None,
                 "truncated_to": int(m["to"]) if truncate else None,

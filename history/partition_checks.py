@@ -27,7 +27,14 @@ partition changes it committed (``partition_changes.jsonl``); see
   partition's highest HW is not the bound: a replica's records between its
   own HW and the leader's may be a divergent tail of an older epoch, which
   it must truncate (KIP-101), and the timeline does not say which records a
-  truncation cut.
+  truncation cut;
+- ``log-start-above-hw``: a replica's log start offset never passes its
+  HW (``UnifiedLog.maybeIncrementLogStartOffset`` refuses it, and
+  ``deletableSegments`` deletes no segment at or above the HW "to ensure
+  that the log start offset can never exceed it"): a state line whose
+  ``log_start_offset`` is above its ``high_watermark`` is records removed
+  before they were committed.  Lines from brokers that did not log the log
+  start (null) are not judged.
 
 Pure over the export lines (dicts, as the files hold them): the Spark job
 (``spark_verify.partitions``) is tested against it.
@@ -55,6 +62,7 @@ PARTITION_CHECKS: Final = (
     "hw-regression",
     "epoch-regression",
     "truncated-committed",
+    "log-start-above-hw",
 )
 """The partition checks, in the order they are reported."""
 
@@ -137,7 +145,33 @@ def check_partitions(exports: PartitionExports) -> dict[str, list[PartitionAnoma
     found["hw-regression"] = _regressions(exports.timeline, "hw")
     found["epoch-regression"] = _regressions(exports.timeline, "epoch")
     found["truncated-committed"] = _truncations(exports.timeline, exports.changes)
+    found["log-start-above-hw"] = _start_above_hw(states)
     return found
+
+
+def _start_above_hw(states: Iterable[Row]) -> list[PartitionAnomaly]:
+    """State lines whose log start offset is above their HW."""
+    out = []
+    for row in sorted(states, key=lambda r: (*_tp(r), int(r["node"]), int(r["seq"]))):
+        start = row.get("log_start_offset")
+        if start is None or int(start) <= int(row["high_watermark"]):
+            continue
+        topic, partition = _tp(row)
+        node, hw = int(row["node"]), int(row["high_watermark"])
+        out.append(
+            PartitionAnomaly(
+                "log-start-above-hw",
+                topic,
+                partition,
+                (node,),
+                (int(start), hw),
+                (int(row["seq"]),),
+                f"node {node}'s log start offset of {topic}-{partition} is {int(start)}, above "
+                f"its HW {hw} (at {int(row['time']) / 1e9:.3f} s): records removed before "
+                f"they were committed",
+            )
+        )
+    return out
 
 
 def _divergence(

@@ -647,9 +647,10 @@ class BrokerProcess:
 
     def _log_partition_states(self) -> None:
         """One line per partition whose role, leader, leader epoch, HW, log
-        end or ISR changed since its last line: the HW and LEO over time per
-        replica that the run's checks and plots read (a HW or leader epoch
-        that goes down is a bug; Kafka's replica state is only in metrics)."""
+        end, log start or ISR changed since its last line: the HW and LEO
+        over time per replica that the run's checks and plots read (a HW or
+        leader epoch that goes down, or a log start above the HW, is a bug;
+        Kafka's replica state is only in metrics)."""
         seen = self._states_logged
         for key, replica in self.replicas.replicas.items():
             state = (
@@ -658,6 +659,7 @@ class BrokerProcess:
                 replica.leader_epoch,
                 replica.log.high_watermark,
                 replica.log.log_end_offset,
+                replica.log.log_start_offset,
                 replica.isr,
             )
             last = seen.get(key)
@@ -666,11 +668,11 @@ class BrokerProcess:
             name = last[0] if last is not None else self._partition_name(key)
             seen[key] = (name, state)
             log.info(
-                "broker %d partition %s: role %s leader %d epoch %d hw %d leo %d isr %s",
+                "broker %d partition %s: role %s leader %d epoch %d hw %d leo %d start %d isr %s",
                 self.settings.node_id,
                 name,
-                *state[:5],
-                ",".join(map(str, state[5])),
+                *state[:6],
+                ",".join(map(str, state[6])),
             )
         for key in [k for k in seen if k not in self.replicas.replicas]:
             # Gone from this broker (reassigned away, deleted): a replica

@@ -45,7 +45,8 @@ LOG = "\n".join(
         _line("2026-11-26 07:00:00,750", "broker 4: fetching from broker 5 at x: unavailable"),
         _line(
             "2026-11-26 07:00:01,000",
-            "broker 4 partition my-topic-12: role follower leader 6 epoch 3 hw 7 leo 9 isr ",
+            "broker 4 partition my-topic-12: role follower leader 6 epoch 3 hw 7 leo 9 start 2"
+            " isr ",
         ),
         _line(
             "2026-11-26 07:00:01,250",
@@ -76,6 +77,9 @@ def test_the_state_truncation_and_removal_lines_read_back() -> None:
     assert (first["role"], first["leader"], first["leader_epoch"]) == ("leader", 4, 0)
     assert (first["high_watermark"], first["log_end_offset"], first["isr"]) == (0, 0, [4, 5, 6])
     assert follower["isr"] == [] and follower["high_watermark"] == 7
+    # The log start offset, from brokers that log it (older lines have none).
+    assert follower["log_start_offset"] == 2 and first["log_start_offset"] is None
+    assert cut["log_start_offset"] is None
     assert (cut["truncated_from"], cut["truncated_to"], cut["leader_epoch"]) == (9, 7, 3)
     assert cut["high_watermark"] is None and gone["leader_epoch"] is None
     assert (later["leader"], later["leader_epoch"], later["time"]) == (-1, -1, 2_250_000_000)

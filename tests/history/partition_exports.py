@@ -46,6 +46,7 @@ class Partitions:
         leader: int,
         isr: tuple[int, ...] = (1, 2, 3),
         partition: int = 0,
+        start: int | None = 0,
     ) -> None:
         self.timeline.append(
             {
@@ -61,6 +62,7 @@ class Partitions:
                 "leader": leader,
                 "high_watermark": hw,
                 "log_end_offset": leo,
+                "log_start_offset": start,
                 "isr": list(isr),
                 "truncated_from": None,
                 "truncated_to": None,

@@ -69,6 +69,23 @@ def test_a_hw_that_goes_down_within_a_life() -> None:
     assert "from 5 down to 4" in message
 
 
+def test_a_log_start_above_the_hw() -> None:
+    p = clean()
+    # Retention on node 2 removed segments up to 6, past its HW 5.
+    p.state(2, 1500, 5, 7, 1, 2, (2, 3), start=6)
+    got = fired(p)
+    assert got == {"log-start-above-hw": [("log-start-above-hw", T, 0, (2,), (6, 5), (5,))]}
+    message = check_partitions(p.exports())["log-start-above-hw"][0].message
+    assert "log start offset of queue-0 is 6, above its HW 5" in message
+
+
+def test_a_log_start_at_the_hw_or_unknown_is_not_above_it() -> None:
+    p = clean()
+    p.state(2, 1500, 5, 7, 1, 2, (2, 3), start=5)
+    p.state(3, 1500, 5, 7, 1, 2, (2, 3), start=None)
+    assert fired(p) == {}
+
+
 def test_a_hw_after_a_restart_or_a_removal_starts_again() -> None:
     p = clean()
     p.restart(2)

@@ -309,10 +309,18 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B13": Recipe(  # unflushed-append
         "queue",
-        ("kill-majority", "kill-partition-leader"),
+        ("kill-majority",),
         _LOSS,
-        note="appends kept in the process: a killed leader takes its unflushed tail, and "
-        "a kill of a majority of the nodes may take every replica's at once",
+        note="appends kept in the process: only a kill of every replica of a partition at "
+        "once loses them (a follower holds what it fetched).  One controller and three "
+        "brokers, three partitions of two replicas (acks=all, min ISR 2): a kill of three "
+        "of the four nodes takes both replicas of at least one partition every time; its "
+        "last known leader (KIP-966) leads it again after the restart.  A kill of one "
+        "leader, or of six nodes' majority, rarely does (its earlier recipe)",
+        partitions=3,
+        replication_factor=2,
+        time_limit_s=30.0,
+        **_ONE_CONTROLLER,
     ),
     "B14": Recipe(  # recovery-skips-crc
         "queue",

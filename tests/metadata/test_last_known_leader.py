@@ -218,8 +218,9 @@ def test_fenced_by_their_sessions_then_restarted() -> None:
         fenced += h.run(lambda c: c.fence_expired(h.now_ms)).response
     assert fenced == [1, 2, 3]
     p = h.partition("t")
-    # 3, fenced last, led last: fencing loses nothing, so all three are
-    # in the ELR below min ISR 2, and 3 is the last known leader.
+    # 3, fenced last, led last: fencing loses nothing, so 2 and 3, fenced
+    # below min ISR 2, are in the ELR (1 left at min ISR), and 3 is the last
+    # known leader.
     assert (p.leader, p.isr, p.elr, p.last_known_elr) == (NO_LEADER, (), (2, 3), (3,))
     for b in (1, 2, 3):
         h.register(b)

@@ -70,7 +70,9 @@ class Recipe:
     ``concurrency`` clients on ``controllers`` controllers (and, for
     ``queue``, ``brokers`` brokers); for ``queue``, the topic's ``partitions``,
     ``replication_factor`` and ``min_isr``, the producer's ``acks`` and the
-    cluster's ``replica_lag_ms``.  ``expected``: the checks that should
+    cluster's ``replica_lag_ms``; ``op_timeout_s`` and ``client_timeout_s``
+    as ``RunConfig``'s (the queue producer's delivery and request
+    timeouts derive from them).  ``expected``: the checks that should
     fire; ``budget``: runs before the bug counts as not caught; ``note``:
     why these faults (or what the recipe still lacks)."""
 
@@ -93,6 +95,8 @@ class Recipe:
     keys: int = 3
     controllers: int = 3
     brokers: int = 3
+    op_timeout_s: float = 5.0
+    client_timeout_s: float = 2.0
     note: str = ""
 
     def describe(self) -> str:
@@ -107,6 +111,8 @@ class Recipe:
         nodes = f" controllers={self.controllers}" if self.controllers != 3 else ""
         if self.workload == "queue" and self.brokers != 3:
             nodes += f" brokers={self.brokers}"
+        if (self.op_timeout_s, self.client_timeout_s) != (5.0, 2.0):
+            nodes += f" timeouts={self.op_timeout_s:g}/{self.client_timeout_s:g}s"
         return (
             f"{self.workload} {faults}{flags}{nodes} {self.rate:g}/s "
             f"{self.time_limit_s:g}s x{self.budget}"
@@ -149,6 +155,8 @@ class Recipe:
             fault_interval_s=self.fault_interval_s,
             fault_period_s=self.fault_period_s,
             quiet_s=self.quiet_s,
+            op_timeout_s=self.op_timeout_s,
+            client_timeout_s=self.client_timeout_s,
             queue=queue,
             bugs=bugs,
         )
@@ -158,6 +166,9 @@ _LEADER_LOSS: Final = ("kill-partition-leader", "pause-partition-leader")
 _ISR_CHURN: Final = ("isolate-follower", "kill-partition-leader")
 _LOSS: Final = ("lost-write", "no-loss")
 _QUORUM_FAILOVER: Final = ("kill-leader", "isolate-leader", "pause")
+# Leadership moved by preferred elections with every node up, also while a
+# follower is cut off (and still in the ISR), when a purgatory holds produces.
+_ISR_MOVES: Final = ("isolate-follower", "elect-leader")
 
 
 # Faults that outlast the brokers' session (controller.broker_session_timeout_ms,
@@ -174,6 +185,16 @@ _RETRY_PAUSES: Final[dict[str, Any]] = {
     "time_limit_s": 25.0,
     "fault_interval_s": 3.0,
     "fault_period_s": 12.0,
+}
+# Preferred elections every 0.25 to 0.75 s: a follower that a partition
+# change made truncate is elected before it fetched back.
+_FAST_ELECTIONS: Final[dict[str, Any]] = {
+    "time_limit_s": 30.0,
+    "rate": 60.0,
+    "concurrency": 6,
+    "fault_interval_s": 0.5,
+    "fault_period_s": 14.0,
+    "quiet_s": 1.0,
 }
 # One controller: a fault on one node of four, rather than of six, then
 # hits a partition's leader half of the time.
@@ -220,15 +241,25 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     # -- the brokers: the queue workload (Jepsen's Kafka workload).
     "B1": Recipe(  # truncate-to-hw-on-become-follower
         "queue",
-        _LEADER_LOSS,
-        _LOSS,
-        note="KIP-101's first scenario: a follower cut back to its stale HW becomes leader",
+        ("elect-leader",),
+        ("inconsistent-offsets", *_LOSS),
+        note="KIP-101's first scenario without a crash: every partition change (the "
+        "election's reorder, then the election) makes each follower truncate to its own HW, "
+        "which lags the leader's by a fetch; preferred elections every 0.25 to 0.75 s elect "
+        "such a follower before it fetched back what it cut, and the records acknowledged "
+        "between its HW and the leader's are gone",
+        **_FAST_ELECTIONS,
     ),
     "B2": Recipe(  # truncate-by-offset
         "queue",
-        _LEADER_LOSS,
+        ("kill-partition-leader", "elect-leader"),
         ("inconsistent-offsets", *_LOSS),
-        note="fast double failover: divergent tails kept where the epochs differ",
+        note="fast double failover: divergent tails kept where the epochs differ. It needs "
+        "a leader whose short epoch no other replica fetched, followed by a replica that "
+        "had more of the epoch before: leaders killed, and preferred elections every 0.25 "
+        "to 0.75 s, also while a leader is down, so that epochs follow each other faster "
+        "than the followers fetch",
+        **_FAST_ELECTIONS,
     ),
     "B3": Recipe(  # no-epoch-start-entry
         "queue",
@@ -239,10 +270,13 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B4": Recipe(  # expand-without-epoch-start
         "queue",
-        _ISR_CHURN,
+        _ISR_MOVES,
         _LOSS,
         note="KAFKA-7128: a follower back in the ISR before it reached the epoch start, "
-        "then the leader is killed",
+        "then elected: a follower cut off leaves the ISR and catches up after the heal "
+        "while preferred elections (every 0.25 to 0.75 s) give the partition new leaders "
+        "whose HW lags the old one's, and may elect the follower once it is back",
+        **_FAST_ELECTIONS,
     ),
     "B5": Recipe(  # hw-at-leader-leo
         "queue",
@@ -285,10 +319,19 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B10": Recipe(  # consume-to-leo
         "queue",
-        _ISR_CHURN,
-        ("inconsistent-offsets", "G1a", "lost-write", "no-loss"),
-        note="KAFKA-2334: a poll reads past the HW, the tail is truncated on failover and "
-        "its offsets reused",
+        _ISR_MOVES,
+        ("inconsistent-offsets", "duplicate", "nonmonotonic-poll", "G1a", "no-loss"),
+        time_limit_s=30.0,
+        rate=60.0,
+        concurrency=6,
+        fault_interval_s=1.0,
+        fault_period_s=14.0,
+        quiet_s=1.0,
+        note="KAFKA-2334: a poll reads past the HW: while a follower is cut off (still in "
+        "the ISR for 1.5 s) the leader's tail waits uncommitted and polls read it; an "
+        "election then moves the leadership to a replica without that tail (the cut-off "
+        "follower, or one that had not fetched it), the old leader truncates it and the "
+        "retried sends land at other offsets",
     ),
     "B11": Recipe(  # no-dedup-window
         "queue",
@@ -364,12 +407,29 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B18": Recipe(  # harness-not-leader-as-fail
         "queue",
-        ("pause-partition-leader", "isolate-one"),
+        _ISR_MOVES,
         ("G1a",),
-        **_LONG_FAULTS,
+        budget=5,
+        partitions=1,
+        rate=80.0,
+        concurrency=8,
+        time_limit_s=60.0,
+        fault_interval_s=0.8,
+        fault_period_s=18.0,
+        quiet_s=1.0,
+        replica_lag_ms=2_000,
+        op_timeout_s=2.0,
+        client_timeout_s=1.0,
         **_ONE_CONTROLLER,
-        note="a harness bug: NOT_LEADER_OR_FOLLOWER after sending recorded as fail; a "
-        "poll then sees a value whose send failed",
+        note="a harness bug: NOT_LEADER_OR_FOLLOWER after sending recorded as fail. The "
+        "producer retries that answer until delivery.timeout.ms, so it ends a record only "
+        "when it comes after the deadline and before the sender's next expiry sweep: a "
+        "follower cut off and kept in the ISR (for the 2 s lag) makes the leader's purgatory hold "
+        "every acks=all produce, and preferred elections then answer the held ones with "
+        "it; 1 s requests and a 1.5 s delivery timeout bring their ages near the deadline, "
+        "one partition keeps a send's records in one batch (a send is fail only if all its "
+        "records are), and the follower elected had fetched them, so a poll sees them. The "
+        "window is narrow (2 or 3 answers in 300 land in it), so a run of 60 s and 5 runs",
     ),
 }
 """Recipes by bug id."""

@@ -250,3 +250,21 @@ def test_elections_also_come_while_another_fault_is_in_force() -> None:
         fault_period_s=12, quiet_s=2,
     )  # fmt: skip
     assert alone and all(a.f in ("partition", "heal") for a in alone)
+
+
+def test_a_recipe_passes_its_timeouts_to_the_run() -> None:
+    # The catalogue's B18 recipe shortens the producer's timeouts (its
+    # delivery and request timeouts derive from the run's op and client
+    # timeouts), so a recipe carries them to the run and names them.
+    from bugs import Bug
+    from chaos.catalogue import RECIPES, Recipe
+
+    recipe = Recipe("queue", ("elect-leader",), ("G1a",), op_timeout_s=2.0, client_timeout_s=1.0)
+    config = recipe.config(name="t", bugs=frozenset(), seed=1, runs_dir="r")
+    assert (config.op_timeout_s, config.client_timeout_s) == (2.0, 1.0)
+    assert "timeouts=2/1s" in recipe.describe()
+    default = Recipe("queue", ("elect-leader",), ("G1a",))
+    assert "timeouts" not in default.describe()
+    assert default.config(name="t", bugs=frozenset(), seed=1, runs_dir="r").op_timeout_s == 5.0
+    b18 = RECIPES[Bug.HARNESS_NOT_LEADER_AS_FAIL]
+    assert "elect-leader" in b18.nemesis and b18.client_timeout_s < b18.op_timeout_s

@@ -90,8 +90,8 @@ Fault kinds (:data:`FAULT_KINDS`):
   member is preferred, then a preferred leader election (``target=
   "partition"``): leadership moves with every node up.  Instant, like
   ``rotate-certs``; unlike other faults it also comes while faults are in
-  force (half of the actions then, but under ``kill-majority``), since it
-  takes no node down.
+  force (half of the actions then, but under ``kill-majority`` or a
+  strand, which run alone), since it takes no node down.
 
 A partition's ``groups`` are the topologies of :mod:`chaos.backend` (built
 by :func:`chaos.backend.partition_groups`, the leader's isolated by
@@ -585,7 +585,13 @@ def schedule(
             if t >= period_end:
                 break
             n = count()
-            if n > 0 and majority is None and ELECT_LEADER_KIND in kinds and rng.random() < 0.5:
+            if (
+                n > 0
+                and majority is None
+                and strand is None
+                and ELECT_LEADER_KIND in kinds
+                and rng.random() < 0.5
+            ):
                 # An election keeps every node up, so it may come while
                 # other faults are in force (the draw is made only when the
                 # kind is on, so other schedules stay what they were): a

@@ -268,3 +268,27 @@ def test_a_recipe_passes_its_timeouts_to_the_run() -> None:
     assert default.config(name="t", bugs=frozenset(), seed=1, runs_dir="r").op_timeout_s == 5.0
     b18 = RECIPES[Bug.HARNESS_NOT_LEADER_AS_FAIL]
     assert "elect-leader" in b18.nemesis and b18.client_timeout_s < b18.op_timeout_s
+
+
+def test_no_election_comes_during_a_fault_that_runs_alone() -> None:
+    for seed in range(30):
+        acts = schedule(
+            random.Random(seed),
+            NODES,
+            ["kill-majority", "strand-partition-leader", "elect-leader"],
+            duration_s=60,
+            interval_s=1.0,
+            fault_period_s=30,
+            quiet_s=2,
+        )
+        alone = False
+        for a in acts:
+            if a.kind in ("kill-majority", "strand-partition-leader") and a.f in (
+                "kill",
+                "partition",
+            ):
+                alone = True
+            elif a.f == "start" and a.kind in ("kill-majority", "strand-partition-leader"):
+                alone = False
+            elif a.f == ELECT_LEADER_KIND:
+                assert not alone, (seed, a)

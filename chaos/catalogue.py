@@ -199,6 +199,9 @@ _FAST_ELECTIONS: Final[dict[str, Any]] = {
 # One controller: a fault on one node of four, rather than of six, then
 # hits a partition's leader half of the time.
 _ONE_CONTROLLER: Final[dict[str, Any]] = {"controllers": 1}
+# Two strands a run (chaos.nemesis.STRAND_KINDS: each about 14 s from the
+# followers' cut to the leader's restart, which takes a few seconds more).
+_STRANDS: Final[dict[str, Any]] = {"time_limit_s": 40.0}
 
 _BY_ID: Final[Mapping[str, Recipe]] = {
     # -- the quorum: the register workload on the key-value store, whose
@@ -293,15 +296,25 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B6": Recipe(  # hw-under-min-isr
         "queue",
-        _ISR_CHURN,
+        ("strand-power-loss-partition-leader",),
         _LOSS,
-        note="KAFKA-15583: the ISR shrinks below min ISR while the HW moves on",
+        note="KAFKA-15583: a leader stranded (its followers cut off, the ISR shrunk to it "
+        "alone) still moves the HW over the batches they never fetched, commits and serves "
+        "them; it loses power and a follower of the ELR leads without them",
+        **_STRANDS,
     ),
     "B7": Recipe(  # pending-shrink-counts
         "queue",
-        _ISR_CHURN,
+        ("strand-power-loss-partition-leader",),
         _LOSS,
-        note="KIP-497: a shrink not yet committed already moves the HW",
+        note="KIP-497: while a stranded leader's AlterPartition shrinking the ISR to itself "
+        "is in flight, an append or fetch would move the HW over the batches its cut-off "
+        "followers never fetched; it loses power and a follower of the ELR leads without "
+        "them. Still a finding: the controllers commit the shrink within milliseconds, "
+        "while every send waits in the purgatory and no follower fetches, so nothing "
+        "recomputes the HW under the pending shrink; it needs an AlterPartition that is "
+        "slow or lost (the leader also cut off from the controllers)",
+        **_STRANDS,
     ),
     "B8": Recipe(  # expand-with-ineligible
         "queue",
@@ -311,11 +324,14 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B9": Recipe(  # unclean-election
         "queue",
-        ("isolate-follower", "kill-partition-leader"),
+        ("strand-partition-leader",),
         _LOSS,
         min_isr=1,
-        note="positive control: with min ISR 1 the ISR shrinks to the leader, whose kill "
-        "leaves only out-of-sync replicas to elect",
+        note="positive control: with min ISR 1 a stranded leader (the ISR shrunk to it) "
+        "acknowledges sends alone; it is killed, and the controllers elect a cut-off "
+        "follower (unfenced: the strand keeps the followers' controller sessions) that "
+        "never had them",
+        **_STRANDS,
     ),
     "B10": Recipe(  # consume-to-leo
         "queue",
@@ -393,17 +409,22 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "R9": Recipe(  # no-elr
         "queue",
-        ("isolate-follower", "power-loss-partition-leader"),
+        ("strand-power-loss-partition-leader",),
         _LOSS,
-        note="KIP-966: the last ISR member loses power with an unsynced tail and no "
-        "eligible replica remains to lead",
+        note="KIP-966's worked example: the followers cut off, the ISR shrinks to the "
+        "leader, which loses power with acknowledged records it had not synced; with no "
+        "ELR it stays the ISR, leads again when back, and the followers truncate to its "
+        "shorter log",
+        **_STRANDS,
     ),
     "R10": Recipe(  # ignore-min-isr
         "queue",
-        _ISR_CHURN,
+        ("strand-power-loss-partition-leader",),
         _LOSS,
-        note="Jepsen's Kafka 0.8 test: acks=all answered by a leader alone once its "
-        "followers are cut off, then the leader is killed",
+        note="Jepsen's Kafka 0.8 test: a stranded leader (the ISR shrunk to it) takes min "
+        "ISR as 1 and acknowledges acks=all sends alone; it loses power and a follower of "
+        "the ELR leads without them",
+        **_STRANDS,
     ),
     "B18": Recipe(  # harness-not-leader-as-fail
         "queue",

@@ -283,15 +283,24 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B5": Recipe(  # hw-at-leader-leo
         "queue",
-        ("kill-partition-leader",),
+        ("isolate-one",),
         _LOSS,
-        rate=100.0,
+        rate=50.0,
         concurrency=6,
         brokers=2,
         replication_factor=2,
-        note="acks=all answered at the append: a killed leader takes with it what it "
-        "acknowledged before its follower fetched it; at 100 sends a second, under load, "
-        "some always is (one controller, two brokers each leading a partition)",
+        note="acks=all answered at the append: a partition leader cut off from every "
+        "other node (the clients still reach it) goes on acknowledging what no follower "
+        "fetches, while the controllers fence it (cut off from them, its heartbeats stop) "
+        "and elect its follower; healed, it truncates to the new leader's log and the "
+        "acknowledged records are gone.  Cuts of 5 to 15 s outlast the 4 s session; one "
+        "controller and two brokers each leading a partition, so that two node picks in "
+        "three isolate a leader.  Killing leaders (5 runs) never caught it: a follower "
+        "fetches within milliseconds of the append, so a kill almost never finds an "
+        "acknowledged record it lacks",
+        time_limit_s=40.0,
+        fault_interval_s=10.0,
+        fault_period_s=30.0,
         **_ONE_CONTROLLER,
     ),
     "B6": Recipe(  # hw-under-min-isr
@@ -320,7 +329,13 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "queue",
         ("kill", "kill-partition-leader"),
         _LOSS,
-        note="KIP-841: a restarting or fenced replica taken into the ISR, then a failover",
+        note="KIP-841: a restarting or fenced replica taken into the ISR, then a failover. "
+        "The bug acts under these faults (a restarted broker is taken back into a leader's "
+        "ISR while the controllers still fence it) but loses nothing: the replica holds "
+        "every record below the HW.  A loss needs the broker simulator's scenario: the "
+        "replica loses power while the AlterPartition adding it is in flight, registers "
+        "again, then both other ISR members fail, a power loss inside one round trip and "
+        "two failures at once, which this one-fault-at-a-time nemesis does not make",
     ),
     "B9": Recipe(  # unclean-election
         "queue",

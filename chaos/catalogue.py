@@ -98,6 +98,11 @@ class Recipe:
     op_timeout_s: float = 5.0
     client_timeout_s: float = 2.0
     note: str = ""
+    # The queue topics' cleanup (QueueOptions): retention and compaction.
+    cleanup_policy: str = "delete"
+    retention_bytes: int | None = None
+    segment_bytes: int | None = None
+    record_keys: int = 0
 
     def describe(self) -> str:
         """One line for a table: workload, faults, flags, time and budget."""
@@ -111,11 +116,30 @@ class Recipe:
         nodes = f" controllers={self.controllers}" if self.controllers != 3 else ""
         if self.workload == "queue" and self.brokers != 3:
             nodes += f" brokers={self.brokers}"
+        if self.workload == "queue":
+            words = self._queue().topic_flags().split()
+            pairs = zip(words[::2], words[1::2], strict=True)
+            nodes += "".join(f" {k.lstrip('-')}={v}" for k, v in pairs)
         if (self.op_timeout_s, self.client_timeout_s) != (5.0, 2.0):
             nodes += f" timeouts={self.op_timeout_s:g}/{self.client_timeout_s:g}s"
         return (
             f"{self.workload} {faults}{flags}{nodes} {self.rate:g}/s "
             f"{self.time_limit_s:g}s x{self.budget}"
+        )
+
+    def _queue(self) -> QueueOptions:
+        return QueueOptions(
+            brokers=self.brokers,
+            partitions=self.partitions,
+            replication_factor=self.replication_factor,
+            min_isr=self.min_isr,
+            acks=self.acks,
+            final_time_s=self.final_time_s,
+            replica_lag_ms=self.replica_lag_ms,
+            cleanup_policy=self.cleanup_policy,
+            retention_bytes=self.retention_bytes,
+            segment_bytes=self.segment_bytes,
+            record_keys=self.record_keys,
         )
 
     def config(
@@ -129,15 +153,7 @@ class Recipe:
     ) -> RunConfig:
         """The run of this recipe with ``bugs`` on."""
         nodes = self.controllers
-        queue = QueueOptions(
-            brokers=self.brokers,
-            partitions=self.partitions,
-            replication_factor=self.replication_factor,
-            min_isr=self.min_isr,
-            acks=self.acks,
-            final_time_s=self.final_time_s,
-            replica_lag_ms=self.replica_lag_ms,
-        )
+        queue = self._queue()
         brokers = queue.brokers if self.workload == "queue" else 0
         return RunConfig(
             name=name,
@@ -406,14 +422,32 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     "B15": Recipe(  # retention-above-hw
         "queue",
         ("isolate-follower",),
-        ("unseen", *_LOSS),
-        note="needs a small retention on the queue's topic, which the workload does not set yet",
+        ("log-start-above-hw",),
+        rate=80.0,
+        concurrency=4,
+        acks="1",
+        min_isr=1,
+        segment_bytes=256,
+        retention_bytes=512,
+        note="retention by size on segments of a few batches: while a cut-off follower "
+        "holds the HW back (until it leaves the ISR), acks=1 sends go on growing the "
+        "leader's log past retention.bytes above the HW, and the bug deletes segments the "
+        "HW has not reached (acks=all sends would wait for the HW instead; min ISR 1 lets "
+        "the HW move on with the leader alone, as a follower that fell below the log start "
+        "does not come back)",
     ),
     "B16": Recipe(  # compaction-renumbers
         "queue",
-        ("kill",),
-        ("inconsistent-offsets", "nonmonotonic-poll"),
-        note="needs a compacted topic, which the workload does not create yet",
+        ("kill-partition-leader",),
+        ("inconsistent-offsets", "duplicate", "no-loss"),
+        rate=60.0,
+        concurrency=4,
+        cleanup_policy="compact",
+        segment_bytes=256,
+        record_keys=16,
+        note="a compacted topic of segments of a few batches, values cycling through 16 "
+        "record keys: the cleaner removes a batch's superseded records and the bug gives "
+        "the ones it keeps the offsets of those before them",
     ),
     "R2": Recipe(  # no-divergence-check
         "queue",

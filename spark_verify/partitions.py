@@ -33,7 +33,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.window import WindowSpec
 
-from spark_verify.queue import reads_of, sends_of
+from spark_verify.queue import QueueRecords, reads_of, sends_of
 from spark_verify.verdict import MAX_ANOMALIES, Anomaly, CheckResult, result_of
 
 __all__ = [
@@ -53,6 +53,7 @@ PARTITION_CHECKS: Final = (
     "hw-regression",
     "epoch-regression",
     "truncated-committed",
+    "log-start-above-hw",
 )
 
 _SCHEMAS: Final = {
@@ -70,7 +71,8 @@ _SCHEMAS: Final = {
         "partition_timeline.jsonl",
         "node bigint, seq bigint, life bigint, time bigint, topic string, partition bigint,"
         " event string, leader_epoch bigint, role string, leader bigint, high_watermark bigint,"
-        " log_end_offset bigint, isr array<bigint>, truncated_from bigint, truncated_to bigint",
+        " log_end_offset bigint, log_start_offset bigint, isr array<bigint>,"
+        " truncated_from bigint, truncated_to bigint",
     ),
     "changes": (
         "partition_changes.jsonl",
@@ -246,6 +248,20 @@ def partition_anomaly_rows(frames: PartitionFrames) -> DataFrame:
             F.col("info"),
         )
     )
+
+    # log-start-above-hw: a state line whose log start passed its HW
+    # (UnifiedLog.deletableSegments keeps the log start at or below it).
+    above = states.where(F.col("log_start_offset") > F.col("high_watermark"))
+    out.append(
+        _rows(
+            "log-start-above-hw",
+            above,
+            F.array("node"),
+            F.array("log_start_offset", "high_watermark"),
+            F.array("seq"),
+            F.to_json(F.array("time")),
+        )
+    )
     result = out[0]
     for df in out[1:]:
         result = result.unionByName(df)
@@ -271,6 +287,12 @@ def _message(check: str, tp: str, nodes: Sequence[int], offsets: Sequence[int], 
             f"node {nodes[0]}'s {word} of {tp} went from {a} down to {b} "
             f"(at {info[0] / 1e9:.3f} s and {info[1] / 1e9:.3f} s)"
         )
+    if check == "log-start-above-hw":
+        start, hw = offsets
+        return (
+            f"node {nodes[0]}'s log start offset of {tp} is {start}, above its HW {hw} "
+            f"(at {info[0] / 1e9:.3f} s): records removed before they were committed"
+        )
     frm, epoch, when = info
     to, committed = offsets
     return (
@@ -291,11 +313,20 @@ def check_partition_runs(
         na = {"applicable": False, "reason": "no brokers' partition exports"}
         return [result_of(c, [], detail=na) for c in PARTITION_CHECKS]
     rows = partition_anomaly_rows(frames)
-    w = Window.partitionBy("check").orderBy("run", "topic", "partition", "nodes", "offsets", "seqs")
-    kept = rows.select("*", F.row_number().over(w).alias("_n")).where(F.col("_n") <= MAX_ANOMALIES)
-    counts = {r.check: r["count"] for r in rows.groupBy("check").count().collect()}
+    # One pass over the anomaly rows: each check's first anomalies and its
+    # count (_c), not a second job computing the rows again for the counts.
+    by_check = Window.partitionBy("check")
+    w = by_check.orderBy("run", "topic", "partition", "nodes", "offsets", "seqs")
+    kept = (
+        rows.select(
+            "*", F.row_number().over(w).alias("_n"), F.count("*").over(by_check).alias("_c")
+        )
+        .where(F.col("_n") <= MAX_ANOMALIES)
+        .collect()
+    )
+    counts = {r.check: r._c for r in kept}
     per: dict[str, list[Anomaly]] = {c: [] for c in PARTITION_CHECKS}
-    for r in sorted(kept.collect(), key=lambda r: r._n):
+    for r in sorted(kept, key=lambda r: r._n):
         tp = f"{r.topic}-{r.partition}"
         nodes, offsets, seqs = list(r.nodes), list(r.offsets), list(r.seqs)
         per[r.check].append(
@@ -374,12 +405,14 @@ def partition_plots(
     ops: DataFrame,
     folders: Mapping[str, Path],
     buckets: int = 200,
+    records: QueueRecords | None = None,
 ) -> dict[str, list[PartitionPlot]]:
     """Each run's partitions' series (run -> partitions in name order), at
     most one point per series per bucket of the run's timeline (the last
     one in it).  Consumer lag: at each ok poll that returned records of a
     key, the end of the records acknowledged by ok sends completed before
-    it, less where the poll got to (never below 0)."""
+    it, less where the poll got to (never below 0).  ``records``: the
+    SENDS and READS of ``ops``, if already parsed (``queue.queue_records``)."""
     if not frames.runs:
         return {}
     timeline = frames.timeline.where(F.col("run").isin(*frames.runs))
@@ -406,7 +439,7 @@ def partition_plots(
         .agg(F.max("time").alias("t"), F.max_by(F.size("isr"), last).alias("isr"))
         .collect()
     )
-    lag_rows = _lag(ops.where(F.col("run").isin(*frames.runs)), ends, buckets)
+    lag_rows = _lag(ops.where(F.col("run").isin(*frames.runs)), ends, buckets, records)
     keys = {run: _keys(folder) for run, folder in folders.items()}
 
     grouped: dict[tuple[str, str, int], dict[str, Any]] = {}
@@ -457,13 +490,24 @@ def partition_plots(
     return out
 
 
-def _lag(ops: DataFrame, ends: DataFrame, buckets: int) -> list[Any]:
+def _lag(
+    ops: DataFrame, ends: DataFrame, buckets: int, records: QueueRecords | None = None
+) -> list[Any]:
     """Per (run, key, bucket): the largest lag of an ok poll (see :func:`partition_plots`)."""
-    times = ops.select("run", F.col("index").alias("op"), F.col("ret").alias("t"))
+    if records is None:
+        records = QueueRecords(
+            sends_of(ops.where(F.col("f") == "send")), reads_of(ops.where(F.col("f") == "poll"))
+        )
+
+    def times(f: str) -> DataFrame:
+        # The ops of ``f`` alone (the records' txn ops are not these).
+        return ops.where(F.col("f") == f).select(
+            "run", F.col("index").alias("op"), F.col("ret").alias("t")
+        )
+
     sent = (
-        sends_of(ops.where(F.col("f") == "send"))
-        .where((F.col("type") == "ok") & F.col("offset").isNotNull())
-        .join(times, ["run", "op"])
+        records.sends.where((F.col("type") == "ok") & F.col("offset").isNotNull())
+        .join(times("send"), ["run", "op"])
         .groupBy("run", "key", "op", "t")
         .agg((F.max("offset") + 1).alias("end"))
         .select(
@@ -476,9 +520,8 @@ def _lag(ops: DataFrame, ends: DataFrame, buckets: int) -> list[Any]:
         )
     )
     polled = (
-        reads_of(ops.where(F.col("f") == "poll"))
-        .where((F.col("type") == "ok") & F.col("offset").isNotNull())
-        .join(times, ["run", "op"])
+        records.reads.where((F.col("type") == "ok") & F.col("offset").isNotNull())
+        .join(times("poll"), ["run", "op"])
         .groupBy("run", "key", "op", "t")
         .agg((F.max("offset") + 1).alias("at"))
         .select(

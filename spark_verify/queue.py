@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
@@ -36,10 +38,14 @@ __all__ = [
     "ALWAYS_ALLOWED",
     "FINAL_FS",
     "QUEUE_CHECKS",
+    "QueueRecords",
     "SUBSCRIBE_ALLOWED",
+    "RunCleanup",
     "check_queue_runs",
+    "cleanup_of",
     "final_polls_from",
     "queue_anomaly_rows",
+    "queue_records",
     "reads_of",
     "sends_of",
 ]
@@ -81,6 +87,30 @@ def _mops(ops: DataFrame, fs: Sequence[str]) -> DataFrame:
             "mpos", "m"
         ),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecords:
+    """The SENDS and READS of some queue runs' ops (:func:`sends_of`,
+    :func:`reads_of`)."""
+
+    sends: DataFrame
+    reads: DataFrame
+
+    def unpersist(self) -> None:
+        self.sends.unpersist()
+        self.reads.unpersist()
+
+
+def queue_records(ops: DataFrame) -> QueueRecords:
+    """``ops``'s SENDS and READS, parsed once and cached for every check and
+    plot that reads them: each parses the ops' JSON values (the costliest
+    step of the queue checks), and every queue check and the report's
+    consumer lag read both.  Cached in memory and on disk (a cluster's
+    executors hold them, not the driver); :meth:`QueueRecords.unpersist`
+    frees them."""
+    level = StorageLevel.MEMORY_AND_DISK
+    return QueueRecords(sends_of(ops).persist(level), reads_of(ops).persist(level))
 
 
 def sends_of(ops: DataFrame) -> DataFrame:
@@ -190,8 +220,124 @@ def final_polls_from(run: Path) -> int | None:
     return start
 
 
+RunCleanup = tuple[dict[str, int], int | None]
+"""What a run's topics may remove (``history.queue_checks.Cleanup``): per
+key, the highest log start offset the final reads saw (retention), and the
+run's ``queue.record_keys`` if its topics are compacted (else None)."""
+
+
+def _count(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def cleanup_of(run: Path) -> RunCleanup | None:
+    """A run folder's cleanup, from ``config.json``'s ``queue``
+    (``cleanup_policy``, ``retention_ms``, ``retention_bytes``,
+    ``record_keys``) and ``summary.json``'s ``final_polls.log_start``, as
+    ``history.queue_checks.Cleanup.of_run`` reads them; None for a run whose
+    topics keep every record (a plain topic, or a run written before these
+    fields)."""
+    docs: list[dict[str, Any]] = []
+    for name in ("config.json", "summary.json"):
+        path = run / name
+        try:
+            doc = json.loads(path.read_text()) if path.is_file() else {}
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: cannot read it: {e}") from None
+        docs.append(doc if isinstance(doc, dict) else {})
+    config, summary = docs
+    queue = config.get("queue")
+    if not isinstance(queue, dict):
+        return None
+    policy = str(queue.get("cleanup_policy") or "delete").split(",")
+    limits = (queue.get("retention_ms"), queue.get("retention_bytes"))
+    log_start: dict[str, int] = {}
+    polls = summary.get("final_polls")
+    starts = polls.get("log_start") if isinstance(polls, dict) else None
+    if "delete" in policy and any(_count(v) for v in limits) and isinstance(starts, dict):
+        for k, v in starts.items():
+            if not _count(v):
+                raise ValueError(f"{run}: final_polls.log_start[{k!r}] is an offset, got {v!r}")
+            log_start[str(k)] = v
+    record_keys: int | None = None
+    if "compact" in policy:
+        n = queue.get("record_keys", 0)
+        if not _count(n):
+            raise ValueError(f"{run}: queue.record_keys is an integer >= 0, got {n!r}")
+        record_keys = n
+    if not log_start and record_keys is None:
+        return None
+    return log_start, record_keys
+
+
+def _final_start(
+    ops: DataFrame, history: DataFrame, final_from: Mapping[str, int] | None
+) -> DataFrame:
+    """run, final_from: where each run's final reads start: the history's
+    last stretch of final-read ops (Jepsen's final polls), or the given
+    index (its summary's)."""
+    nonfinal = (F.col("process") == "nemesis") | ~F.col("f").isin(*FINAL_FS)
+    start = history.groupBy("run").agg(
+        F.coalesce(F.max(F.when(nonfinal, F.col("index"))) + 1, F.lit(0)).alias("final_from")
+    )
+    if final_from:
+        given = ops.sparkSession.createDataFrame(
+            sorted(final_from.items()), "run string, given bigint"
+        )
+        start = start.join(given, "run", "left").select(
+            "run", F.coalesce("given", "final_from").alias("final_from")
+        )
+    return start
+
+
+def _gone_values(held: DataFrame, final: DataFrame, cleanup: Mapping[str, RunCleanup]) -> DataFrame:
+    """run, key, value: the values of the version orders that retention or
+    compaction may have removed, each judged at its lowest offset there:
+    below the run's log start of the key, or below the highest offset the
+    final reads returned a record of its record key at."""
+    spark = held.sparkSession
+    starts = spark.createDataFrame(
+        [(run, k, v) for run, (ls, _) in sorted(cleanup.items()) for k, v in sorted(ls.items())],
+        "run string, key string, log_start bigint",
+    )
+    compact = spark.createDataFrame(
+        [(run, n) for run, (_, n) in sorted(cleanup.items()) if n is not None],
+        "run string, record_keys bigint",
+    )
+
+    def record_key(df: DataFrame) -> DataFrame:
+        number = F.when(F.col("value").rlike("^-?[0-9]+$"), F.col("value").cast("bigint"))
+        rk = F.when(F.col("record_keys") == 0, F.col("key")).otherwise(
+            F.pmod(number, F.col("record_keys")).cast("string")
+        )
+        return df.join(compact, "run").withColumn("rk", rk)
+
+    latest = (
+        record_key(final)
+        .where(F.col("rk").isNotNull())
+        .groupBy("run", "key", "rk")
+        .agg(F.max("offset").alias("latest"))
+    )
+    lowest = held.groupBy("run", "key", "value").agg(F.min("offset").alias("offset"))
+    below = lowest.join(starts, ["run", "key"]).where(F.col("offset") < F.col("log_start"))
+    superseded = (
+        record_key(lowest)
+        .join(latest, ["run", "key", "rk"])
+        .where(F.col("offset") < F.col("latest"))
+    )
+    return (
+        below.select("run", "key", "value")
+        .unionByName(superseded.select("run", "key", "value"))
+        .distinct()
+    )
+
+
 def queue_anomaly_rows(
-    ops: DataFrame, history: DataFrame, final_from: Mapping[str, int] | None = None
+    ops: DataFrame,
+    history: DataFrame,
+    final_from: Mapping[str, int] | None = None,
+    cleanup: Mapping[str, RunCleanup] | None = None,
+    records: QueueRecords | None = None,
 ) -> DataFrame:
     """Every queue anomaly of the runs in ``ops`` (PAIRED rows of queue runs;
     ``history`` their raw lines, for the final reads), one row each:
@@ -199,9 +345,15 @@ def queue_anomaly_rows(
 
     ``final_from`` gives the index where a run's final polls start (its
     summary's); for the other runs it is the history's last stretch of
-    final-read ops after the last fault, as Jepsen finds its final polls."""
-    sends = sends_of(ops)
-    reads = reads_of(ops)
+    final-read ops after the last fault, as Jepsen finds its final polls.
+    ``cleanup`` gives what the topics of a run with retention or compaction
+    may remove (:func:`cleanup_of`): those values are neither lost nor
+    unseen, and a poll may skip them.  ``records`` are ``ops``'s SENDS and
+    READS already parsed (and cached: :func:`queue_records`); without them
+    they are parsed here."""
+    if records is None:
+        records = QueueRecords(sends_of(ops), reads_of(ops))
+    sends, reads = records.sends, records.reads
     ok_read = reads.where(F.col("type") == "ok").select("run", "key", "value").distinct()
 
     # writer-of: the first send of each (key, value), and its outcome.
@@ -242,7 +394,7 @@ def queue_anomaly_rows(
             "index"
         ),
         F.element_at("vals", 1).alias("chosen"),
-    ).persist()
+    )
     by_value = idx.groupBy("run", "key", F.col("chosen").alias("value")).agg(
         F.max("index").alias("bv")
     )
@@ -250,6 +402,40 @@ def queue_anomaly_rows(
     first_last = held.groupBy("run", "key", "value").agg(
         F.min("index").alias("first"), F.max("index").alias("last")
     )
+    start = _final_start(ops, history, final_from)
+    final_ok = (
+        reads.where(F.col("type") == "ok")
+        .join(start, "run")
+        .where(F.col("op") >= F.col("final_from"))
+    )
+    final = final_ok.where(F.col("offset").isNotNull()).select("run", "key", "offset", "value")
+    gone = _gone_values(held, final, cleanup) if cleanup else None
+
+    def present(df: DataFrame) -> DataFrame:
+        """``df`` without the values retention or compaction removed."""
+        return df if gone is None else df.join(gone, ["run", "key", "value"], "left_anti")
+
+    # Per index of the version order, how many indexes up to it (upto) and
+    # before it (before) hold a value not removed: a poll's skip from i1 to
+    # i2 passes over before(i2) - upto(i1) records that were there.
+    if gone is None:
+        live = idx.select(
+            "run",
+            "key",
+            "index",
+            (F.col("index") + 1).alias("upto"),
+            F.col("index").alias("before"),
+        )
+    else:
+        flag = idx.join(
+            gone.select("run", "key", F.col("value").alias("chosen"), F.lit(0).alias("g")),
+            ["run", "key", "chosen"],
+            "left",
+        ).select("run", "key", "index", F.coalesce("g", F.lit(1)).alias("here"))
+        upto = F.sum("here").over(Window.partitionBy("run", "key").orderBy("index"))
+        live = flag.select(
+            "run", "key", "index", upto.alias("upto"), (upto - F.col("here")).alias("before")
+        )
 
     out: list[DataFrame] = []
 
@@ -296,6 +482,7 @@ def queue_anomaly_rows(
         first_last.join(bound, ["run", "key"])
         .where(F.col("last") <= F.col("bound"))
         .join(ok_read, ["run", "key", "value"], "left_anti")
+        .transform(present)
         .join(writer, ["run", "key", "value"])
         .join(committed.withColumnRenamed("op", "wop"), ["run", "wop"], "left_semi")
         .join(bound_offset, ["run", "key", "bound"])
@@ -308,12 +495,21 @@ def queue_anomaly_rows(
     )
 
     # unseen: sent by an ok send, read by no ok poll.
-    unseen = sends.where(F.col("type") == "ok").join(ok_read, ["run", "key", "value"], "left_anti")
+    unseen = present(
+        sends.where(F.col("type") == "ok").join(ok_read, ["run", "key", "value"], "left_anti")
+    )
     out.append(_anomalies("unseen", unseen, F.array("value"), _opt("offset"), _arr("op")))
 
     # Inside one op: successive records of a key.
-    bv1 = by_value.select("run", "key", F.col("value").alias("v1"), F.col("bv").alias("i1"))
-    bv2 = by_value.select("run", "key", F.col("value").alias("v2"), F.col("bv").alias("i2"))
+    bv1 = by_value.select("run", "key", F.col("value").alias("v1"), F.col("bv").alias("i1")).join(
+        live.select("run", "key", F.col("index").alias("i1"), "upto"), ["run", "key", "i1"]
+    )
+    bv2 = by_value.select("run", "key", F.col("value").alias("v2"), F.col("bv").alias("i2")).join(
+        live.select("run", "key", F.col("index").alias("i2"), "before"), ["run", "key", "i2"]
+    )
+    # A poll's skip counts only records that were there; a send's is
+    # Jepsen's (allowed) int-send-skip.
+    skipped_here = F.col("before") - F.col("upto") > 0
     for kind, rows in (("poll", reads), ("send", sends)):
         w = Window.partitionBy("run", "op", "key").orderBy("pos")
         pairs = (
@@ -325,10 +521,11 @@ def queue_anomaly_rows(
             .join(bv2, ["run", "key", "v2"])
             .withColumn("delta", F.col("i2") - F.col("i1"))
         )
+        skip = F.col("delta") > 1
         out.append(
             _anomalies(
                 f"int-{kind}-skip",
-                pairs.where(F.col("delta") > 1),
+                pairs.where(skip & skipped_here if kind == "poll" else skip),
                 _arr("v1", "v2"),
                 F.array().cast("array<bigint>"),
                 _arr("op"),
@@ -437,7 +634,7 @@ def queue_anomaly_rows(
             out.append(
                 _anomalies(
                     "poll-skip",
-                    seq.where(F.col("delta") > 1),
+                    seq.where((F.col("delta") > 1) & skipped_here),
                     _arr("v1", "v2"),
                     none,
                     _arr("pop", "op"),
@@ -468,24 +665,7 @@ def queue_anomaly_rows(
 
     # no-loss over the final reads: the trailing section of the history made
     # only of final-read ops (Jepsen's final polls), if it holds an ok poll.
-    nonfinal = (F.col("process") == "nemesis") | ~F.col("f").isin(*FINAL_FS)
-    start = history.groupBy("run").agg(
-        F.coalesce(F.max(F.when(nonfinal, F.col("index"))) + 1, F.lit(0)).alias("final_from")
-    )
-    if final_from:
-        given = ops.sparkSession.createDataFrame(
-            sorted(final_from.items()), "run string, given bigint"
-        )
-        start = start.join(given, "run", "left").select(
-            "run", F.coalesce("given", "final_from").alias("final_from")
-        )
-    final_ok = (
-        reads.where(F.col("type") == "ok")
-        .join(start, "run")
-        .where(F.col("op") >= F.col("final_from"))
-    )
     starts = start.join(final_ok.select("run").distinct(), "run", "left_semi")
-    final = final_ok.where(F.col("offset").isNotNull()).select("run", "key", "offset", "value")
     seen = reads.select("run", "key", "value").distinct()
     # An info send's records one by one: acknowledged with an offset, or seen.
     info = sends.where(F.col("type") == "info")
@@ -498,6 +678,14 @@ def queue_anomaly_rows(
         )
         .join(starts, "run", "left_semi")
     )
+    if gone is not None and cleanup:
+        # Retention or compaction removed it: judged at its acknowledged
+        # offset, or, without one, where the version order has it.
+        acked = required.where(F.col("offset").isNotNull())
+        acked_gone = _gone_values(acked.select("run", "key", "offset", "value"), final, cleanup)
+        required = acked.join(acked_gone, ["run", "key", "value"], "left_anti").unionByName(
+            present(required.where(F.col("offset").isNull()))
+        )
     at_offset = final.groupBy("run", "key", "offset").agg(
         F.concat_ws(", ", F.sort_array(F.collect_set("value"))).alias("there")
     )
@@ -591,6 +779,7 @@ def check_queue_runs(
     history: DataFrame,
     folders: Mapping[str, Path] | None = None,
     subscribed: Mapping[str, bool] | None = None,
+    records: QueueRecords | None = None,
 ) -> list[CheckResult]:
     """The queue checks' results over the queue runs of ``ops``/``history``.
 
@@ -598,29 +787,50 @@ def check_queue_runs(
     anomalies there are counted in ``detail.allowed`` and do not make the
     run invalid.  ``no-loss`` is ``unknown`` for a run with no final reads
     (listed in ``detail.undecided``).  ``folders`` are the runs' folders,
-    whose ``summary.json`` says where their final polls start."""
-    runs = [r.run for r in ops.select("run").distinct().collect()]
+    whose ``summary.json`` says where their final polls start, and, with
+    ``config.json``, what their topics' retention or compaction may have
+    removed (:func:`cleanup_of`).  ``records``: ``ops``'s SENDS and READS,
+    if already parsed (:func:`queue_records`).
+
+    Two jobs: the runs (and which subscribe), then every check's count and
+    first anomalies in one pass over the anomaly rows."""
+    # One job for the runs and whether each subscribes.
+    run_rows = (
+        ops.groupBy("run")
+        .agg(F.max((F.col("f") == "subscribe").cast("int")).alias("sub"))
+        .collect()
+    )
+    runs = [r.run for r in run_rows]
     if subscribed is None:
-        subs = {
-            r.run for r in ops.where(F.col("f") == "subscribe").select("run").distinct().collect()
-        }
+        subs = {r.run for r in run_rows if r.sub}
     else:
         subs = {r for r, s in subscribed.items() if s}
     given = {}
+    cleanup: dict[str, RunCleanup] = {}
     for name, folder in (folders or {}).items():
         start = final_polls_from(folder) if folder.is_dir() else None
         if start is not None:
             given[name] = start
-    rows = queue_anomaly_rows(ops, history, given)
-    w = Window.partitionBy("check").orderBy("run", "key", "ops", "values", "offsets")
+        removed = cleanup_of(folder) if folder.is_dir() else None
+        if removed is not None:
+            cleanup[name] = removed
+    rows = queue_anomaly_rows(ops, history, given, cleanup, records)
+    # One pass (the anomaly rows' plan is computed once, not once for the
+    # counts and again for the first anomalies): each check's first
+    # anomalies (_n), and one row per (check, run) (_m == 1) carrying that
+    # run's count of the check (_c), which also gives every run with final
+    # reads (its marker row, check "").
+    order = ("run", "key", "ops", "values", "offsets")
+    per_check_run = Window.partitionBy("check", "run")
     ranked = rows.select(
         "*",
-        F.row_number().over(w).alias("_n"),
-        F.count("*").over(Window.partitionBy("check", "run")).alias("_c"),
+        F.row_number().over(Window.partitionBy("check").orderBy(*order)).alias("_n"),
+        F.row_number().over(per_check_run.orderBy(*order)).alias("_m"),
+        F.count("*").over(per_check_run).alias("_c"),
     )
-    kept = ranked.where(F.col("_n") <= MAX_ANOMALIES + 1).collect()
-    counts = rows.groupBy("check", "run").count().collect()
-    final_runs = {r.run for r in kept if r.check == ""}
+    kept = ranked.where((F.col("_n") <= MAX_ANOMALIES + 1) | (F.col("_m") == 1)).collect()
+    counts = [r for r in kept if r._m == 1]
+    final_runs = {r.run for r in counts if r.check == ""}
     per: dict[str, list[Anomaly]] = {c: [] for c in QUEUE_CHECKS}
     total: dict[str, int] = dict.fromkeys(QUEUE_CHECKS, 0)
     allowed: dict[str, dict[str, int]] = {c: {} for c in QUEUE_CHECKS}
@@ -629,11 +839,11 @@ def check_queue_runs(
             continue
         ok = r.check in ALWAYS_ALLOWED or (r.check in SUBSCRIBE_ALLOWED and r.run in subs)
         if ok:
-            allowed[r.check][r.run] = r["count"]
+            allowed[r.check][r.run] = r._c
         else:
-            total[r.check] += r["count"]
+            total[r.check] += r._c
     for r in sorted(kept, key=lambda r: r._n):
-        if not r.check or r.check not in per:
+        if not r.check or r.check not in per or r._n > MAX_ANOMALIES + 1:
             continue
         ok = r.check in ALWAYS_ALLOWED or (r.check in SUBSCRIBE_ALLOWED and r.run in subs)
         if ok:

@@ -60,8 +60,15 @@ def _stale_tail(p: Partitions) -> None:
     p.state(2, 1700, 0, 0, 1, 2, (2, 3))
 
 
+def _start_above(p: Partitions) -> None:
+    p.state(2, 1500, 5, 7, 1, 2, (2, 3), start=6)
+    # At the HW, or from a broker that did not log it: not above.
+    p.state(3, 1500, 5, 7, 1, 2, (2, 3), start=5)
+    p.state(1, 1500, 5, 7, 1, 2, (2, 3), start=None)
+
+
 def _all(p: Partitions) -> None:
-    for plant in (_diverged, _hw_down, _epoch_down, _cut):
+    for plant in (_diverged, _hw_down, _epoch_down, _cut, _start_above):
         plant(p)
 
 
@@ -72,6 +79,7 @@ CASES: dict[str, Callable[[Partitions], None]] = {
     "cut": _cut,
     "excused": _excused,
     "stale-tail": _stale_tail,
+    "start-above": _start_above,
     "all": _all,
 }
 
@@ -123,6 +131,7 @@ def test_spark_finds_what_the_reference_finds(spark: SparkSession, tmp_path: Pat
         "hw-down": {"hw-regression"},
         "epoch-down": {"epoch-regression"},
         "cut": {"truncated-committed"},
+        "start-above": {"log-start-above-hw"},
         "all": set(PARTITION_CHECKS),
     }
     # The results carry the reference's sentences.

@@ -482,7 +482,7 @@ class QueueWorkload:
                             for offset, _ in recs:
                                 reached[int(k)] = max(reached.get(int(k), -1), offset)
                         self._note_log_start(worker)
-                    if all(reached.get(k, -1) >= t for k, t in targets.items()):
+                    if all(self._reached(reached, k, t) for k, t in targets.items()):
                         return reached
                 if time.monotonic() >= deadline:
                     return reached
@@ -490,7 +490,7 @@ class QueueWorkload:
         results = await asyncio.gather(*(reader(w) for w in self._workers))
         missing: dict[str, int] = {}
         for k, t in sorted(targets.items()):
-            if any(r.get(k, -1) < t for r in results):
+            if any(not self._reached(r, k, t) for r in results):
                 missing[str(k)] = t
         return {
             "from_index": self.final_from,
@@ -500,6 +500,14 @@ class QueueWorkload:
             "keys": len(keys),
             "log_start": {str(k): v for k, v in sorted(self.final_log_start.items())},
         }
+
+    def _reached(self, reached: Mapping[int, int], key: int, target: int) -> bool:
+        """A final reader got to offset ``target`` of ``key``, or, on topics
+        with retention, the log start passed it (nothing up to it is left
+        to read: with every segment old enough, retention deletes them all)."""
+        if reached.get(key, -1) >= target:
+            return True
+        return self.retains and self.final_log_start.get(key, -1) > target
 
     def _note_log_start(self, worker: _Worker) -> None:
         """Keep the highest log start offset the worker's consumer learned

@@ -185,11 +185,12 @@ class _Consumer:
 
     def seek_to_beginning(self, partitions: Any = None) -> None:
         for tp in partitions:
-            self.positions[tp] = 0
+            self.positions[tp] = self.broker.log_start.get(tp, 0)
 
     async def poll(self, timeout_ms: int = 1_000, max_records: int | None = None) -> list[Any]:
         out = []
-        for tp, pos in self.positions.items():
+        for tp, at in self.positions.items():
+            pos = max(at, self.broker.log_start.get(tp, 0))
             log = self.broker.logs.get(tp, [])
             out += [_Rec(tp[0], tp[1], o, log[o]) for o in range(pos, min(len(log), pos + 3))]
             self.positions[tp] = min(len(log), pos + 3)
@@ -331,6 +332,38 @@ def test_the_final_polls_keep_the_highest_log_start_and_let_retention_remove_rec
     assert [m["value"] for m in plain["moved"] + plain["lost"]] == [0, 1]
     below = check_final_polls(ops, final["from_index"], Cleanup({"0": 1}))
     assert [m["value"] for m in below["moved"] + below["lost"]] == [1]
+
+
+@pytest.mark.parametrize("retains", [True, False])
+def test_final_polls_end_when_retention_removed_every_record(tmp_path: Path, retains: bool) -> None:
+    broker = _Broker()
+    w, writer = _workload(tmp_path, broker, retains=retains)
+
+    async def main() -> Any:
+        await w.prepare()
+        for v in range(3):
+            await w.send(w._workers[0], [(1, v)])
+        # Every segment was old enough: the whole log went.
+        broker.log_start[("queue", 1)] = 3
+        verdict = await w.final()
+        await w.close()
+        return verdict
+
+    verdict = asyncio.run(main())
+    writer.close()
+    final = verdict.check["final_polls"]
+    # Nothing is left to read up to offset 2: reached, with retention only.
+    assert final["complete"] is retains and verdict.ok is retains
+    assert final["missing"] == ({} if retains else {"1": 2})
+    assert verdict.check["lost"] == (
+        []
+        if retains
+        else [
+            {"key": 1, "value": 0, "offset": 0},
+            {"key": 1, "value": 1, "offset": 1},
+            {"key": 1, "value": 2, "offset": 2},
+        ]
+    )
 
 
 def _op(index: int, type_: OpType, f: str, value: Any, process: int = 0) -> Op:

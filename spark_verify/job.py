@@ -55,7 +55,7 @@ from spark_verify.partitions import (
     load_partition_exports,
     partition_plots,
 )
-from spark_verify.queue import QUEUE_CHECKS, check_queue_runs
+from spark_verify.queue import QUEUE_CHECKS, QueueRecords, check_queue_runs, queue_records
 from spark_verify.report import write_report
 from spark_verify.session import is_remote, master_of, parallelism
 from spark_verify.timeline import timeline
@@ -297,10 +297,17 @@ def verify_runs(
     checks["final-metadata"] = _final_metadata(runs)
     queue_runs = sorted(r.name for r in runs if r.model == "queue")
     folders = {r.name: r.path for r in runs if r.model == "queue" and r.path.is_dir()}
+    records: QueueRecords | None = None
     if queue_runs:
         say("checking the queue runs (Jepsen's queue checks and no-loss)")
         in_queue = F.col("run").isin(queue_runs)
-        for result in check_queue_runs(ops.where(in_queue), history.where(in_queue), folders):
+        queue_ops = ops.where(in_queue)
+        # The sends' and polls' records, parsed from the ops' JSON once for
+        # every queue check and the report's consumer lag.
+        records = queue_records(queue_ops)
+        for result in check_queue_runs(
+            queue_ops, history.where(in_queue), folders, records=records
+        ):
             checks[result.name] = result
         say("checking the brokers' partition exports")
         partition_frames: PartitionFrames | None = load_partition_exports(spark, folders)
@@ -342,7 +349,7 @@ def verify_runs(
         report_path = out / "report.html"
         per_run = tl.per_run()
         plots = (
-            partition_plots(partition_frames, ops, folders, opts.buckets)
+            partition_plots(partition_frames, ops, folders, opts.buckets, records)
             if partition_frames is not None
             else {}
         )
@@ -362,6 +369,8 @@ def verify_runs(
     tmp = verdict_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(verdict, indent=2, default=str) + "\n")
     tmp.replace(verdict_path)
+    if records is not None:
+        records.unpersist()
     ops.unpersist()
     history.unpersist()
     return Verification(verdict, verdict_path, report_path, ordered)

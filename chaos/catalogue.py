@@ -718,13 +718,14 @@ async def run_catalogue(
     """Run each bug's recipe with the bug on, up to ``runs`` times (default:
     the recipe's budget), stopping at the first run where a check fires;
     then ``clean_runs`` runs with no bug, over the distinct recipes of
-    ``bugs`` in turn.  Every run is verified with ``verifier``."""
+    ``bugs`` in turn.  ``runs=0`` runs no bug, only the clean runs (of
+    every chosen bug's recipe).  Every run is verified with ``verifier``."""
     chosen = sorted(set(bugs), key=bug_order)
     missing = [b.id for b in chosen if b not in recipes]
     if missing:
         raise ValueError(f"no recipe for {', '.join(missing)}")
-    if runs is not None and runs < 1:
-        raise ValueError(f"runs must be at least 1, got {runs}")
+    if runs is not None and runs < 0:
+        raise ValueError(f"runs must not be negative, got {runs}")
     if clean_runs < 0:
         raise ValueError(f"clean runs must not be negative, got {clean_runs}")
     base = seed if seed is not None else random.randrange(2**32)
@@ -740,7 +741,7 @@ async def run_catalogue(
         return recipe.time_limit_s + recipe.final_time_s + 240.0
 
     results: list[BugResult] = []
-    for bug in chosen:
+    for bug in chosen if runs != 0 else ():
         recipe = recipes[bug]
         budget = runs if runs is not None else recipe.budget
         outcomes: list[RunOutcome] = []
@@ -818,8 +819,8 @@ def render_table(catalogue: Catalogue) -> str:
     lines = _table(["BUG", "RECIPE", "CHECKS FIRED", "RUNS", "TIME", "RESULT"], rows)
     caught = sum(1 for b in catalogue.bugs if b.caught)
     lines.append(
-        f"{caught}/{len(catalogue.bugs)} bugs caught; "
-        f"{len(catalogue.clean) - len(catalogue.false_alarms)}/{len(catalogue.clean)} clean "
+        (f"{caught}/{len(catalogue.bugs)} bugs caught; " if catalogue.bugs else "")
+        + f"{len(catalogue.clean) - len(catalogue.false_alarms)}/{len(catalogue.clean)} clean "
         f"runs clean; {catalogue.seconds:.0f} s"
     )
     for b in catalogue.findings:

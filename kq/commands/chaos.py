@@ -375,9 +375,10 @@ def register(subparsers: Subparsers) -> None:
     )
     catalogue.add_argument(
         "--runs",
-        type=_positive_int,
+        type=_non_negative_int,
         metavar="N",
-        help="runs allowed per bug before it counts as not caught (default: each recipe's budget)",
+        help="runs allowed per bug before it counts as not caught (default: each recipe's "
+        "budget; 0: no bug runs, only the clean runs of the chosen bugs' recipes)",
     )
     catalogue.add_argument(
         "--clean-runs",

@@ -181,6 +181,23 @@ def test_runs_overrides_the_budget(tmp_path: Path) -> None:
     assert "-/1" in render_table(result)
 
 
+def test_runs_zero_makes_only_the_clean_runs_of_the_chosen_recipes(tmp_path: Path) -> None:
+    cluster = FakeCluster(tmp_path, {})
+    chosen = [Bug.NO_DEDUP_WINDOW, Bug.COMMIT_WITHOUT_MAJORITY]
+    result = _run(cluster, chosen, runs=0, clean_runs=3)
+    assert result.bugs == () and result.ok
+    assert [c.recipe for c in result.clean] == [
+        RECIPES[Bug.COMMIT_WITHOUT_MAJORITY],
+        RECIPES[Bug.NO_DEDUP_WINDOW],
+        RECIPES[Bug.COMMIT_WITHOUT_MAJORITY],
+    ]
+    assert all(c.bugs == frozenset() for c in cluster.configs)
+    text = render_table(result)
+    assert "bugs caught" not in text and "3/3 clean runs clean" in text
+    with pytest.raises(ValueError, match="runs must not be negative, got -1"):
+        _run(cluster, chosen, runs=-1)
+
+
 def test_a_clean_run_where_a_check_fires_is_a_false_alarm(tmp_path: Path) -> None:
     cluster = FakeCluster(tmp_path, {"B11": [("duplicate",)], "clean": [(), ("duplicate",)]})
     result = _run(cluster, [Bug.NO_DEDUP_WINDOW], clean_runs=2)

@@ -252,10 +252,12 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "Q5": Recipe(  # ack-before-fsync
         "register",
-        ("power-loss", "kill-leader"),
+        ("power-loss", "kill-majority"),
         ("lost-writes", "linearizable"),
-        note="entries counted before they are synced: nodes losing power one after "
-        "another take acknowledged entries with them (a plain kill keeps the page cache)",
+        note="entries counted before they are synced: a majority losing power at once "
+        "(kill-majority, in a run with power loss every kill drops what was not synced) "
+        "takes acknowledged entries that no survivor had synced. Nodes losing power one "
+        "at a time (power-loss, kill-leader) lose nothing: the others hold every entry",
     ),
     # -- the brokers: the queue workload (Jepsen's Kafka workload).
     "B1": Recipe(  # truncate-to-hw-on-become-follower

@@ -46,6 +46,18 @@ may have been written, else ``fail``. A batch answered
 ``OUT_OF_ORDER_SEQUENCE_NUMBER`` at or below an acknowledged sequence fails
 at once (Kafka retries it until ``delivery.timeout.ms``). Kafka's
 "unresolved sequences" of expired batches become the same epoch bump.
+
+With ``kafka_out_of_order`` the client reads ``OUT_OF_ORDER_SEQUENCE_NUMBER``
+for the next expected batch as Kafka's does (``TransactionManager.canRetry``:
+"For the idempotent producer, retry all OUT_OF_ORDER_SEQUENCE_NUMBER errors"
+after ``requestIdempotentEpochBumpForPartition``): a broker answers a retry
+of a batch it holds as a duplicate (``findDuplicateBatch``, five batches, as
+many as may be in flight), so the refusal says the batch and every later one
+are not in its log, and the bump resends the partition's batches from
+sequence 0 of the new epoch even if an attempt of theirs may have been
+written (``startSequencesAtBeginning``). That is the client real users run;
+a broker that refuses a duplicate (Redpanda #3039) then gets the batch twice,
+which kq's stricter default would hide by failing the batch as unknown.
 """
 
 from __future__ import annotations
@@ -99,6 +111,10 @@ class _PartitionEntry:
     # The highest last sequence of this epoch that is or may be in the log
     # (acknowledged, or an attempt ended without telling).
     highest_maybe_in_log: int = -1
+    # The bump was asked by the broker's OUT_OF_ORDER_SEQUENCE_NUMBER for
+    # the next expected batch, read as Kafka's client does
+    # (kafka_out_of_order): every batch is resent under the new epoch.
+    bump_resends_all: bool = False
 
 
 class Sequencing:
@@ -106,8 +122,17 @@ class Sequencing:
     assigns nothing and decides by retriability alone (Kafka's producer
     without a ``TransactionManager``)."""
 
-    def __init__(self, idempotent: bool, *, unordered_requests: bool = False) -> None:
+    def __init__(
+        self,
+        idempotent: bool,
+        *,
+        unordered_requests: bool = False,
+        kafka_out_of_order: bool = False,
+    ) -> None:
         self.idempotent = idempotent
+        # Read OUT_OF_ORDER_SEQUENCE_NUMBER for the next expected batch as
+        # Kafka's client does (module docstring).
+        self.kafka_out_of_order = kafka_out_of_order
         # The transport may process a producer's requests to one broker in
         # another order than sent (separate gRPC calls), where Kafka's one
         # connection keeps them in order: two more rules keep the log in
@@ -264,6 +289,12 @@ class Sequencing:
                 return Decision.RETRY if may_retry else Decision.FAIL
             # The next expected batch refused: the broker's sequence has a
             # gap (it lost acknowledged batches, or their state).
+            if self.kafka_out_of_order:
+                # TransactionManager.canRetry: bump and retry, trusting the
+                # broker that the batch is not in its log.
+                entry.bump_required = True
+                entry.bump_resends_all = True
+                return Decision.RETRY if may_retry else Decision.FAIL
             return self._retry_under_new_epoch(batch, entry, may_retry)
         return Decision.RETRY if may_retry and code in RETRIABLE else Decision.FAIL
 
@@ -346,8 +377,9 @@ class Sequencing:
         queued batches lose their sequences and are drained again in the
         same order from sequence 0 of the new epoch. Returns the batches
         that cannot be sent under a new sequence without a duplicate or a
-        reordering (:meth:`_safe_to_resequence`): the caller fails them,
-        ``info`` if they may have been written, else ``fail``."""
+        reordering (:meth:`_safe_to_resequence`; none after a bump that
+        ``kafka_out_of_order`` asked for): the caller fails them, ``info`` if
+        they may have been written, else ``fail``."""
         if not self.idempotent or not self.producer.is_valid:
             return []
         due = [
@@ -366,7 +398,7 @@ class Sequencing:
         unsafe: list[ProducerBatch] = []
         for entry in due:
             for batch in entry.in_flight:
-                if self._safe_to_resequence(batch, entry):
+                if entry.bump_resends_all or self._safe_to_resequence(batch, entry):
                     batch.clear_producer_state()
                 else:
                     unsafe.append(batch)
@@ -376,4 +408,5 @@ class Sequencing:
             entry.last_acked_sequence = -1
             entry.highest_maybe_in_log = -1
             entry.bump_required = False
+            entry.bump_resends_all = False
         return unsafe

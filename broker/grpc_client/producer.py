@@ -82,7 +82,13 @@ class Producer:
         credentials: grpc.ChannelCredentials | None = None,
         rng: random.Random | None = None,
         metadata: MetadataCache | None = None,
+        kafka_out_of_order: bool = False,
     ) -> None:
+        """``kafka_out_of_order``: read OUT_OF_ORDER_SEQUENCE_NUMBER for the
+        next expected batch as Kafka's client does, bumping the epoch and
+        resending even a batch that may be in the log
+        (:mod:`broker.client.sequencing`); by default kq fails such a batch
+        as unknown."""
         self.config = config if config is not None else ProducerConfig()
         self.metadata = metadata or MetadataCache(
             bootstrap,
@@ -104,7 +110,11 @@ class Producer:
         self.accumulator = RecordAccumulator(
             core_config,
             rng or random.Random(),
-            Sequencing(self.config.enable_idempotence, unordered_requests=True),
+            Sequencing(
+                self.config.enable_idempotence,
+                unordered_requests=True,
+                kafka_out_of_order=kafka_out_of_order,
+            ),
         )
         self._wake = asyncio.Event()
         self._progress = asyncio.Event()

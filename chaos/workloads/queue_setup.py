@@ -260,8 +260,15 @@ def make_queue_workload(
     consumer_config = ConsumerConfig(auto_offset_reset=OffsetResetStrategy.EARLIEST)
 
     def open_producer() -> Producer:
+        # The client real users run: OUT_OF_ORDER_SEQUENCE_NUMBER for the
+        # next expected batch is read as Kafka's client reads it (a bump and
+        # a resend), so a broker that refuses a duplicate so is caught.
         return Producer(
-            bootstrap, producer_config, credentials=credentials, rng=random.Random(rng.random())
+            bootstrap,
+            producer_config,
+            credentials=credentials,
+            rng=random.Random(rng.random()),
+            kafka_out_of_order=True,
         )
 
     def open_consumer() -> Consumer:

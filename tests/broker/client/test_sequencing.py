@@ -249,6 +249,64 @@ def test_out_of_order_behind_a_later_batch_that_may_be_written_fails() -> None:
     assert failed == [second] and second.futures[0].outcome is Outcome.INFO
 
 
+def make_kafka() -> RecordAccumulator:
+    acc = RecordAccumulator(
+        ProducerConfig(linger_ms=0, batch_size=70, retry_backoff_ms=0),
+        random.Random(0),
+        Sequencing(idempotent=True, kafka_out_of_order=True),
+    )
+    acc.sequencing.set_producer_id(9, 3)
+    return acc
+
+
+def test_kafka_out_of_order_resends_a_maybe_written_batch_under_a_new_epoch() -> None:
+    # TransactionManager.canRetry: the next expected batch refused out of
+    # order is retried under a bumped epoch from sequence 0, even after an
+    # attempt that may be in the log (where kq's default fails it, above).
+    acc = make_kafka()
+    future = put(acc, b"a")
+    (batch,) = send(acc)
+    acc.on_answer(batch, ProduceAnswer(Errors.REQUEST_TIMED_OUT), 1)
+    (batch,) = send(acc, 2)
+    assert header_of(batch) == (9, 3, 0)
+    result = acc.on_answer(batch, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 3)
+    assert result.decision is Decision.RETRY
+    (again,) = send(acc, 4)
+    assert header_of(again) == (9, 4, 0)
+    assert acc.sequencing.bumps == 1 and acc.take_failed() == []
+    acc.on_answer(again, ProduceAnswer(base_offset=7), 5)
+    assert future.outcome is Outcome.OK
+
+
+def test_kafka_out_of_order_resends_every_later_batch_in_order() -> None:
+    # The later batches, which timed out too, go again after it from
+    # sequence 1 of the new epoch (startSequencesAtBeginning).
+    acc = make_kafka()
+    put(acc, b"a")
+    put(acc, b"b")
+    first, second = send_all(acc)
+    acc.on_answer(first, ProduceAnswer(Errors.REQUEST_TIMED_OUT), 1)
+    acc.on_answer(second, ProduceAnswer(Errors.REQUEST_TIMED_OUT), 1)
+    (retry,) = send(acc, 2)
+    assert retry is first
+    acc.on_answer(first, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 3)
+    assert send_all(acc, 4) == [first, second]
+    assert [header_of(b) for b in (first, second)] == [(9, 4, 0), (9, 4, 1)]
+    assert acc.take_failed() == []
+
+
+def test_kafka_out_of_order_fails_the_batch_once_it_may_not_retry() -> None:
+    acc = make_kafka()
+    future = put(acc, b"a")
+    (batch,) = send(acc)
+    acc.on_answer(batch, ProduceAnswer(Errors.REQUEST_TIMED_OUT), 1)
+    (batch,) = send(acc, 2)
+    late = acc.config.delivery_timeout_ms + 1
+    result = acc.on_answer(batch, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), late)
+    assert result.decision is Decision.FAIL
+    assert future.outcome is Outcome.INFO
+
+
 def test_out_of_order_below_the_acknowledged_sequence_fails_at_once() -> None:
     acc = make()
     first_future = put(acc, b"a")

@@ -35,6 +35,7 @@ import contextlib
 import json
 import logging
 import os
+import random
 import signal
 import time
 import uuid
@@ -73,7 +74,12 @@ from metadata.image import MetadataImage, TopicIdPartition
 from metadata.records import LeaderRecoveryState
 from metadata.state_machine import ControllerStateMachine
 from partition_log.errors import PartitionLogError
-from partition_log.os_files import OsDirectory, PowerLossOsDirectory
+from partition_log.os_files import (
+    OsDirectory,
+    PowerLossOsDirectory,
+    TornTailOsDirectory,
+    tear_unsynced_tails,
+)
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.snapshot_files import fsync_dir
@@ -85,7 +91,11 @@ from server.broker_metrics import PrometheusBrokerMetrics
 from server.config import SETTINGS, ConfigError, Settings, controller_config
 from server.errors import EXIT_FAILURE
 from server.injected_bugs import install_from_environment
-from server.storage_mode import StorageModeError, lose_unsynced_from_environment
+from server.storage_mode import (
+    StorageModeError,
+    lose_unsynced_from_environment,
+    torn_tails_from_environment,
+)
 
 __all__ = [
     "BrokerProcess",
@@ -243,7 +253,8 @@ class _PartitionGauges:
 class BrokerProcess:
     """One broker; :meth:`start`, then :meth:`stop`.  With ``lose_unsynced``
     its partition logs and metadata log run in the power-loss test mode
-    (:mod:`server.storage_mode`)."""
+    (:mod:`server.storage_mode`); with ``torn_tails`` too, its segment files
+    mirror their unsynced tails for the next start to tear."""
 
     def __init__(
         self,
@@ -251,9 +262,16 @@ class BrokerProcess:
         log_dirs: Sequence[LogDirectory] | None = None,
         *,
         lose_unsynced: bool = False,
+        torn_tails: bool = False,
     ) -> None:
         self.settings = settings
-        files = PowerLossOsDirectory if lose_unsynced else OsDirectory
+        files = (
+            TornTailOsDirectory
+            if torn_tails
+            else PowerLossOsDirectory
+            if lose_unsynced
+            else OsDirectory
+        )
         dirs = (
             log_dirs
             if log_dirs is not None
@@ -494,10 +512,37 @@ class BrokerProcess:
                 image.offset,
                 self.replicas.loaded,
             )
+            self._log_recoveries()
         for key, why in result.failed.items():
             log.error("broker %d: partition %s is offline: %s", self.settings.node_id, key, why)
         self._plan_fetchers()
         self.service.wake()
+
+    def _log_recoveries(self) -> None:
+        """What recovery cut from each log loaded after an unclean shutdown
+        (Kafka's "Found invalid messages in log segment ..."): a torn or
+        damaged tail cut off, the later segments dropped."""
+        loaded = self.replicas.loaded
+        for key in loaded.loaded if loaded is not None else ():
+            partition_log = self.replicas.logs.log(key)
+            where = self.replicas.logs.location(key)
+            if partition_log is None or where is None:
+                continue
+            recovery = partition_log.recovery
+            if recovery.clean or not (recovery.truncated_bytes or recovery.dropped_segments):
+                continue
+            log.warning(
+                "broker %d partition %s recovered after an unclean shutdown: cut %d bytes of "
+                "%s at position %s (%s), dropped segments %s, log end offset %d",
+                self.settings.node_id,
+                where[1],
+                recovery.truncated_bytes,
+                recovery.cut_segment,
+                recovery.cut_position,
+                recovery.reason,
+                list(recovery.dropped_segments),
+                recovery.log_end_offset,
+            )
 
     def _plan_fetchers(self) -> None:
         if self._stopping:
@@ -1107,6 +1152,7 @@ def run_broker(settings: BrokerSettings) -> int:
         return EXIT_FAILURE
     try:
         lose_unsynced = lose_unsynced_from_environment(os.environ)
+        torn_tails = torn_tails_from_environment(os.environ)
     except StorageModeError as exc:
         log.error("cannot start broker %d: %s", settings.node_id, exc)
         return EXIT_FAILURE
@@ -1137,10 +1183,25 @@ def run_broker(settings: BrokerSettings) -> int:
     except LogDirFormatError as exc:
         log.error("cannot start broker %d: %s", settings.node_id, exc)
         return EXIT_FAILURE
-    return asyncio.run(_serve(settings, lose_unsynced))
+    if torn_tails:
+        log.warning(
+            "broker %d tears what a kill left of its unsynced segment tails", settings.node_id
+        )
+        # Before any log is opened: the disk as the power loss left it.
+        rng = random.Random()
+        try:
+            for directory in settings.log_dirs:
+                for torn in tear_unsynced_tails(directory, rng):
+                    log.warning("broker %d %s", settings.node_id, torn.describe())
+        except PartitionLogError as exc:
+            log.error("cannot start broker %d: %s", settings.node_id, exc)
+            return EXIT_FAILURE
+    return asyncio.run(_serve(settings, lose_unsynced, torn_tails))
 
 
-async def _serve(settings: BrokerSettings, lose_unsynced: bool = False) -> int:
+async def _serve(
+    settings: BrokerSettings, lose_unsynced: bool = False, torn_tails: bool = False
+) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -1155,7 +1216,7 @@ async def _serve(settings: BrokerSettings, lose_unsynced: bool = False) -> int:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         try:
-            process = BrokerProcess(settings, lose_unsynced=lose_unsynced)
+            process = BrokerProcess(settings, lose_unsynced=lose_unsynced, torn_tails=torn_tails)
             await process.start()
         except (OSError, RuntimeError, ValueError) as exc:
             log.error("cannot start broker %d on %s: %s", settings.node_id, settings.listen, exc)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from broker.os_log_dirs import OsLogDirectory
-from partition_log.os_files import OsDirectory, PowerLossOsDirectory
+from partition_log.os_files import OsDirectory, PowerLossOsDirectory, TornTailOsDirectory
 from quorum.driver.rocks import PowerLossRocksStorage, RocksStorage
 from quorum.driver.storage_format import format_storage
 from server.broker import BrokerProcess, BrokerSettings
@@ -18,6 +18,7 @@ from server.storage_mode import (
     LOSE_UNSYNCED_VARIABLE,
     StorageModeError,
     lose_unsynced_from_environment,
+    torn_tails_from_environment,
 )
 
 
@@ -26,6 +27,17 @@ def test_off_unless_the_variable_is_1() -> None:
     assert lose_unsynced_from_environment({LOSE_UNSYNCED_VARIABLE: ""}) is False
     assert lose_unsynced_from_environment({LOSE_UNSYNCED_VARIABLE: "0"}) is False
     assert lose_unsynced_from_environment({LOSE_UNSYNCED_VARIABLE: "1"}) is True
+
+
+def test_torn_is_the_mode_with_torn_writes() -> None:
+    torn = {LOSE_UNSYNCED_VARIABLE: "torn"}
+    assert lose_unsynced_from_environment(torn) is True
+    assert torn_tails_from_environment(torn) is True
+    for value in ("", "0", "1"):
+        assert torn_tails_from_environment({LOSE_UNSYNCED_VARIABLE: value}) is False
+    assert torn_tails_from_environment({}) is False
+    with pytest.raises(StorageModeError, match="must be 1 .*, torn .* or 0"):
+        torn_tails_from_environment({LOSE_UNSYNCED_VARIABLE: "tron"})
 
 
 @pytest.mark.parametrize("value", ["yes", "2", "true", "on"])
@@ -44,6 +56,8 @@ def test_a_log_directory_opens_partition_directories_of_its_class(tmp_path: Path
     lossy = OsLogDirectory(tmp_path, PowerLossOsDirectory)
     assert type(lossy.create("b-0")) is PowerLossOsDirectory
     assert type(lossy.open("a-0")) is PowerLossOsDirectory
+    torn = OsLogDirectory(tmp_path, TornTailOsDirectory)
+    assert type(torn.open("b-0")) is TornTailOsDirectory
 
 
 @pytest.mark.parametrize("lose_unsynced", [False, True])

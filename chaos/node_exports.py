@@ -8,6 +8,9 @@ log text and data directory onto the host, and hand them to
   committed: records above it may be uncommitted);
 - :func:`partition_changes`: each partition's leader, leader epoch and ISR
   after each change the controllers committed, from a controller's log;
+- :func:`broker_registrations`: each broker's registration, fencing,
+  unfencing and controlled shutdown as the controllers committed them, from
+  a controller's log (and its snapshot, when the log starts after one);
 - :func:`partition_exports` / :func:`export_broker`: a broker's partition
   logs, record by record, and each partition's checkpointed HW;
 - :func:`node_changes`: its changes, from the lines its own log has for each
@@ -29,23 +32,37 @@ from history.exports import Change, LogEntry, record_hash
 from history.runs import RunDir
 from metadata.records import (
     NO_LEADER_CHANGE,
+    BrokerRegistrationChangeRecord,
+    FenceBrokerRecord,
     LeaderRecoveryState,
     MalformedRecordError,
     PartitionChangeRecord,
     PartitionRecord,
+    RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
+    UnfenceBrokerRecord,
     UnknownRecordError,
+    UnregisterBrokerRecord,
     decode_record,
 )
+from metadata.state_machine import decode_snapshot as decode_metadata_snapshot
 from partition_log.errors import PartitionLogError
 from partition_log.inspect import dump
 from partition_log.log_files import decode_offset, read_whole
 from partition_log.os_files import OsDirectory
 from quorum.driver.storage_format import open_node_storage
+from quorum.shared_log import decode_snapshot as decode_shared_snapshot
 from quorum.types import BatchKind
 
-__all__ = ["committed_entries", "export_node", "node_changes"]
+__all__ = [
+    "broker_registrations",
+    "committed_entries",
+    "export_node",
+    "export_partition_changes",
+    "node_changes",
+    "partition_changes",
+]
 
 
 def committed_entries(
@@ -155,6 +172,10 @@ PARTITION_STATE_FILE = "partition_state.jsonl"
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 
+DAMAGED_HASH = "damaged: CRC mismatch"
+"""The ``hash`` of each offset of a stored batch whose CRC fails."""
+
+
 def partition_exports(
     broker: int, log_dirs: list[Path]
 ) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
@@ -167,7 +188,8 @@ def partition_exports(
     (its batch's partition leader epoch), ``producer_id``, ``sequence``
     (the batch's base sequence plus the record's place; -1 without a
     producer), ``control`` and ``hash`` (SHA-256 of the record's value
-    bytes).  A partition line: ``node``, ``topic``, ``partition``,
+    bytes; :data:`DAMAGED_HASH` at each offset of a batch whose CRC
+    fails).  A partition line: ``node``, ``topic``, ``partition``,
     ``high_watermark`` (-1 if its checkpoint does not decode),
     ``log_end_offset`` and ``stopped_at`` (why the reader stopped: a torn
     or damaged batch, a directory that is not a log; null if it read to
@@ -197,6 +219,30 @@ def partition_exports(
                 for batch in segment.batches:
                     h = batch.header
                     end = max(end, h.last_offset + 1)
+                    if not batch.crc_valid:
+                        # A batch whose CRC fails, which a consumer or a
+                        # follower refuses (a recovery that kept a torn
+                        # tail: B14), stands at each of its offsets as
+                        # damaged, never as what its bytes may still decode
+                        # to, so that replica-divergence sees this replica
+                        # differ from those holding the records there.
+                        records.extend(
+                            {
+                                "node": broker,
+                                "topic": topic,
+                                "partition": partition,
+                                "offset": offset,
+                                "epoch": h.partition_leader_epoch,
+                                "producer_id": h.producer_id,
+                                "sequence": h.base_sequence + offset - h.base_offset
+                                if h.producer_id >= 0
+                                else -1,
+                                "control": h.is_control,
+                                "hash": DAMAGED_HASH,
+                            }
+                            for offset in range(h.base_offset, h.last_offset + 1)
+                        )
+                        continue
                     for i, record in enumerate(batch.records or ()):
                         records.append(
                             {
@@ -445,11 +491,133 @@ def partition_changes(
 def export_partition_changes(
     run: RunDir, node: int, data_dir: Path, cluster_id: str, high_watermark: int
 ) -> None:
-    """Write :func:`partition_changes` of a stopped controller under
-    ``nodes/<node>/``."""
-    lines = partition_changes(node, data_dir, cluster_id, high_watermark)
+    """Write :func:`partition_changes` and :func:`broker_registrations` of
+    a stopped controller under ``nodes/<node>/``."""
     folder = run.node_dir(node)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / PARTITION_CHANGES_FILE).write_text(
-        "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
-    )
+    for name, lines in (
+        (PARTITION_CHANGES_FILE, partition_changes(node, data_dir, cluster_id, high_watermark)),
+        (
+            BROKER_REGISTRATIONS_FILE,
+            broker_registrations(node, data_dir, cluster_id, high_watermark),
+        ),
+    ):
+        (folder / name).write_text(
+            "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+        )
+
+
+BROKER_REGISTRATIONS_FILE = "broker_registrations.jsonl"
+"""Under ``nodes/<controller>/`` of a run with brokers: each committed
+change of a broker's registration (``docs/history-format.md``, node
+exports)."""
+
+
+def broker_registrations(
+    node: int, data_dir: Path, cluster_id: str, high_watermark: int
+) -> list[dict[str, object]]:
+    """Each broker's registration after every RegisterBrokerRecord,
+    FenceBrokerRecord, UnfenceBrokerRecord, BrokerRegistrationChangeRecord
+    and UnregisterBrokerRecord a controller's stored log holds below
+    ``high_watermark`` (committed), as the image replays them (a
+    registration starts fenced; its broker epoch is its record's offset,
+    KIP-631).  These are what decide which replicas may join an ISR
+    (KIP-841, KIP-903: registered, unfenced, not in controlled shutdown, at
+    the broker's current epoch).  When the log starts after a snapshot,
+    the snapshot's registrations come first, as ``snapshot`` lines at the
+    snapshot's last offset; if that snapshot cannot be read, no line at all
+    (a verifier judges no ISR against a partial history).  Each line:
+    ``node``, ``offset`` and ``epoch`` of the record in the metadata log,
+    ``broker``, ``event`` (``register``, ``fence``, ``unfence``,
+    ``change``, ``unregister`` or ``snapshot``), and the registration
+    after it: ``broker_epoch``, ``fenced``, ``in_controlled_shutdown``
+    (null after ``unregister``)."""
+    storage = open_node_storage(data_dir, cluster_id, node)
+    try:
+        batches = storage.log.read_all()
+        first = next((b.base_offset for b in batches), None)
+        snapshot = storage.snapshots.latest()
+        data = None
+        if snapshot is not None and (first is None or first > 0):
+            size = storage.snapshots.size(snapshot)
+            data = storage.snapshots.read(snapshot, 0, size) if size is not None else None
+    finally:
+        storage.close()
+    out: list[dict[str, object]] = []
+    state: dict[int, dict[str, object]] = {}
+
+    def line(offset: int, epoch: int, broker: int, event: str) -> None:
+        reg = state.get(broker)
+        out.append(
+            {
+                "node": node,
+                "offset": offset,
+                "epoch": epoch,
+                "broker": broker,
+                "event": event,
+                "broker_epoch": None if reg is None else reg["broker_epoch"],
+                "fenced": None if reg is None else reg["fenced"],
+                "in_controlled_shutdown": None if reg is None else reg["in_controlled_shutdown"],
+            }
+        )
+
+    skip_below = 0
+    if first is not None and first > 0:
+        if snapshot is None or data is None or snapshot.end_offset < first:
+            return []  # the registrations before the log are unknown
+        try:
+            parts, _ = decode_shared_snapshot(snapshot, data, ["metadata"])
+            image = decode_metadata_snapshot(snapshot, parts["metadata"])
+        except ValueError:
+            return []
+        for b in sorted(image.brokers.values(), key=lambda b: b.broker_id):
+            state[b.broker_id] = {
+                "broker_epoch": b.epoch,
+                "fenced": b.fenced,
+                "in_controlled_shutdown": b.in_controlled_shutdown,
+            }
+            line(snapshot.end_offset - 1, snapshot.epoch, b.broker_id, "snapshot")
+        skip_below = snapshot.end_offset
+    for batch in batches:
+        if batch.kind is not BatchKind.DATA:
+            continue
+        for i, raw in enumerate(batch.records):
+            offset = batch.base_offset + i
+            if offset >= high_watermark:
+                break
+            if offset < skip_below:
+                continue  # already in the snapshot
+            try:
+                record = decode_record(raw)
+            except (UnknownRecordError, MalformedRecordError):
+                continue  # not a metadata record this build reads
+            if isinstance(record, RegisterBrokerRecord):
+                state[record.broker_id] = {
+                    "broker_epoch": record.broker_epoch,
+                    "fenced": record.fenced,
+                    "in_controlled_shutdown": record.in_controlled_shutdown,
+                }
+                event = "register"
+            elif isinstance(record, UnregisterBrokerRecord):
+                state.pop(record.broker_id, None)
+                event = "unregister"
+            elif isinstance(
+                record, FenceBrokerRecord | UnfenceBrokerRecord | BrokerRegistrationChangeRecord
+            ):
+                reg = state.get(record.broker_id)
+                if reg is None or reg["broker_epoch"] != record.broker_epoch:
+                    continue  # replay refuses it: the image did not change
+                if isinstance(record, FenceBrokerRecord):
+                    reg["fenced"], event = True, "fence"
+                elif isinstance(record, UnfenceBrokerRecord):
+                    reg["fenced"], event = False, "unfence"
+                else:
+                    if record.fenced is not None:
+                        reg["fenced"] = record.fenced
+                    if record.in_controlled_shutdown is not None:
+                        reg["in_controlled_shutdown"] = record.in_controlled_shutdown
+                    event = "change"
+            else:
+                continue
+            line(offset, batch.epoch, record.broker_id, event)
+    return out

@@ -4,8 +4,9 @@ A run with brokers exports, for each broker, its partition logs record by
 record (``partitions.jsonl``), each partition's checkpointed HW
 (``partition_state.jsonl``) and its partition states over time and
 truncations (``partition_timeline.jsonl``), and for each controller the
-partition changes it committed (``partition_changes.jsonl``); see
-``docs/history-format.md`` ("Brokers' partitions").  Four checks read them:
+partition changes it committed (``partition_changes.jsonl``) and the
+brokers' registrations, fencings and unfencings (``broker_registrations.jsonl``);
+see ``docs/history-format.md`` ("Brokers' partitions").  Six checks read them:
 
 - ``replica-divergence``: replicas agree on every offset below the highest
   HW announced for the partition (same record hash, leader epoch, producer
@@ -34,7 +35,24 @@ partition changes it committed (``partition_changes.jsonl``); see
   that the log start offset can never exceed it"): a state line whose
   ``log_start_offset`` is above its ``high_watermark`` is records removed
   before they were committed.  Lines from brokers that did not log the log
-  start (null) are not judged.
+  start (null) are not judged;
+- ``ineligible-isr``: every broker a committed partition change brings
+  into an ISR (a member of its ISR that was not one in the partition's
+  change before it; every member of a new partition's ISR) was, at that
+  metadata offset, registered, unfenced and not in controlled shutdown at
+  its current broker epoch (KIP-841, KIP-903; Kafka's
+  ``ReplicationControlManager.ineligibleReplicasForIsr`` refuses an
+  AlterPartition naming any other, ``buildPartitionRegistration`` and the
+  elections of ``PartitionChangeBuilder`` take only active brokers).  A
+  member that stays is not judged: the controllers themselves keep a
+  fenced last member when no ELR takes it, and take a fenced or shutting
+  down broker out of the ISRs with the record that fences it.  Each
+  controller's changes are judged against its own registrations (one log,
+  one offset order); a controller that exported none is not judged.  A
+  re-registered broker is fenced until its heartbeat unfences it, so an
+  AlterPartition carrying its old epoch shows here as a fenced member;
+  one that reaches the controllers after the new registration was
+  unfenced does not (the records do not keep the epochs the leader sent).
 
 Pure over the export lines (dicts, as the files hold them): the Spark job
 (``spark_verify.partitions``) is tested against it.
@@ -63,6 +81,7 @@ PARTITION_CHECKS: Final = (
     "epoch-regression",
     "truncated-committed",
     "log-start-above-hw",
+    "ineligible-isr",
 )
 """The partition checks, in the order they are reported."""
 
@@ -71,6 +90,7 @@ _FILES: Final = {
     "states": "partition_state.jsonl",
     "timeline": "partition_timeline.jsonl",
     "changes": "partition_changes.jsonl",
+    "registrations": "broker_registrations.jsonl",
 }
 
 Row = Mapping[str, Any]
@@ -84,6 +104,7 @@ class PartitionExports:
     states: tuple[Row, ...] = ()
     timeline: tuple[Row, ...] = ()
     changes: tuple[Row, ...] = ()
+    registrations: tuple[Row, ...] = ()
 
     @property
     def present(self) -> bool:
@@ -146,7 +167,76 @@ def check_partitions(exports: PartitionExports) -> dict[str, list[PartitionAnoma
     found["epoch-regression"] = _regressions(exports.timeline, "epoch")
     found["truncated-committed"] = _truncations(exports.timeline, exports.changes)
     found["log-start-above-hw"] = _start_above_hw(states)
+    found["ineligible-isr"] = _ineligible_isr(exports.changes, exports.registrations)
     return found
+
+
+def ineligible_why(reg: Row | None) -> str:
+    """Why a broker whose latest registration line (at or before some
+    offset) is ``reg`` may not join an ISR there, or "" if it may."""
+    if reg is None or reg["event"] == "unregister":
+        return "was not registered"
+    epoch = int(reg["broker_epoch"])
+    if reg["fenced"]:
+        return f"was fenced (broker epoch {epoch})"
+    if reg["in_controlled_shutdown"]:
+        return f"was in controlled shutdown (broker epoch {epoch})"
+    return ""
+
+
+def ineligible_message(
+    topic: str, partition: int, broker: int, offset: int, isr: Sequence[int], why: str
+) -> str:
+    return (
+        f"the controllers brought broker {broker} into the ISR {list(isr)} of "
+        f"{topic}-{partition} at metadata offset {offset} while it {why}: only a registered, "
+        f"unfenced broker not in controlled shutdown may join an ISR (KIP-841, KIP-903)"
+    )
+
+
+def _ineligible_isr(changes: Iterable[Row], registrations: Iterable[Row]) -> list[PartitionAnomaly]:
+    """Brokers a committed change brought into an ISR while ineligible."""
+    regs: dict[int, list[Row]] = defaultdict(list)
+    for r in registrations:
+        regs[int(r["node"])].append(r)
+    per_node: dict[int, list[Row]] = defaultdict(list)
+    for c in changes:
+        per_node[int(c["node"])].append(c)
+    found: dict[tuple[str, int, int, int], PartitionAnomaly] = {}
+    for node in sorted(per_node):
+        if node not in regs:
+            continue  # this controller exported no registrations
+        lines = sorted(regs[node], key=lambda r: int(r["offset"]))
+        latest: dict[int, Row] = {}
+        i = 0
+        before: dict[tuple[str, int], Row] = {}
+        for c in sorted(per_node[node], key=lambda c: int(c["offset"])):
+            offset = int(c["offset"])
+            while i < len(lines) and int(lines[i]["offset"]) < offset:
+                latest[int(lines[i]["broker"])] = lines[i]
+                i += 1
+            k = _tp(c)
+            prev = before.get(k)
+            before[k] = c
+            isr = [int(b) for b in c["isr"]]
+            if prev is not None and int(c["partition_epoch"]) > int(prev["partition_epoch"]):
+                joined = [b for b in isr if b not in {int(x) for x in prev["isr"]}]
+            else:
+                joined = isr  # a new partition (or one created again)
+            for b in joined:
+                why = ineligible_why(latest.get(b))
+                if not why or (*k, b, offset) in found:
+                    continue
+                found[(*k, b, offset)] = PartitionAnomaly(
+                    "ineligible-isr",
+                    k[0],
+                    k[1],
+                    (b,),
+                    (offset,),
+                    (),
+                    ineligible_message(k[0], k[1], b, offset, isr, why),
+                )
+    return [found[k] for k in sorted(found)]
 
 
 def _start_above_hw(states: Iterable[Row]) -> list[PartitionAnomaly]:

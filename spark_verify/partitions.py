@@ -5,7 +5,8 @@ The same checks, with the same definitions, as the pure reference
 checks"), over the node exports a run with brokers writes
 (``docs/history-format.md``, "Brokers' partitions"): each broker's
 ``partitions.jsonl``, ``partition_state.jsonl`` and
-``partition_timeline.jsonl``, each controller's ``partition_changes.jsonl``.
+``partition_timeline.jsonl``, each controller's ``partition_changes.jsonl``
+and ``broker_registrations.jsonl``.
 
 - ``replica-divergence``: a group-by over (run, partition, offset) of the
   records below each replica's own highest HW (a join with the HWs);
@@ -13,7 +14,14 @@ checks"), over the node exports a run with brokers writes
   timeline in log order;
 - ``truncated-committed``: each truncation joined with its replica's earlier
   HWs of the same life, less those at or after an unclean election the
-  controllers committed.
+  controllers committed;
+- ``log-start-above-hw``: a filter of the state lines;
+- ``ineligible-isr``: each broker a committed change brought into an ISR
+  (``array_except`` with the ISR of the partition's change before it, a
+  ``lag`` in log order per controller) joined with that controller's
+  latest registration line below the change's offset (``max_by``), kept
+  when not registered, fenced or in controlled shutdown; one row per
+  (partition, broker, offset) whichever controllers committed it.
 
 :func:`partition_plots` draws the data of the report's per-partition plots:
 HW and LEO over time per replica, ISR size (the leader's) and consumer lag
@@ -54,6 +62,7 @@ PARTITION_CHECKS: Final = (
     "epoch-regression",
     "truncated-committed",
     "log-start-above-hw",
+    "ineligible-isr",
 )
 
 _SCHEMAS: Final = {
@@ -80,6 +89,11 @@ _SCHEMAS: Final = {
         " leader bigint, leader_epoch bigint, partition_epoch bigint, isr array<bigint>,"
         " elr array<bigint>, leader_recovery_state string, unclean boolean",
     ),
+    "registrations": (
+        "broker_registrations.jsonl",
+        "node bigint, offset bigint, epoch bigint, broker bigint, event string,"
+        " broker_epoch bigint, fenced boolean, in_controlled_shutdown boolean",
+    ),
 }
 
 _TP: Final = ("run", "topic", "partition")
@@ -94,6 +108,7 @@ class PartitionFrames:
     states: DataFrame
     timeline: DataFrame
     changes: DataFrame
+    registrations: DataFrame
     runs: tuple[str, ...]
 
 
@@ -109,7 +124,7 @@ def load_partition_exports(spark: SparkSession, folders: Mapping[str, Path]) -> 
             paths = sorted(str(p) for p in (folder / "nodes").glob(f"*/{file}"))
             if not paths:
                 continue
-            if name != "changes":
+            if name not in ("changes", "registrations"):
                 runs.add(run)
             parts.append(spark.read.schema(ddl).json(paths).select(F.lit(run).alias("run"), "*"))
         df = spark.createDataFrame([], f"run string, {ddl}")
@@ -262,10 +277,77 @@ def partition_anomaly_rows(frames: PartitionFrames) -> DataFrame:
             F.to_json(F.array("time")),
         )
     )
+    out.append(_ineligible_isr(frames.changes, frames.registrations))
     result = out[0]
     for df in out[1:]:
         result = result.unionByName(df)
     return result
+
+
+def _ineligible_isr(changes: DataFrame, registrations: DataFrame) -> DataFrame:
+    """ineligible-isr: brokers a committed change brought into an ISR while
+    not registered, fenced or in controlled shutdown (KIP-841, KIP-903), by
+    each controller's own registrations (a controller with none is not
+    judged)."""
+    w = Window.partitionBy("run", "node", "topic", "partition").orderBy("offset")
+    prev = F.lag(F.struct("partition_epoch", "isr")).over(w)
+    later = F.col("p").isNotNull() & (F.col("partition_epoch") > F.col("p.partition_epoch"))
+    # A new partition (no change before it, or created again): every member joins.
+    joined = F.when(later, F.array_except("isr", "p.isr")).otherwise(F.col("isr"))
+    added = (
+        changes.select(
+            "run", "node", "topic", "partition", "offset", "partition_epoch", "isr", prev.alias("p")
+        )
+        .select(
+            "run", "node", "topic", "partition", "offset", "isr", F.explode(joined).alias("broker")
+        )
+        .join(registrations.select("run", "node").distinct(), ["run", "node"])
+    )
+    regs = registrations.select(
+        "run",
+        "node",
+        "broker",
+        F.col("offset").alias("r_offset"),
+        F.struct("event", "broker_epoch", "fenced", "in_controlled_shutdown").alias("r"),
+    )
+    on = ["run", "node", "broker"]
+    latest = (
+        added.alias("a")
+        .join(
+            regs.alias("g"),
+            [F.col(f"a.{c}") == F.col(f"g.{c}") for c in on]
+            + [F.col("g.r_offset") < F.col("a.offset")],
+            "left",
+        )
+        .groupBy(*(F.col(f"a.{c}").alias(c) for c in (*on, "topic", "partition", "offset", "isr")))
+        .agg(F.max_by("g.r", "g.r_offset").alias("reg"))
+    )
+    epoch = F.col("reg.broker_epoch").cast("string")
+    why = (
+        F.when(
+            F.col("reg").isNull() | (F.col("reg.event") == "unregister"),
+            F.lit("was not registered"),
+        )
+        .when(F.col("reg.fenced"), F.concat(F.lit("was fenced (broker epoch "), epoch, F.lit(")")))
+        .when(
+            F.col("reg.in_controlled_shutdown"),
+            F.concat(F.lit("was in controlled shutdown (broker epoch "), epoch, F.lit(")")),
+        )
+    )
+    found = (
+        latest.select("*", why.alias("why"))
+        .where(F.col("why").isNotNull())
+        .groupBy("run", "topic", "partition", "broker", "offset")
+        .agg(F.min_by(F.struct("why", "isr"), "node").alias("w"))
+    )
+    return _rows(
+        "ineligible-isr",
+        found,
+        F.array("broker"),
+        F.array("offset"),
+        F.array().cast("array<bigint>"),
+        F.to_json(F.struct("w.why", "w.isr")),
+    )
 
 
 def _message(check: str, tp: str, nodes: Sequence[int], offsets: Sequence[int], extra: str) -> str:
@@ -286,6 +368,12 @@ def _message(check: str, tp: str, nodes: Sequence[int], offsets: Sequence[int], 
         return (
             f"node {nodes[0]}'s {word} of {tp} went from {a} down to {b} "
             f"(at {info[0] / 1e9:.3f} s and {info[1] / 1e9:.3f} s)"
+        )
+    if check == "ineligible-isr":
+        return (
+            f"the controllers brought broker {nodes[0]} into the ISR {list(info['isr'])} of "
+            f"{tp} at metadata offset {offsets[0]} while it {info['why']}: only a registered, "
+            f"unfenced broker not in controlled shutdown may join an ISR (KIP-841, KIP-903)"
         )
     if check == "log-start-above-hw":
         start, hw = offsets

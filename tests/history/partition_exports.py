@@ -1,4 +1,4 @@
-"""Partition exports written for the tests: a builder of the four files'
+"""Partition exports written for the tests: a builder of the five files'
 lines (``docs/history-format.md``, "Brokers' partitions"), and a clean
 three-broker run with one of each planted anomaly on demand.
 
@@ -25,6 +25,7 @@ class Partitions:
         self.states: list[dict[str, Any]] = []
         self.timeline: list[dict[str, Any]] = []
         self.changes: list[dict[str, Any]] = []
+        self.registrations: list[dict[str, Any]] = []
         self._seq: dict[int, int] = {}
         self._life: dict[int, int] = {}
 
@@ -150,18 +151,25 @@ class Partitions:
         )
 
     def change(
-        self, offset: int, leader: int, epoch: int, isr: list[int], unclean: bool = False
+        self,
+        offset: int,
+        leader: int,
+        epoch: int,
+        isr: list[int],
+        unclean: bool = False,
+        node: int = 1,
+        partition_epoch: int | None = None,
     ) -> None:
         self.changes.append(
             {
-                "node": 1,
+                "node": node,
                 "offset": offset,
                 "epoch": 1,
                 "topic": T,
                 "partition": 0,
                 "leader": leader,
                 "leader_epoch": epoch,
-                "partition_epoch": offset,
+                "partition_epoch": offset if partition_epoch is None else partition_epoch,
                 "isr": isr,
                 "elr": [],
                 "leader_recovery_state": "recovering" if unclean else "recovered",
@@ -169,9 +177,60 @@ class Partitions:
             }
         )
 
+    def registration(
+        self,
+        offset: int,
+        broker: int,
+        event: str,
+        broker_epoch: int | None = None,
+        node: int = 1,
+    ) -> None:
+        """A controller's line of a broker's registration: ``register``
+        (at ``broker_epoch``, default the offset; fenced), ``fence``,
+        ``unfence``, ``shutdown`` (a ``change`` into controlled shutdown)
+        or ``unregister``, replayed on the broker's last line."""
+        last = next(
+            (
+                r
+                for r in reversed(self.registrations)
+                if r["broker"] == broker and r["node"] == node
+            ),
+            None,
+        )
+        if event == "register":
+            state: dict[str, Any] = {
+                "broker_epoch": offset if broker_epoch is None else broker_epoch,
+                "fenced": True,
+                "in_controlled_shutdown": False,
+            }
+        elif event == "unregister":
+            state = {"broker_epoch": None, "fenced": None, "in_controlled_shutdown": None}
+        else:
+            assert last is not None, f"broker {broker} is not registered"
+            state = {
+                "broker_epoch": last["broker_epoch"],
+                "fenced": {"fence": True, "unfence": False}.get(event, last["fenced"]),
+                "in_controlled_shutdown": event == "shutdown"
+                or (event == "unfence" and last["in_controlled_shutdown"]),
+            }
+        self.registrations.append(
+            {
+                "node": node,
+                "offset": offset,
+                "epoch": 1,
+                "broker": broker,
+                "event": "change" if event == "shutdown" else event,
+                **state,
+            }
+        )
+
     def exports(self) -> PartitionExports:
         return PartitionExports(
-            tuple(self.records), tuple(self.states), tuple(self.timeline), tuple(self.changes)
+            tuple(self.records),
+            tuple(self.states),
+            tuple(self.timeline),
+            tuple(self.changes),
+            tuple(self.registrations),
         )
 
     def write(self, run: Path) -> None:
@@ -181,6 +240,7 @@ class Partitions:
             ("partition_state.jsonl", self.states),
             ("partition_timeline.jsonl", self.timeline),
             ("partition_changes.jsonl", self.changes),
+            ("broker_registrations.jsonl", self.registrations),
         )
         for name, lines in files:
             by_node: dict[int, list[dict[str, Any]]] = {}
@@ -198,9 +258,16 @@ def clean() -> Partitions:
     """Three brokers, leader 1 in epoch 0, then 2 in epoch 1 after 1 was
     paused: follower 3 truncates its uncommitted tail (offset 3 of epoch
     0, above the HW 3) and every replica ends with offsets 0-4 alike below
-    its HW; broker 1 restarts and its HW starts again from its checkpoint."""
+    its HW; broker 1 restarts and its HW starts again from its checkpoint.
+    The controllers saw brokers 1-3 register and be unfenced, fenced 1 when
+    it stopped, and unfenced its new registration before it rejoined the
+    ISR."""
     p = Partitions()
+    for b in (1, 2, 3):
+        p.registration(b, b, "register")
+        p.registration(3 + b, b, "unfence")
     p.change(10, 1, 0, [1, 2, 3])
+    p.registration(19, 1, "fence")
     p.state(1, 100, 0, 0, 0, 1)
     p.state(2, 110, 0, 0, 0, 1)
     p.state(3, 120, 0, 0, 0, 1)
@@ -215,6 +282,8 @@ def clean() -> Partitions:
     p.state(2, 1400, 5, 5, 1, 2, (2, 3))
     p.state(3, 1450, 5, 5, 1, 2, (2, 3))
     p.restart(1)
+    p.registration(25, 1, "register")
+    p.registration(27, 1, "unfence")
     p.state(1, 2000, 2, 4, 1, 2, (2, 3))  # from its checkpoint: a new life
     p.truncate(1, 2010, 4, 3, 1)
     p.state(1, 2300, 5, 5, 1, 2, (1, 2, 3))

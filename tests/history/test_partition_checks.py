@@ -146,7 +146,104 @@ def test_read_partition_exports_round_trips_and_names_a_bad_line(tmp_path: Path)
     read = read_partition_exports(tmp_path)
     assert sorted(map(repr, read.timeline)) == sorted(map(repr, p.timeline))
     assert read.present and len(read.records) == len(p.records)
+    assert sorted(map(repr, read.registrations)) == sorted(map(repr, p.registrations))
     assert read_partition_exports(tmp_path / "nowhere") == PartitionExports()
     (tmp_path / "nodes" / "1" / "partition_timeline.jsonl").write_text("{}\nnope\n")
     with pytest.raises(ValueError, match=r"partition_timeline.jsonl: line 2: not JSON"):
         read_partition_exports(tmp_path)
+
+
+# -- ineligible-isr (KIP-841, KIP-903) -------------------------------------------------
+
+
+def test_a_broker_brought_into_the_isr_before_it_was_unfenced() -> None:
+    # Broker 1 registered again at offset 25 (fenced) and the controllers
+    # took it into the ISR at 26, before its unfencing at 27: B8.
+    p = clean()
+    p.change(26, 2, 1, [2, 3, 1])
+    found = check_partitions(p.exports())["ineligible-isr"]
+    assert [a.ident() for a in found] == [("ineligible-isr", T, 0, (1,), (26,), ())]
+    assert found[0].message == (
+        "the controllers brought broker 1 into the ISR [2, 3, 1] of queue-0 at metadata "
+        "offset 26 while it was fenced (broker epoch 25): only a registered, unfenced broker "
+        "not in controlled shutdown may join an ISR (KIP-841, KIP-903)"
+    )
+    assert list(fired(p)) == ["ineligible-isr"]
+
+
+def test_the_check_fails_without_the_fencing_rule() -> None:
+    # The same history with the fence-and-register lines of broker 1 taken
+    # out is clean: the anomaly comes from the registrations, nothing else.
+    p = clean()
+    p.change(26, 2, 1, [2, 3, 1])
+    p.registrations = [
+        r for r in p.registrations if not (r["broker"] == 1 and r["offset"] in (19, 25))
+    ]
+    assert fired(p) == {}
+
+
+def test_a_fenced_broker_unfenced_again_may_rejoin() -> None:
+    # In clean(): 1 fenced at 19 (ISR [2, 3] at 20), registered again at 25,
+    # unfenced at 27, back in the ISR at 30. Also fenced and unfenced at the
+    # same epoch (a lost session, no restart), then back.
+    p = clean()
+    p.registration(31, 3, "fence")
+    p.change(32, 2, 1, [1, 2])
+    p.registration(33, 3, "unfence")
+    p.change(34, 2, 1, [1, 2, 3])
+    assert fired(p) == {}
+    # Back one offset before its unfencing: caught.
+    q = clean()
+    q.registration(31, 3, "fence")
+    q.change(32, 2, 1, [1, 2])
+    q.change(33, 2, 1, [1, 2, 3])
+    q.registration(34, 3, "unfence")
+    assert fired(q) == {"ineligible-isr": [("ineligible-isr", T, 0, (3,), (33,), ())]}
+
+
+def test_shutting_down_and_unregistered_brokers_may_not_join() -> None:
+    p = clean()
+    p.registration(31, 3, "shutdown")
+    p.change(32, 2, 1, [1, 2])
+    p.change(33, 2, 1, [1, 2, 3])  # still shutting down
+    p.registration(34, 3, "unregister")
+    p.change(35, 2, 1, [1, 2])
+    p.change(36, 2, 1, [1, 2, 3])  # no longer registered
+    p.change(37, 2, 1, [1, 2, 3, 9], partition_epoch=37)  # never registered
+    found = check_partitions(p.exports())["ineligible-isr"]
+    assert [a.ident() for a in found] == [
+        ("ineligible-isr", T, 0, (3,), (33,), ()),
+        ("ineligible-isr", T, 0, (3,), (36,), ()),
+        ("ineligible-isr", T, 0, (9,), (37,), ()),
+    ]
+    assert "was in controlled shutdown (broker epoch 3)" in found[0].message
+    assert "was not registered" in found[1].message and "was not registered" in found[2].message
+
+
+def test_members_that_stay_are_not_judged() -> None:
+    # Broker 2 is fenced while it stays in the ISR (the controllers keep a
+    # fenced last member when no ELR takes it): no broker joined.
+    p = clean()
+    p.registration(31, 2, "fence")
+    p.change(32, -1, 2, [1, 2, 3])
+    assert fired(p) == {}
+
+
+def test_a_new_partition_counts_every_member_as_joining() -> None:
+    p = clean()
+    p.registration(31, 3, "fence")
+    p.change(40, 1, 0, [1, 2, 3], partition_epoch=0)  # created again
+    assert fired(p) == {"ineligible-isr": [("ineligible-isr", T, 0, (3,), (40,), ())]}
+
+
+def test_each_controller_by_its_own_registrations_and_once() -> None:
+    p = clean()
+    p.change(26, 2, 1, [2, 3, 1])
+    # Controller 2 committed the same log: the same lines, the anomaly once.
+    for c in list(p.changes):
+        p.change(c["offset"], c["leader"], c["leader_epoch"], c["isr"], node=2)
+    for r in list(p.registrations):
+        p.registrations.append({**r, "node": 2})
+    # Controller 3 exported its changes but no registrations: not judged.
+    p.change(50, 2, 1, [2, 3, 7], node=3)
+    assert fired(p) == {"ineligible-isr": [("ineligible-isr", T, 0, (1,), (26,), ())]}

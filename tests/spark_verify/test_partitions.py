@@ -67,8 +67,37 @@ def _start_above(p: Partitions) -> None:
     p.state(1, 1500, 5, 7, 1, 2, (2, 3), start=None)
 
 
+def _ineligible(p: Partitions) -> None:
+    # Broker 1 back in the ISR between its new registration (25, fenced)
+    # and its unfencing (27); 3 while shutting down; 9 never registered; a
+    # second controller with the same lines (one anomaly each); a third
+    # with no registrations (not judged).
+    p.change(26, 2, 1, [2, 3, 1])
+    p.registration(31, 3, "shutdown")
+    p.change(32, 2, 1, [1, 2])
+    p.change(33, 2, 1, [1, 2, 3])
+    p.change(34, 2, 1, [1, 2, 3, 9])
+    for c in list(p.changes):
+        p.change(c["offset"], c["leader"], c["leader_epoch"], c["isr"], node=2)
+    p.registrations += [{**r, "node": 2} for r in p.registrations]
+    p.change(50, 2, 1, [2, 3, 7], node=3)
+
+
+def _rejoined(p: Partitions) -> None:
+    # Fenced and unfenced at the same epoch, then back in the ISR; a member
+    # fenced while it stays; a partition created again with active brokers.
+    p.registration(31, 3, "fence")
+    p.change(32, 2, 1, [1, 2])
+    p.registration(33, 3, "unfence")
+    p.change(34, 2, 1, [1, 2, 3])
+    p.registration(35, 2, "fence")
+    p.change(36, -1, 2, [1, 2, 3])
+    p.registration(37, 2, "unfence")
+    p.change(40, 1, 0, [1, 2, 3], partition_epoch=0)
+
+
 def _all(p: Partitions) -> None:
-    for plant in (_diverged, _hw_down, _epoch_down, _cut, _start_above):
+    for plant in (_diverged, _hw_down, _epoch_down, _cut, _start_above, _ineligible):
         plant(p)
 
 
@@ -80,6 +109,8 @@ CASES: dict[str, Callable[[Partitions], None]] = {
     "excused": _excused,
     "stale-tail": _stale_tail,
     "start-above": _start_above,
+    "ineligible": _ineligible,
+    "rejoined": _rejoined,
     "all": _all,
 }
 
@@ -132,6 +163,8 @@ def test_spark_finds_what_the_reference_finds(spark: SparkSession, tmp_path: Pat
         "epoch-down": {"epoch-regression"},
         "cut": {"truncated-committed"},
         "start-above": {"log-start-above-hw"},
+        "ineligible": {"ineligible-isr"},
+        "rejoined": set(),
         "all": set(PARTITION_CHECKS),
     }
     # The results carry the reference's sentences.

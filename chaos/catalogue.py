@@ -98,6 +98,8 @@ class Recipe:
     op_timeout_s: float = 5.0
     client_timeout_s: float = 2.0
     note: str = ""
+    # register: each client bound to one node (RunConfig.pin_clients).
+    pin_clients: bool = False
     # The queue topics' cleanup (QueueOptions): retention and compaction.
     cleanup_policy: str = "delete"
     retention_bytes: int | None = None
@@ -120,6 +122,8 @@ class Recipe:
             words = self._queue().topic_flags().split()
             pairs = zip(words[::2], words[1::2], strict=True)
             nodes += "".join(f" {k.lstrip('-')}={v}" for k, v in pairs)
+        if self.pin_clients:
+            nodes += " pinned-clients"
         if (self.op_timeout_s, self.client_timeout_s) != (5.0, 2.0):
             nodes += f" timeouts={self.op_timeout_s:g}/{self.client_timeout_s:g}s"
         return (
@@ -166,6 +170,7 @@ class Recipe:
             concurrency=self.concurrency,
             keys=self.keys,
             store="kv",
+            pin_clients=self.pin_clients,
             seed=seed,
             runs_dir=runs_dir,
             fault_interval_s=self.fault_interval_s,
@@ -247,7 +252,17 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         ("isolate-leader",),
         ("linearizable", "stale-reads"),
         note="a deposed, isolated leader answers linearizable reads from its own state "
-        "while the new one takes writes",
+        "while the new one takes writes. Clients pinned to nodes, as Jepsen binds them: "
+        "clients that follow the leader leave the isolated one once their writes time "
+        "out, so none asked it for a read in the moments between the new leader's "
+        "election and its check-quorum resignation; pinned, three of nine still ask it. "
+        "Short client deadlines (0.5 s) free them from writes that cannot commit there",
+        pin_clients=True,
+        concurrency=9,
+        rate=90.0,
+        keys=2,
+        op_timeout_s=1.0,
+        client_timeout_s=0.5,
         **_LONG_FAULTS,
     ),
     "Q5": Recipe(  # ack-before-fsync

@@ -73,6 +73,7 @@ from chaos.workloads.register import (
     RegisterWorkload,
     config_value,
     default_value,
+    pinned_kv_clients,
 )
 from chaos.workloads.topics import TopicsWorkload
 from history.files import NEMESIS, HistoryWriter, Op, Problem, check_well_formed, read_history
@@ -272,13 +273,17 @@ def _make_register(
     brokers: Mapping[int, str],
 ) -> Workload:
     timeout_s = config.client_timeout_s
-    open_client: Callable[[], RegisterClient]
+    open_client: Callable[[], RegisterClient] | Callable[[int], RegisterClient]
     client = ConfigRegisterClient if config.store == "configs" else KvRegisterClient
     open_client = partial(client, addresses, timeout_s=timeout_s, credentials=credentials(None))
+    if config.pin_clients:
+        # Jepsen's binding: each process asks its own node only.
+        open_client = pinned_kv_clients(addresses, timeout_s, credentials(None))
     return RegisterWorkload(
         writer,
         open_client,
         rng,
+        per_process=config.pin_clients,
         concurrency=config.concurrency,
         keys=register_keys(config),
         rate=config.rate,
@@ -467,6 +472,9 @@ class RunConfig:
     concurrency: int = 10
     keys: int = 5
     store: str = "configs"
+    # register on the kv store: each process bound to one node, as Jepsen
+    # binds its clients, instead of following the leader (--pin-clients).
+    pin_clients: bool = False
     seed: int | None = None
     runs_dir: str = "runs"
     fault_interval_s: float = 2.0
@@ -522,6 +530,8 @@ class RunConfig:
                 raise ValueError(f"{what} must be at least 1, got {getattr(self, what)}")
         if self.store not in REGISTER_STORES:
             raise ValueError(f"unknown store {self.store!r}; known: {', '.join(REGISTER_STORES)}")
+        if self.pin_clients and (self.workload != "register" or self.store != "kv"):
+            raise ValueError("pinned clients are the register workload's on --store kv")
         if self.store == "configs" and self.keys > len(CONFIG_REGISTER_KEYS):
             raise ValueError(
                 f"the configs store has {len(CONFIG_REGISTER_KEYS)} registers; "
@@ -1263,7 +1273,10 @@ def _replay(config: RunConfig, seed: int) -> str:
         f"--nemesis {','.join(config.faults) or 'none'} --nodes {config.nodes} "
         f"--time-limit {config.time_limit_s:g} --rate {config.rate:g} "
         f"--concurrency {config.concurrency} --keys {config.keys} --store {config.store} "
-        f"--seed {seed}" + ("" if config.tls else " --insecure") + _queue_flags(config)
+        f"--seed {seed}"
+        + (" --pin-clients" if config.pin_clients else "")
+        + ("" if config.tls else " --insecure")
+        + _queue_flags(config)
     )
 
 

@@ -24,6 +24,14 @@ runs over the metadata controller's conditional config updates
 (:class:`ConfigRegisterClient`: the registers are cluster configs) or over
 the quorum's own key-value store (:class:`KvRegisterClient`).  A client
 turns each answer into a :class:`Completion`; the workload records it.
+
+Clients follow the leader by default.  With ``pinned`` clients
+(:class:`PinnedKvRegisterClient`), each process is bound to one node, as
+Jepsen binds its clients (process ``p`` to the ``p mod n``-th node), and
+never goes elsewhere: a node that does not lead refuses (``not-leader``),
+and a node that wrongly believes it leads (a deposed leader cut off from
+the others) is still asked, which is what exposes a read served without
+the read barrier (Raft thesis §6.4).
 """
 
 from __future__ import annotations
@@ -33,12 +41,13 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, cast
 
 import grpc
 
 from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, error_word, run_workers
 from history.ops import HistoryRecorder, Op, next_process
+from kqproto import kv_pb2, kv_pb2_grpc
 from kvstore.client import KvClient
 from metadata.client import (
     ConfigOp,
@@ -51,6 +60,7 @@ from metadata.client import (
 )
 from metadata.errors import Errors
 from quorum.driver.client import (
+    ChannelPool,
     ClientError,
     IndeterminateWriteError,
     NoLeaderError,
@@ -63,11 +73,13 @@ __all__ = [
     "Completion",
     "ConfigRegisterClient",
     "KvRegisterClient",
+    "PinnedKvRegisterClient",
     "RegisterClient",
     "RegisterWorkload",
     "WorkloadStats",
     "config_value",
     "default_value",
+    "pinned_kv_clients",
 ]
 
 CompletionType = Literal["ok", "fail", "info"]
@@ -109,6 +121,10 @@ class RegisterClient(Protocol):
 ClientFactory = Callable[[], RegisterClient]
 """Opens a new client (one per process: a retired process's client is
 closed and its worker opens another)."""
+
+ProcessClientFactory = Callable[[int], RegisterClient]
+"""Opens a new client for the process given (a client bound to the node of
+that process, :func:`pinned_kv_clients`)."""
 
 
 # -- kq's key-value store ------------------------------------------------------
@@ -193,6 +209,166 @@ class KvRegisterClient:
 
     async def close(self) -> None:
         await self._client.close()
+
+
+class PinnedKvRegisterClient:
+    """:class:`RegisterClient` over kq's key-value store bound to one node
+    (``nodes[node]``), as Jepsen binds each client: every request goes to
+    that node and nowhere else, and a refusal is not followed to the leader.
+
+    Answers: a node that does not lead refuses (``fail`` ``not-leader``, no
+    effect); a linearizable read is served by a node that believes it leads
+    only once its read barrier confirmed it (a deposed leader's barrier
+    times out: ``fail`` ``timeout``); no connection before the deadline
+    means nothing was sent (``fail`` ``unavailable``); a write whose call
+    broke after it was sent, or that the node could not settle, may have
+    landed (``info``).  ``timeout_s`` is each request's deadline;
+    ``credentials`` what it presents (mutual TLS)."""
+
+    def __init__(
+        self,
+        nodes: Mapping[int, str],
+        node: int,
+        timeout_s: float = 2.0,
+        credentials: grpc.ChannelCredentials | None = None,
+    ) -> None:
+        if node not in nodes:
+            raise ValueError(f"node {node} is not one of the nodes {sorted(nodes)}")
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, got {timeout_s}")
+        self.node = node
+        self.timeout_s = timeout_s
+        self._channels = ChannelPool(credentials)
+        self._channel = self._channels.get(nodes[node])
+        self._stub = kv_pb2_grpc.KvServiceStub(self._channel)
+
+    async def _connected(self, deadline: float) -> bool:
+        """Whether the connection to the node is up by ``deadline`` (nothing
+        is sent); false at once when it is refused (a dead node)."""
+        loop = asyncio.get_running_loop()
+        state = self._channel.get_state(try_to_connect=True)
+        while state is not grpc.ChannelConnectivity.READY:
+            if state is grpc.ChannelConnectivity.TRANSIENT_FAILURE:
+                return False
+            budget = deadline - loop.time()
+            if budget <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._channel.wait_for_state_change(state), budget)
+            except TimeoutError:
+                return False
+            state = self._channel.get_state(try_to_connect=True)
+        return True
+
+    async def read(self, key: str) -> Completion:
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        if not await self._connected(deadline):
+            return Completion("fail", "unavailable", node=self.node)
+        left = max(0.001, deadline - asyncio.get_running_loop().time())
+        try:
+            r: kv_pb2.GetResponse = await self._stub.Get(
+                kv_pb2.GetRequest(key=key, linearizable=True), timeout=left
+            )
+        except grpc.aio.AioRpcError as exc:
+            # A read has no effect: however it broke, it failed.
+            if exc.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.PERMISSION_DENIED):
+                return Completion("fail", "invalid-request", node=self.node)
+            return Completion("fail", "timeout", node=self.node)
+        if r.error == kv_pb2.NOT_LEADER:
+            return Completion("fail", "not-leader", node=self.node)
+        if r.error == kv_pb2.TIMEOUT:
+            return Completion("fail", "timeout", node=self.node)
+        if r.error != kv_pb2.OK:
+            return Completion("fail", "invalid-request", node=self.node)
+        if not r.present:
+            return Completion("ok", value=None, node=self.node)
+        return Completion(
+            "ok",
+            value=r.value.decode("utf-8"),
+            node=self.node,
+            offset=r.version.offset,
+            epoch=r.version.epoch,
+        )
+
+    async def _write(self, call: str, request: Any) -> Completion | kv_pb2.WriteResponse:
+        """The node's answer to a write, or the completion of a write that
+        got none (refused before sending, or broken after it)."""
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        if not await self._connected(deadline):
+            return Completion("fail", "unavailable", node=self.node)
+        left = max(0.001, deadline - asyncio.get_running_loop().time())
+        try:
+            response: kv_pb2.WriteResponse = await getattr(self._stub, call)(request, timeout=left)
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.RESOURCE_EXHAUSTED:  # refused before appending
+                return Completion("fail", "throttling", node=self.node)
+            if code in (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                grpc.StatusCode.PERMISSION_DENIED,
+            ):
+                return Completion("fail", "invalid-request", node=self.node)
+            timed_out = code == grpc.StatusCode.DEADLINE_EXCEEDED
+            return Completion("info", "timeout" if timed_out else "indeterminate", node=self.node)
+        if response.error == kv_pb2.NOT_LEADER:
+            return Completion("fail", "not-leader", node=self.node)
+        if response.error == kv_pb2.INDETERMINATE:
+            return Completion("info", "indeterminate", node=self.node)
+        if response.error == kv_pb2.INVALID_REQUEST:
+            return Completion("fail", "invalid-request", node=self.node)
+        if response.error not in (kv_pb2.OK, kv_pb2.PRECONDITION_FAILED):
+            # An answer no write is documented to get: it may have landed.
+            return Completion("info", "indeterminate", node=self.node)
+        return response
+
+    async def write(self, key: str, value: str) -> Completion:
+        r = await self._write("Put", kv_pb2.PutRequest(key=key, value=value.encode("utf-8")))
+        if isinstance(r, Completion):
+            return r
+        return Completion("ok", node=self.node, offset=r.position.offset, epoch=r.position.epoch)
+
+    async def cas(self, key: str, expected: str | None, new: str) -> Completion:
+        request = kv_pb2.CasRequest(
+            key=key,
+            expected=b"" if expected is None else expected.encode("utf-8"),
+            expect_absent=expected is None,
+            value=new.encode("utf-8"),
+        )
+        r = await self._write("Cas", request)
+        if isinstance(r, Completion):
+            return r
+        pos = r.position
+        if r.error == kv_pb2.PRECONDITION_FAILED:
+            return Completion(
+                "fail", "precondition", node=self.node, offset=pos.offset, epoch=pos.epoch
+            )
+        return Completion("ok", node=self.node, offset=pos.offset, epoch=pos.epoch)
+
+    async def close(self) -> None:
+        await self._channels.close()
+
+
+def pinned_kv_clients(
+    nodes: Mapping[int, str],
+    timeout_s: float = 2.0,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> ProcessClientFactory:
+    """Jepsen's binding of processes to nodes: process ``p`` gets a
+    :class:`PinnedKvRegisterClient` of the ``p mod n``-th node (by id), so
+    the workers of one run spread over every node, and a retired process's
+    successor (``p + concurrency``) keeps its node when the concurrency is a
+    multiple of the node count."""
+    order = sorted(nodes)
+    if not order:
+        raise ValueError("pinned clients need at least one node")
+
+    def open_client(process: int) -> RegisterClient:
+        return PinnedKvRegisterClient(
+            nodes, order[process % len(order)], timeout_s=timeout_s, credentials=credentials
+        )
+
+    return open_client
 
 
 # -- the metadata controller's cluster configs -------------------------------------
@@ -311,7 +487,9 @@ class _Worker:
 class RegisterWorkload:
     """Runs the register workload and records it.
 
-    ``open_client`` opens a :class:`RegisterClient` (one per process).
+    ``open_client`` opens a :class:`RegisterClient` (one per process); with
+    ``per_process`` it is a :data:`ProcessClientFactory`, given the process
+    the client is for (:func:`pinned_kv_clients` binds it to a node).
     ``keys`` are the registers; ``weights`` the relative frequency of
     ``read``, ``write`` and ``cas``; ``rate`` the target of operations per
     second over all workers (each worker waits a random time, on average
@@ -330,9 +508,10 @@ class RegisterWorkload:
     def __init__(
         self,
         recorder: HistoryRecorder,
-        open_client: ClientFactory,
+        open_client: ClientFactory | ProcessClientFactory,
         rng: random.Random,
         *,
+        per_process: bool = False,
         concurrency: int = 5,
         keys: Sequence[str] = ("k0", "k1", "k2"),
         rate: float = 50.0,
@@ -351,6 +530,7 @@ class RegisterWorkload:
             raise ValueError(f"weights are non-negative numbers for {', '.join(FS)}")
         self.recorder = recorder
         self.open_client = open_client
+        self.per_process = per_process
         self.rng = rng
         self.concurrency = concurrency
         self.keys = list(keys)
@@ -366,9 +546,14 @@ class RegisterWorkload:
 
     # -- workers -------------------------------------------------------------
 
+    def _open(self, process: int) -> RegisterClient:
+        if self.per_process:
+            return cast(ProcessClientFactory, self.open_client)(process)
+        return cast(ClientFactory, self.open_client)()
+
     def _ensure_workers(self) -> None:
         if not self._workers:
-            self._workers = [_Worker(i, self.open_client()) for i in range(self.concurrency)]
+            self._workers = [_Worker(i, self._open(i)) for i in range(self.concurrency)]
 
     @property
     def processes(self) -> list[int]:
@@ -381,7 +566,7 @@ class RegisterWorkload:
         old = worker.client
         worker.process = next_process(worker.process, self.concurrency)
         worker.counter = 0
-        worker.client = self.open_client()
+        worker.client = self._open(worker.process)
         self.stats.retired += 1
         await old.close()
 

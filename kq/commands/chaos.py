@@ -210,6 +210,13 @@ def register(subparsers: Subparsers) -> None:
         "controller's cluster configs, by conditional AlterConfigs) or kv (the quorum's "
         "key-value store, whose reads also carry versions) (default: %(default)s)",
     )
+    run.add_argument(
+        "--pin-clients",
+        action="store_true",
+        help="register workload on --store kv: bind each client to one node (process p to "
+        "the p mod n-th), as Jepsen does, instead of following the leader; a node that does "
+        "not lead refuses (not-leader), and a deposed leader is still asked",
+    )
     queue = QueueOptions()
     run.add_argument(
         "--brokers",
@@ -470,6 +477,7 @@ def _run(args: argparse.Namespace) -> int:
         concurrency=args.concurrency,
         keys=args.keys,
         store=args.store,
+        pin_clients=args.pin_clients,
         seed=args.seed,
         runs_dir=args.runs_dir,
         tls=not args.insecure,

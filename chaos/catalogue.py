@@ -186,7 +186,6 @@ class Recipe:
 _LEADER_LOSS: Final = ("kill-partition-leader", "pause-partition-leader")
 _ISR_CHURN: Final = ("isolate-follower", "kill-partition-leader")
 _LOSS: Final = ("lost-write", "no-loss")
-_QUORUM_FAILOVER: Final = ("kill-leader", "isolate-leader", "pause")
 # Leadership moved by preferred elections with every node up, also while a
 # follower is cut off (and still in the ISR), when a purgatory holds produces.
 _ISR_MOVES: Final = ("isolate-follower", "elect-leader")
@@ -237,9 +236,19 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "Q2": Recipe(  # double-vote
         "register",
-        _QUORUM_FAILOVER,
+        ("kill-leader",),
         ("single-leader", "linearizable", "log-agreement"),
-        note="elections under failover; a second vote in one epoch makes two leaders",
+        note="two candidates of one epoch, and voters that grant both: leaders killed "
+        "in a quorum of five, whose four survivors each campaign a random moment (under "
+        "half the election timeout) after the connection to the dead leader is refused, "
+        "so that now and then two of them become candidates of the next epoch before "
+        "either's request reaches the other, and the two others vote for both. With "
+        "three voters the two survivors are the only candidates and no voter is left "
+        "to vote twice",
+        controllers=5,
+        time_limit_s=30.0,
+        fault_interval_s=1.5,
+        fault_period_s=10.0,
     ),
     "Q3": Recipe(  # forget-vote
         "register",

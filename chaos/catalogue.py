@@ -254,7 +254,18 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "register",
         ("kill", "kill-leader"),
         ("single-leader", "log-agreement"),
-        note="a voter killed after voting votes again in the same epoch once restarted",
+        note="a voter killed after voting votes again in the same epoch once restarted: "
+        "Q2's split elections (leaders killed in a quorum of five) with voters killed too. "
+        "Still a finding: a candidate asks a voter again only if it never answered, a "
+        "voter that granted learns the winner within a round trip (and a restarted voter "
+        "that knows the epoch's leader grants nothing), and a candidacy ends within two "
+        "election timeouts (0.3 to 0.6 s) while a restart takes about a second, so the "
+        "voter must die between the two candidates' requests, milliseconds apart, and be "
+        "back before either gives up",
+        controllers=5,
+        time_limit_s=30.0,
+        fault_interval_s=1.5,
+        fault_period_s=10.0,
     ),
     "Q4": Recipe(  # read-without-barrier
         "register",

@@ -668,15 +668,20 @@ class RegisterWorkload:
     async def final_reads(self) -> list[Op]:
         """Read every key once, the keys shared out over the workers (a
         worker whose process still has an op in flight continues as a new
-        process).  Returns the reads' completions, in key order."""
+        process).  With ``per_process`` clients (bound to nodes, of which
+        only the leader's answer) every worker reads every key.  Returns a
+        read of each key, in key order: an ``ok`` one if any."""
         self._ensure_workers()
         in_flight = self.recorder.in_flight()
         for worker in self._workers:
             if worker.process in in_flight:
                 await self._retire(worker)
         lanes: dict[int, list[str]] = {}
-        for i, key in enumerate(self.keys):
-            lanes.setdefault(i % self.concurrency, []).append(key)
+        if self.per_process:
+            lanes = {lane: list(self.keys) for lane in range(self.concurrency)}
+        else:
+            for i, key in enumerate(self.keys):
+                lanes.setdefault(i % self.concurrency, []).append(key)
 
         async def reads(worker: _Worker, keys: list[str]) -> list[Op]:
             return [await self._perform(worker, "read", key, None) for key in keys]
@@ -684,7 +689,10 @@ class RegisterWorkload:
         results = await asyncio.gather(
             *(reads(self._workers[lane], keys) for lane, keys in lanes.items())
         )
-        by_key = {op.key: op for ops in results for op in ops}
+        by_key: dict[str | None, Op] = {}
+        for op in (op for ops in results for op in ops):
+            if op.key not in by_key or (op.type == "ok" and by_key[op.key].type != "ok"):
+                by_key[op.key] = op
         return [by_key[key] for key in self.keys]
 
     async def final(self) -> FinalVerdict:

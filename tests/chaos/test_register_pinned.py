@@ -23,6 +23,7 @@ from chaos.workloads.register import (
     RegisterWorkload,
     pinned_kv_clients,
 )
+from history.files import HistoryWriter, check_well_formed, read_history
 from kq.cli import main
 from quorum.driver.identity import Identity
 from quorum.messages import Message
@@ -246,3 +247,41 @@ def test_pinned_clients_on_the_configs_store_are_a_usage_error(
     assert main(args) == 2
     assert "pinned clients are the register workload's on --store kv" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pinned_workload_on_a_quorum(tmp_path: Path) -> None:
+    """Nine processes, three a node: only the leader's answer ok, the others
+    are refused with not-leader; the final reads (every worker reads every
+    key) find each key through the leader's clients."""
+
+    async def go() -> None:
+        async with running(tmp_path / "c", tls=True) as cluster:
+            leader = await cluster.wait_leader()
+            lead = leader.config.node_id
+            with HistoryWriter(tmp_path / "history.jsonl") as writer:
+                wl = RegisterWorkload(
+                    writer,
+                    pinned_kv_clients(cluster.voters, 1.0, _admin(cluster)),
+                    random.Random(5),
+                    per_process=True,
+                    concurrency=9,
+                    keys=["k0", "k1"],
+                    rate=90,
+                    op_timeout_s=2.0,
+                )
+                await wl.run(1.5)
+                before = wl.stats.invokes
+                finals = await wl.final_reads()
+                # Every worker read every key at the end: 9 workers, 2 keys.
+                assert wl.stats.invokes - before == 18
+                await wl.close()
+            assert [(o.key, o.type) for o in finals] == [("k0", "ok"), ("k1", "ok")]
+            assert all(o.node == lead for o in finals)
+            ops = read_history(tmp_path / "history.jsonl")
+            assert check_well_formed(ops, model="register") == []
+            done = [o for o in ops if o.type != "invoke"]
+            assert {o.node for o in done if o.type == "ok"} == {lead}
+            refused = {o.node for o in done if o.error == "not-leader"}
+            assert refused == set(cluster.voters) - {lead}
+
+    run(go())

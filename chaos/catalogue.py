@@ -381,14 +381,14 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     "B8": Recipe(  # expand-with-ineligible
         "queue",
         ("kill", "kill-partition-leader"),
-        _LOSS,
-        note="KIP-841: a restarting or fenced replica taken into the ISR, then a failover. "
-        "The bug acts under these faults (a restarted broker is taken back into a leader's "
-        "ISR while the controllers still fence it) but loses nothing: the replica holds "
-        "every record below the HW.  A loss needs the broker simulator's scenario: the "
-        "replica loses power while the AlterPartition adding it is in flight, registers "
-        "again, then both other ISR members fail, a power loss inside one round trip and "
-        "two failures at once, which this one-fault-at-a-time nemesis does not make",
+        ("ineligible-isr",),
+        note="KIP-841, KIP-903: a restarting or fenced replica taken into the ISR.  A "
+        "restarted broker is taken back into a leader's ISR while the controllers still "
+        "fence it (its new registration not yet unfenced): ineligible-isr finds it in the "
+        "controllers' exports (partition changes against broker registrations, by "
+        "offset).  No record is lost under these faults (the replica holds every record "
+        "below the HW): a loss needs the broker simulator's scenario, a power loss inside "
+        "the AlterPartition's round trip and then both other ISR members failing at once",
     ),
     "B9": Recipe(  # unclean-election
         "queue",

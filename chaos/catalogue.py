@@ -199,12 +199,14 @@ _LONG_FAULTS: Final[dict[str, Any]] = {
     "fault_interval_s": 6.0,
     "fault_period_s": 20.0,
 }
-# Pauses of 1.5 to 4.5 s: most outlast the producer's 2 s request timeout
-# (a retry) and not the brokers' 4 s session (the leader stays).
-_RETRY_PAUSES: Final[dict[str, Any]] = {
-    "time_limit_s": 25.0,
-    "fault_interval_s": 3.0,
-    "fault_period_s": 12.0,
+# A follower cut off (isolate-follower) stays in the ISR for the 2 s lag, so
+# the leader's purgatory holds every acks=all produce it appended; at the 1 s
+# request timeout it answers REQUEST_TIMED_OUT and the producer retries the
+# batch with its sequence, to a leader that holds it.
+_HELD_RETRIES: Final[dict[str, Any]] = {
+    "time_limit_s": 30.0,
+    "replica_lag_ms": 2_000,
+    "client_timeout_s": 1.0,
 }
 # Preferred elections every 0.25 to 0.75 s: a follower that a partition
 # change made truncate is elected before it fetched back.
@@ -319,10 +321,18 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B3": Recipe(  # no-epoch-start-entry
         "queue",
-        _LEADER_LOSS,
+        ("kill-partition-leader", "elect-leader"),
         ("inconsistent-offsets", *_LOSS),
-        note="KIP-279: the new leader's epoch start missing, a follower's divergence "
-        "check answers from an older epoch",
+        note="KIP-279: a new leader without its (epoch, LEO) entry, asked by a follower "
+        "for the end of an epoch it never started (the follower led in between, with "
+        "writes nobody fetched): leaders killed and preferred elections every 0.25 to "
+        "0.75 s, so that leaders alternate faster than followers fetch.  A finding: the "
+        "leader answers OFFSET_OUT_OF_RANGE, the follower truncates only to the leader's "
+        "LEO and waits, and the leader's first append of its epoch writes the missing "
+        "entry, after which the divergence is found as without the bug "
+        "(tests/broker/test_b3_epoch_start.py); the bug stalls a follower, it loses "
+        "nothing",
+        **_FAST_ELECTIONS,
     ),
     "B4": Recipe(  # expand-without-epoch-start
         "queue",
@@ -419,20 +429,26 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B11": Recipe(  # no-dedup-window
         "queue",
-        ("pause-partition-leader",),
+        ("isolate-follower",),
         ("duplicate",),
-        note="a leader paused longer than the producer's 2 s request timeout but shorter "
-        "than the brokers' 4 s session: it keeps its leadership, and the retry of a batch "
-        "it had appended is appended again",
-        **_RETRY_PAUSES,
+        note="a retried batch appended again: a follower cut off stays in the ISR for the "
+        "2 s lag, so the leader's purgatory holds every acks=all produce it appended and "
+        "answers REQUEST_TIMED_OUT at the 1 s request timeout; the producer retries each "
+        "with its sequence and the leader, which holds it, appends it again.  Pauses of "
+        "partition leaders (3 runs) made no retry: the broker answers a produce itself at "
+        "its timeout, and the producer's call outlasts the pause by 5 s more",
+        **_HELD_RETRIES,
     ),
     "B12": Recipe(  # out-of-order-for-duplicate
         "queue",
-        ("pause-partition-leader",),
+        ("isolate-follower",),
         ("duplicate",),
-        note="Redpanda #3039: a leader paused past the request timeout (not past the "
-        "session) refuses the retry as out of order, and the batch is resent anew",
-        **_RETRY_PAUSES,
+        note="Redpanda #3039: the retries of held produces (as B11's) are refused "
+        "OUT_OF_ORDER_SEQUENCE_NUMBER instead of answered as duplicates; the producer "
+        "reads that as Kafka's does (a bump, and the batches resent from sequence 0 of "
+        "the new epoch) and the leader appends them again.  kq's stricter reading would "
+        "fail them as info and hide the bug, so the queue workload runs Kafka's",
+        **_HELD_RETRIES,
     ),
     "B13": Recipe(  # unflushed-append
         "queue",

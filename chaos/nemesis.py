@@ -72,6 +72,14 @@ Fault kinds (:data:`FAULT_KINDS`):
   it starts only when no fault is in force and nothing starts while it
   is; it is exempt from ``keep_majority`` (the controllers stay connected
   to every node, so the quorum keeps its majority);
+- ``strand-isolated-power-loss-partition-leader``: the same four actions,
+  but the ``partition`` cuts the leader off from every node, the
+  controllers too (``isolate``; the clients still reach it), so its
+  AlterPartition shrinking the ISR to itself stays pending (KIP-497: the
+  shrink must not count toward the HW until committed) while it goes on
+  taking sends alone; the controllers fence it when its session ends and
+  elect a follower, and the ``kill`` (a power loss) comes once their
+  metadata shows another leader (or a bound passed);
 
 - ``rotate-certs``: every node's certificate and key re-issued from the
   cluster's CA while the nodes run (new key, new serial; the files replaced
@@ -126,6 +134,7 @@ __all__ = [
     "REASSIGN_KIND",
     "ROTATE_KIND",
     "STRAND_HOLD_S",
+    "STRAND_ISOLATED_KIND",
     "STRAND_KINDS",
     "STRAND_SHRINK_S",
     "Action",
@@ -145,7 +154,13 @@ KILL_KINDS: Final = ("kill", "kill-leader", "kill-majority")
 """Crashes: a random node, the leader, a majority."""
 PACKET_KIND: Final = "packet"
 """Slow, lossy links between the nodes (ended by ``heal``)."""
-STRAND_KINDS: Final = ("strand-partition-leader", "strand-power-loss-partition-leader")
+STRAND_ISOLATED_KIND: Final = "strand-isolated-power-loss-partition-leader"
+"""A strand whose leader is also cut off from the controllers, its shrink pending."""
+STRAND_KINDS: Final = (
+    "strand-partition-leader",
+    "strand-power-loss-partition-leader",
+    STRAND_ISOLATED_KIND,
+)
 """A partition's leader stranded in its ISR, then killed or power-cut (brokers only)."""
 STRAND_SHRINK_S: Final = 5.0
 """Seconds from a strand's partition to its kill: a lagging follower leaves
@@ -173,6 +188,7 @@ POWER_LOSS_KINDS: Final = (
     POWER_LOSS_KIND,
     "power-loss-partition-leader",
     "strand-power-loss-partition-leader",
+    STRAND_ISOLATED_KIND,
 )
 """The faults whose run starts its processes in the power-loss test mode."""
 REASSIGN_KIND: Final = "reassign"

@@ -56,6 +56,7 @@ from chaos.nemesis import (
     POWER_LOSS_KINDS,
     REASSIGN_KIND,
     ROTATE_KIND,
+    STRAND_ISOLATED_KIND,
     STRAND_KINDS,
     Action,
     nemesis_op,
@@ -776,12 +777,17 @@ class _Nemesis:
                 return "skipped", action
             chosen = self.rng.choice(sorted(options, key=lambda p: p.name))
             followers = [r for r in chosen.replicas if r != chosen.leader]
-            groups = strand_groups(
-                self.backend.nodes, list(self.backend.addresses()), chosen.leader, followers
-            )
+            if action.kind == STRAND_ISOLATED_KIND:
+                # Cut off from the controllers too: its shrink stays pending.
+                groups = isolate(self.backend.nodes, chosen.leader)
+            else:
+                groups = strand_groups(
+                    self.backend.nodes, list(self.backend.addresses()), chosen.leader, followers
+                )
             self.log(
                 f"{action.kind}: leader {chosen.leader} of {chosen.name} (isr "
                 f"{list(chosen.isr)}) cut off from its followers {followers}"
+                + (" and the controllers" if action.kind == STRAND_ISOLATED_KIND else "")
             )
             outcome, done = await self.act(replace(action, groups=groups, target=None))
             if outcome != "skipped":
@@ -793,11 +799,17 @@ class _Nemesis:
         chosen, self.stranded = self.stranded, None
         started = time.monotonic()
         isr: tuple[int, ...] | None = None
+        leader = chosen.leader
+        # An isolated leader's shrink never commits: its kill waits instead
+        # for the controllers to have fenced it and elected another leader.
+        isolated = action.kind == STRAND_ISOLATED_KIND
         while True:
             now = await self.replicas() if self.replicas is not None else []
             isr = next((p.isr for p in now if p.name == chosen.name), isr)
+            leader = next((p.leader for p in now if p.name == chosen.name), leader)
             waited = time.monotonic() - started
-            if isr == (chosen.leader,) or waited >= self.strand_wait_s:
+            ready = leader != chosen.leader if isolated else isr == (chosen.leader,)
+            if ready or waited >= self.strand_wait_s:
                 break
             await asyncio.sleep(0.2)
         shrunk = isr == (chosen.leader,)
@@ -808,13 +820,14 @@ class _Nemesis:
                 "isr_before": list(chosen.isr),
                 "isr_at_kill": None if isr is None else list(isr),
                 "shrunk": shrunk,
+                "leader_at_kill": leader,
                 "waited_s": round(waited, 3),
             }
         )
         self.log(
             f"{action.kind}: isr of {chosen.name} "
             + (f"shrunk to {list(isr or ())}" if shrunk else f"still {list(isr or ())}")
-            + f" after {waited:.1f} s; killing {chosen.leader}"
+            + f", leader {leader}, after {waited:.1f} s; killing {chosen.leader}"
         )
         self.targeted = chosen.leader
         return await self.act(replace(action, nodes=(chosen.leader,), target=None))

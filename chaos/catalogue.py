@@ -294,7 +294,10 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         note="entries counted before they are synced: a majority losing power at once "
         "(kill-majority, in a run with power loss every kill drops what was not synced) "
         "takes acknowledged entries that no survivor had synced. Nodes losing power one "
-        "at a time (power-loss, kill-leader) lose nothing: the others hold every entry",
+        "at a time (power-loss, kill-leader) lose nothing: the others hold every entry. "
+        "30 s, so that several majorities lose power (a run of 15 s had one, which spared "
+        "the leader, and lost nothing)",
+        time_limit_s=30.0,
     ),
     # -- the brokers: the queue workload (Jepsen's Kafka workload).
     "B1": Recipe(  # truncate-to-hw-on-become-follower

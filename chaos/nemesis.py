@@ -42,6 +42,12 @@ Fault kinds (:data:`FAULT_KINDS`):
   same kind.  The runner starts every process of such a run in the
   storage's power-loss test mode (``server.storage_mode``), in which a
   kill drops every write not synced, as a power loss does;
+- ``torn-power-loss`` / ``torn-power-loss-partition-leader``: the same
+  power losses (of a random node, of a queue partition's leader) with torn
+  writes: the run's processes start in the mode's torn variant, in which a
+  broker's segment files keep a random prefix of their unsynced tail with
+  whole sectors zeroed, as a real disk may after a power loss; a correct
+  recovery cuts the log at the first damaged batch;
 
 - ``kill-partition-leader`` / ``pause-partition-leader`` /
   ``power-loss-partition-leader``: the broker that leads a partition of
@@ -137,6 +143,8 @@ __all__ = [
     "STRAND_ISOLATED_KIND",
     "STRAND_KINDS",
     "STRAND_SHRINK_S",
+    "TORN_POWER_LOSS_KIND",
+    "TORN_POWER_LOSS_KINDS",
     "Action",
     "action_ops",
     "majority_available",
@@ -178,17 +186,25 @@ ROTATE_KIND: Final = "rotate-certs"
 """Every node's certificate re-issued while it runs (instant; TLS only)."""
 POWER_LOSS_KIND: Final = "power-loss"
 """A node's power cut: a kill of a process that keeps unsynced writes in memory."""
+TORN_POWER_LOSS_KIND: Final = "torn-power-loss"
+"""A node's power cut that leaves a torn part of its unsynced segment tails."""
+_NODE_POWER_LOSSES: Final = (POWER_LOSS_KIND, TORN_POWER_LOSS_KIND)
 PARTITION_LEADER_KINDS: Final = (
     "kill-partition-leader",
     "pause-partition-leader",
     "power-loss-partition-leader",
+    "torn-power-loss-partition-leader",
 )
 """The leader of a queue partition killed, paused or power-cut (brokers only)."""
+TORN_POWER_LOSS_KINDS: Final = (TORN_POWER_LOSS_KIND, "torn-power-loss-partition-leader")
+"""The faults whose run starts its processes in the power-loss test mode
+with torn writes."""
 POWER_LOSS_KINDS: Final = (
     POWER_LOSS_KIND,
     "power-loss-partition-leader",
     "strand-power-loss-partition-leader",
     STRAND_ISOLATED_KIND,
+    *TORN_POWER_LOSS_KINDS,
 )
 """The faults whose run starts its processes in the power-loss test mode."""
 REASSIGN_KIND: Final = "reassign"
@@ -211,12 +227,14 @@ FAULT_KINDS: Final = (
     ROTATE_KIND,
     *PARTITION_LEADER_KINDS,
     POWER_LOSS_KIND,
+    TORN_POWER_LOSS_KIND,
     *LEADER_MOVE_KINDS,
 )
 _ENDS: Final = {
     "kill": "start",
     "pause": "resume",
     POWER_LOSS_KIND: "start",
+    TORN_POWER_LOSS_KIND: "start",
     "partition": "heal",
     "packet": "heal",
 }
@@ -467,20 +485,20 @@ def schedule(
             if not (k in NETWORK_KINDS and net is not None)
             and not (k in ("kill-majority", *STRAND_KINDS) and count() > 0)
             and not (
-                k in ("kill", "pause", POWER_LOSS_KIND, "kill-leader", *PARTITION_LEADER_KINDS)
+                k in ("kill", "pause", *_NODE_POWER_LOSSES, "kill-leader", *PARTITION_LEADER_KINDS)
                 and (leader_down or targeted is not None)
             )
         ]
         rng.shuffle(options)
         cur_groups, cur_target = (net[0], net[1]) if net is not None else (None, None)
         for kind in options:
-            if kind in ("kill", "pause", POWER_LOSS_KIND):
+            if kind in ("kill", "pause", *_NODE_POWER_LOSSES):
                 free = [n for n in ids if n not in down]
                 rng.shuffle(free)
                 for n in free:
                     if safe([*down, n], cur_groups, cur_target, leader_down):
                         down[n] = kind
-                        if kind == POWER_LOSS_KIND:
+                        if kind in _NODE_POWER_LOSSES:
                             out.append(Action(t, "kill", nodes=(n,), kind=kind))
                         else:
                             out.append(Action(t, kind, nodes=(n,)))
@@ -579,7 +597,7 @@ def schedule(
             assert isinstance(pick, int)
             how = down.pop(pick)
             # A power loss's start repeats its kind, as a kill-leader's does.
-            kind = how if how == POWER_LOSS_KIND else None
+            kind = how if how in _NODE_POWER_LOSSES else None
             out.append(Action(t, _ENDS[how], nodes=(pick,), kind=kind))
 
     def count() -> int:

@@ -58,6 +58,8 @@ from chaos.nemesis import (
     ROTATE_KIND,
     STRAND_ISOLATED_KIND,
     STRAND_KINDS,
+    TORN_POWER_LOSS_KIND,
+    TORN_POWER_LOSS_KINDS,
     Action,
     nemesis_op,
     resolve,
@@ -81,7 +83,7 @@ from history.files import NEMESIS, HistoryWriter, Op, Problem, check_well_formed
 from history.runs import FORMAT_VERSION, RunDir, create_run_dir, summarize, write_json
 from metadata.client import MetadataClient
 from quorum.driver.client import describe
-from server.storage_mode import LOSE_UNSYNCED_VARIABLE
+from server.storage_mode import LOSE_UNSYNCED_VARIABLE, TORN
 
 __all__ = [
     "BACKENDS",
@@ -366,6 +368,7 @@ WORKLOADS: Final[dict[str, WorkloadSpec]] = {
 NEMESES: Final = (
     *KILL_KINDS,
     POWER_LOSS_KIND,
+    TORN_POWER_LOSS_KIND,
     "pause",
     "partition",
     *PARTITION_KINDS,
@@ -381,7 +384,9 @@ also be named one by one; ``packet`` (slow, lossy links) and
 TLS clusters only) only by name; ``power-loss`` a random node's power cut
 and ``power-loss-partition-leader`` a queue partition leader's (every
 process of the run then starts in the power-loss test mode:
-:func:`storage_environment`); ``reassign`` and ``elect-leader`` move a
+:func:`storage_environment`), ``torn-power-loss`` and
+``torn-power-loss-partition-leader`` the same with torn writes (a broker's
+segment files keep a torn part of their unsynced tails); ``reassign`` and ``elect-leader`` move a
 queue partition's leadership through the controllers
 (:mod:`chaos.leader_moves`)."""
 
@@ -421,7 +426,9 @@ _MIN_NODES: Final = {
     "kill-partition-leader": 1,
     "pause-partition-leader": 1,
     "power-loss-partition-leader": 1,
+    "torn-power-loss-partition-leader": 1,
     POWER_LOSS_KIND: 1,
+    TORN_POWER_LOSS_KIND: 1,
     "isolate-follower": 2,
     **dict.fromkeys(STRAND_KINDS, 2),
     **dict.fromkeys(LEADER_MOVE_KINDS, 1),
@@ -442,9 +449,12 @@ def _kind_fits(kind: str, nodes: int) -> bool:
 def storage_environment(config: RunConfig, own: Mapping[str, str]) -> dict[str, str]:
     """The storage mode's variable for every controller and broker process
     of a run (:mod:`server.storage_mode`): on when the run's faults include
-    a power loss, so that a kill drops what the processes did not sync; off
+    a power loss, so that a kill drops what the processes did not sync
+    (``torn`` with a torn power loss: a kill leaves torn segment tails); off
     if this process's environment ``own`` has it (the nodes would inherit
     it); else nothing."""
+    if any(f in TORN_POWER_LOSS_KINDS for f in config.faults):
+        return {LOSE_UNSYNCED_VARIABLE: TORN}
     if any(f in POWER_LOSS_KINDS for f in config.faults):
         return {LOSE_UNSYNCED_VARIABLE: "1"}
     if LOSE_UNSYNCED_VARIABLE in own:
@@ -608,6 +618,11 @@ ProgressFn = Callable[[Progress], None]
 # -- the run -------------------------------------------------------------------------
 
 
+ActionOutcome = Literal["ok", "fail", "info", "skipped"]
+"""How a nemesis action went: as its history op completed, or skipped
+(nothing to act on, nothing recorded)."""
+
+
 class _Nemesis:
     """Carries out actions on the backend and records them; knows which
     faults are in force."""
@@ -647,7 +662,7 @@ class _Nemesis:
             out.append(f"partition {self.partition}")
         return tuple(out)
 
-    async def act(self, action: Action) -> tuple[Literal["ok", "fail", "info", "skipped"], Action]:
+    async def act(self, action: Action) -> tuple[ActionOutcome, Action]:
         """Carry ``action`` out and record it; returns how it went and the
         action as done (a leader intent resolved)."""
         if action.target == "partition":
@@ -682,9 +697,7 @@ class _Nemesis:
         self._track(action, ok=True)
         return "ok", action
 
-    async def _move_leadership(
-        self, action: Action
-    ) -> tuple[Literal["ok", "fail", "info", "skipped"], Action]:
+    async def _move_leadership(self, action: Action) -> tuple[ActionOutcome, Action]:
         """A ``reassign`` (or its revert) or an ``elect-leader``: its
         partition drawn from the controllers' metadata now, the move made
         through their admin RPCs (:mod:`chaos.leader_moves`)."""
@@ -716,9 +729,7 @@ class _Nemesis:
         )
         return "ok", done
 
-    async def _act_on_partition(
-        self, action: Action
-    ) -> tuple[Literal["ok", "fail", "info", "skipped"], Action]:
+    async def _act_on_partition(self, action: Action) -> tuple[ActionOutcome, Action]:
         """A fault aimed at a partition's leader or follower: its node drawn
         from the controllers' metadata now (the end of a leader's fault: the
         node it hit)."""
@@ -752,9 +763,7 @@ class _Nemesis:
             done = replace(action, nodes=(node,), target=None)
         return await self.act(done)
 
-    async def _strand(
-        self, action: Action
-    ) -> tuple[Literal["ok", "fail", "info", "skipped"], Action]:
+    async def _strand(self, action: Action) -> tuple[ActionOutcome, Action]:
         """A strand's partition or kill (:data:`chaos.nemesis.STRAND_KINDS`).
         The partition: a queue partition whose leader is up and whose ISR
         holds a follower, drawn from the controllers' metadata now, its
@@ -1081,6 +1090,11 @@ async def _run_chaos(config: RunConfig, progress: ProgressFn | None) -> RunResul
         }
         if process_env.get(LOSE_UNSYNCED_VARIABLE) == "1":
             emit("the nodes run in the power-loss test mode: a kill drops their unsynced writes")
+        elif process_env.get(LOSE_UNSYNCED_VARIABLE) == TORN:
+            emit(
+                "the nodes run in the power-loss test mode with torn writes: a kill drops their "
+                "unsynced writes, and a broker keeps a torn part of its segment tails"
+            )
         env: dict[str, Any] = {"env": process_env} if process_env else {}
         backend = (
             spec.make(config.nodes, workdir, network, config.tls, brokers=config.brokers, **env)

@@ -12,6 +12,8 @@ from chaos.nemesis import (
     FAULT_KINDS,
     POWER_LOSS_KIND,
     POWER_LOSS_KINDS,
+    TORN_POWER_LOSS_KIND,
+    TORN_POWER_LOSS_KINDS,
     Action,
     action_ops,
     nemesis_op,
@@ -20,7 +22,11 @@ from chaos.nemesis import (
 from chaos.runner import NEMESES, RunConfig, expand_nemesis, storage_environment
 from chaos.workloads.queue_setup import QueueOptions
 from history.ops import check_well_formed
-from server.storage_mode import LOSE_UNSYNCED_VARIABLE, lose_unsynced_from_environment
+from server.storage_mode import (
+    LOSE_UNSYNCED_VARIABLE,
+    lose_unsynced_from_environment,
+    torn_tails_from_environment,
+)
 from tests.chaos.test_nemesis import replay
 
 
@@ -107,7 +113,8 @@ def test_a_partition_leaders_power_loss_needs_brokers() -> None:
 
 
 def test_a_run_with_a_power_loss_starts_its_processes_in_the_mode() -> None:
-    for kinds in ([POWER_LOSS_KIND], ["power-loss-partition-leader"], ["kill", *POWER_LOSS_KINDS]):
+    untorn = [k for k in POWER_LOSS_KINDS if k not in TORN_POWER_LOSS_KINDS]
+    for kinds in ([POWER_LOSS_KIND], ["power-loss-partition-leader"], ["kill", *untorn]):
         env = storage_environment(RunConfig(faults=tuple(kinds)), {})
         assert env == {LOSE_UNSYNCED_VARIABLE: "1"}
         assert lose_unsynced_from_environment(env)
@@ -118,3 +125,30 @@ def test_a_run_with_a_power_loss_starts_its_processes_in_the_mode() -> None:
     assert storage_environment(RunConfig(faults=("kill",)), inherited) == {
         LOSE_UNSYNCED_VARIABLE: "0"
     }
+
+
+def test_torn_power_losses_are_power_losses_whose_run_tears_tails() -> None:
+    assert TORN_POWER_LOSS_KIND in NEMESES and "torn-power-loss-partition-leader" in NEMESES
+    assert set(TORN_POWER_LOSS_KINDS) <= set(POWER_LOSS_KINDS) & set(FAULT_KINDS)
+    assert "torn-power-loss-partition-leader" in BROKER_KINDS
+    # Scheduled as their plain twins: one node's kill and start, with the kind.
+    nodes = [1, 2, 3, 4, 5, 6]
+    acts = schedule(random.Random(5), nodes, [TORN_POWER_LOSS_KIND], duration_s=60, interval_s=1)
+    cuts = [a for a in acts if a.kind == TORN_POWER_LOSS_KIND]
+    assert len(cuts) >= 10 and [a.f for a in cuts] == ["kill", "start"] * (len(cuts) // 2)
+    assert all(len(a.nodes) == 1 and a.target is None for a in cuts)
+    replay(acts, nodes)
+    kind = "torn-power-loss-partition-leader"
+    acts = schedule(random.Random(2), nodes, [kind], duration_s=60, interval_s=1)
+    mine = [a for a in acts if a.kind == kind]
+    assert len(mine) >= 6 and all(a.target == "partition-leader" for a in mine)
+    # The run's processes start in the torn variant of the mode, whatever
+    # other power losses it has.
+    for kinds in ([TORN_POWER_LOSS_KIND], [kind], [POWER_LOSS_KIND, kind, "kill"]):
+        env = storage_environment(RunConfig(faults=tuple(kinds)), {})
+        assert env == {LOSE_UNSYNCED_VARIABLE: "torn"}
+        assert lose_unsynced_from_environment(env) and torn_tails_from_environment(env)
+    plain = storage_environment(RunConfig(faults=(POWER_LOSS_KIND,)), {})
+    assert not torn_tails_from_environment(plain)
+    with pytest.raises(ValueError, match="torn-power-loss-partition-leader aim at a partition"):
+        RunConfig(workload="register", faults=(kind,)).check()

@@ -183,7 +183,6 @@ class Recipe:
         )
 
 
-_LEADER_LOSS: Final = ("kill-partition-leader", "pause-partition-leader")
 _ISR_CHURN: Final = ("isolate-follower", "kill-partition-leader")
 _LOSS: Final = ("lost-write", "no-loss")
 # Leadership moved by preferred elections with every node up, also while a

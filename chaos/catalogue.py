@@ -379,15 +379,17 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B7": Recipe(  # pending-shrink-counts
         "queue",
-        ("strand-power-loss-partition-leader",),
-        _LOSS,
-        note="KIP-497: while a stranded leader's AlterPartition shrinking the ISR to itself "
-        "is in flight, an append or fetch would move the HW over the batches its cut-off "
-        "followers never fetched; it loses power and a follower of the ELR leads without "
-        "them. Still a finding: the controllers commit the shrink within milliseconds, "
-        "while every send waits in the purgatory and no follower fetches, so nothing "
-        "recomputes the HW under the pending shrink; it needs an AlterPartition that is "
-        "slow or lost (the leader also cut off from the controllers)",
+        ("strand-isolated-power-loss-partition-leader",),
+        (*_LOSS, "inconsistent-offsets"),
+        min_isr=1,
+        note="KIP-497: a partition leader cut off from its followers and from the "
+        "controllers (the clients still reach it) asks to shrink the ISR to itself, and "
+        "the request stays pending; with the bug the next append moves the HW over the "
+        "batches no follower fetched and acknowledges them (min ISR 1, as the broker "
+        "simulator's scenario), while the controllers fence the silent leader and elect a "
+        "follower of the committed ISR, which never had them; the leader then loses power. "
+        "With the strand that kept its controllers the shrink committed within "
+        "milliseconds and nothing recomputed the HW under it (2 runs, not caught)",
         **_STRANDS,
     ),
     "B8": Recipe(  # expand-with-ineligible

@@ -16,7 +16,10 @@ log text and data directory onto the host, and hand them to
 - :func:`node_changes`: its changes, from the lines its own log has for each
   election ("elected leader", "follows leader", "is a candidate", ...),
   timed by those lines' timestamps, which have millisecond resolution and
-  are read as local time.
+  are read as local time;
+- :func:`vote_events`: the votes a node granted (and its candidacies, votes
+  for itself), the quorum state each of its starts restored, from its log,
+  and the quorum state its storage holds at the end.
 """
 
 from __future__ import annotations
@@ -51,9 +54,10 @@ from partition_log.errors import PartitionLogError
 from partition_log.inspect import dump
 from partition_log.log_files import decode_offset, read_whole
 from partition_log.os_files import OsDirectory
-from quorum.driver.storage_format import open_node_storage
+from quorum.driver.storage_format import StorageFormatError, open_node_storage
 from quorum.shared_log import decode_snapshot as decode_shared_snapshot
-from quorum.types import BatchKind
+from quorum.storage import StorageCorruptError
+from quorum.types import BatchKind, QuorumState
 
 __all__ = [
     "broker_registrations",
@@ -62,6 +66,7 @@ __all__ = [
     "export_partition_changes",
     "node_changes",
     "partition_changes",
+    "vote_events",
 ]
 
 
@@ -103,6 +108,10 @@ def export_node(
     run.node_dir(node).mkdir(parents=True, exist_ok=True)
     write_log(run.node_log(node), committed_entries(data_dir, cluster_id, node, high_watermark))
     write_changes(run.node_changes(node), node_changes(node, log_text, start_unix_ns))
+    lines = vote_events(node, log_text, data_dir, cluster_id, start_unix_ns)
+    (run.node_dir(node) / VOTES_FILE).write_text(
+        "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+    )
 
 
 _STAMP = r"(?P<stamp>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ kq\.\S+: "
@@ -159,6 +168,99 @@ def node_changes(node: int, log_text: str, start_unix_ns: int) -> list[Change]:
                 out.append(change)
             break
     return out
+
+
+# -- the votes a node granted and the states it restored ----------------------------
+
+VOTES_FILE = "votes.jsonl"
+"""Under ``nodes/<id>/``: the votes the node granted and the quorum states
+it restored (``docs/history-format.md``, node exports)."""
+
+_VOTE_LINES = [
+    (
+        re.compile(
+            _STAMP + r"node (?P<n>\d+) restored quorum state: epoch (?P<e>\d+), "
+            r"voted for (?P<v>\d+|none), leader (?P<l>\d+|none)$"
+        ),
+        "start",
+    ),
+    (
+        re.compile(
+            _STAMP + r"node (?P<n>\d+) granted its vote in epoch (?P<e>\d+) to node (?P<v>\d+)$"
+        ),
+        "grant",
+    ),
+    (re.compile(_STAMP + r"node (?P<n>\d+) is a candidate in epoch (?P<e>\d+)$"), "candidate"),
+]
+
+
+def _id_or_none(text: str | None) -> int | None:
+    return None if text is None or text == "none" else int(text)
+
+
+def vote_events(
+    node: int, log_text: str, data_dir: Path | None, cluster_id: str, start_unix_ns: int
+) -> list[dict[str, object]]:
+    """The vote lines of ``node``, in its log's order: each ``start`` (the
+    quorum state it restored from storage as it started), each ``grant``
+    (a vote it granted a candidate, logged once durable) and each
+    ``candidate`` (its vote for itself opening a candidacy), then one
+    ``stored`` line, the quorum state its storage in ``data_dir`` holds
+    once stopped: what its next start would restore (none if the storage
+    cannot be read).  Each line: ``node``, ``time`` (as the changes'),
+    ``life`` (the number of start lines up to it; the stored line's is one
+    more than the last start's), ``event``, ``epoch``, ``voted_for`` and
+    ``leader`` (null when none; a vote's leader is null)."""
+    out: list[dict[str, object]] = []
+    life = 0
+    last = 0
+    for line in log_text.splitlines():
+        for pattern, event in _VOTE_LINES:
+            m = pattern.match(line)
+            if m is None or int(m["n"]) != node:
+                continue
+            when = datetime.strptime(m["stamp"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            last = max(last, int(when * 1_000_000_000) - start_unix_ns, 0)
+            if event == "start":
+                life += 1
+            groups = m.groupdict()
+            out.append(
+                {
+                    "node": node,
+                    "time": last,
+                    "life": life,
+                    "event": event,
+                    "epoch": int(m["e"]),
+                    "voted_for": node if event == "candidate" else _id_or_none(groups.get("v")),
+                    "leader": _id_or_none(groups.get("l")),
+                }
+            )
+            break
+    stored = _stored_state(data_dir, cluster_id, node) if data_dir is not None else None
+    if stored is not None:
+        out.append(
+            {
+                "node": node,
+                "time": last,
+                "life": life + 1,
+                "event": "stored",
+                "epoch": stored.epoch,
+                "voted_for": stored.voted_for,
+                "leader": stored.leader_id,
+            }
+        )
+    return out
+
+
+def _stored_state(data_dir: Path, cluster_id: str, node: int) -> QuorumState | None:
+    try:
+        storage = open_node_storage(data_dir, cluster_id, node)
+    except (OSError, ValueError, StorageFormatError, StorageCorruptError):
+        return None
+    try:
+        return storage.state.read() or QuorumState()
+    finally:
+        storage.close()
 
 
 # -- brokers: their partition logs ------------------------------------------------

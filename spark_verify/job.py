@@ -12,7 +12,8 @@ and runs every check of ``docs/verification.md``:
   ``kv`` runs;
 - over the node exports (:mod:`spark_verify.logs`): ``single-leader``,
   ``epoch-order``, ``log-agreement``, ``high-watermark``, ``lost-writes``,
-  ``phantom-writes`` and the cross-key ``version-forks``;
+  ``phantom-writes`` and the cross-key ``version-forks``; and
+  ``vote-durability`` (:mod:`spark_verify.votes`) over the nodes' votes;
 - ``final-metadata``: for ``topics`` runs, the harness's final check of the
   metadata against the history (``summary.json``'s ``final_check``).
 
@@ -68,6 +69,7 @@ from spark_verify.verdict import (
     result_of,
 )
 from spark_verify.versions import stale_reads, version_forks
+from spark_verify.votes import check_vote_runs
 from spark_verify.wgl import (
     DEFAULT_KEY_MEMORY,
     check_key,
@@ -100,6 +102,7 @@ CHECK_ORDER: Final = (
     "version-forks",
     "single-leader",
     "epoch-order",
+    "vote-durability",
     "log-agreement",
     "high-watermark",
     "lost-writes",
@@ -294,6 +297,7 @@ def verify_runs(
         exported = _without_exports(ops, models, versioned > 0 or bool(others))
     for result in exported:
         checks[result.name] = _merge(checks.get(result.name), result)
+    checks["vote-durability"] = check_vote_runs(spark, runs)
     checks["final-metadata"] = _final_metadata(runs)
     queue_runs = sorted(r.name for r in runs if r.model == "queue")
     folders = {r.name: r.path for r in runs if r.model == "queue" and r.path.is_dir()}

@@ -38,7 +38,7 @@ from quorum.driver.raft_client import (
 from quorum.driver.rpc_guard import DEFAULT_MAX_CALLS_PER_CALLER, DEFAULT_MAX_REQUEST_ITEMS
 from quorum.driver.tls import DEFAULT_MAX_MESSAGE_BYTES
 from quorum.listener import StateMachine
-from quorum.messages import Message
+from quorum.messages import Message, VoteResponse
 from quorum.ready import Ready
 from quorum.storage import NodeStorage
 from quorum.types import Batch, LeaderAndEpoch, NodeId, Role, SnapshotId, VoterSet
@@ -171,6 +171,17 @@ class QuorumNode:
         self._rng = rng or random.Random()
         self._send: Send = lambda msg: None
         self._origin = time.monotonic()
+        # Say what this start restores, so that a node's log shows whether
+        # the vote it granted in an epoch survived its restart (Raft thesis
+        # §3.8: votedFor is persistent; KIP-595's quorum-state file).
+        stored = storage.state.read()
+        log.info(
+            "node %d restored quorum state: epoch %d, voted for %s, leader %s",
+            node_id,
+            0 if stored is None else stored.epoch,
+            "none" if stored is None or stored.voted_for is None else stored.voted_for,
+            "none" if stored is None or stored.leader_id is None else stored.leader_id,
+        )
         self.core = RaftCore(
             node_id,
             voters,
@@ -500,6 +511,15 @@ class QuorumNode:
             # 2. send.
             for msg in ready.messages:
                 self._send(msg)
+                if isinstance(msg, VoteResponse) and msg.granted and not msg.pre_vote:
+                    # Logged once the vote is durable (step 1), as the
+                    # vote-durability check reads it.
+                    log.info(
+                        "node %d granted its vote in epoch %d to node %d",
+                        self.node_id,
+                        msg.epoch,
+                        msg.dst,
+                    )
             self._log_changes(ready)
             # 3. apply.
             self._apply(ready)

@@ -39,6 +39,7 @@ from chaos.workloads.queue_setup import QueueOptions
 __all__ = [
     "RECIPES",
     "RECIPE_IDS",
+    "BatchVerifier",
     "BugResult",
     "Catalogue",
     "Recipe",
@@ -49,11 +50,15 @@ __all__ = [
     "recipe_table",
     "render_table",
     "run_catalogue",
+    "run_view",
 ]
 
 Verifier = Callable[[Path], Mapping[str, Any]]
 """Verifies one run folder and returns its verdict (``verdict.json``'s
 object: ``checks`` by name, each with ``valid``); raises if it cannot."""
+BatchVerifier = Callable[[Sequence[Path]], Mapping[str, Any]]
+"""Verifies run folders together, in one job: its verdict has a row per run
+(``runs``: ``path``, ``verdict``, ``failed``); raises if it cannot."""
 
 RunFn = Callable[[RunConfig], Awaitable[RunResult]]
 """Runs one chaos run (:func:`chaos.runner.run_chaos`)."""
@@ -727,11 +732,9 @@ def _clean_recipes(chosen: Sequence[Bug], recipes: Mapping[Bug, Recipe]) -> list
     return out
 
 
-async def _one_run(
-    config: RunConfig, verifier: Verifier, run: RunFn, timeout_s: float
-) -> RunOutcome:
-    """Run ``config`` and verify it as ``kq chaos run --verify`` does
-    (a run that did not complete is not verified)."""
+async def _execute(config: RunConfig, run: RunFn, timeout_s: float) -> RunResult | RunOutcome:
+    """Run ``config``: its result, or the outcome of a run that gave
+    nothing to verify (it timed out or did not complete)."""
     assert config.seed is not None
     t0 = time.monotonic()
     try:
@@ -743,20 +746,112 @@ async def _one_run(
     if not result.completed:
         error = f"the run did not complete: {result.error}"
         return RunOutcome(result.path, config.seed, (), time.monotonic() - t0, error)
-    try:
-        # In this thread: a Spark session kept warm across runs is the
-        # active one of the thread that made it.
-        verdict = verifier(result.path)
-    except Exception as exc:  # the outcome says so; the catalogue goes on
-        error = f"verification: {type(exc).__name__}: {exc}"
-        return RunOutcome(result.path, config.seed, (), time.monotonic() - t0, error)
+    return result
+
+
+def _judge(result: RunResult, verdict: Mapping[str, Any], seed: int, seconds: float) -> RunOutcome:
+    """A verified run's outcome: the checks that fired, or why it gives no
+    verdict though none fired."""
     fired = fired_checks(verdict, result.summary)
     problem: str | None = None
     if not fired and verdict.get("verdict") not in (None, "valid"):
         problem = f"the verdict is {verdict.get('verdict')}"
     elif not fired and not result.recovered:
         problem = "the cluster did not recover after the final heal"
-    return RunOutcome(result.path, config.seed, fired, time.monotonic() - t0, problem)
+    return RunOutcome(result.path, seed, fired, seconds, problem)
+
+
+async def _one_run(
+    config: RunConfig, verifier: Verifier, run: RunFn, timeout_s: float
+) -> RunOutcome:
+    """Run ``config`` and verify it as ``kq chaos run --verify`` does
+    (a run that did not complete is not verified)."""
+    assert config.seed is not None
+    t0 = time.monotonic()
+    done = await _execute(config, run, timeout_s)
+    if isinstance(done, RunOutcome):
+        return done
+    try:
+        # In this thread: a Spark session kept warm across runs is the
+        # active one of the thread that made it.
+        verdict = verifier(done.path)
+    except Exception as exc:  # the outcome says so; the catalogue goes on
+        error = f"verification: {type(exc).__name__}: {exc}"
+        return RunOutcome(done.path, config.seed, (), time.monotonic() - t0, error)
+    return _judge(done, verdict, config.seed, time.monotonic() - t0)
+
+
+def run_view(verdict: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    """One run's verdict out of a verification of several runs, in the
+    shape of a verification of that run alone (``verdict``, ``checks``):
+    the checks its row names as failed are the invalid ones when the run is
+    invalid (or cannot be verified); an unknown run's undecided checks stay
+    undecided.  A run the verdict has no row for has no verdict."""
+    target = path.resolve()
+    row = next(
+        (r for r in verdict.get("runs") or () if Path(str(r.get("path"))).resolve() == target),
+        None,
+    )
+    if row is None:
+        return {"verdict": None, "checks": {}, "missing": True}
+    failed = [str(name) for name in row.get("failed") or ()]
+    fired = row.get("verdict") in ("invalid", "cannot-verify")
+    return {
+        "verdict": row.get("verdict"),
+        "checks": {name: {"valid": False if fired else None} for name in failed},
+    }
+
+
+async def _clean_runs_together(
+    configs: Sequence[tuple[Recipe, RunConfig]],
+    verify_together: BatchVerifier,
+    run: RunFn,
+    timeout: Callable[[Recipe], float],
+    say: Callable[[str], None],
+) -> list[BugResult]:
+    """The clean runs one after the other, then verified together in one
+    job (its time shared out among them): as many verdicts as one job per
+    run gives, at the cost of one job."""
+    done: list[tuple[Recipe, RunConfig, RunResult | RunOutcome, float]] = []
+    for i, (recipe, config) in enumerate(configs):
+        say(f"clean run {i + 1}/{len(configs)} ({recipe.describe()})")
+        t0 = time.monotonic()
+        result = await _execute(config, run, timeout(recipe))
+        done.append((recipe, config, result, time.monotonic() - t0))
+        if isinstance(result, RunOutcome):
+            say(f"clean run {i + 1}: {_outcome_text(result)}")
+        else:
+            say(f"clean run {i + 1}: ran ({result.path})")
+    paths = [r.path for _, _, r, _ in done if isinstance(r, RunResult)]
+    verdict: Mapping[str, Any] = {}
+    error: str | None = None
+    share = 0.0
+    if paths:
+        say(f"verifying the {len(paths)} clean run(s) together")
+        t0 = time.monotonic()
+        try:
+            verdict = verify_together(paths)
+        except Exception as exc:  # every run then says so
+            error = f"verification: {type(exc).__name__}: {exc}"
+        share = (time.monotonic() - t0) / len(paths)
+    out: list[BugResult] = []
+    for i, (recipe, config, result, seconds) in enumerate(done):
+        assert config.seed is not None
+        if isinstance(result, RunOutcome):
+            outcome = result
+        elif error is not None:
+            outcome = RunOutcome(result.path, config.seed, (), seconds + share, error)
+        else:
+            view = run_view(verdict, result.path)
+            if view.get("missing"):
+                missing = "the verification has no verdict for it"
+                outcome = RunOutcome(result.path, config.seed, (), seconds + share, missing)
+            else:
+                outcome = _judge(result, view, config.seed, seconds + share)
+        if not isinstance(result, RunOutcome):
+            say(f"clean run {i + 1}: {_outcome_text(outcome)}")
+        out.append(BugResult(None, recipe, (outcome,)))
+    return out
 
 
 async def run_catalogue(
@@ -771,12 +866,15 @@ async def run_catalogue(
     progress: Callable[[str], None] | None = None,
     run: RunFn = run_chaos,
     recipes: Mapping[Bug, Recipe] = RECIPES,
+    verify_together: BatchVerifier | None = None,
 ) -> Catalogue:
     """Run each bug's recipe with the bug on, up to ``runs`` times (default:
     the recipe's budget), stopping at the first run where a check fires;
     then ``clean_runs`` runs with no bug, over the distinct recipes of
     ``bugs`` in turn.  ``runs=0`` runs no bug, only the clean runs (of
-    every chosen bug's recipe).  Every run is verified with ``verifier``."""
+    every chosen bug's recipe).  Every run is verified with ``verifier``;
+    with ``verify_together``, the clean runs are instead verified in one
+    job after the last of them."""
     chosen = sorted(set(bugs), key=bug_order)
     missing = [b.id for b in chosen if b not in recipes]
     if missing:
@@ -820,15 +918,22 @@ async def run_catalogue(
 
     clean: list[BugResult] = []
     plain = _clean_recipes(chosen, recipes)
-    for i in range(clean_runs if plain else 0):
-        recipe = plain[i % len(plain)]
-        config = recipe.config(
-            name="catalogue-clean",
-            bugs=frozenset(),
-            seed=_run_seed(base, "clean", i),
-            runs_dir=runs_dir,
-            backend=backend,
+    configs = [
+        (
+            plain[i % len(plain)],
+            plain[i % len(plain)].config(
+                name="catalogue-clean",
+                bugs=frozenset(),
+                seed=_run_seed(base, "clean", i),
+                runs_dir=runs_dir,
+                backend=backend,
+            ),
         )
+        for i in range(clean_runs if plain else 0)
+    ]
+    if verify_together is not None:
+        clean = await _clean_runs_together(configs, verify_together, run, timeout, say)
+    for i, (recipe, config) in enumerate(configs if verify_together is None else ()):
         say(f"clean run {i + 1}/{clean_runs} ({recipe.describe()})")
         outcome = await _one_run(config, verifier, run, timeout(recipe))
         say(f"clean run {i + 1}: {_outcome_text(outcome)}")

@@ -25,6 +25,7 @@ cluster, not the driver.  The same code runs on ``local[*]`` and under
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -249,6 +250,24 @@ def verify_runs(
         if progress is not None:
             progress(f"{time.monotonic() - t0:6.1f}s  {message}")
 
+    # What the verification caches is freed however it ends: a session
+    # kept warm across runs (kq chaos catalogue) must not keep a failed
+    # verification's frames.
+    with contextlib.ExitStack() as held:
+        return _verify_held(spark, runs, opts, say, unreadable, t0, held)
+
+
+def _verify_held(
+    spark: SparkSession,
+    runs: Sequence[RunInput],
+    opts: VerifyOptions,
+    say: Callable[[str], None],
+    unreadable: Sequence[Unreadable],
+    t0: float,
+    held: contextlib.ExitStack,
+) -> Verification:
+    """:func:`verify_runs`' work; every frame it caches is unpersisted by
+    ``held``."""
     models = {r.name: r.model for r in runs}
     if master_of(spark).startswith("local"):
         # On a cluster the submitter sets the width; locally the default is
@@ -262,8 +281,10 @@ def verify_runs(
 
     say(f"reading {len(runs)} run(s)")
     history = load_history(spark, runs).persist(StorageLevel.MEMORY_AND_DISK)
+    held.callback(history.unpersist)
     paired = pair_ops(history)
     ops = paired.ops.persist(StorageLevel.MEMORY_AND_DISK)
+    held.callback(ops.unpersist)
     problems = history_problems(history).unionByName(paired.problems)
 
     say("checking well-formedness")
@@ -309,6 +330,7 @@ def verify_runs(
         # The sends' and polls' records, parsed from the ops' JSON once for
         # every queue check and the report's consumer lag.
         records = queue_records(queue_ops)
+        held.callback(records.unpersist)
         for result in check_queue_runs(
             queue_ops, history.where(in_queue), folders, records=records
         ):
@@ -373,10 +395,6 @@ def verify_runs(
     tmp = verdict_path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(verdict, indent=2, default=str) + "\n")
     tmp.replace(verdict_path)
-    if records is not None:
-        records.unpersist()
-    ops.unpersist()
-    history.unpersist()
     return Verification(verdict, verdict_path, report_path, ordered)
 
 

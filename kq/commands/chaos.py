@@ -17,7 +17,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -395,6 +395,13 @@ def register(subparsers: Subparsers) -> None:
         help="runs with no bug, over the chosen bugs' recipes in turn (default: %(default)s)",
     )
     catalogue.add_argument(
+        "--verify-clean-together",
+        action="store_true",
+        help="verify the clean runs in one Spark job after the last of them, instead of one "
+        "job per run (faster for many clean runs; the verification goes to "
+        "verify-clean-<time>/ beside the run folders)",
+    )
+    catalogue.add_argument(
         "--backend",
         choices=sorted(BACKENDS),
         default="local",
@@ -609,6 +616,18 @@ class SparkVerifier:
             self._spark = spark_session(self._master)
         return verify(self._spark, [path], VerifyOptions()).verdict
 
+    def together(self, paths: Sequence[Path]) -> Mapping[str, Any]:
+        """The same job on several run folders at once (one verdict row per
+        run), written to ``verify-clean-<UTC time>/`` beside them."""
+        from spark_verify.job import VerifyOptions, verify
+        from spark_verify.session import spark_session
+
+        if self._spark is None:
+            self._spark = spark_session(self._master)
+        stamp = datetime.now(UTC).strftime("verify-clean-%Y%m%dT%H%M%SZ")
+        out = paths[0].parent / stamp if paths else None
+        return verify(self._spark, list(paths), VerifyOptions(out=out)).verdict
+
     def close(self) -> None:
         if self._spark is not None:
             self._spark.stop()
@@ -647,6 +666,7 @@ def _catalogue(args: argparse.Namespace) -> int:
                 runs_dir=args.runs_dir,
                 seed=args.seed,
                 progress=None if args.json else lambda line: print(line, flush=True),
+                verify_together=verifier.together if args.verify_clean_together else None,
             )
         )
     except ValueError as exc:  # a backend that cannot run a recipe

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,7 @@ class FakeCluster:
         self.final_fails = final_fails
         self.configs: list[RunConfig] = []
         self.active_during_runs: list[frozenset[Bug]] = []
+        self.verified: list[Path] = []
 
     def key(self, config: RunConfig) -> str:
         return ",".join(sorted(b.id for b in config.bugs)) or "clean"
@@ -107,6 +108,7 @@ class FakeCluster:
         )
 
     def verify(self, path: Path) -> Mapping[str, Any]:
+        self.verified.append(path)
         key = (path / "key").read_text()
         queue = self.fires.get(key, [])
         fired = queue.pop(0) if queue else ()
@@ -196,6 +198,57 @@ def test_runs_zero_makes_only_the_clean_runs_of_the_chosen_recipes(tmp_path: Pat
     assert "bugs caught" not in text and "3/3 clean runs clean" in text
     with pytest.raises(ValueError, match="runs must not be negative, got -1"):
         _run(cluster, chosen, runs=-1)
+
+
+def test_clean_runs_verified_together_give_each_run_its_own_verdict(tmp_path: Path) -> None:
+    """One job verifies every clean run after the last: each run's outcome is
+    its own row's (valid: clean; invalid: a false alarm naming its checks;
+    unknown, or no row: no verdict), and a run that did not complete is not
+    verified."""
+    cluster = FakeCluster(tmp_path, {})
+    batches: list[list[Path]] = []
+    rows = {
+        "run-1": ("valid", []),
+        "run-2": ("invalid", ["no-loss", "duplicate"]),
+        "run-3": ("unknown", ["no-loss"]),
+    }
+
+    def together(paths: Sequence[Path]) -> Mapping[str, Any]:
+        batches.append(list(paths))
+        assert cluster.verified == []  # no run verified alone
+        return {
+            "verdict": "invalid",
+            "runs": [
+                {"path": str(p), "verdict": rows[p.name][0], "failed": rows[p.name][1]}
+                for p in paths
+                if p.name in rows
+            ],
+        }
+
+    result = _run(cluster, [Bug.NO_DEDUP_WINDOW], runs=0, clean_runs=4, verify_together=together)
+    assert [len(b) for b in batches] == [4]
+    statuses = [c.status for c in result.clean]
+    assert statuses == ["clean", "FALSE ALARM", "NO VERDICT", "NO VERDICT"]
+    assert result.clean[1].fired == ("no-loss", "duplicate")
+    assert result.clean[2].runs[0].error == "the verdict is unknown"
+    assert result.clean[3].runs[0].error == "the verification has no verdict for it"
+    assert not result.ok
+
+    # A run that did not complete gives nothing to verify; a failed job
+    # leaves every run without a verdict.
+    cluster = FakeCluster(tmp_path / "again", {}, incomplete=frozenset({"clean"}))
+    (tmp_path / "again").mkdir()
+    result = _run(cluster, [Bug.NO_DEDUP_WINDOW], runs=0, clean_runs=2, verify_together=together)
+    assert [c.status for c in result.clean] == ["NO VERDICT", "NO VERDICT"]
+    assert len(batches) == 1
+
+    def broken(paths: Sequence[Path]) -> Mapping[str, Any]:
+        raise RuntimeError("no Java")
+
+    cluster = FakeCluster(tmp_path / "broken", {})
+    (tmp_path / "broken").mkdir()
+    result = _run(cluster, [Bug.NO_DEDUP_WINDOW], runs=0, clean_runs=2, verify_together=broken)
+    assert {c.runs[0].error for c in result.clean} == {"verification: RuntimeError: no Java"}
 
 
 def test_a_clean_run_where_a_check_fires_is_a_false_alarm(tmp_path: Path) -> None:

@@ -187,3 +187,48 @@ def test_check_queue_runs_without_final_reads_is_unknown(
     assert results["no-loss"].valid == "unknown"
     assert results["no-loss"].detail["undecided"] == ["nofinal"]
     assert all(c.valid is True for n, c in results.items() if n != "no-loss")
+
+
+def _cached_rdds(spark: SparkSession) -> int:
+    return int(spark.sparkContext._jsc.getPersistentRDDs().size())  # type: ignore[union-attr]
+
+
+def test_a_verification_frees_what_it_cached_also_when_it_fails(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session kept warm across runs (kq chaos catalogue) must not keep a
+    failed verification's history, ops and queue records."""
+    run = write_run(tmp_path, "bad", planted().ops)
+    before = _cached_rdds(spark)
+    verify(spark, [run], VerifyOptions(out=tmp_path / "ok", report=False))
+    assert _cached_rdds(spark) == before
+
+    def boom(*args: Any, **kwargs: Any) -> Any:
+        # After the history, the ops and the queue records are cached.
+        assert _cached_rdds(spark) > before
+        raise RuntimeError("a check failed")
+
+    monkeypatch.setattr("spark_verify.job.check_partition_runs", boom)
+    with pytest.raises(RuntimeError, match="a check failed"):
+        verify(spark, [run], VerifyOptions(out=tmp_path / "failed", report=False))
+    assert _cached_rdds(spark) == before
+
+
+def test_the_catalogue_verifies_clean_runs_together_each_with_its_verdict(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """``kq chaos catalogue --verify-clean-together``: one job over the clean
+    runs; each run's outcome read from its own row."""
+    from chaos.catalogue import fired_checks, run_view
+    from kq.commands.chaos import SparkVerifier
+
+    clean = write_run(tmp_path, "clean", simulated(3, None))
+    bad = write_run(tmp_path, "bad", planted().ops)
+    verifier = SparkVerifier()  # finds the session already running
+    verdict = verifier.together([clean, bad])
+    assert sorted(tmp_path.glob("verify-clean-*/verdict.json")) != []
+    assert fired_checks(run_view(verdict, clean), None) == ()
+    assert run_view(verdict, clean)["verdict"] == "valid"
+    fired = fired_checks(run_view(verdict, bad), None)
+    assert {"no-loss", "G1a"} <= set(fired) and "int-send-skip" not in fired
+    assert run_view(verdict, tmp_path / "elsewhere")["missing"] is True

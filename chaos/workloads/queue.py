@@ -113,6 +113,11 @@ class RecordOutcome:
     error: str | None = None
 
 
+def _read_late_error(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 def record_outcome(
     future: asyncio.Future[Any] | None, error: BaseException | None = None
 ) -> RecordOutcome:
@@ -127,6 +132,10 @@ def record_outcome(
         name = error.name if isinstance(error, BrokerClientError) else type(error).__name__
         return RecordOutcome("fail", error=error_word(name))
     if not future.done():
+        # The op ends here, unknown; whatever the record's fate (the final
+        # reads decide it), its late error is read so that asyncio does not
+        # report it as never retrieved when the retired producer is closed.
+        future.add_done_callback(_read_late_error)
         return RecordOutcome("info", error="timeout")
     if future.cancelled():
         return RecordOutcome("info", error="timeout")

@@ -6,6 +6,7 @@ lost, moved or inconsistent record, and the run config's refusals."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,6 +109,24 @@ def test_ok_records_and_the_other_endings() -> None:
         assert record_outcome(pending) == RecordOutcome("info", None, "timeout")
     finally:
         loop.close()
+
+
+def test_a_record_given_up_on_fails_later_without_a_never_retrieved_report() -> None:
+    """The op ended ``info`` at its deadline; the retired producer's forced
+    close fails the record later, and nobody is left to read that error."""
+    reported: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: reported.append(ctx))
+        late: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        assert record_outcome(late) == RecordOutcome("info", None, "timeout")
+        late.set_exception(_delivery("FORCE_CLOSED", -1, Outcome.INFO))
+        await asyncio.sleep(0)  # the done callbacks run
+        del late
+        gc.collect()
+
+    asyncio.run(scenario())
+    assert reported == []
 
 
 def test_send_outcome() -> None:

@@ -476,10 +476,20 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B14": Recipe(  # recovery-skips-crc
         "queue",
-        ("power-loss-partition-leader", "power-loss"),
-        ("inconsistent-offsets", *_LOSS),
-        note="needs a torn or corrupted segment tail (a power loss fault or a bit flip); "
-        "a clean kill leaves whole batches",
+        ("torn-power-loss-partition-leader",),
+        ("replica-divergence", "unseen", "no-loss"),
+        rate=60.0,
+        concurrency=4,
+        time_limit_s=30.0,
+        note="a torn tail: partition leaders lose power and come back with a random "
+        "prefix of their unsynced segment tails, some sectors of it zeroed (each loss tears "
+        "every partition the broker holds).  A correct recovery cuts at the first damaged "
+        "batch; the bug keeps the batch whose header survived and whose records did not, "
+        "at offsets its replica then fetches past: the exports show that replica differing "
+        "from the others below the HW, and once it leads, consumers refuse the batch's CRC "
+        "and cannot poll past it.  A plain power loss leaves only whole synced batches, "
+        "with nothing damaged for the CRC to catch",
+        **_ONE_CONTROLLER,
     ),
     "B15": Recipe(  # retention-above-hw
         "queue",
@@ -513,10 +523,26 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "R2": Recipe(  # no-divergence-check
         "queue",
-        ("power-loss-partition-leader", "kill-partition-leader"),
-        ("inconsistent-offsets", *_LOSS),
-        note="KIP-101's second scenario: replicas lose unsynced tails and come back in the "
-        "other order; without the epoch check a follower keeps a divergent tail",
+        ("isolate-one",),
+        ("replica-divergence", "inconsistent-offsets", "no-loss"),
+        rate=50.0,
+        concurrency=6,
+        partitions=3,
+        note="a divergent tail the epoch check must cut: a partition leader cut off from "
+        "every other node (the clients still reach it) appends the sends it gets in its "
+        "epoch, which no follower fetches, while the controllers fence it and elect a "
+        "follower, which with the other one still makes min ISR 2 and appends other records "
+        "at those offsets in the next epoch (with two replicas it could not); healed, "
+        "the old leader fetches with its last epoch, and without the check the new leader "
+        "serves it from its log end, so it keeps the old tail under the HW.  KIP-101's "
+        "second scenario itself (both replicas losing unsynced tails, the one with less "
+        "back first) needs min ISR 1 and two power losses within one session, and "
+        "power-loss runs, whose plain kills drop the unsynced tails too, never made a "
+        "divergent tail (docs/verification.md)",
+        time_limit_s=40.0,
+        fault_interval_s=10.0,
+        fault_period_s=30.0,
+        **_ONE_CONTROLLER,
     ),
     "R9": Recipe(  # no-elr
         "queue",

@@ -259,15 +259,14 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     "Q3": Recipe(  # forget-vote
         "register",
         ("kill", "kill-leader"),
-        ("single-leader", "log-agreement"),
-        note="a voter killed after voting votes again in the same epoch once restarted: "
-        "Q2's split elections (leaders killed in a quorum of five) with voters killed too. "
-        "Still a finding: a candidate asks a voter again only if it never answered, a "
-        "voter that granted learns the winner within a round trip (and a restarted voter "
-        "that knows the epoch's leader grants nothing), and a candidacy ends within two "
-        "election timeouts (0.3 to 0.6 s) while a restart takes about a second, so the "
-        "voter must die between the two candidates' requests, milliseconds apart, and be "
-        "back before either gives up",
+        ("vote-durability",),
+        note="voters and leaders killed in a quorum of five, each back in the epoch it "
+        "voted in (a leader voted for itself): vote-durability finds each start that "
+        "restored that epoch without the vote, and the stored states without theirs. A "
+        "second vote in the same epoch (single-leader) stays rare: a candidate asks a voter "
+        "again only if it never answered, a voter that granted learns the winner within a "
+        "round trip, and a candidacy ends within two election timeouts while a restart "
+        "takes about a second",
         controllers=5,
         time_limit_s=30.0,
         fault_interval_s=1.5,

@@ -323,20 +323,28 @@ def topic_min_isr(image: MetadataImage, topic_name: str) -> int:
 
 def topic_replica_config(image: MetadataImage, topic_name: str, broker_id: int) -> ReplicaConfig:
     """The replica's configs: the topic's effective ``min.insync.replicas``
-    (:func:`topic_min_isr`) and the broker's ``replica.lag.time.max.ms``."""
+    (:func:`topic_min_isr`) and the broker's ``replica.lag.time.max.ms`` and
+    ``replica.fetch.max.bytes``."""
     min_isr = topic_min_isr(image, topic_name)
-    lag = resolve(
-        "replica.lag.time.max.ms",
+    return ReplicaConfig(
+        replica_lag_time_max_ms=_broker_int(image, broker_id, "replica.lag.time.max.ms"),
+        min_insync_replicas=min_isr,
+        replica_fetch_max_bytes=_broker_int(image, broker_id, "replica.fetch.max.bytes"),
+    )
+
+
+def _broker_int(image: MetadataImage, broker_id: int, name: str) -> int:
+    """A broker config's value for ``broker_id``: its own, else the
+    cluster's, else the default."""
+    found = resolve(
+        name,
         broker=image.config((int(ResourceType.BROKER), str(broker_id))),
         cluster=image.config((int(ResourceType.CLUSTER), "")),
     )
     try:
-        lag_ms = int(validate(ResourceType.CLUSTER, "", "replica.lag.time.max.ms", lag.value))
+        return int(validate(ResourceType.CLUSTER, "", name, found.value))
     except ApiError as error:
-        raise TopicConfigError(
-            f"replica.lag.time.max.ms={lag.value!r} is not valid: {error}"
-        ) from None
-    return ReplicaConfig(replica_lag_time_max_ms=lag_ms, min_insync_replicas=min_isr)
+        raise TopicConfigError(f"{name}={found.value!r} is not valid: {error}") from None
 
 
 def _stray_name(log_dir: LogDirectory, name: str, topic_id: str) -> str:

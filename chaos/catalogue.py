@@ -110,6 +110,8 @@ class Recipe:
     retention_bytes: int | None = None
     segment_bytes: int | None = None
     record_keys: int = 0
+    # The cluster's replica.fetch.max.bytes (QueueOptions); None: Kafka's.
+    replica_fetch_max_bytes: int | None = None
 
     def describe(self) -> str:
         """One line for a table: workload, faults, flags, time and budget."""
@@ -149,6 +151,7 @@ class Recipe:
             retention_bytes=self.retention_bytes,
             segment_bytes=self.segment_bytes,
             record_keys=self.record_keys,
+            replica_fetch_max_bytes=self.replica_fetch_max_bytes,
         )
 
     def config(
@@ -347,7 +350,11 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         note="KAFKA-7128: a follower back in the ISR before it reached the epoch start, "
         "then elected: a follower cut off leaves the ISR and catches up after the heal "
         "while preferred elections (every 0.25 to 0.75 s) give the partition new leaders "
-        "whose HW lags the old one's, and may elect the follower once it is back",
+        "whose HW lags the old one's, and may elect the follower once it is back. "
+        "replica.fetch.max.bytes 1 (one batch a fetch, KIP-74): the follower back from "
+        "the cut catches up over many fetches, so it can be re-admitted with its log end "
+        "between the new leader's HW and that leader's epoch start",
+        replica_fetch_max_bytes=1,
         **_FAST_ELECTIONS,
     ),
     "B5": Recipe(  # hw-at-leader-leo

@@ -363,6 +363,18 @@ _define(
     _BROKER,
     minimum=1,
 )
+# The bytes a follower asks of each partition in one fetch; the leader
+# still answers at least one whole batch past it (KafkaConfig
+# replica.fetch.max.bytes, FetchRequest v3+ per-partition max bytes, KIP-74).
+_define(
+    "replica.fetch.max.bytes",
+    _I,
+    "1048576",
+    "The bytes a follower fetches of each partition in one request (at least one batch is"
+    " always returned, even a larger one).",
+    _BROKER,
+    minimum=1,
+)
 
 # Controller-side configs: one value for the whole cluster.  (The broker
 # session and heartbeat timing are static settings of the controllers,

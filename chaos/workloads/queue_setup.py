@@ -63,6 +63,9 @@ class QueueOptions:
     retention_bytes: int | None = None
     segment_bytes: int | None = None
     record_keys: int = 0
+    # The cluster's replica.fetch.max.bytes (None: Kafka's 1 MiB): small, a
+    # follower back from a cut catches up over many fetches, not one.
+    replica_fetch_max_bytes: int | None = None
 
     def check(self) -> None:
         """:class:`ValueError` naming the first bad option."""
@@ -96,6 +99,10 @@ class QueueOptions:
             value = getattr(self, what)
             if value is not None and value < -1:
                 raise ValueError(f"{what} must be -1 (no limit) or more, got {value}")
+        if self.replica_fetch_max_bytes is not None and self.replica_fetch_max_bytes < 1:
+            raise ValueError(
+                f"replica_fetch_max_bytes must be at least 1, got {self.replica_fetch_max_bytes}"
+            )
         # metadata.configs: segment.bytes is at least one record's overhead.
         if self.segment_bytes is not None and self.segment_bytes < 14:
             raise ValueError(f"segment_bytes must be at least 14, got {self.segment_bytes}")
@@ -141,6 +148,7 @@ class QueueOptions:
             ("--retention-ms", self.retention_ms),
             ("--retention-bytes", self.retention_bytes),
             ("--segment-bytes", self.segment_bytes),
+            ("--replica-fetch-max-bytes", self.replica_fetch_max_bytes),
         ):
             if value is not None:
                 out += f" {flag} {value}"
@@ -168,6 +176,7 @@ class QueueOptions:
             "retention_bytes": self.retention_bytes,
             "segment_bytes": self.segment_bytes,
             "record_keys": self.record_keys,
+            "replica_fetch_max_bytes": self.replica_fetch_max_bytes,
         }
 
 
@@ -177,20 +186,18 @@ async def _prepare(
     credentials: grpc.ChannelCredentials | None,
     timeout_s: float = 60.0,
 ) -> None:
-    """Set ``replica.lag.time.max.ms``, create the topics and wait until
-    each partition has a leader and a full ISR."""
+    """Set ``replica.lag.time.max.ms`` (and ``replica.fetch.max.bytes`` if
+    given), create the topics and wait until each partition has a leader and
+    a full ISR."""
     client = MetadataClient(list(controllers.values()), timeout_s=10.0, credentials=credentials)
     try:
-        answer = await client.alter_configs(
-            {
-                ConfigResource.cluster(): [
-                    ConfigOp("replica.lag.time.max.ms", str(options.replica_lag_ms))
-                ]
-            }
-        )
+        ops = [ConfigOp("replica.lag.time.max.ms", str(options.replica_lag_ms))]
+        if options.replica_fetch_max_bytes is not None:
+            ops.append(ConfigOp("replica.fetch.max.bytes", str(options.replica_fetch_max_bytes)))
+        answer = await client.alter_configs({ConfigResource.cluster(): ops})
         bad = [r for r in answer.results if r.error != 0]
         if bad:
-            raise RuntimeError(f"setting replica.lag.time.max.ms failed: {bad}")
+            raise RuntimeError(f"setting the cluster's replica configs failed: {bad}")
         keymap = options.keymap
         created = await client.create_topics(
             [

@@ -270,6 +270,14 @@ def register(subparsers: Subparsers) -> None:
         help="queue workload: the final polls' deadline (default: %(default)s)",
     )
     run.add_argument(
+        "--replica-fetch-max-bytes",
+        type=_positive_int,
+        default=None,
+        metavar="BYTES",
+        help="queue workload: the cluster's replica.fetch.max.bytes for the run (default: "
+        "Kafka's 1 MiB); small, a follower back from a cut catches up over many fetches",
+    )
+    run.add_argument(
         "--replica-lag-ms",
         type=_positive_int,
         default=queue.replica_lag_ms,
@@ -503,6 +511,7 @@ def _run(args: argparse.Namespace) -> int:
             retention_bytes=args.retention_bytes,
             segment_bytes=args.segment_bytes,
             record_keys=args.record_keys,
+            replica_fetch_max_bytes=args.replica_fetch_max_bytes,
         ),
     )
     try:

@@ -314,3 +314,18 @@ def test_min_isr_is_the_topics_else_the_clusters_never_the_brokers() -> None:
     md.step(topic_config("a", "min.insync.replicas", "0"))
     with pytest.raises(TopicConfigError, match="min.insync.replicas='0'"):
         topic_min_isr(md.image, "a")
+
+
+def test_replica_fetch_max_bytes_is_the_brokers_else_the_clusters_else_kafkas() -> None:
+    """``replica.fetch.max.bytes`` (KafkaConfig): the bytes a follower asks
+    of each partition in one fetch, 1 MiB unless set."""
+    md = Metadata(*topic("a", "id-a", (1, 2)))
+    assert topic_replica_config(md.image, "a", 1).replica_fetch_max_bytes == 1 << 20
+    md.step(ConfigRecord(0, "", "replica.fetch.max.bytes", "4096"))
+    assert topic_replica_config(md.image, "a", 1).replica_fetch_max_bytes == 4096
+    md.step(ConfigRecord(BROKER_RESOURCE, "2", "replica.fetch.max.bytes", "512"))
+    assert topic_replica_config(md.image, "a", 2).replica_fetch_max_bytes == 512
+    assert topic_replica_config(md.image, "a", 1).replica_fetch_max_bytes == 4096
+    md.step(ConfigRecord(0, "", "replica.fetch.max.bytes", "0"))
+    with pytest.raises(TopicConfigError, match="replica.fetch.max.bytes='0'"):
+        topic_replica_config(md.image, "a", 1)

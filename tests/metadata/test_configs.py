@@ -77,6 +77,7 @@ KAFKA_DEFAULTS = [
     ("leader.imbalance.check.interval.seconds", ConfigType.LONG, "300"),
     ("leader.imbalance.per.broker.percentage", ConfigType.INT, "10"),
     ("replica.lag.time.max.ms", ConfigType.LONG, "30000"),
+    ("replica.fetch.max.bytes", ConfigType.INT, "1048576"),
 ]
 
 

@@ -9,10 +9,8 @@ leader alone before the kill."""
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -35,18 +33,13 @@ from chaos.runner import (
     RunConfig,
     _Nemesis,
     expand_nemesis,
-    run_chaos,
     storage_environment,
 )
-from chaos.workloads.queue_setup import QueueOptions
 from history.files import HistoryWriter, read_history
 from history.ops import NEMESIS
-from history.runs import RunDir
 from server.storage_mode import LOSE_UNSYNCED_VARIABLE
 from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
-
-NODES = [1, 2, 3, 4, 5, 6]  # controllers 1-3, brokers 4-6
-
+from tests.chaos.strand_fakes import NODES, RecordingBackend, run_local_strand, run_strand_plan
 
 # -- the groups ------------------------------------------------------------------------
 
@@ -171,38 +164,11 @@ def test_a_strand_is_exempt_from_keep_majority_as_the_controllers_reach_every_no
 # -- the runner ----------------------------------------------------------------------------
 
 
-class _Backend:
-    """Records what the nemesis does; the controllers are 1-3."""
-
-    nodes = NODES
-
-    def __init__(self) -> None:
-        self.done: list[tuple[str, Any]] = []
-
-    def addresses(self) -> dict[int, str]:
-        return {1: "a", 2: "b", 3: "c"}
-
-    async def kill(self, node: int) -> None:
-        self.done.append(("kill", node))
-
-    async def restart(self, node: int) -> None:
-        self.done.append(("restart", node))
-
-    async def partition(self, groups: Any) -> None:
-        self.done.append(("partition", groups))
-
-    async def heal(self) -> None:
-        self.done.append(("heal", None))
-
-
 def _run_strand(
     tmp_path: Path, isrs: list[tuple[int, ...]], wait_s: float = 15.0
-) -> tuple[_Backend, _Nemesis, list[tuple[str, Action]]]:
+) -> tuple[RecordingBackend, _Nemesis, list[tuple[str, Action]]]:
     """A strand of partition queue-1 (leader 5, replicas 5, 4, 6) whose ISR
     the controllers report as ``isrs`` in turn (the last one thereafter)."""
-    backend = _Backend()
-    writer = HistoryWriter(tmp_path / "h.jsonl")
-    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
     answers = iter(isrs)
     last: list[tuple[int, ...]] = []
 
@@ -216,25 +182,7 @@ def _run_strand(
             PartitionReplicas("queue-1", 5, (5, 4, 6), last[0]),
         ]
 
-    nemesis.replicas = replicas
-    kind = "strand-power-loss-partition-leader"
-    plan = [
-        Action(0, "partition", kind=kind, target="strand"),
-        Action(3, "kill", kind=kind, target="stranded"),
-        Action(9, "heal"),
-        Action(9, "start", kind=kind, target="partition-leader"),
-    ]
-    out: list[tuple[str, Action]] = []
-
-    nemesis.strand_wait_s = wait_s
-
-    async def main() -> None:
-        for action in plan:
-            out.append(await nemesis.act(action))
-
-    asyncio.run(main())
-    writer.close()
-    return backend, nemesis, out
+    return run_strand_plan(tmp_path, "strand-power-loss-partition-leader", replicas, wait_s)
 
 
 def test_the_runner_strands_the_leader_kills_it_once_the_isr_shrank_then_heals(
@@ -275,7 +223,7 @@ def test_the_runner_kills_after_its_bound_when_the_isr_never_shrinks(tmp_path: P
 
 
 def test_the_runner_skips_a_strand_with_no_follower_in_any_isr(tmp_path: Path) -> None:
-    backend = _Backend()
+    backend = RecordingBackend()
     writer = HistoryWriter(tmp_path / "h.jsonl")
     nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
 
@@ -309,40 +257,11 @@ def test_a_local_strand_shrinks_the_isr_to_the_leader_before_killing_it(
 ) -> None:
     need_iptables()
     scratch_tempdir(tmp_path, monkeypatch)
-    config = RunConfig(
-        name="queue-strand",
-        workload="queue",
-        faults=("strand-partition-leader",),
-        time_limit_s=20,
-        rate=20,
-        concurrency=2,
-        seed=3,
-        fault_interval_s=1.5,
-        fault_period_s=10.0,
-        quiet_s=2.0,
-        runs_dir=str(tmp_path / "runs"),
-        queue=QueueOptions(
-            partitions=2,
-            replication_factor=3,
-            min_isr=2,
-            acks="all",
-            final_time_s=30,
-            replica_lag_ms=1_500,
-        ),
-    )
-    result = asyncio.run(asyncio.wait_for(run_chaos(config), 400))
-    assert result.completed, result.error
-    summary = json.loads(RunDir(result.path).summary.read_text())
-    strands = summary["strands"]
-    assert strands, "no strand was carried out"
+    result, strands = run_local_strand(tmp_path, "queue-strand", "strand-partition-leader")
     for s in strands:
         # The controllers' metadata had the ISR down to the leader alone.
         assert s["shrunk"] and s["isr_at_kill"] == [s["leader"]], s
         assert len(s["isr_before"]) >= 2
-    ops = read_history(RunDir(result.path).history)
-    done = [(op.f, (op.value or {}).get("kind")) for op in ops if op.process == NEMESIS]
-    kind = "strand-partition-leader"
-    assert ("partition", kind) in done and ("kill", kind) in done and ("start", kind) in done
     # A correct build loses nothing: an eligible follower leads while the
     # stranded leader is down.
     assert result.recovered and result.final_ok, result.final_check

@@ -8,11 +8,9 @@ real local run."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -32,17 +30,15 @@ from chaos.runner import (
     RunConfig,
     _Nemesis,
     expand_nemesis,
-    run_chaos,
     storage_environment,
 )
-from chaos.workloads.queue_setup import QueueOptions
-from history.files import HistoryWriter, read_history
+from history.files import read_history
 from history.ops import NEMESIS
 from history.runs import RunDir
 from server.storage_mode import LOSE_UNSYNCED_VARIABLE
 from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
+from tests.chaos.strand_fakes import NODES, RecordingBackend, run_local_strand, run_strand_plan
 
-NODES = [1, 2, 3, 4, 5, 6]  # controllers 1-3, brokers 4-6
 KIND = STRAND_ISOLATED_KIND
 
 
@@ -71,39 +67,12 @@ def test_its_schedule_is_a_strands_partition_kill_heal_and_start() -> None:
             assert actions[i - 1].f == "heal"
 
 
-class _Backend:
-    """Records what the nemesis does; the controllers are 1-3."""
-
-    nodes = NODES
-
-    def __init__(self) -> None:
-        self.done: list[tuple[str, Any]] = []
-
-    def addresses(self) -> dict[int, str]:
-        return {1: "a", 2: "b", 3: "c"}
-
-    async def kill(self, node: int) -> None:
-        self.done.append(("kill", node))
-
-    async def restart(self, node: int) -> None:
-        self.done.append(("restart", node))
-
-    async def partition(self, groups: Any) -> None:
-        self.done.append(("partition", groups))
-
-    async def heal(self) -> None:
-        self.done.append(("heal", None))
-
-
 def _run(
     tmp_path: Path, leaders: list[int], wait_s: float = 15.0
-) -> tuple[_Backend, _Nemesis, list[tuple[str, Action]]]:
+) -> tuple[RecordingBackend, _Nemesis, list[tuple[str, Action]]]:
     """An isolated strand of queue-1 (leader 5, replicas 5, 4, 6, ISR
     unchanged) whose leader the controllers report as ``leaders`` in turn
     (the last one thereafter)."""
-    backend = _Backend()
-    writer = HistoryWriter(tmp_path / "h.jsonl")
-    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
     answers = iter(leaders)
     last: list[int] = []
 
@@ -116,23 +85,7 @@ def _run(
             PartitionReplicas("queue-1", last[0], (5, 4, 6), (5, 4, 6)),
         ]
 
-    nemesis.replicas = replicas
-    nemesis.strand_wait_s = wait_s
-    plan = [
-        Action(0, "partition", kind=KIND, target="strand"),
-        Action(3, "kill", kind=KIND, target="stranded"),
-        Action(9, "heal"),
-        Action(9, "start", kind=KIND, target="partition-leader"),
-    ]
-    out: list[tuple[str, Action]] = []
-
-    async def main() -> None:
-        for action in plan:
-            out.append(await nemesis.act(action))
-
-    asyncio.run(main())
-    writer.close()
-    return backend, nemesis, out
+    return run_strand_plan(tmp_path, KIND, replicas, wait_s)
 
 
 def test_the_runner_cuts_the_leader_off_from_every_node_and_waits_for_another_leader(
@@ -180,33 +133,8 @@ def test_a_local_isolated_strand_leaves_the_shrink_pending_and_another_leader_el
 ) -> None:
     need_iptables()
     scratch_tempdir(tmp_path, monkeypatch)
-    config = RunConfig(
-        name="queue-strand-isolated",
-        workload="queue",
-        faults=(KIND,),
-        time_limit_s=20,
-        rate=20,
-        concurrency=2,
-        seed=3,
-        fault_interval_s=1.5,
-        fault_period_s=10.0,
-        quiet_s=2.0,
-        runs_dir=str(tmp_path / "runs"),
-        queue=QueueOptions(
-            partitions=2,
-            replication_factor=3,
-            min_isr=2,
-            acks="all",
-            final_time_s=30,
-            replica_lag_ms=1_500,
-        ),
-    )
-    result = asyncio.run(asyncio.wait_for(run_chaos(config), 400))
-    assert result.completed, result.error
+    result, strands = run_local_strand(tmp_path, "queue-strand-isolated", KIND)
     run = RunDir(result.path)
-    summary = json.loads(run.summary.read_text())
-    strands = summary["strands"]
-    assert strands, "no strand was carried out"
     changes = [
         json.loads(line)
         for line in (run.node_dir(1) / "partition_changes.jsonl").read_text().splitlines()
@@ -219,9 +147,6 @@ def test_a_local_isolated_strand_leaves_the_shrink_pending_and_another_leader_el
         topic, partition = s["partition"].rsplit("-", 1)
         mine = [c for c in changes if (c["topic"], c["partition"]) == (topic, int(partition))]
         assert [s["leader"]] not in [c["isr"] for c in mine], mine
-    ops = read_history(run.history)
-    done = [(op.f, (op.value or {}).get("kind")) for op in ops if op.process == NEMESIS]
-    assert ("partition", KIND) in done and ("kill", KIND) in done and ("start", KIND) in done
     # A correct build loses nothing: the HW stayed under the pending shrink,
     # so nothing the cut-off leader took alone was acknowledged or read.
     assert result.recovered and result.final_ok, result.final_check

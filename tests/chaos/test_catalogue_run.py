@@ -1,12 +1,18 @@
-"""The short catalogue CI runs: a bug that surely fires on a real local
-cluster, under its recipe and verified with the Spark job of ``kq chaos
-run --verify``, then one clean run of the same recipe, which must raise
-nothing.  Q1: the quorum's leader commits without a majority; the recipe
-cuts the leader off from the other controllers for 3 to 9 s while the
-register workload's clients still reach it, so it acknowledges writes the
-new leader never gets (linearizable, lost-writes).  (Q4, whose recipe is
-the same, was not caught in two runs here: a finding of the catalogue,
-not a check for CI.)
+"""The short catalogue CI runs: two bugs that surely fire on a real local
+cluster, each under its recipe and verified with the Spark job of ``kq
+chaos run --verify``, then one clean run of each recipe, which must raise
+nothing.
+
+- Q1, in the quorum: the leader commits without a majority; the recipe
+  cuts the leader off from the other controllers for 3 to 9 s while the
+  register workload's clients still reach it, so it acknowledges writes
+  the new leader never gets (linearizable, lost-writes).
+- B1, in the brokers: a replica that becomes a follower truncates to its
+  HW instead of to the leader's end of its epoch (KIP-101); the recipe
+  moves partitions' leadership every fraction of a second (preferred
+  elections) under the queue workload, so a new leader has dropped
+  acknowledged records its followers then drop too (inconsistent-offsets,
+  lost-write, no-loss).
 
 Bounded in time; whatever a run leaves running under its scratch folder
 is stopped by its pid, and then the test fails."""
@@ -32,7 +38,7 @@ from tests.chaos.cluster_scenarios import need_iptables, processes_under, scratc
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark]
 
-SHORT: tuple[Bug, ...] = (Bug.COMMIT_WITHOUT_MAJORITY,)
+SHORT: tuple[Bug, ...] = (Bug.COMMIT_WITHOUT_MAJORITY, Bug.TRUNCATE_TO_HW_ON_BECOME_FOLLOWER)
 
 
 def _stop_leftovers(scratch: Path) -> list[str]:
@@ -62,12 +68,12 @@ def test_the_short_catalogue_catches_its_bugs_and_the_clean_run_raises_nothing(
                     SHORT,
                     verifier,
                     runs=2,
-                    clean_runs=1,
+                    clean_runs=len(SHORT),
                     runs_dir=str(tmp_path / "runs"),
                     seed=16,
                     progress=lines.append,
                 ),
-                1_800,
+                2_700,
             )
         )
     finally:
@@ -80,14 +86,20 @@ def test_the_short_catalogue_catches_its_bugs_and_the_clean_run_raises_nothing(
     q1 = by_bug[Bug.COMMIT_WITHOUT_MAJORITY]
     expected = {"linearizable", "lost-writes", "log-agreement"}
     assert q1.caught and expected & set(q1.fired), "\n".join([table, *lines])
-    (clean,) = result.clean
-    assert clean.bug is None and clean.status == "clean", "\n".join([table, *lines])
+    b1 = by_bug[Bug.TRUNCATE_TO_HW_ON_BECOME_FOLLOWER]
+    expected = {"inconsistent-offsets", "lost-write", "unseen", "no-loss", "truncated-committed"}
+    assert b1.caught and expected & set(b1.fired), "\n".join([table, *lines])
+    # One clean run of each recipe: the register one, then the queue one.
+    assert [c.recipe.workload for c in result.clean] == ["register", "queue"]
+    for clean in result.clean:
+        assert clean.bug is None and clean.status == "clean", "\n".join([table, *lines])
     assert result.ok and result.findings == () and result.false_alarms == ()
-    # Each run was made with its bug, and says so; the clean one with none.
-    for bug, outcome in [(b.bug, run) for b in (q1,) for run in b.runs]:
+    # Each run was made with its bug, and says so; the clean ones with none.
+    for bug, outcome in [(b.bug, run) for b in (q1, b1) for run in b.runs]:
         assert bug is not None and outcome.path is not None
         assert json.loads((outcome.path / "config.json").read_text())["bugs"] == [bug.id]
-    clean_path = clean.runs[0].path
-    assert clean_path is not None
-    assert json.loads((clean_path / "summary.json").read_text())["bugs"] == []
+    for clean in result.clean:
+        clean_path = clean.runs[0].path
+        assert clean_path is not None
+        assert json.loads((clean_path / "summary.json").read_text())["bugs"] == []
     assert list(scratch.iterdir()) == []

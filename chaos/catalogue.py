@@ -353,7 +353,10 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "whose HW lags the old one's, and may elect the follower once it is back. "
         "replica.fetch.max.bytes 1 (one batch a fetch, KIP-74): the follower back from "
         "the cut catches up over many fetches, so it can be re-admitted with its log end "
-        "between the new leader's HW and that leader's epoch start",
+        "between the new leader's HW and that leader's epoch start. A finding so far: "
+        "with the old leader up (moved, not lost) the new leader's HW reaches its epoch "
+        "start within a fetch, so the window needs a leader lost during a follower's "
+        "catch-up and that follower elected at once (docs/verification.md)",
         replica_fetch_max_bytes=1,
         **_FAST_ELECTIONS,
     ),

@@ -43,7 +43,8 @@ controllers' client addresses (the metadata quorum's clients);
 broker is waited for until it is registered again and unfenced.
 
 One local cluster with network faults per host at a time: the addresses and
-DSCP values are the same for every cluster.
+DSCP values are the same for every cluster, so a second one is refused while
+the first runs (:mod:`chaos.host_lock`).
 
 :meth:`LocalCluster.collect` stops the nodes and exports each node's
 committed log and changes (:func:`chaos.node_exports.export_node`).
@@ -65,6 +66,7 @@ from pathlib import Path
 import grpc
 
 from chaos.backend import check_packet, partition_pairs
+from chaos.host_lock import HostLock
 from chaos.netfilter import Netfilter
 from chaos.nfqueue import Delayer, queue_number
 from chaos.node_exports import export_broker, export_node, export_partition_changes
@@ -159,6 +161,8 @@ class LocalCluster:
         self._network_faults = network_faults
         self._start_timeout_s = start_timeout_s
         self._keep_data = keep_data
+        # Held while the cluster runs with network faults (chaos.host_lock).
+        self._host_lock = HostLock(self.directory)
         self._netfilter = Netfilter(f"KQ-CHAOS-{secrets.token_hex(3)}")
         self.queue = queue_number(self._netfilter.tag)
         """The netfilter queue of the cluster's packet delayer."""
@@ -244,6 +248,9 @@ class LocalCluster:
             raise RuntimeError("the cluster was started already")
         try:
             if self._network_faults:
+                # Refused at once while another local cluster's rules could
+                # cut this one's nodes (they share addresses and marks).
+                self._host_lock.acquire()
                 # Before any node connects: NAT is decided on a connection's
                 # first packet.
                 self._netfilter.install({node_dscp(i): self.host(i) for i in self.nodes})
@@ -316,6 +323,7 @@ class LocalCluster:
                     self._netfilter.remove()
             finally:
                 self._stop_delayer()
+                self._host_lock.release()
                 if not self._keep_data:
                     shutil.rmtree(self.directory, ignore_errors=True)
 

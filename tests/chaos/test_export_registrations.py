@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from chaos.node_exports import (
     BROKER_REGISTRATIONS_FILE,
@@ -43,7 +44,7 @@ def _history() -> list[Batch]:
     """Brokers 4 and 5 register (4 at epoch 0, 5 at epoch 1) and are
     unfenced; a topic; 4 is fenced, then registers again at epoch 7 and is
     unfenced; 5 enters controlled shutdown and is unregistered."""
-    records = [
+    records: list[list[Any]] = [
         [_register(4, 0), _register(5, 1)],
         [UnfenceBrokerRecord(4, 0), UnfenceBrokerRecord(5, 1)],
         [TopicRecord("queue", "t1"), PartitionRecord("t1", 0, (4, 5), (4, 5), leader=4)],

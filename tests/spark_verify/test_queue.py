@@ -190,7 +190,7 @@ def test_check_queue_runs_without_final_reads_is_unknown(
 
 
 def _cached_rdds(spark: SparkSession) -> int:
-    return int(spark.sparkContext._jsc.getPersistentRDDs().size())  # type: ignore[union-attr]
+    return int(spark.sparkContext._jsc.getPersistentRDDs().size())
 
 
 def test_a_verification_frees_what_it_cached_also_when_it_fails(

@@ -348,11 +348,20 @@ class QuorumNode:
         self._reads.append((None, future, time.monotonic()))
         self._wakeup.set()
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout_s)
+            return await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             raise ReadTimeoutError(
                 f"could not confirm leadership within {timeout_s:.3f}s"
             ) from None
+        finally:
+            # A read nobody waits for any more (its time ran out, or its
+            # caller was cancelled) is cancelled, and _check_reads drops it.
+            # Left pending, it would later be failed (NotLeaderError at a
+            # leader change, NodeStoppedError at a stop) with nobody to
+            # retrieve the exception, which asyncio reports as "Future
+            # exception was never retrieved".  Unlike a write, a read has no
+            # effect, so abandoning it is always safe.
+            future.cancel()
 
     def resign(self, preferred: Sequence[NodeId] = ()) -> bool:
         ok = self.core.resign(tuple(preferred), self.now_ms())

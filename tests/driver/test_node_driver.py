@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import random
 import threading
@@ -12,10 +13,11 @@ import pytest
 
 from kvstore.state_machine import KvStateMachine, encode_put
 from quorum.driver.node import BusyError, NodeOptions, QuorumNode
-from quorum.driver.raft_client import NotLeaderError, RaftClient
+from quorum.driver.raft_client import NotLeaderError, RaftClient, ReadTimeoutError
 from quorum.memory import MemoryStores
+from quorum.messages import Message
 from quorum.ready import Ready
-from quorum.types import VoterSet
+from quorum.types import Role, VoterSet
 
 
 class TimedStores(MemoryStores):
@@ -129,3 +131,81 @@ def test_the_node_is_a_raft_client_and_refuses_a_submit_for_another_epoch() -> N
             await node.stop(resign=False)
 
     asyncio.run(go())
+
+
+async def _three_nodes(cut: set[int]) -> dict[int, QuorumNode]:
+    """Three in-memory nodes that talk through ``deliver``; a node in
+    ``cut`` neither sends nor receives (a partition of that node)."""
+    nodes: dict[int, QuorumNode] = {}
+
+    def send(msg: Message) -> None:
+        if msg.src not in cut and msg.dst not in cut and msg.dst in nodes:
+            nodes[msg.dst].deliver(msg)
+
+    for i in (1, 2, 3):
+        nodes[i] = QuorumNode(
+            i,
+            VoterSet.of(1, 2, 3),
+            MemoryStores.new(),
+            KvStateMachine(),
+            NodeOptions(),
+            random.Random(i),
+        )
+    for node in nodes.values():
+        node.start(send)
+    return nodes
+
+
+async def _abandoned_read_then_leader_change(leave: str) -> list[dict[str, object]]:
+    """A linearizable read on a leader cut off from its followers, left by
+    its caller (``leave``: its timeout ran out, or it was cancelled) while
+    still pending; then the leader resigns, which fails the read barrier
+    with NotLeaderError.  Returns what reached the loop's exception
+    handler once the abandoned futures were collected."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    cut: set[int] = set()
+    nodes = await _three_nodes(cut)
+    try:
+        deadline = time.monotonic() + 10
+        while not (leaders := [n for n in nodes.values() if n.core.role is Role.LEADER]):
+            assert time.monotonic() < deadline, "no leader elected"
+            await asyncio.sleep(0.01)
+        leader = leaders[0]
+        # A write of the leader's epoch committed, so a read barrier can start.
+        await leader.propose([encode_put("k", b"v")], timeout_s=5)
+        cut.add(leader.node_id)
+        if leave == "timeout":
+            with pytest.raises(ReadTimeoutError):
+                await leader.read_barrier(0.05)
+        else:
+            reader = asyncio.create_task(leader.read_barrier(5))
+            await asyncio.sleep(0.05)
+            assert not reader.done()
+            reader.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await reader
+        assert leader.resign()
+        # The node loop steps the resignation and checks the pending reads.
+        await asyncio.sleep(0.1)
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        for node in nodes.values():
+            await node.stop(resign=False)
+    gc.collect()
+    await asyncio.sleep(0)
+    return reported
+
+
+@pytest.mark.parametrize("leave", ["timeout", "cancel"])
+def test_an_abandoned_read_barrier_leaves_no_unretrieved_exception(leave: str) -> None:
+    # The read's future used to stay in the node's pending reads after its
+    # waiter left (asyncio.shield keeps the inner future alive and, once the
+    # outer one is cancelled, no longer retrieves its result); the leader
+    # change then set NotLeaderError on it and asyncio reported "Future
+    # exception was never retrieved" when it was collected.
+    reported = asyncio.run(_abandoned_read_then_leader_change(leave))
+    messages = [str(c.get("message")) for c in reported]
+    assert not any("never retrieved" in m for m in messages), reported

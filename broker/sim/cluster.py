@@ -869,6 +869,20 @@ class SimCluster:
         self._fault("partition", {"groups": self._isolation_groups(node), "kind": "isolate-one"})
         self.action(f"isolate {node}")
 
+    def sever(self, node: int) -> None:
+        """Cut ``node`` from every other broker, both ways, keeping its links
+        to the controller and the clients (the chaos harness's
+        ``sever-partition-leader``): it keeps its session and learns every
+        election, but no replica fetches from it nor it from one."""
+        for other in self.brokers:
+            if other != node:
+                self.cut.add((node, other))
+                self.cut.add((other, node))
+        rest = [_name(n) for n in [*self.brokers, CONTROLLER] if n != node]
+        groups = [[_name(node), _name(CONTROLLER)], rest]
+        self._fault("partition", {"groups": groups, "kind": "sever-partition-leader"})
+        self.action(f"sever {node}")
+
     def cut_link(self, src: int, dst: int) -> None:
         """A one-way cut: messages from ``src`` to ``dst`` are lost."""
         self.cut.add((src, dst))

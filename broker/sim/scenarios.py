@@ -266,6 +266,45 @@ def r10(s: _Script) -> None:
     s.facts["leader"] = s.c.serving_leader(P)
 
 
+def b2(s: _Script) -> None:
+    """B2 (KIP-279) under a sever, min ISR 2: leader 0 is cut off from the
+    other brokers only (``sever-partition-leader``: it keeps its controller
+    session, so it is not fenced and learns every election) and appends x
+    alone in its epoch; a preferred election moves the partition to 1,
+    which appends y at x's offset and the next (2 fetches them); a second
+    one moves it back to 0, still in the ISR (the lag has not passed),
+    before the heal. 1 and 2 then ask 0 for the end of an epoch it never
+    had; 0 answers with its end of the epoch before, past their own end of
+    it. By the leader's epoch they cut at their own end of that epoch and
+    fetch x; by offset they keep y below 0's x."""
+    s.produce()
+    s.fetch(1, 2)
+    s.fetch(2, 2)
+    start = s.end_offset(0)
+    s.c.sever(0)
+    s.produce(acks=1)
+    s.facts["x"] = (start, s.end_offset(0))
+    s.c.controller.elect(P, 1)
+    s.settle()
+    # More of y than of x: the follower's tail by offset then stays in the
+    # new leader's epoch, its epoch cache consistent, and only the replicas'
+    # records at one offset tell them apart.
+    s.produce(acks=1)
+    s.produce(acks=1)
+    s.fetch(2, 2)
+    s.facts["y"] = (s.end_offset(1), s.end_offset(2))
+    s.c.controller.elect(P, 0)
+    s.settle()
+    s.facts["leader"] = s.c.serving_leader(P)
+    s.c.heal()
+    s.settle()
+    acked = s.produce()
+    s.fetch(1, 4)
+    s.fetch(2, 4)
+    s.facts["acked"] = s.status(acked)
+    s.facts["logs"] = [batches(s.c.brokers[b].logs[P]) for b in (0, 1, 2)]
+
+
 def _wait_for_pending(s: _Script, broker: int, limit_ms: int) -> None:
     """Run events until ``broker``'s replica has an AlterPartition in
     flight (at most ``limit_ms`` of virtual time); its kind and replicas
@@ -396,6 +435,15 @@ SCENARIOS: dict[str, Scenario] = {
             (("replica_lag_time_max_ms", LONG_LAG),),
         ),
         Scenario("R5", r5, 3, 2, Bug.HW_UNDER_MIN_ISR, "consumed-on-leader"),
+        Scenario(
+            "B2",
+            b2,
+            3,
+            2,
+            Bug.TRUNCATE_BY_OFFSET,
+            "replicas-agree",
+            (("replica_lag_time_max_ms", LONG_LAG),),
+        ),
         Scenario("R9", r9, 3, 2, Bug.NO_ELR, "acked-on-leader"),
         Scenario("R10", r10, 3, 2, Bug.IGNORE_MIN_ISR, "acked-on-leader"),
         Scenario(

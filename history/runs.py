@@ -8,6 +8,8 @@
         summary.json           counts, well-formedness, the backend's verdict
         nodes/<id>/log.jsonl       the node's committed log (history.exports)
         nodes/<id>/changes.jsonl   its role, epoch and leader changes
+        nodes/<id>/votes.jsonl, broker_registrations.jsonl, partitions.jsonl, ...
+                               (some runs; history.votes, history.export_formats)
         logs/                  free-form text logs (node output, the harness, a trace)
 
 ``<time>`` is the UTC start, ``YYYYMMDDTHHMMSSZ``, so that names sort by
@@ -20,7 +22,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +33,14 @@ from history.export_files import (
     read_log,
     write_changes,
     write_log,
+)
+from history.export_formats import (
+    BROKER_REGISTRATIONS_FILE,
+    PARTITION_STATE_FILE,
+    PARTITIONS_FILE,
+    read_partition_records,
+    read_partition_states,
+    read_registrations,
 )
 from history.exports import (
     Change,
@@ -48,6 +58,7 @@ from history.files import (
     read_history,
     write_history,
 )
+from history.votes import VOTES_FILE, read_votes
 
 __all__ = [
     "FORMAT_VERSION",
@@ -195,7 +206,10 @@ def find_runs(path: Path) -> list[Path]:
 def check_run(path: str | os.PathLike[str]) -> list[Problem]:
     """Check one run folder: its config, the history's well-formedness (for
     the config's ``model``, requiring nemesis ops if it lists ``faults``),
-    and each node's exports.  Messages name the file."""
+    and each node's exports: its log and changes, its votes and broker
+    registrations where it has them, and each broker's partition records
+    (damaged batches included) and states (``history.export_formats``).
+    Messages name the file (and the line and field)."""
     run = RunDir(Path(path))
     problems: list[Problem] = []
     try:
@@ -212,6 +226,12 @@ def check_run(path: str | os.PathLike[str]) -> list[Problem]:
     if not (isinstance(nodes, list) and all(isinstance(n, int) for n in nodes)):
         problems.append(Problem("run-config", f"nodes must be a list of node ids, got {nodes!r}"))
         nodes = []
+    brokers = config.get("brokers") or []
+    if not (isinstance(brokers, list) and all(isinstance(b, int) for b in brokers)):
+        problems.append(
+            Problem("run-config", f"brokers must be a list of broker ids, got {brokers!r}")
+        )
+        brokers = []
     model = config.get("model")
     if model is not None and not isinstance(model, str):
         problems.append(Problem("run-config", f"model must be a string, got {model!r}"))
@@ -245,4 +265,55 @@ def check_run(path: str | os.PathLike[str]) -> list[Problem]:
                 continue
             for p in check(items, node):
                 problems.append(Problem(p.kind, f"{rel} line {(p.index or 0) + 1}: {p.message}"))
+        problems.extend(_check_optional_exports(run, node, _NODE_EXPORTS))
+    for broker in brokers:
+        problems.extend(_check_optional_exports(run, broker, _BROKER_EXPORTS))
+    return problems
+
+
+_Reader = Callable[[Path], list[dict[str, Any]]]
+
+_NODE_EXPORTS: Final[tuple[tuple[str, _Reader], ...]] = (
+    (VOTES_FILE, read_votes),
+    (BROKER_REGISTRATIONS_FILE, read_registrations),
+)
+"""A node's exports that only some runs have: votes (a real cluster's
+nodes), registrations (a run with brokers); checked when present."""
+
+_BROKER_EXPORTS: Final[tuple[tuple[str, _Reader], ...]] = (
+    (PARTITIONS_FILE, read_partition_records),
+    (PARTITION_STATE_FILE, read_partition_states),
+)
+"""A broker's partition exports, checked when present."""
+
+
+def _check_optional_exports(
+    run: RunDir, node: int, files: Sequence[tuple[str, _Reader]]
+) -> list[Problem]:
+    """The format problems of the files of ``files`` in ``node``'s folder
+    that exist, each naming the file, its line and the field; every line
+    must name the node of its folder."""
+    problems: list[Problem] = []
+    for name, read in files:
+        file = run.node_dir(node) / name
+        if not file.is_file():
+            continue
+        rel = file.relative_to(run.path)
+        try:
+            lines = read(file)
+        except OSError as exc:
+            problems.append(Problem("export-missing", f"{rel}: {exc.strerror}"))
+            continue
+        except HistoryFormatError as exc:
+            problems.append(Problem("export-format", f"{rel}:{exc.line}: {exc.reason}"))
+            continue
+        for lineno, line in enumerate(lines, start=1):
+            if line["node"] != node:
+                problems.append(
+                    Problem(
+                        "export-format",
+                        f"{rel}:{lineno}: node is {line['node']!r} in the folder of node {node}",
+                    )
+                )
+                break
     return problems

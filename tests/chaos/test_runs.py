@@ -152,3 +152,114 @@ def test_check_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     assert f"{bad.path}: 2 problem(s)" in out and "open-invoke" in out
     assert check_main([str(tmp_path / "nothing")]) == 2
+
+
+def _export(run: RunDir, node: int, name: str, lines: list[dict[str, object]]) -> None:
+    run.node_dir(node).mkdir(parents=True, exist_ok=True)
+    (run.node_dir(node) / name).write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def _with_newer_exports(root: Path) -> RunDir:
+    """A run with one broker (5) whose controller 1 exported its votes and
+    the brokers' registrations, and whose broker exported a partition
+    ending in a damaged batch."""
+    run = _write(root, brokers=[5])
+    vote = {"node": 1, "time": 0, "life": 1, "event": "start", "epoch": 0}
+    _export(
+        run,
+        1,
+        "votes.jsonl",
+        [
+            vote | {"voted_for": None, "leader": None},
+            vote | {"time": 5, "event": "candidate", "epoch": 1, "voted_for": 1, "leader": None},
+        ],
+    )
+    registration = {
+        "node": 1,
+        "offset": 12,
+        "epoch": 1,
+        "broker": 5,
+        "event": "register",
+        "broker_epoch": 12,
+        "fenced": True,
+        "in_controlled_shutdown": False,
+    }
+    _export(run, 1, "broker_registrations.jsonl", [registration])
+    record = {
+        "node": 5,
+        "topic": "queue",
+        "partition": 0,
+        "offset": 0,
+        "epoch": 0,
+        "producer_id": 1000,
+        "sequence": 0,
+        "control": False,
+        "hash": record_hash(b"1"),
+    }
+    damaged = record | {"offset": 1, "sequence": 1, "hash": "damaged: CRC mismatch"}
+    _export(run, 5, "partitions.jsonl", [record, damaged])
+    state = {
+        "node": 5,
+        "topic": "queue",
+        "partition": 0,
+        "high_watermark": 2,
+        "log_end_offset": 2,
+        "stopped_at": None,
+    }
+    _export(run, 5, "partition_state.jsonl", [state])
+    return run
+
+
+def test_check_run_reads_the_newer_exports(tmp_path: Path) -> None:
+    run = _with_newer_exports(tmp_path)
+    assert check_run(run.path) == []
+
+
+@pytest.mark.parametrize(
+    ("node", "name", "line", "change", "message"),
+    [
+        (1, "votes.jsonl", 2, {"life": -1}, "nodes/1/votes.jsonl:2: life must be an integer >= 0"),
+        (
+            1,
+            "broker_registrations.jsonl",
+            1,
+            {"fenced": "yes"},
+            "nodes/1/broker_registrations.jsonl:1: fenced must be true or false, got 'yes'",
+        ),
+        (
+            5,
+            "partitions.jsonl",
+            2,
+            {"hash": "damaged"},
+            "nodes/5/partitions.jsonl:2: hash must be 64 lowercase hex digits (SHA-256) or "
+            "'damaged: CRC mismatch'",
+        ),
+        (
+            5,
+            "partition_state.jsonl",
+            1,
+            {"stopped_at": 3},
+            "nodes/5/partition_state.jsonl:1: stopped_at must be a string or null, got 3",
+        ),
+        (5, "partitions.jsonl", 1, {"node": 4}, "nodes/5/partitions.jsonl:1: node is 4 in the"),
+        (1, "votes.jsonl", 1, {"node": 2}, "nodes/1/votes.jsonl:1: node is 2 in the folder of"),
+    ],
+)
+def test_check_run_names_the_file_line_and_field_of_a_malformed_newer_export(
+    tmp_path: Path, node: int, name: str, line: int, change: dict[str, object], message: str
+) -> None:
+    run = _with_newer_exports(tmp_path)
+    path = run.node_dir(node) / name
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    lines[line - 1] |= change
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    problems = check_run(run.path)
+    assert [p.kind for p in problems] == ["export-format"]
+    assert message in problems[0].message
+
+
+def test_check_run_refuses_a_config_whose_brokers_are_not_ids(tmp_path: Path) -> None:
+    run = _write(tmp_path, brokers="5")
+    problems = check_run(run.path)
+    assert [p.kind for p in problems] == ["run-config"]
+    assert "brokers must be a list of broker ids, got '5'" in problems[0].message

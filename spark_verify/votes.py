@@ -36,6 +36,7 @@ __all__ = [
     "check_vote_durability",
     "check_vote_runs",
     "load_vote_exports",
+    "vote_message",
 ]
 
 VOTE_DURABILITY: Final = "vote-durability"
@@ -72,8 +73,15 @@ def check_vote_runs(spark: SparkSession, runs: Sequence[RunInput]) -> CheckResul
     return check_vote_durability(load_vote_exports(spark, exported))
 
 
-def _message(kind: str, node: int, vote: dict[str, Any], restored: dict[str, Any] | None) -> str:
-    # Worded as history.votes.vote_message.
+def vote_message(
+    kind: str, node: int, vote: dict[str, Any], restored: dict[str, Any] | None
+) -> str:
+    """The sentence of one anomaly, worded as the reference's
+    (``history.votes.vote_message``).  This package imports nothing of kq
+    (``docs/architecture.md``): it goes to a Spark cluster alone, as the zip
+    ``spark-submit --py-files`` takes (``spark_verify.package``), so it keeps
+    its own copy of the wording, which ``tests/spark_verify/test_vote_messages.py``
+    holds to the reference's for every kind and branch."""
     epoch = int(vote["epoch"])
     if kind == "double-vote":
         return (
@@ -186,11 +194,11 @@ def check_vote_durability(votes: DataFrame) -> CheckResult:
                     if d["event"] in _VOTES and d["epoch"] == r["epoch"]:
                         firsts.setdefault(d["voted_for"], d)
                 witness = tuple(sorted(firsts.values(), key=lambda d: d["seq"]))
-                message = _message("double-vote", r["node"], witness[0], None)
+                message = vote_message("double-vote", r["node"], witness[0], None)
             else:
                 vote, line = node_lines[r["top_seq"]], node_lines[r["r_seq"]]
                 witness = (vote, line)
-                message = _message(r["kind"], r["node"], vote, line)
+                message = vote_message(r["kind"], r["node"], vote, line)
             anomalies.append(
                 Anomaly(
                     VOTE_DURABILITY,

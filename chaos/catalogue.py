@@ -319,14 +319,21 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B2": Recipe(  # truncate-by-offset
         "queue",
-        ("kill-partition-leader", "elect-leader"),
+        ("sever-partition-leader", "elect-leader"),
         ("inconsistent-offsets", *_LOSS),
-        note="fast double failover: divergent tails kept where the epochs differ. It needs "
-        "a leader whose short epoch no other replica fetched, followed by a replica that "
-        "had more of the epoch before: leaders killed, and preferred elections every 0.25 "
-        "to 0.75 s, also while a leader is down, so that epochs follow each other faster "
-        "than the followers fetch",
-        **_FAST_ELECTIONS,
+        note="KIP-279: divergent tails kept where the epochs differ. It needs a leader "
+        "whose epoch no other replica fetched, a follower that led in the next epoch at "
+        "the same offsets, and that leader elected again: the follower asks it for an "
+        "epoch it never had and, by offset, keeps its own tail below the leader's end of "
+        "the epoch before.  A partition's leader is severed from the other brokers (its "
+        "controller session kept, so it is not fenced and learns every election) while "
+        "preferred elections every 0.25 to 0.75 s move the partition to a follower and "
+        "back to it; one partition, so that every election is of the severed one, and a "
+        "2 s lag, so that the severed leader stays in the new leader's ISR long enough to "
+        "be elected back (the broker simulator's B2 scenario)",
+        partitions=1,
+        replica_lag_ms=2_000,
+        **{**_FAST_ELECTIONS, "time_limit_s": 40.0, "fault_period_s": 18.0},
     ),
     "B3": Recipe(  # no-epoch-start-entry
         "queue",

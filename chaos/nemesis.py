@@ -58,6 +58,17 @@ Fault kinds (:data:`FAULT_KINDS`):
 - ``isolate-follower``: a follower of a partition (drawn likewise) cut off
   from every other node (``target="follower"``), so that it falls behind
   and leaves the ISR, and rejoins it after the ``heal``;
+- ``sever-partition-leader``: the leader of a queue partition (drawn
+  likewise) cut off from the other brokers only: a ``partition``
+  (``target="partition-leader"``) of :func:`sever_groups`, in which the
+  controllers still reach every node and the clients still reach it.  It
+  keeps its controller session, so it is not fenced: it goes on leading
+  and appending alone in its epoch until its ISR shrinks (no follower can
+  fetch), and it learns every election the controllers make meanwhile (a
+  preferred election may move the partition to a follower and back to
+  it), which a leader cut off from every node (``isolate-one``) learns
+  only after the heal, if it was not fenced first.  A network fault,
+  ended by ``heal``;
 
 - ``strand-partition-leader`` / ``strand-power-loss-partition-leader``:
   KIP-966's worked example (ISR (0,1,2), min ISR 2: broker 0 partitioned
@@ -139,6 +150,7 @@ __all__ = [
     "POWER_LOSS_KINDS",
     "REASSIGN_KIND",
     "ROTATE_KIND",
+    "SEVER_KIND",
     "STRAND_HOLD_S",
     "STRAND_ISOLATED_KIND",
     "STRAND_KINDS",
@@ -152,6 +164,7 @@ __all__ = [
     "packet_fault",
     "resolve",
     "schedule",
+    "sever_groups",
     "strand_groups",
 ]
 
@@ -180,7 +193,15 @@ The runner waits longer, up to a bound, if the shrink is not committed yet."""
 STRAND_HOLD_S: Final = (6.0, 9.0)
 """The range of seconds a stranded leader stays down before the heal and its
 restart: past the brokers' session (4 s in chaos runs) and an election."""
-NETWORK_KINDS: Final = (*PARTITION_KINDS, PACKET_KIND, "isolate-follower", *STRAND_KINDS)
+SEVER_KIND: Final = "sever-partition-leader"
+"""A queue partition's leader cut off from the other brokers only (ended by ``heal``)."""
+NETWORK_KINDS: Final = (
+    *PARTITION_KINDS,
+    PACKET_KIND,
+    "isolate-follower",
+    SEVER_KIND,
+    *STRAND_KINDS,
+)
 """The network faults: at most one is in force, and ``heal`` ends it."""
 ROTATE_KIND: Final = "rotate-certs"
 """Every node's certificate re-issued while it runs (instant; TLS only)."""
@@ -216,6 +237,7 @@ LEADER_MOVE_KINDS: Final = (REASSIGN_KIND, ELECT_LEADER_KIND)
 BROKER_KINDS: Final = (
     *PARTITION_LEADER_KINDS,
     "isolate-follower",
+    SEVER_KIND,
     *LEADER_MOVE_KINDS,
     *STRAND_KINDS,
 )
@@ -319,6 +341,29 @@ def strand_groups(
     return tuple(tuple(sorted(g)) for g in (rest, *([*ctl, f] for f in sorted(fol))))
 
 
+def sever_groups(nodes: Sequence[int], controllers: Collection[int], node: int) -> Groups:
+    """The groups of a sever: ``node`` with the ``controllers``, and every
+    other node (the controllers among them) together.  ``node`` talks to
+    no other broker, neither to fetch nor to be fetched from, but keeps its
+    controller session (its heartbeats, its metadata fetches, its
+    AlterPartition requests), so the controllers do not fence it and it
+    learns their elections as they come; the other brokers still reach
+    each other and the controllers."""
+    known = set(nodes)
+    ctl = set(controllers)
+    if not ctl:
+        raise ValueError("a sever needs the controllers, got none")
+    for what, ids in (("controller", ctl), ("severed node", {node})):
+        if not ids <= known:
+            raise ValueError(f"{what} {sorted(ids - known)} not one of the nodes {sorted(known)}")
+    if node in ctl:
+        raise ValueError(f"node {node} is a controller: a sever cuts a broker off")
+    rest = [n for n in known if n != node]
+    if len(rest) == len(ctl):
+        raise ValueError(f"node {node} is the only broker: nothing to sever it from")
+    return (tuple(sorted([*ctl, node])), tuple(sorted(rest)))
+
+
 def nemesis_op(action: Action) -> tuple[str, dict[str, Any]]:
     """The ``f`` and ``value`` of ``action``'s nemesis ops."""
     if action.target is not None:
@@ -381,6 +426,8 @@ def _partition(kind: str, nodes: list[int], rng: random.Random) -> tuple[Groups 
         return (), "leader"
     if kind == "isolate-follower":
         return (), "follower"
+    if kind == SEVER_KIND:
+        return (), "partition-leader"
     return partition_groups(kind, nodes, rng), None
 
 
@@ -391,6 +438,10 @@ def _possible_groups(
     ``None``: no partition)."""
     if target in ("leader", "follower"):
         return [isolate(nodes, n) for n in nodes]
+    if target == "partition-leader":
+        # A sever: the controllers still reach every node, so the quorum
+        # keeps every link it had (as with the whole network).
+        return [None]
     return [groups]
 
 

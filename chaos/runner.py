@@ -56,6 +56,7 @@ from chaos.nemesis import (
     POWER_LOSS_KINDS,
     REASSIGN_KIND,
     ROTATE_KIND,
+    SEVER_KIND,
     STRAND_ISOLATED_KIND,
     STRAND_KINDS,
     TORN_POWER_LOSS_KIND,
@@ -64,6 +65,7 @@ from chaos.nemesis import (
     nemesis_op,
     resolve,
     schedule,
+    sever_groups,
     strand_groups,
 )
 from chaos.workloads import Workload
@@ -388,7 +390,9 @@ process of the run then starts in the power-loss test mode:
 ``torn-power-loss-partition-leader`` the same with torn writes (a broker's
 segment files keep a torn part of their unsynced tails); ``reassign`` and ``elect-leader`` move a
 queue partition's leadership through the controllers
-(:mod:`chaos.leader_moves`)."""
+(:mod:`chaos.leader_moves`); ``sever-partition-leader`` cuts a queue
+partition's leader off from the other brokers only (its controller session
+kept: :func:`chaos.nemesis.sever_groups`)."""
 
 
 def expand_nemesis(names: Sequence[str], nodes: int) -> list[str]:
@@ -430,6 +434,7 @@ _MIN_NODES: Final = {
     POWER_LOSS_KIND: 1,
     TORN_POWER_LOSS_KIND: 1,
     "isolate-follower": 2,
+    SEVER_KIND: 2,
     **dict.fromkeys(STRAND_KINDS, 2),
     **dict.fromkeys(LEADER_MOVE_KINDS, 1),
 }
@@ -646,6 +651,10 @@ class _Nemesis:
         self.stranded: PartitionReplicas | None = None
         self.strands: list[dict[str, Any]] = []
         self.strand_wait_s = STRAND_WAIT_S
+        # The partition whose leader a sever cut off from the other brokers,
+        # when, and what each sever saw at its heal (summary.json's severs).
+        self.severed: tuple[PartitionReplicas, float] | None = None
+        self.severs: list[dict[str, Any]] = []
         # Finds partitions' leaders and followers (queue runs).
         self.replicas: Callable[[], Awaitable[list[PartitionReplicas]]] | None = None
         # Moves partitions' leadership through the controllers (queue runs).
@@ -684,6 +693,8 @@ class _Nemesis:
                 self.log(f"skipped {action.kind}: no leader to {what}")
                 return "skipped", action
             action = resolve(action, leader, self.backend.nodes)
+        if action.f == "heal" and self.severed is not None:
+            await self._note_sever_end()
         f, value = nemesis_op(action)
         self.writer.invoke(NEMESIS, f, value=value)
         try:
@@ -758,10 +769,40 @@ class _Nemesis:
         self.log(f"{action.kind}: {action.target} {node} of {name}")
         if action.target == "follower":
             done = replace(action, groups=isolate(self.backend.nodes, node), target=None)
+        elif action.f == "partition":
+            # A sever: cut off from the other brokers, not the controllers.
+            groups = sever_groups(self.backend.nodes, list(self.backend.addresses()), node)
+            done = replace(action, groups=groups, target=None)
+            outcome, done = await self.act(done)
+            if outcome != "skipped":
+                chosen = next(p for p in found if p.name == name)
+                self.severed = (chosen, time.monotonic())
+            return outcome, done
         else:
             self.targeted = node
             done = replace(action, nodes=(node,), target=None)
         return await self.act(done)
+
+    async def _note_sever_end(self) -> None:
+        """What the controllers' metadata shows of the severed partition at
+        the heal that ends its sever (``summary.json``'s ``severs``): its
+        leader then (the severed one, unless an election moved it), its ISR
+        (shrunk to the leader if it led throughout: no follower could
+        fetch), and how long the sever lasted."""
+        assert self.severed is not None
+        (chosen, since), self.severed = self.severed, None
+        now = await self.replicas() if self.replicas is not None else []
+        at_heal = next((p for p in now if p.name == chosen.name), None)
+        self.severs.append(
+            {
+                "partition": chosen.name,
+                "severed": chosen.leader,
+                "isr_before": list(chosen.isr),
+                "leader_at_heal": None if at_heal is None else at_heal.leader,
+                "isr_at_heal": None if at_heal is None else list(at_heal.isr),
+                "severed_s": round(time.monotonic() - since, 3),
+            }
+        )
 
     async def _strand(self, action: Action) -> tuple[ActionOutcome, Action]:
         """A strand's partition or kill (:data:`chaos.nemesis.STRAND_KINDS`).
@@ -1268,6 +1309,7 @@ def _finish(
             "counts": _counts(ops),
             "faults_injected": dict(sorted(nemesis.injected.items())) if nemesis else {},
             "strands": nemesis.strands if nemesis else [],
+            "severs": nemesis.severs if nemesis else [],
             "nemesis_ops": _nemesis_counts(ops),
             "final_check": result.final_check,
         }

@@ -327,6 +327,14 @@ class QuorumNode:
             )
         loop = asyncio.get_running_loop()
         future: asyncio.Future[ProposalOutcome] = loop.create_future()
+        # Its caller may stop waiting (its time ran out, it was cancelled,
+        # or it waits on a later batch only) while the write goes on: unlike
+        # a read, a write is never withdrawn, as its offset was promised and
+        # it may still commit.  A failure that comes later (NotLeaderError,
+        # IndeterminateError, NodeStoppedError) is then read here, or asyncio
+        # reports "Future exception was never retrieved"; a caller that
+        # still waits gets it all the same.
+        future.add_done_callback(_read_outcome)
         self._proposals.append(_Proposal(tuple(records), future, time.monotonic(), size))
         self._wakeup.set()
         return self.core.log_end_offset + queued, future
@@ -749,6 +757,11 @@ class QuorumNode:
             if not read.done():
                 read.set_exception(exc)
         self._reads.clear()
+
+
+def _read_outcome(future: asyncio.Future[ProposalOutcome]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _needs_persist(ready: Ready) -> bool:

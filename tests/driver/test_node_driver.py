@@ -8,12 +8,19 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 import pytest
 
 from kvstore.state_machine import KvStateMachine, encode_put
 from quorum.driver.node import BusyError, NodeOptions, QuorumNode
-from quorum.driver.raft_client import NotLeaderError, RaftClient, ReadTimeoutError
+from quorum.driver.raft_client import (
+    IndeterminateError,
+    NotLeaderError,
+    RaftClient,
+    ReadTimeoutError,
+)
 from quorum.memory import MemoryStores
 from quorum.messages import Message
 from quorum.ready import Ready
@@ -156,12 +163,13 @@ async def _three_nodes(cut: set[int]) -> dict[int, QuorumNode]:
     return nodes
 
 
-async def _abandoned_read_then_leader_change(leave: str) -> list[dict[str, object]]:
-    """A linearizable read on a leader cut off from its followers, left by
-    its caller (``leave``: its timeout ran out, or it was cancelled) while
-    still pending; then the leader resigns, which fails the read barrier
-    with NotLeaderError.  Returns what reached the loop's exception
-    handler once the abandoned futures were collected."""
+async def _abandoned_then_leader_change(what: str, leave: str) -> list[dict[str, object]]:
+    """A linearizable read or a write (``what``) on a leader cut off from
+    its followers, left by its caller (``leave``: its timeout ran out, or it
+    was cancelled) while still pending; then the leader resigns (which
+    fails a read barrier with NotLeaderError) and the nodes stop (which
+    fails a write IndeterminateError).  Returns what reached the loop's
+    exception handler once the abandoned futures were collected."""
     loop = asyncio.get_running_loop()
     reported: list[dict[str, object]] = []
     loop.set_exception_handler(lambda _loop, context: reported.append(context))
@@ -176,11 +184,18 @@ async def _abandoned_read_then_leader_change(leave: str) -> list[dict[str, objec
         # A write of the leader's epoch committed, so a read barrier can start.
         await leader.propose([encode_put("k", b"v")], timeout_s=5)
         cut.add(leader.node_id)
+
+        def wait(timeout_s: float) -> Coroutine[Any, Any, object]:
+            if what == "read":
+                return leader.read_barrier(timeout_s)
+            return leader.propose([encode_put("k", b"w")], timeout_s)
+
+        timed_out = ReadTimeoutError if what == "read" else IndeterminateError
         if leave == "timeout":
-            with pytest.raises(ReadTimeoutError):
-                await leader.read_barrier(0.05)
+            with pytest.raises(timed_out):
+                await wait(0.05)
         else:
-            reader = asyncio.create_task(leader.read_barrier(5))
+            reader = asyncio.create_task(wait(5))
             await asyncio.sleep(0.05)
             assert not reader.done()
             reader.cancel()
@@ -200,12 +215,14 @@ async def _abandoned_read_then_leader_change(leave: str) -> list[dict[str, objec
 
 
 @pytest.mark.parametrize("leave", ["timeout", "cancel"])
-def test_an_abandoned_read_barrier_leaves_no_unretrieved_exception(leave: str) -> None:
+@pytest.mark.parametrize("what", ["read", "write"])
+def test_an_abandoned_read_or_write_leaves_no_unretrieved_exception(what: str, leave: str) -> None:
     # The read's future used to stay in the node's pending reads after its
     # waiter left (asyncio.shield keeps the inner future alive and, once the
     # outer one is cancelled, no longer retrieves its result); the leader
     # change then set NotLeaderError on it and asyncio reported "Future
-    # exception was never retrieved" when it was collected.
-    reported = asyncio.run(_abandoned_read_then_leader_change(leave))
+    # exception was never retrieved" when it was collected.  A write's
+    # future stays (its write goes on) and was failed at the stop, unread.
+    reported = asyncio.run(_abandoned_then_leader_change(what, leave))
     messages = [str(c.get("message")) for c in reported]
     assert not any("never retrieved" in m for m in messages), reported

@@ -8,7 +8,7 @@
         summary.json           counts, well-formedness, the backend's verdict
         nodes/<id>/log.jsonl       the node's committed log (history.exports)
         nodes/<id>/changes.jsonl   its role, epoch and leader changes
-        nodes/<id>/votes.jsonl, broker_registrations.jsonl, partitions.jsonl, ...
+        nodes/<id>/votes.jsonl, broker_registrations.jsonl, partition_changes.jsonl, ...
                                (some runs; history.votes, history.export_formats)
         logs/                  free-form text logs (node output, the harness, a trace)
 
@@ -36,10 +36,14 @@ from history.export_files import (
 )
 from history.export_formats import (
     BROKER_REGISTRATIONS_FILE,
+    PARTITION_CHANGES_FILE,
     PARTITION_STATE_FILE,
+    PARTITION_TIMELINE_FILE,
     PARTITIONS_FILE,
+    read_partition_changes,
     read_partition_records,
     read_partition_states,
+    read_partition_timeline,
     read_registrations,
 )
 from history.exports import (
@@ -206,9 +210,10 @@ def find_runs(path: Path) -> list[Path]:
 def check_run(path: str | os.PathLike[str]) -> list[Problem]:
     """Check one run folder: its config, the history's well-formedness (for
     the config's ``model``, requiring nemesis ops if it lists ``faults``),
-    and each node's exports: its log and changes, its votes and broker
-    registrations where it has them, and each broker's partition records
-    (damaged batches included) and states (``history.export_formats``).
+    and each node's exports: its log and changes, its votes, broker
+    registrations and partition changes where it has them, and each
+    broker's partition records (damaged batches included), states and
+    timeline (``history.export_formats``).
     Messages name the file (and the line and field)."""
     run = RunDir(Path(path))
     problems: list[Problem] = []
@@ -276,13 +281,16 @@ _Reader = Callable[[Path], list[dict[str, Any]]]
 _NODE_EXPORTS: Final[tuple[tuple[str, _Reader], ...]] = (
     (VOTES_FILE, read_votes),
     (BROKER_REGISTRATIONS_FILE, read_registrations),
+    (PARTITION_CHANGES_FILE, read_partition_changes),
 )
 """A node's exports that only some runs have: votes (a real cluster's
-nodes), registrations (a run with brokers); checked when present."""
+nodes), registrations and partition changes (a run with brokers); checked
+when present."""
 
 _BROKER_EXPORTS: Final[tuple[tuple[str, _Reader], ...]] = (
     (PARTITIONS_FILE, read_partition_records),
     (PARTITION_STATE_FILE, read_partition_states),
+    (PARTITION_TIMELINE_FILE, read_partition_timeline),
 )
 """A broker's partition exports, checked when present."""
 

@@ -160,9 +160,9 @@ def _export(run: RunDir, node: int, name: str, lines: list[dict[str, object]]) -
 
 
 def _with_newer_exports(root: Path) -> RunDir:
-    """A run with one broker (5) whose controller 1 exported its votes and
-    the brokers' registrations, and whose broker exported a partition
-    ending in a damaged batch."""
+    """A run with one broker (5) whose controller 1 exported its votes, the
+    brokers' registrations and the partition's changes, and whose broker
+    exported a partition ending in a damaged batch and its timeline."""
     run = _write(root, brokers=[5])
     vote = {"node": 1, "time": 0, "life": 1, "event": "start", "epoch": 0}
     _export(
@@ -207,6 +207,40 @@ def _with_newer_exports(root: Path) -> RunDir:
         "stopped_at": None,
     }
     _export(run, 5, "partition_state.jsonl", [state])
+    change = {
+        "node": 1,
+        "offset": 13,
+        "epoch": 1,
+        "topic": "queue",
+        "partition": 0,
+        "leader": 5,
+        "leader_epoch": 0,
+        "partition_epoch": 0,
+        "isr": [5],
+        "elr": [],
+        "leader_recovery_state": "recovered",
+        "unclean": False,
+    }
+    _export(run, 1, "partition_changes.jsonl", [change])
+    sample = {
+        "node": 5,
+        "seq": 2,
+        "life": 0,
+        "time": 250_000_000,
+        "topic": "queue",
+        "partition": 0,
+        "event": "state",
+        "leader_epoch": 0,
+        "role": "leader",
+        "leader": 5,
+        "high_watermark": 2,
+        "log_end_offset": 2,
+        "log_start_offset": 0,
+        "isr": [5],
+        "truncated_from": None,
+        "truncated_to": None,
+    }
+    _export(run, 5, "partition_timeline.jsonl", [sample, sample | {"seq": 9, "life": 1}])
     return run
 
 
@@ -241,7 +275,42 @@ def test_check_run_reads_the_newer_exports(tmp_path: Path) -> None:
             {"stopped_at": 3},
             "nodes/5/partition_state.jsonl:1: stopped_at must be a string or null, got 3",
         ),
+        (
+            1,
+            "partition_changes.jsonl",
+            1,
+            {"unclean": True},
+            "nodes/1/partition_changes.jsonl:1: an unclean line must be recovering",
+        ),
+        (
+            5,
+            "partition_timeline.jsonl",
+            2,
+            {"seq": 1},
+            "nodes/5/partition_timeline.jsonl:2: seq must rise, got 1 after 2",
+        ),
+        (
+            5,
+            "partition_timeline.jsonl",
+            1,
+            {"role": "observer"},
+            "nodes/5/partition_timeline.jsonl:1: role must be one of leader, follower, none",
+        ),
         (5, "partitions.jsonl", 1, {"node": 4}, "nodes/5/partitions.jsonl:1: node is 4 in the"),
+        (
+            5,
+            "partition_timeline.jsonl",
+            2,
+            {"node": 4},
+            "nodes/5/partition_timeline.jsonl:2: node is 4 in the folder of node 5",
+        ),
+        (
+            1,
+            "partition_changes.jsonl",
+            1,
+            {"node": 2},
+            "nodes/1/partition_changes.jsonl:1: node is 2 in the folder of node 1",
+        ),
         (1, "votes.jsonl", 1, {"node": 2}, "nodes/1/votes.jsonl:1: node is 2 in the folder of"),
     ],
 )

@@ -1,7 +1,8 @@
 """The format of the newer node exports as ``kq chaos check`` reads them
 (``history.export_formats``, ``history.votes.read_votes``): what the
-exporters write passes, and each rule fires on a line that breaks it,
-naming the file, the line and the field."""
+exporters write passes (and the lines of runs exported before a field was
+added), and each rule fires on a line that breaks it, naming the file, the
+line and the field."""
 
 from __future__ import annotations
 
@@ -12,14 +13,23 @@ from typing import Any
 import pytest
 
 import chaos.node_exports as exporter
-from chaos.node_exports import broker_registrations, partition_exports
+from chaos.node_exports import (
+    broker_registrations,
+    partition_changes,
+    partition_exports,
+    partition_timeline,
+)
 from history.export_formats import (
     BROKER_REGISTRATIONS_FILE,
     DAMAGED_HASH,
+    PARTITION_CHANGES_FILE,
     PARTITION_STATE_FILE,
+    PARTITION_TIMELINE_FILE,
     PARTITIONS_FILE,
+    read_partition_changes,
     read_partition_records,
     read_partition_states,
+    read_partition_timeline,
     read_registrations,
 )
 from history.ops import HistoryFormatError
@@ -28,6 +38,7 @@ from tests.chaos.test_export_registrations import CLUSTER
 from tests.chaos.test_export_registrations import _history as registration_history
 from tests.chaos.test_export_registrations import _store as store_registrations
 from tests.chaos.test_exports_damaged import _replica
+from tests.chaos.test_exports_partitions import LOG as BROKER_LOG
 
 SHA = "6b86b273ff34fce19d6b804eff5a3f5747ada4eaa22f1d49c01e52ddb7875b4b"
 
@@ -61,6 +72,60 @@ STATE: dict[str, Any] = {
     "stopped_at": None,
 }
 
+STATE_LINE: dict[str, Any] = {
+    "node": 4,
+    "seq": 212,
+    "life": 0,
+    "time": 12_901_000_000,
+    "topic": "queue",
+    "partition": 0,
+    "event": "state",
+    "leader_epoch": 1,
+    "role": "follower",
+    "leader": 5,
+    "high_watermark": 17,
+    "log_end_offset": 19,
+    "log_start_offset": 0,
+    "isr": [4, 5, 6],
+    "truncated_from": None,
+    "truncated_to": None,
+}
+TRUNCATE_LINE: dict[str, Any] = STATE_LINE | {
+    "seq": 215,
+    "time": 13_020_000_000,
+    "event": "truncate",
+    "leader_epoch": 2,
+    "role": None,
+    "leader": None,
+    "high_watermark": None,
+    "log_end_offset": None,
+    "log_start_offset": None,
+    "isr": None,
+    "truncated_from": 19,
+    "truncated_to": 17,
+}
+REMOVED_LINE: dict[str, Any] = TRUNCATE_LINE | {
+    "seq": 230,
+    "event": "removed",
+    "leader_epoch": None,
+    "truncated_from": None,
+    "truncated_to": None,
+}
+CHANGE: dict[str, Any] = {
+    "node": 1,
+    "offset": 41,
+    "epoch": 2,
+    "topic": "queue",
+    "partition": 0,
+    "leader": 5,
+    "leader_epoch": 0,
+    "partition_epoch": 0,
+    "isr": [5, 4, 6],
+    "elr": [],
+    "leader_recovery_state": "recovered",
+    "unclean": False,
+}
+
 
 def _write(path: Path, lines: list[Any]) -> Path:
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
@@ -72,6 +137,8 @@ def test_the_file_names_and_the_damaged_marker_are_the_exporters() -> None:
     assert exporter.PARTITIONS_FILE == PARTITIONS_FILE
     assert exporter.PARTITION_STATE_FILE == PARTITION_STATE_FILE
     assert exporter.BROKER_REGISTRATIONS_FILE == BROKER_REGISTRATIONS_FILE
+    assert exporter.PARTITION_TIMELINE_FILE == PARTITION_TIMELINE_FILE
+    assert exporter.PARTITION_CHANGES_FILE == PARTITION_CHANGES_FILE
     assert exporter.VOTES_FILE == VOTES_FILE
 
 
@@ -179,3 +246,159 @@ def test_a_line_that_is_not_an_object_is_refused(tmp_path: Path, text: str) -> N
     path.write_text(json.dumps(RECORD) + "\n" + text)
     with pytest.raises(HistoryFormatError, match=r":2: (not JSON|expected a JSON object)"):
         read_partition_records(path)
+
+
+def test_the_exported_timeline_passes(tmp_path: Path) -> None:
+    lines = partition_timeline(4, BROKER_LOG, 0)
+    assert {x["event"] for x in lines} == {"state", "truncate", "removed"}
+    assert len({x["life"] for x in lines}) == 2
+    assert read_partition_timeline(_write(tmp_path / PARTITION_TIMELINE_FILE, lines)) == lines
+
+
+def test_the_exported_partition_changes_pass(tmp_path: Path) -> None:
+    store_registrations(tmp_path / "d", registration_history())
+    lines = partition_changes(1, tmp_path / "d", CLUSTER, 1000)
+    assert len(lines) == 2
+    assert read_partition_changes(_write(tmp_path / PARTITION_CHANGES_FILE, lines)) == lines
+
+
+def test_an_unclean_election_and_an_empty_isr_pass(tmp_path: Path) -> None:
+    unclean = CHANGE | {
+        "offset": 97,
+        "leader": 6,
+        "leader_epoch": 1,
+        "partition_epoch": 1,
+        "isr": [6],
+        "leader_recovery_state": "recovering",
+        "unclean": True,
+    }
+    leaderless = unclean | {"offset": 98, "leader": -1, "isr": [], "unclean": False}
+    lines = [CHANGE, unclean, leaderless]
+    assert read_partition_changes(_write(tmp_path / "c", lines)) == lines
+
+
+def test_the_lines_of_older_exports_pass(tmp_path: Path) -> None:
+    # Runs exported before the log start offset, or KIP-704's recovery
+    # state, have lines without them: all of a file's later fields absent.
+    state = {k: v for k, v in STATE_LINE.items() if k != "log_start_offset"}
+    assert read_partition_timeline(_write(tmp_path / "t", [state])) == [state]
+    change = {k: v for k, v in CHANGE.items() if k not in ("leader_recovery_state", "unclean")}
+    assert read_partition_changes(_write(tmp_path / "c", [change])) == [change]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"event": "stale"}, "event must be one of state, truncate, removed, got 'stale'"),
+        ({"seq": 0}, "seq must be an integer >= 1 (a line number), got 0"),
+        ({"life": -1}, "life must be an integer >= 0, got -1"),
+        ({"time": 1.5}, "time must be an integer >= 0, got 1.5"),
+        ({"topic": None}, "topic must be a non-empty string, got None"),
+        ({"role": "observer"}, "role must be one of leader, follower, none, got 'observer'"),
+        ({"leader": -2}, "leader must be an integer >= -1 (-1: none), got -2"),
+        ({"leader_epoch": None}, "leader_epoch must be an integer >= -1 (-1: none known yet)"),
+        ({"high_watermark": -1}, "high_watermark must be an integer >= 0, got -1"),
+        ({"log_end_offset": "19"}, "log_end_offset must be an integer >= 0, got '19'"),
+        ({"log_start_offset": -1}, "log_start_offset must be an integer >= 0 or null, got -1"),
+        ({"isr": "4,5"}, "isr must be a list of broker ids (integers >= 0), got '4,5'"),
+        ({"isr": [4, True]}, "isr must be a list of broker ids"),
+        ({"truncated_to": 17}, "truncated_to must be null on a state line, got 17"),
+        ({"seq": 211}, "seq must rise, got 211 after 212"),
+        ({"life": 0, "node": 4, "seq": 213}, None),
+        ({"extra": 1}, "unknown field(s) ['extra']"),
+        ({"unclean": False}, "unknown field(s) ['unclean']"),
+    ],
+)
+def test_a_malformed_timeline_state_names_its_line_and_field(
+    tmp_path: Path, change: dict[str, Any], message: str | None
+) -> None:
+    path = _write(tmp_path / PARTITION_TIMELINE_FILE, [STATE_LINE, STATE_LINE | change])
+    if message is None:  # the control: a well-formed second line
+        assert len(read_partition_timeline(path)) == 2
+        return
+    with pytest.raises(HistoryFormatError) as err:
+        read_partition_timeline(path)
+    assert err.value.line == 2 and err.value.path == str(path)
+    assert message in err.value.reason
+
+
+@pytest.mark.parametrize(
+    ("line", "change", "message"),
+    [
+        (TRUNCATE_LINE, {"truncated_from": None}, "truncated_from must be an integer >= 0"),
+        (TRUNCATE_LINE, {"truncated_to": -1}, "truncated_to must be an integer >= 0, got -1"),
+        (TRUNCATE_LINE, {"high_watermark": 17}, "high_watermark must be null on a truncate line"),
+        (TRUNCATE_LINE, {"leader_epoch": "2"}, "leader_epoch must be an integer >= -1"),
+        (REMOVED_LINE, {"leader_epoch": 2}, "leader_epoch must be null on a removed line, got 2"),
+        (REMOVED_LINE, {"isr": [4]}, "isr must be null on a removed line, got [4]"),
+        (REMOVED_LINE, {"life": 0, "seq": 216}, None),
+        (REMOVED_LINE, {"life": 0}, None),
+    ],
+)
+def test_a_malformed_truncation_or_removal_names_its_line_and_field(
+    tmp_path: Path, line: dict[str, Any], change: dict[str, Any], message: str | None
+) -> None:
+    later = line | {"life": 1} | change
+    path = _write(tmp_path / PARTITION_TIMELINE_FILE, [STATE_LINE, later])
+    if message is None:
+        assert read_partition_timeline(path)[1] == later
+        return
+    with pytest.raises(HistoryFormatError) as err:
+        read_partition_timeline(path)
+    assert err.value.line == 2
+    assert message in err.value.reason
+
+
+def test_a_timeline_whose_life_falls_is_refused(tmp_path: Path) -> None:
+    second_life = STATE_LINE | {"seq": 300, "life": 1}
+    path = _write(tmp_path / PARTITION_TIMELINE_FILE, [second_life, STATE_LINE | {"seq": 301}])
+    with pytest.raises(HistoryFormatError) as err:
+        read_partition_timeline(path)
+    assert err.value.line == 2
+    assert "life must not fall, got 0 after 1" in err.value.reason
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"offset": 41}, "offset must rise, got 41 after 41"),
+        ({"offset": -1}, "offset must be an integer >= 0, got -1"),
+        ({"epoch": None}, "epoch must be an integer >= 0, got None"),
+        ({"topic": ""}, "topic must be a non-empty string"),
+        ({"partition": "0"}, "partition must be an integer >= 0, got '0'"),
+        ({"leader": None}, "leader must be an integer >= -1 (-1: none), got None"),
+        ({"leader_epoch": -1}, "leader_epoch must be an integer >= 0, got -1"),
+        ({"partition_epoch": 2.0}, "partition_epoch must be an integer >= 0, got 2.0"),
+        ({"isr": [5, -1]}, "isr must be a list of broker ids (integers >= 0), got [5, -1]"),
+        ({"elr": None}, "elr must be a list of broker ids (integers >= 0), got None"),
+        ({"leader_recovery_state": "RECOVERED"}, "leader_recovery_state must be one of recovered"),
+        ({"unclean": 0}, "unclean must be true or false, got 0"),
+        ({"unclean": True}, "an unclean line must be recovering, got leader_recovery_state"),
+        ({"extra": 1}, "unknown field(s) ['extra']"),
+    ],
+)
+def test_a_malformed_partition_change_names_its_line_and_field(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    later = CHANGE | {"offset": 97, "partition_epoch": 1} | change
+    path = _write(tmp_path / PARTITION_CHANGES_FILE, [CHANGE, later])
+    with pytest.raises(HistoryFormatError) as err:
+        read_partition_changes(path)
+    assert err.value.line == 2 and err.value.path == str(path)
+    assert message in err.value.reason
+
+
+@pytest.mark.parametrize(
+    ("read", "line", "drop"),
+    [
+        (read_partition_timeline, STATE_LINE, ("log_start_offset", "isr")),
+        (read_partition_changes, CHANGE, ("unclean",)),
+    ],
+)
+def test_a_line_lacking_some_but_not_all_of_the_later_fields_is_refused(
+    tmp_path: Path, read: Any, line: dict[str, Any], drop: tuple[str, ...]
+) -> None:
+    partial = {k: v for k, v in line.items() if k not in drop}
+    with pytest.raises(HistoryFormatError) as err:
+        read(_write(tmp_path / "f", [partial]))
+    assert f"missing field(s) {sorted(drop)}" in err.value.reason

@@ -7,19 +7,13 @@ broker lost power after records were acknowledged."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 from pathlib import Path
 
 import pytest
 
-from chaos.runner import RunConfig, run_chaos
-from chaos.workloads.queue import check_final_polls
+from chaos.runner import RunConfig
 from chaos.workloads.queue_setup import QueueOptions
-from history.files import read_history
-from history.ops import NEMESIS
-from history.runs import RunDir, check_run
-from tests.chaos.cluster_scenarios import processes_under, scratch_tempdir
+from tests.chaos.power_loss_runs import run_with_power_losses
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +21,6 @@ pytestmark = pytest.mark.slow
 def test_a_short_queue_run_with_power_losses_loses_no_acknowledged_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scratch = scratch_tempdir(tmp_path, monkeypatch)
     config = RunConfig(
         name="queue-power",
         workload="queue",
@@ -41,35 +34,14 @@ def test_a_short_queue_run_with_power_losses_loses_no_acknowledged_record(
         fault_interval_s=2.0,
         fault_period_s=10.0,
         quiet_s=2.0,
-        runs_dir=str(tmp_path / "runs"),
         queue=QueueOptions(
             partitions=3, replication_factor=3, min_isr=2, acks="all", final_time_s=30
         ),
     )
-    result = asyncio.run(asyncio.wait_for(run_chaos(config), 300))
-    assert result.completed, result.error
-    assert result.recovered and result.final_ok, result.final_check
-    assert result.problems == []
-    run = RunDir(result.path)
-    assert check_run(run.path) == []
-    ops = read_history(run.history)
-    cuts = [
-        op
-        for op in ops
-        if op.process == NEMESIS
-        and op.f == "kill"
-        and op.type == "ok"
-        and isinstance(op.value, dict)
-        and op.value.get("kind") == "power-loss"
-    ]
-    assert cuts, "the nemesis cut no power"
-    final = json.loads(run.summary.read_text())["final_polls"]
-    assert final["complete"], final
-    assert check_final_polls(ops, final["from_index"]) == {
-        "lost": [],
-        "moved": [],
-        "inconsistent": [],
-    }
+    # Valid, recovered, every acknowledged record found at its offset by the
+    # final polls, nothing left behind (power_loss_runs).
+    done = run_with_power_losses(tmp_path, monkeypatch, config)
+    run, ops, cuts = done.run, done.ops, done.cuts
     # Every process ran in the mode, and a broker lost power after records
     # were acknowledged.  Whether a cut found unsynced bytes to drop depends
     # on timing, so it is not asserted here: that the mode drops them is
@@ -86,5 +58,3 @@ def test_a_short_queue_run_with_power_losses_loses_no_acknowledged_record(
         op.index > first_ack and isinstance(op.value, dict) and brokers & set(op.value["nodes"])
         for op in cuts
     ), cuts
-    assert processes_under(scratch) == []
-    assert list(scratch.iterdir()) == []

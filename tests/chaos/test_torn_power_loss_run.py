@@ -8,21 +8,15 @@ check fires (no replica keeps a damaged batch)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
 from pathlib import Path
 
 import pytest
 
-from chaos.runner import RunConfig, run_chaos
-from chaos.workloads.queue import check_final_polls
+from chaos.runner import RunConfig
 from chaos.workloads.queue_setup import QueueOptions
-from history.files import read_history
-from history.ops import NEMESIS
 from history.partition_checks import check_partitions, read_partition_exports
-from history.runs import RunDir, check_run
-from tests.chaos.cluster_scenarios import processes_under, scratch_tempdir
+from tests.chaos.power_loss_runs import run_with_power_losses
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +29,6 @@ _RECOVERED = re.compile(r"broker (\d+) partition (\S+) recovered after an unclea
 def test_torn_power_losses_of_partition_leaders_lose_no_acknowledged_record(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scratch = scratch_tempdir(tmp_path, monkeypatch)
     config = RunConfig(
         name="queue-torn",
         workload="queue",
@@ -48,35 +41,14 @@ def test_torn_power_losses_of_partition_leaders_lose_no_acknowledged_record(
         fault_interval_s=2.0,
         fault_period_s=12.0,
         quiet_s=2.0,
-        runs_dir=str(tmp_path / "runs"),
         queue=QueueOptions(
             brokers=3, partitions=2, replication_factor=3, min_isr=2, acks="all", final_time_s=30
         ),
     )
-    result = asyncio.run(asyncio.wait_for(run_chaos(config), 300))
-    assert result.completed, result.error
-    assert result.recovered and result.final_ok, result.final_check
-    assert result.problems == []
-    run = RunDir(result.path)
-    assert check_run(run.path) == []
-    ops = read_history(run.history)
-    cuts = [
-        op
-        for op in ops
-        if op.process == NEMESIS
-        and op.f == "kill"
-        and op.type == "ok"
-        and isinstance(op.value, dict)
-        and op.value.get("kind") == "torn-power-loss-partition-leader"
-    ]
-    assert cuts, "the nemesis cut no power"
-    final = json.loads(run.summary.read_text())["final_polls"]
-    assert final["complete"], final
-    assert check_final_polls(ops, final["from_index"]) == {
-        "lost": [],
-        "moved": [],
-        "inconsistent": [],
-    }
+    # Valid, recovered, every acknowledged record found at its offset by the
+    # final polls, nothing left behind (power_loss_runs).
+    done = run_with_power_losses(tmp_path, monkeypatch, config)
+    run, cuts = done.run, done.cuts
     harness = (run.logs / "harness.log").read_text()
     assert "the nodes run in the power-loss test mode with torn writes" in harness
     brokers = "".join(p.read_text() for p in run.logs.glob("broker-*.log"))
@@ -91,5 +63,3 @@ def test_torn_power_losses_of_partition_leaders_lose_no_acknowledged_record(
     # No replica kept a damaged batch, or differs from the others.
     found = check_partitions(read_partition_exports(run.path))
     assert {check: anomalies for check, anomalies in found.items() if anomalies} == {}
-    assert processes_under(scratch) == []
-    assert list(scratch.iterdir()) == []

@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 
-from broker.client.accumulator import ProduceAnswer, RecordAccumulator
+from broker.client.accumulator import ProduceAnswer
 from broker.client.errors import DeliveryError, Outcome
-from broker.client.producer_batch import ProducerBatch, ProducerConfig, RecordFuture, TopicPartition
-from broker.client.sequencing import Sequencing
+from broker.client.producer_batch import RecordFuture
 from broker.errors import Errors
 from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError, NoBrokerError
 from broker.grpc_client.producer import RecordMetadata
@@ -35,6 +34,13 @@ from history.files import HistoryWriter, read_history
 from history.ops import Op, OpType, check_well_formed
 from history.queue import KeyMap
 from history.queue_checks import Cleanup
+from tests.broker.client.producer_state import (
+    make_kafka,
+    resend_after_a_timeout,
+    send,
+    send_one,
+    send_two,
+)
 
 # -- the outcome mapping ------------------------------------------------------------
 
@@ -96,24 +102,6 @@ def test_a_failed_record_takes_the_clients_class_not_its_name(
     assert record_outcome(_done(exc=_delivery(name, code, outcome))) == expected
 
 
-def _kafka_producer_state() -> RecordAccumulator:
-    """The producer's bookkeeping as the workload runs it (Kafka's reading
-    of OUT_OF_ORDER_SEQUENCE_NUMBER, queue_setup), one record a batch."""
-    acc = RecordAccumulator(
-        ProducerConfig(linger_ms=0, batch_size=70, retry_backoff_ms=0),
-        random.Random(0),
-        Sequencing(idempotent=True, kafka_out_of_order=True),
-    )
-    acc.sequencing.set_producer_id(9, 3)
-    return acc
-
-
-def _send(acc: RecordAccumulator, now: int) -> list[ProducerBatch]:
-    leaders = {TopicPartition("queue", 0): 1}
-    ready = acc.ready(now, leaders)
-    return [b for r in acc.drain(now, leaders, ready.nodes).values() for b in r.batches]
-
-
 def _outcome(record: RecordFuture) -> RecordOutcome:
     assert record.error is not None
     return record_outcome(_done(exc=DeliveryFailedError(record.error)))
@@ -122,23 +110,21 @@ def _outcome(record: RecordFuture) -> RecordOutcome:
 def test_out_of_order_sequence_number_is_fail_only_if_no_attempt_may_have_written() -> None:
     # Refused at once (at or below an acknowledged sequence), with no
     # earlier attempt that may be in the log: definitely not written.
-    acc = _kafka_producer_state()
-    first = acc.append("queue", None, b"1" + b"." * 25, now_ms=0, partitions=1)
-    acc.append("queue", None, b"2" + b"." * 25, now_ms=0, partitions=1)
-    a, b = _send(acc, 0) + _send(acc, 0)
+    # The producer's bookkeeping as the workload runs it (Kafka's reading of
+    # OUT_OF_ORDER_SEQUENCE_NUMBER, queue_setup), one record a batch.
+    acc = make_kafka()
+    (first, _), (a, b) = send_two(acc, (b"1", b"2"), topic="queue")
     acc.on_answer(a, ProduceAnswer(Errors.NOT_ENOUGH_REPLICAS), 1)  # before the append
     acc.on_answer(b, ProduceAnswer(base_offset=0), 1)
-    (again,) = _send(acc, 2)
+    (again,) = send(acc, 2, topic="queue")
     acc.on_answer(again, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 3)
     assert _outcome(first) == RecordOutcome("fail", None, "out-of-order-sequence-number")
     # Refused after an attempt whose answer was lost (timed out): that
     # attempt may be in the log, so the refusal of the next says nothing
     # definite about the record.
-    acc = _kafka_producer_state()
-    record = acc.append("queue", None, b"3" + b"." * 25, now_ms=0, partitions=1)
-    (batch,) = _send(acc, 0)
-    acc.on_answer(batch, ProduceAnswer(Errors.REQUEST_TIMED_OUT), 1)
-    (batch,) = _send(acc, 2)
+    acc = make_kafka()
+    record, batch = send_one(acc, b"3", topic="queue")
+    batch = resend_after_a_timeout(acc, batch, topic="queue")
     late = acc.config.delivery_timeout_ms + 1
     acc.on_answer(batch, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), late)
     assert _outcome(record) == RecordOutcome("info", None, "out-of-order-sequence-number")

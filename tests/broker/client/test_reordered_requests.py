@@ -22,8 +22,8 @@ from broker.client.sequencing import Decision, Sequencing
 from broker.errors import Errors
 from partition_log.batch import Compression
 from tests.broker.client.fake_broker import FakePartition
-from tests.broker.client.test_sequencing import TP, put, send
-from tests.broker.client.test_sequencing import make as make_ordered
+from tests.broker.client.producer_state import TP, put, send
+from tests.broker.client.producer_state import make as make_ordered
 
 PAD = b"." * 25
 

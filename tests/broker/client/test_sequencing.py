@@ -9,50 +9,22 @@ import pytest
 
 from broker.client.accumulator import ProduceAnswer, RecordAccumulator
 from broker.client.errors import MAY_HAVE_WRITTEN, NETWORK_EXCEPTION, RETRIABLE, Outcome
-from broker.client.producer_batch import ProducerBatch, ProducerConfig, RecordFuture, TopicPartition
+from broker.client.producer_batch import ProducerBatch, ProducerConfig
 from broker.client.sequencing import Decision, Sequencing
 from broker.errors import Errors
-from partition_log.batch import Compression, verify
-
-TP = TopicPartition("t", 0)
-LEADERS = {TP: 1}
-
-
-def make(idempotent: bool = True, **overrides: object) -> RecordAccumulator:
-    settings: dict[str, object] = {
-        "linger_ms": 0,
-        "batch_size": 70,
-        "retry_backoff_ms": 0,
-        "enable_idempotence": idempotent,
-    }
-    settings.update(overrides)
-    acc = RecordAccumulator(ProducerConfig(**settings), random.Random(0))  # type: ignore[arg-type]
-    if idempotent:
-        acc.sequencing.set_producer_id(9, 3)
-    return acc
-
-
-def put(acc: RecordAccumulator, value: bytes) -> RecordFuture:
-    # 25 bytes of padding: every record is a batch of its own.
-    return acc.append("t", None, value + b"." * 25, now_ms=0, partitions=1)
-
-
-def send(acc: RecordAccumulator, now: int = 0) -> list[ProducerBatch]:
-    ready = acc.ready(now, LEADERS)
-    return [b for r in acc.drain(now, LEADERS, ready.nodes).values() for b in r.batches]
-
-
-def send_all(acc: RecordAccumulator, now: int = 0) -> list[ProducerBatch]:
-    sent: list[ProducerBatch] = []
-    while batches := send(acc, now):
-        sent += batches
-    return sent
-
-
-def header_of(batch: ProducerBatch) -> tuple[int, int, int]:
-    h = verify(batch.payload(Compression.NONE))
-    return h.producer_id, h.producer_epoch, h.base_sequence
-
+from tests.broker.client.producer_state import (
+    LEADERS,
+    TP,
+    header_of,
+    make,
+    make_kafka,
+    put,
+    resend_after_a_timeout,
+    send,
+    send_all,
+    send_one,
+    send_two,
+)
 
 # -- success --------------------------------------------------------------------
 
@@ -70,16 +42,14 @@ def test_success_resolves_each_record_at_base_offset_plus_index() -> None:
 
 def test_duplicate_sequence_number_is_a_success_without_offsets() -> None:
     acc = make()
-    future = put(acc, b"a")
-    (batch,) = send(acc)
+    future, batch = send_one(acc)
     acc.on_answer(batch, ProduceAnswer(Errors.DUPLICATE_SEQUENCE_NUMBER), 1)
     assert future.outcome is Outcome.OK and future.offset == -1 and future.error is None
 
 
 def test_futures_resolve_once() -> None:
     acc = make()
-    future = put(acc, b"a")
-    (batch,) = send(acc)
+    future, batch = send_one(acc)
     acc.on_answer(batch, ProduceAnswer(base_offset=5), 1)
     # A second answer to the same batch changes nothing.
     result = acc.on_answer(batch, ProduceAnswer(Errors.MESSAGE_TOO_LARGE), 2)
@@ -95,8 +65,7 @@ def test_futures_resolve_once() -> None:
 @pytest.mark.parametrize("code", sorted(RETRIABLE))
 def test_retriable_errors_retry_with_the_same_epoch_and_sequence(code: int) -> None:
     acc = make()
-    put(acc, b"a")
-    (batch,) = send(acc)
+    _, batch = send_one(acc)
     before = header_of(batch)
     if code == NETWORK_EXCEPTION:
         result = acc.on_network_failure(batch, 1)
@@ -113,8 +82,7 @@ def test_retriable_errors_retry_with_the_same_epoch_and_sequence(code: int) -> N
 )
 def test_leadership_errors_ask_for_a_metadata_refresh(code: int) -> None:
     acc = make()
-    put(acc, b"a")
-    (batch,) = send(acc)
+    _, batch = send_one(acc)
     if code == NETWORK_EXCEPTION:
         result = acc.on_network_failure(batch, 1)
     else:
@@ -124,16 +92,14 @@ def test_leadership_errors_ask_for_a_metadata_refresh(code: int) -> None:
 
 def test_the_kip_951_leader_hint_is_passed_on() -> None:
     acc = make()
-    put(acc, b"a")
-    (batch,) = send(acc)
+    _, batch = send_one(acc)
     answer = ProduceAnswer(Errors.NOT_LEADER_OR_FOLLOWER, current_leader=2, current_leader_epoch=8)
     assert acc.on_answer(batch, answer, 1).leader_hint == (2, 8)
 
 
 def test_a_late_answer_is_ignored() -> None:
     acc = make()
-    future = put(acc, b"a")
-    (batch,) = send(acc)
+    future, batch = send_one(acc)
     acc.on_network_failure(batch, 1)
     # The real answer arrives after the batch was queued again.
     result = acc.on_answer(batch, ProduceAnswer(base_offset=3), 2)
@@ -178,9 +144,7 @@ def test_a_failure_is_definite_only_if_no_attempt_may_have_been_written(
 )
 def test_fatal_errors_fail_definitely_and_bump_the_epoch(code: Errors) -> None:
     acc = make()
-    future = put(acc, b"a")
-    later = put(acc, b"b")
-    first, second = send_all(acc)
+    (future, later), (first, second) = send_two(acc)
     acc.on_answer(first, ProduceAnswer(code), 1)
     assert future.outcome is Outcome.FAIL and future.error is not None
     assert future.error.name == code.name and "t-0" in future.error.message
@@ -196,8 +160,7 @@ def test_fatal_errors_fail_definitely_and_bump_the_epoch(code: Errors) -> None:
 
 def test_unknown_server_error_fails_as_unknown() -> None:
     acc = make()
-    future = put(acc, b"a")
-    (batch,) = send(acc)
+    future, batch = send_one(acc)
     acc.on_answer(batch, ProduceAnswer(Errors.UNKNOWN_SERVER_ERROR), 1)
     assert future.outcome is Outcome.INFO
 
@@ -207,8 +170,7 @@ def test_unknown_server_error_fails_as_unknown() -> None:
 
 def test_out_of_order_for_the_next_batch_bumps_the_epoch_and_retries() -> None:
     acc = make()
-    future = put(acc, b"a")
-    (batch,) = send(acc)
+    future, batch = send_one(acc)
     result = acc.on_answer(batch, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 1)
     assert result.decision is Decision.RETRY
     (again,) = send(acc, 2)
@@ -222,10 +184,8 @@ def test_out_of_order_after_a_maybe_written_attempt_fails_as_unknown() -> None:
     # A new sequence for a batch that may be in the log could duplicate it
     # (Redpanda #3039): kq fails it rather than bumping and resending.
     acc = make()
-    future = put(acc, b"a")
-    (batch,) = send(acc)
-    acc.on_answer(batch, ProduceAnswer(Errors.REQUEST_TIMED_OUT), 1)
-    (batch,) = send(acc, 2)
+    future, batch = send_one(acc)
+    batch = resend_after_a_timeout(acc, batch)
     result = acc.on_answer(batch, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 3)
     assert result.decision is Decision.FAIL
     assert future.outcome is Outcome.INFO
@@ -237,9 +197,7 @@ def test_out_of_order_behind_a_later_batch_that_may_be_written_fails() -> None:
     # batch can be in the log first; resending the earlier one under a new
     # epoch would put it after that one.
     acc = make()
-    first_future = put(acc, b"a")
-    put(acc, b"b")
-    first, second = send_all(acc)
+    (first_future, _), (first, second) = send_two(acc)
     acc.on_answer(second, ProduceAnswer(Errors.NOT_LEADER_OR_FOLLOWER), 1)
     acc.on_answer(first, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 1)
     assert first_future.outcome is Outcome.FAIL
@@ -249,25 +207,13 @@ def test_out_of_order_behind_a_later_batch_that_may_be_written_fails() -> None:
     assert failed == [second] and second.futures[0].outcome is Outcome.INFO
 
 
-def make_kafka() -> RecordAccumulator:
-    acc = RecordAccumulator(
-        ProducerConfig(linger_ms=0, batch_size=70, retry_backoff_ms=0),
-        random.Random(0),
-        Sequencing(idempotent=True, kafka_out_of_order=True),
-    )
-    acc.sequencing.set_producer_id(9, 3)
-    return acc
-
-
 def test_kafka_out_of_order_resends_a_maybe_written_batch_under_a_new_epoch() -> None:
     # TransactionManager.canRetry: the next expected batch refused out of
     # order is retried under a bumped epoch from sequence 0, even after an
     # attempt that may be in the log (where kq's default fails it, above).
     acc = make_kafka()
-    future = put(acc, b"a")
-    (batch,) = send(acc)
-    acc.on_answer(batch, ProduceAnswer(Errors.REQUEST_TIMED_OUT), 1)
-    (batch,) = send(acc, 2)
+    future, batch = send_one(acc)
+    batch = resend_after_a_timeout(acc, batch)
     assert header_of(batch) == (9, 3, 0)
     result = acc.on_answer(batch, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 3)
     assert result.decision is Decision.RETRY
@@ -282,9 +228,7 @@ def test_kafka_out_of_order_resends_every_later_batch_in_order() -> None:
     # The later batches, which timed out too, go again after it from
     # sequence 1 of the new epoch (startSequencesAtBeginning).
     acc = make_kafka()
-    put(acc, b"a")
-    put(acc, b"b")
-    first, second = send_all(acc)
+    _, (first, second) = send_two(acc)
     acc.on_answer(first, ProduceAnswer(Errors.REQUEST_TIMED_OUT), 1)
     acc.on_answer(second, ProduceAnswer(Errors.REQUEST_TIMED_OUT), 1)
     (retry,) = send(acc, 2)
@@ -297,10 +241,8 @@ def test_kafka_out_of_order_resends_every_later_batch_in_order() -> None:
 
 def test_kafka_out_of_order_fails_the_batch_once_it_may_not_retry() -> None:
     acc = make_kafka()
-    future = put(acc, b"a")
-    (batch,) = send(acc)
-    acc.on_answer(batch, ProduceAnswer(Errors.REQUEST_TIMED_OUT), 1)
-    (batch,) = send(acc, 2)
+    future, batch = send_one(acc)
+    batch = resend_after_a_timeout(acc, batch)
     late = acc.config.delivery_timeout_ms + 1
     result = acc.on_answer(batch, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), late)
     assert result.decision is Decision.FAIL
@@ -309,9 +251,7 @@ def test_kafka_out_of_order_fails_the_batch_once_it_may_not_retry() -> None:
 
 def test_out_of_order_below_the_acknowledged_sequence_fails_at_once() -> None:
     acc = make()
-    first_future = put(acc, b"a")
-    put(acc, b"b")
-    first, second = send_all(acc)
+    (first_future, _), (first, second) = send_two(acc)
     acc.on_answer(first, ProduceAnswer(Errors.NOT_ENOUGH_REPLICAS), 1)
     acc.on_answer(second, ProduceAnswer(base_offset=0), 1)  # taken: no state
     (again,) = send(acc, 2)
@@ -322,9 +262,7 @@ def test_out_of_order_below_the_acknowledged_sequence_fails_at_once() -> None:
 
 def test_out_of_order_for_a_batch_after_a_gap_retries_without_a_bump() -> None:
     acc = make()
-    put(acc, b"a")
-    put(acc, b"b")
-    first, second = send_all(acc)
+    _, (first, second) = send_two(acc)
     acc.on_answer(first, ProduceAnswer(Errors.NOT_ENOUGH_REPLICAS), 1)
     result = acc.on_answer(second, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 1)
     assert result.decision is Decision.RETRY
@@ -337,8 +275,7 @@ def test_out_of_order_for_a_batch_after_a_gap_retries_without_a_bump() -> None:
 
 def test_unknown_producer_id_without_log_start_retries_as_is() -> None:
     acc = make()
-    put(acc, b"a")
-    (batch,) = send(acc)
+    _, batch = send_one(acc)
     acc.on_answer(batch, ProduceAnswer(Errors.UNKNOWN_PRODUCER_ID, log_start_offset=-1), 1)
     assert not acc.sequencing.bump_required(TP)
     (again,) = send(acc, 2)
@@ -347,8 +284,7 @@ def test_unknown_producer_id_without_log_start_retries_as_is() -> None:
 
 def test_unknown_producer_id_bumps_the_epoch() -> None:
     acc = make()
-    put(acc, b"a")
-    (batch,) = send(acc)
+    _, batch = send_one(acc)
     acc.on_answer(batch, ProduceAnswer(Errors.UNKNOWN_PRODUCER_ID, log_start_offset=10), 1)
     (again,) = send(acc, 2)
     assert header_of(again) == (9, 4, 0)
@@ -356,9 +292,7 @@ def test_unknown_producer_id_bumps_the_epoch() -> None:
 
 def test_the_bump_waits_for_batches_awaiting_answers() -> None:
     acc = make()
-    put(acc, b"a")
-    put(acc, b"b")
-    first, second = send_all(acc)
+    _, (first, second) = send_two(acc)
     acc.on_answer(first, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 1)
     # The second still awaits: no bump yet, and nothing is ready meanwhile.
     assert acc.ready(2, LEADERS).nodes == frozenset()
@@ -372,8 +306,7 @@ def test_the_bump_waits_for_batches_awaiting_answers() -> None:
 def test_a_spent_epoch_needs_a_new_producer_id() -> None:
     acc = make()
     acc.sequencing.set_producer_id(9, 2**15 - 1)
-    put(acc, b"a")
-    (batch,) = send(acc)
+    _, batch = send_one(acc)
     acc.on_answer(batch, ProduceAnswer(Errors.OUT_OF_ORDER_SEQUENCE_NUMBER), 1)
     assert send(acc, 2) == []
     assert acc.sequencing.needs_producer_id
@@ -410,8 +343,7 @@ def test_new_batches_wait_while_older_epoch_batches_are_in_flight() -> None:
 
 def test_without_idempotence_nothing_is_sequenced() -> None:
     acc = make(idempotent=False, acks=1)
-    future = put(acc, b"a")
-    (batch,) = send(acc)
+    future, batch = send_one(acc)
     assert header_of(batch) == (-1, -1, -1)
     assert acc.on_answer(batch, ProduceAnswer(Errors.NOT_LEADER_OR_FOLLOWER), 1).decision is (
         Decision.RETRY

@@ -27,12 +27,22 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 
 from history.export_files import write_changes, write_log
+from history.export_formats import (
+    BROKER_REGISTRATIONS_FILE,
+    DAMAGED_HASH,
+    PARTITION_CHANGES_FILE,
+    PARTITION_STATE_FILE,
+    PARTITION_TIMELINE_FILE,
+    PARTITIONS_FILE,
+)
 from history.exports import Change, LogEntry, record_hash
 from history.runs import RunDir
+from history.votes import VOTES_FILE
 from metadata.records import (
     NO_LEADER_CHANGE,
     BrokerRegistrationChangeRecord,
@@ -41,6 +51,7 @@ from metadata.records import (
     MalformedRecordError,
     PartitionChangeRecord,
     PartitionRecord,
+    Record,
     RegisterBrokerRecord,
     RemoveTopicRecord,
     TopicRecord,
@@ -50,6 +61,7 @@ from metadata.records import (
     decode_record,
 )
 from metadata.state_machine import decode_snapshot as decode_metadata_snapshot
+from partition_log.batch import BatchHeader
 from partition_log.errors import PartitionLogError
 from partition_log.inspect import dump
 from partition_log.log_files import decode_offset, read_whole
@@ -57,9 +69,16 @@ from partition_log.os_files import OsDirectory
 from quorum.driver.storage_format import StorageFormatError, open_node_storage
 from quorum.shared_log import decode_snapshot as decode_shared_snapshot
 from quorum.storage import StorageCorruptError
-from quorum.types import BatchKind, QuorumState
+from quorum.types import Batch, BatchKind, QuorumState
 
 __all__ = [
+    "BROKER_REGISTRATIONS_FILE",
+    "DAMAGED_HASH",
+    "PARTITIONS_FILE",
+    "PARTITION_CHANGES_FILE",
+    "PARTITION_STATE_FILE",
+    "PARTITION_TIMELINE_FILE",
+    "VOTES_FILE",
     "broker_registrations",
     "committed_entries",
     "export_node",
@@ -68,6 +87,45 @@ __all__ = [
     "partition_changes",
     "vote_events",
 ]
+# The files' names and the damaged-batch marker are the readers'
+# (history.export_formats, history.votes: what kq chaos check reads), so
+# that writer and reader cannot drift apart.
+
+
+def _write_lines(path: Path, lines: Iterable[Mapping[str, object]]) -> None:
+    """One export file: a compact JSON object a line."""
+    path.write_text("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+
+
+def _stored_batches(data_dir: Path, cluster_id: str, node: int) -> list[Batch]:
+    """Every batch of a stopped node's stored log."""
+    storage = open_node_storage(data_dir, cluster_id, node)
+    try:
+        return storage.log.read_all()
+    finally:
+        storage.close()
+
+
+def _committed_metadata(
+    batches: list[Batch], high_watermark: int, skip_below: int = 0
+) -> Iterator[tuple[int, int, Record]]:
+    """Each metadata record of the data ``batches`` from ``skip_below``
+    up to ``high_watermark`` (committed), with its offset and its batch's
+    epoch; a record this build does not read is passed over."""
+    for batch in batches:
+        if batch.kind is not BatchKind.DATA:
+            continue
+        for i, raw in enumerate(batch.records):
+            offset = batch.base_offset + i
+            if offset >= high_watermark:
+                break
+            if offset < skip_below:
+                continue
+            try:
+                record = decode_record(raw)
+            except (UnknownRecordError, MalformedRecordError):
+                continue  # not a metadata record this build reads
+            yield offset, batch.epoch, record
 
 
 def committed_entries(
@@ -75,13 +133,8 @@ def committed_entries(
 ) -> list[LogEntry]:
     """The records of a node's stored log (in ``data_dir``) below
     ``high_watermark``, as node exports."""
-    storage = open_node_storage(data_dir, cluster_id, node_id)
-    try:
-        batches = storage.log.read_all()
-    finally:
-        storage.close()
     out = []
-    for batch in batches:
+    for batch in _stored_batches(data_dir, cluster_id, node_id):
         kind = "data" if batch.kind is BatchKind.DATA else "control"
         for i, record in enumerate(batch.records):
             offset = batch.base_offset + i
@@ -108,9 +161,9 @@ def export_node(
     run.node_dir(node).mkdir(parents=True, exist_ok=True)
     write_log(run.node_log(node), committed_entries(data_dir, cluster_id, node, high_watermark))
     write_changes(run.node_changes(node), node_changes(node, log_text, start_unix_ns))
-    lines = vote_events(node, log_text, data_dir, cluster_id, start_unix_ns)
-    (run.node_dir(node) / VOTES_FILE).write_text(
-        "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
+    _write_lines(
+        run.node_dir(node) / VOTES_FILE,
+        vote_events(node, log_text, data_dir, cluster_id, start_unix_ns),
     )
 
 
@@ -171,10 +224,6 @@ def node_changes(node: int, log_text: str, start_unix_ns: int) -> list[Change]:
 
 
 # -- the votes a node granted and the states it restored ----------------------------
-
-VOTES_FILE = "votes.jsonl"
-"""Under ``nodes/<id>/``: the votes the node granted and the quorum states
-it restored (``docs/history-format.md``, node exports)."""
 
 _VOTE_LINES = [
     (
@@ -265,17 +314,24 @@ def _stored_state(data_dir: Path, cluster_id: str, node: int) -> QuorumState | N
 
 # -- brokers: their partition logs ------------------------------------------------
 
-PARTITIONS_FILE = "partitions.jsonl"
-"""Under ``nodes/<broker>/``: each record of each partition the broker
-holds (``docs/history-format.md``, node exports)."""
-PARTITION_STATE_FILE = "partition_state.jsonl"
-"""Under ``nodes/<broker>/``: each partition's HW and log end."""
-
 _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 
-DAMAGED_HASH = "damaged: CRC mismatch"
-"""The ``hash`` of each offset of a stored batch whose CRC fails."""
+def _record_line(
+    broker: int, topic: str, partition: int, h: BatchHeader, offset: int, place: int
+) -> dict[str, object]:
+    """A record line of :func:`partition_exports` but its ``hash``: the
+    record at ``offset``, the ``place``-th of its batch (header ``h``)."""
+    return {
+        "node": broker,
+        "topic": topic,
+        "partition": partition,
+        "offset": offset,
+        "epoch": h.partition_leader_epoch,
+        "producer_id": h.producer_id,
+        "sequence": h.base_sequence + place if h.producer_id >= 0 else -1,
+        "control": h.is_control,
+    }
 
 
 def partition_exports(
@@ -329,35 +385,17 @@ def partition_exports(
                         # to, so that replica-divergence sees this replica
                         # differ from those holding the records there.
                         records.extend(
-                            {
-                                "node": broker,
-                                "topic": topic,
-                                "partition": partition,
-                                "offset": offset,
-                                "epoch": h.partition_leader_epoch,
-                                "producer_id": h.producer_id,
-                                "sequence": h.base_sequence + offset - h.base_offset
-                                if h.producer_id >= 0
-                                else -1,
-                                "control": h.is_control,
-                                "hash": DAMAGED_HASH,
-                            }
+                            _record_line(
+                                broker, topic, partition, h, offset, offset - h.base_offset
+                            )
+                            | {"hash": DAMAGED_HASH}
                             for offset in range(h.base_offset, h.last_offset + 1)
                         )
                         continue
                     for i, record in enumerate(batch.records or ()):
                         records.append(
-                            {
-                                "node": broker,
-                                "topic": topic,
-                                "partition": partition,
-                                "offset": record.offset,
-                                "epoch": h.partition_leader_epoch,
-                                "producer_id": h.producer_id,
-                                "sequence": h.base_sequence + i if h.producer_id >= 0 else -1,
-                                "control": h.is_control,
-                                "hash": record_hash(record.value or b""),
-                            }
+                            _record_line(broker, topic, partition, h, record.offset, i)
+                            | {"hash": record_hash(record.value or b"")}
                         )
             hw_file = "replication-offset-checkpoint"  # broker.log_manager.HIGH_WATERMARK_FILE
             try:
@@ -380,10 +418,6 @@ def partition_exports(
             )
     return records, states
 
-
-PARTITION_TIMELINE_FILE = "partition_timeline.jsonl"
-"""Under ``nodes/<broker>/``: each partition's state over time and its
-truncations, from the broker's log lines (``docs/history-format.md``)."""
 
 _STATE_LINE = re.compile(
     _STAMP + r"broker (?P<n>\d+) partition (?P<tp>.+): role (?P<role>\w+) leader (?P<leader>-?\d+)"
@@ -475,14 +509,9 @@ def export_broker(
     timeline = partition_timeline(broker, log_text, start_unix_ns)
     folder = run.node_dir(broker)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, lines in (
-        (PARTITIONS_FILE, records),
-        (PARTITION_STATE_FILE, states),
-        (PARTITION_TIMELINE_FILE, timeline),
-    ):
-        (folder / name).write_text(
-            "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
-        )
+    _write_lines(folder / PARTITIONS_FILE, records)
+    _write_lines(folder / PARTITION_STATE_FILE, states)
+    _write_lines(folder / PARTITION_TIMELINE_FILE, timeline)
 
 
 def _stamp_ns(stamp: str) -> int:
@@ -500,11 +529,6 @@ def _first_stamp_ns(log_text: str) -> int:
     return 0
 
 
-PARTITION_CHANGES_FILE = "partition_changes.jsonl"
-"""Under ``nodes/<controller>/`` of a run with brokers: each committed
-partition change (``docs/history-format.md``, node exports)."""
-
-
 def partition_changes(
     node: int, data_dir: Path, cluster_id: str, high_watermark: int
 ) -> list[dict[str, object]]:
@@ -517,76 +541,62 @@ def partition_changes(
     their changes are left out.  Each line: ``node``, ``offset`` and
     ``epoch`` of the record in the metadata log, ``topic``, ``partition``,
     ``leader``, ``leader_epoch``, ``partition_epoch``, ``isr``, ``elr``."""
-    storage = open_node_storage(data_dir, cluster_id, node)
-    try:
-        batches = storage.log.read_all()
-    finally:
-        storage.close()
     names: dict[str, str] = {}
     state: dict[tuple[str, int], dict[str, object]] = {}
     out: list[dict[str, object]] = []
-    for batch in batches:
-        if batch.kind is not BatchKind.DATA:
+    batches = _stored_batches(data_dir, cluster_id, node)
+    for offset, epoch, record in _committed_metadata(batches, high_watermark):
+        if isinstance(record, TopicRecord):
+            names[record.topic_id] = record.name
             continue
-        for i, raw in enumerate(batch.records):
-            offset = batch.base_offset + i
-            if offset >= high_watermark:
-                break
-            try:
-                record = decode_record(raw)
-            except (UnknownRecordError, MalformedRecordError):
-                continue  # not a metadata record this build reads
-            if isinstance(record, TopicRecord):
-                names[record.topic_id] = record.name
-                continue
-            if isinstance(record, RemoveTopicRecord):
-                for k in [k for k in state if k[0] == record.topic_id]:
-                    del state[k]
-                continue
-            if isinstance(record, PartitionRecord):
-                key = (record.topic_id, record.partition_id)
-                s = state[key] = {
-                    "leader": record.leader,
-                    "leader_epoch": record.leader_epoch,
-                    "partition_epoch": record.partition_epoch,
-                    "isr": list(record.isr),
-                    "elr": list(record.elr),
-                    "leader_recovery_state": record.leader_recovery_state.name.lower(),
-                    "unclean": False,
-                }
-            elif isinstance(record, PartitionChangeRecord):
-                key = (record.topic_id, record.partition_id)
-                if key not in state:
-                    continue  # created before this node's snapshot
-                s = state[key]
-                s["partition_epoch"] = int(s["partition_epoch"]) + 1  # type: ignore[call-overload]
-                if record.leader != NO_LEADER_CHANGE:
-                    s["leader"] = record.leader
-                    s["leader_epoch"] = int(s["leader_epoch"]) + 1  # type: ignore[call-overload]
-                if record.isr is not None:
-                    s["isr"] = list(record.isr)
-                if record.elr is not None:
-                    s["elr"] = list(record.elr)
-                # An unclean election (Kafka's PartitionChangeBuilder): a new
-                # leader RECOVERING, which may have lost committed records.
-                recovery = record.leader_recovery_state
-                s["unclean"] = (
-                    record.leader != NO_LEADER_CHANGE and recovery is LeaderRecoveryState.RECOVERING
-                )
-                if recovery is not None:
-                    s["leader_recovery_state"] = recovery.name.lower()
-            else:
-                continue
-            out.append(
-                {
-                    "node": node,
-                    "offset": offset,
-                    "epoch": batch.epoch,
-                    "topic": names.get(key[0], key[0]),
-                    "partition": key[1],
-                    **s,
-                }
+        if isinstance(record, RemoveTopicRecord):
+            for k in [k for k in state if k[0] == record.topic_id]:
+                del state[k]
+            continue
+        if isinstance(record, PartitionRecord):
+            key = (record.topic_id, record.partition_id)
+            s = state[key] = {
+                "leader": record.leader,
+                "leader_epoch": record.leader_epoch,
+                "partition_epoch": record.partition_epoch,
+                "isr": list(record.isr),
+                "elr": list(record.elr),
+                "leader_recovery_state": record.leader_recovery_state.name.lower(),
+                "unclean": False,
+            }
+        elif isinstance(record, PartitionChangeRecord):
+            key = (record.topic_id, record.partition_id)
+            if key not in state:
+                continue  # created before this node's snapshot
+            s = state[key]
+            s["partition_epoch"] = int(s["partition_epoch"]) + 1  # type: ignore[call-overload]
+            if record.leader != NO_LEADER_CHANGE:
+                s["leader"] = record.leader
+                s["leader_epoch"] = int(s["leader_epoch"]) + 1  # type: ignore[call-overload]
+            if record.isr is not None:
+                s["isr"] = list(record.isr)
+            if record.elr is not None:
+                s["elr"] = list(record.elr)
+            # An unclean election (Kafka's PartitionChangeBuilder): a new
+            # leader RECOVERING, which may have lost committed records.
+            recovery = record.leader_recovery_state
+            s["unclean"] = (
+                record.leader != NO_LEADER_CHANGE and recovery is LeaderRecoveryState.RECOVERING
             )
+            if recovery is not None:
+                s["leader_recovery_state"] = recovery.name.lower()
+        else:
+            continue
+        out.append(
+            {
+                "node": node,
+                "offset": offset,
+                "epoch": epoch,
+                "topic": names.get(key[0], key[0]),
+                "partition": key[1],
+                **s,
+            }
+        )
     return out
 
 
@@ -597,22 +607,14 @@ def export_partition_changes(
     a stopped controller under ``nodes/<node>/``."""
     folder = run.node_dir(node)
     folder.mkdir(parents=True, exist_ok=True)
-    for name, lines in (
-        (PARTITION_CHANGES_FILE, partition_changes(node, data_dir, cluster_id, high_watermark)),
-        (
-            BROKER_REGISTRATIONS_FILE,
-            broker_registrations(node, data_dir, cluster_id, high_watermark),
-        ),
-    ):
-        (folder / name).write_text(
-            "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines)
-        )
-
-
-BROKER_REGISTRATIONS_FILE = "broker_registrations.jsonl"
-"""Under ``nodes/<controller>/`` of a run with brokers: each committed
-change of a broker's registration (``docs/history-format.md``, node
-exports)."""
+    _write_lines(
+        folder / PARTITION_CHANGES_FILE,
+        partition_changes(node, data_dir, cluster_id, high_watermark),
+    )
+    _write_lines(
+        folder / BROKER_REGISTRATIONS_FILE,
+        broker_registrations(node, data_dir, cluster_id, high_watermark),
+    )
 
 
 def broker_registrations(
@@ -680,46 +682,35 @@ def broker_registrations(
             }
             line(snapshot.end_offset - 1, snapshot.epoch, b.broker_id, "snapshot")
         skip_below = snapshot.end_offset
-    for batch in batches:
-        if batch.kind is not BatchKind.DATA:
-            continue
-        for i, raw in enumerate(batch.records):
-            offset = batch.base_offset + i
-            if offset >= high_watermark:
-                break
-            if offset < skip_below:
-                continue  # already in the snapshot
-            try:
-                record = decode_record(raw)
-            except (UnknownRecordError, MalformedRecordError):
-                continue  # not a metadata record this build reads
-            if isinstance(record, RegisterBrokerRecord):
-                state[record.broker_id] = {
-                    "broker_epoch": record.broker_epoch,
-                    "fenced": record.fenced,
-                    "in_controlled_shutdown": record.in_controlled_shutdown,
-                }
-                event = "register"
-            elif isinstance(record, UnregisterBrokerRecord):
-                state.pop(record.broker_id, None)
-                event = "unregister"
-            elif isinstance(
-                record, FenceBrokerRecord | UnfenceBrokerRecord | BrokerRegistrationChangeRecord
-            ):
-                reg = state.get(record.broker_id)
-                if reg is None or reg["broker_epoch"] != record.broker_epoch:
-                    continue  # replay refuses it: the image did not change
-                if isinstance(record, FenceBrokerRecord):
-                    reg["fenced"], event = True, "fence"
-                elif isinstance(record, UnfenceBrokerRecord):
-                    reg["fenced"], event = False, "unfence"
-                else:
-                    if record.fenced is not None:
-                        reg["fenced"] = record.fenced
-                    if record.in_controlled_shutdown is not None:
-                        reg["in_controlled_shutdown"] = record.in_controlled_shutdown
-                    event = "change"
+    # Below skip_below, the records are already in the snapshot.
+    for offset, epoch, record in _committed_metadata(batches, high_watermark, skip_below):
+        if isinstance(record, RegisterBrokerRecord):
+            state[record.broker_id] = {
+                "broker_epoch": record.broker_epoch,
+                "fenced": record.fenced,
+                "in_controlled_shutdown": record.in_controlled_shutdown,
+            }
+            event = "register"
+        elif isinstance(record, UnregisterBrokerRecord):
+            state.pop(record.broker_id, None)
+            event = "unregister"
+        elif isinstance(
+            record, FenceBrokerRecord | UnfenceBrokerRecord | BrokerRegistrationChangeRecord
+        ):
+            reg = state.get(record.broker_id)
+            if reg is None or reg["broker_epoch"] != record.broker_epoch:
+                continue  # replay refuses it: the image did not change
+            if isinstance(record, FenceBrokerRecord):
+                reg["fenced"], event = True, "fence"
+            elif isinstance(record, UnfenceBrokerRecord):
+                reg["fenced"], event = False, "unfence"
             else:
-                continue
-            line(offset, batch.epoch, record.broker_id, event)
+                if record.fenced is not None:
+                    reg["fenced"] = record.fenced
+                if record.in_controlled_shutdown is not None:
+                    reg["in_controlled_shutdown"] = record.in_controlled_shutdown
+                event = "change"
+        else:
+            continue
+        line(offset, epoch, record.broker_id, event)
     return out

@@ -3,7 +3,6 @@ a process killed with SIGKILL loses exactly the writes it did not sync."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -14,8 +13,7 @@ from quorum.driver.rocks import PowerLossRocksStorage, RocksStorage
 from quorum.driver.storage_format import format_storage, open_node_storage
 from quorum.ready import Ready
 from quorum.types import Batch, QuorumState, SnapshotId, VoterSet
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.power_loss_child import ROOT, kill_when_ready
 
 # The child writes, says "ready" and waits to be killed.  Synced: the log
 # 0..9 with the vote of epoch 1 (Ready.must_sync), then 10..11 with the
@@ -49,20 +47,7 @@ _CHILD = textwrap.dedent(
 
 def _write_then_kill(path: Path, cls: str) -> None:
     """Run the child on ``path`` and SIGKILL it (by its pid) once it wrote."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD.format(root=str(ROOT), cls=cls), str(path)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait()
+    assert kill_when_ready(_CHILD.format(root=str(ROOT), cls=cls), path) == []
 
 
 def test_a_kill_drops_the_unsynced_writes_and_keeps_the_synced(tmp_path: Path) -> None:

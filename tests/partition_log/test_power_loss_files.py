@@ -4,10 +4,6 @@ normal OsDirectory never loses (test_crash_files.py)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -18,8 +14,7 @@ from partition_log.files import MemoryDirectory
 from partition_log.log import LogConfig, PartitionLog
 from partition_log.os_files import OsDirectory, PowerLossOsDirectory, PowerLossOsFile
 from tests.partition_log.test_crash_files import read_all
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.power_loss_child import ROOT, kill_when_ready
 
 # Appends batches as leader over the directory class named, flushes after
 # the 12th, appends 8 more, prints the log's recovery point (the end of
@@ -56,29 +51,9 @@ def _append_then_kill(path: Path, cls: str, segment: int) -> tuple[int, int, lis
     """Run the child on ``path``, SIGKILL it (by its pid) once it appended:
     its recovery point, log end and batches."""
     path.mkdir()
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            _CHILD.format(root=str(ROOT), cls=cls, segment=segment),
-            str(path),
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        recovery_point, end = map(int, child.stdout.readline().split())
-        batches = []
-        while (line := child.stdout.readline().strip()) != "ready":
-            batches.append(bytes.fromhex(line))
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait()
-    return recovery_point, end, batches
+    first, *lines = kill_when_ready(_CHILD.format(root=str(ROOT), cls=cls, segment=segment), path)
+    recovery_point, end = map(int, first.split())
+    return recovery_point, end, [bytes.fromhex(line) for line in lines]
 
 
 def test_a_kill_drops_the_appends_after_the_last_sync(tmp_path: Path) -> None:

@@ -352,20 +352,25 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     ),
     "B4": Recipe(  # expand-without-epoch-start
         "queue",
-        _ISR_MOVES,
+        ("elect-catching-up-follower",),
         _LOSS,
         note="KAFKA-7128: a follower back in the ISR before it reached the epoch start, "
-        "then elected: a follower cut off leaves the ISR and catches up after the heal "
-        "while preferred elections (every 0.25 to 0.75 s) give the partition new leaders "
-        "whose HW lags the old one's, and may elect the follower once it is back. "
-        "replica.fetch.max.bytes 1 (one batch a fetch, KIP-74): the follower back from "
-        "the cut catches up over many fetches, so it can be re-admitted with its log end "
-        "between the new leader's HW and that leader's epoch start. A finding so far: "
-        "with the old leader up (moved, not lost) the new leader's HW reaches its epoch "
-        "start within a fetch, so the window needs a leader lost during a follower's "
-        "catch-up and that follower elected at once (docs/verification.md)",
+        "then elected (the broker simulator's R4).  The composite fault makes the "
+        "sequence: a follower severed from the other brokers until it is out of the ISR; "
+        "the leader killed, so that the other follower leads, alone in the ISR below min "
+        "ISR, with its HW frozen a fetch behind the old leader's; the heal once it leads, "
+        "the severed follower catching up one batch a fetch (replica.fetch.max.bytes 1, "
+        "KIP-74); and that follower elected as soon as the controllers show it back in "
+        "the ISR, then the old leader restarted.  Earlier recipes moved leaders with "
+        "every node up (isolate-follower, elect-leader): the old leader kept fetching, "
+        "so the new leader's HW reached its epoch start within a fetch",
         replica_fetch_max_bytes=1,
-        **_FAST_ELECTIONS,
+        rate=60.0,
+        concurrency=6,
+        time_limit_s=40.0,
+        fault_interval_s=1.0,
+        fault_period_s=30.0,
+        quiet_s=1.0,
     ),
     "B5": Recipe(  # hw-at-leader-leo
         "queue",

@@ -98,6 +98,28 @@ Fault kinds (:data:`FAULT_KINDS`):
   elect a follower, and the ``kill`` (a power loss) comes once their
   metadata shows another leader (or a bound passed);
 
+- ``elect-catching-up-follower``: KAFKA-7128's sequence (the broker
+  simulator's R4) on one queue partition drawn when the fault starts,
+  whose leader is up with two followers in its ISR.  Five actions, each
+  carried out once the controllers' metadata shows what the one before
+  was for (or a bound passed): a ``partition`` (``target="catch-up"``)
+  that severs one follower from the other brokers
+  (:func:`sever_groups`: it keeps its controller session), so that it
+  falls behind and the leader shrinks it out of the ISR;
+  :data:`CATCH_UP_SHRINK_S` later a ``kill`` of the leader, once the
+  follower is out of the ISR, so that the other follower leads (after the
+  brokers' session) with its HW a fetch behind the old leader's and alone
+  in the ISR, below min ISR, so that HW stays there;
+  :data:`CATCH_UP_FAILOVER_S` later a ``heal``, once that other leader
+  leads, so that the severed follower catches up from it (one batch a
+  fetch with a small ``replica.fetch.max.bytes``); then at once an
+  ``elect-leader`` of the severed follower, made as soon as the
+  controllers' metadata shows it back in the ISR (with the expansion
+  rule broken, at the HW but below the leader's epoch start); and
+  :data:`CATCH_UP_HOLD_S` later the ``start`` of the killed leader
+  (``target="partition-leader"``).  Exclusive and exempt from
+  ``keep_majority`` like the strands;
+
 - ``rotate-certs``: every node's certificate and key re-issued from the
   cluster's CA while the nodes run (new key, new serial; the files replaced
   by rename), which they pick up on their next handshakes.  An instant
@@ -138,6 +160,10 @@ from history.ops import NEMESIS, Op
 
 __all__ = [
     "BROKER_KINDS",
+    "CATCH_UP_FAILOVER_S",
+    "CATCH_UP_HOLD_S",
+    "CATCH_UP_KIND",
+    "CATCH_UP_SHRINK_S",
     "ELECT_LEADER_KIND",
     "FAULT_KINDS",
     "KILL_KINDS",
@@ -193,6 +219,21 @@ The runner waits longer, up to a bound, if the shrink is not committed yet."""
 STRAND_HOLD_S: Final = (6.0, 9.0)
 """The range of seconds a stranded leader stays down before the heal and its
 restart: past the brokers' session (4 s in chaos runs) and an election."""
+CATCH_UP_KIND: Final = "elect-catching-up-follower"
+"""A follower severed out of the ISR, the leader killed, the heal, and the
+follower elected once back in the ISR (then the leader restarted)."""
+CATCH_UP_SHRINK_S: Final = 4.0
+"""Seconds from the follower's sever to the leader's kill: the lag
+(``replica.lag.time.max.ms``, 1.5 to 2 s in chaos runs), the leader's ISR
+check and its AlterPartition; the runner waits longer, up to a bound, if
+the follower is still in the ISR."""
+CATCH_UP_FAILOVER_S: Final = 6.0
+"""Seconds from the leader's kill to the heal: past the brokers' 4 s
+session, when the controllers fence it and elect the other follower; the
+runner waits longer, up to a bound, for that leader."""
+CATCH_UP_HOLD_S: Final = 4.0
+"""Seconds from the heal (and the follower's election) to the killed
+leader's restart."""
 SEVER_KIND: Final = "sever-partition-leader"
 """A queue partition's leader cut off from the other brokers only (ended by ``heal``)."""
 NETWORK_KINDS: Final = (
@@ -201,6 +242,7 @@ NETWORK_KINDS: Final = (
     "isolate-follower",
     SEVER_KIND,
     *STRAND_KINDS,
+    CATCH_UP_KIND,
 )
 """The network faults: at most one is in force, and ``heal`` ends it."""
 ROTATE_KIND: Final = "rotate-certs"
@@ -240,6 +282,7 @@ BROKER_KINDS: Final = (
     SEVER_KIND,
     *LEADER_MOVE_KINDS,
     *STRAND_KINDS,
+    CATCH_UP_KIND,
 )
 """Faults aimed at a partition's replicas: they need brokers."""
 FAULT_KINDS: Final = (
@@ -508,7 +551,7 @@ def schedule(
     # A reassignment in force (its partition drawn at run time).
     moved = False
     net: tuple[Groups | None, str | None, str] | None = None
-    # A strand in force: its kind, and the earliest time of its heal and
+    # A strand (or a catch-up) in force: its kind, and the earliest time of its heal and
     # restart (its kill time plus the hold drawn).
     strand: tuple[str, float] | None = None
 
@@ -534,7 +577,7 @@ def schedule(
             k
             for k in kinds
             if not (k in NETWORK_KINDS and net is not None)
-            and not (k in ("kill-majority", *STRAND_KINDS) and count() > 0)
+            and not (k in ("kill-majority", *STRAND_KINDS, CATCH_UP_KIND) and count() > 0)
             and not (
                 k in ("kill", "pause", *_NODE_POWER_LOSSES, "kill-leader", *PARTITION_LEADER_KINDS)
                 and (leader_down or targeted is not None)
@@ -574,6 +617,24 @@ def schedule(
                     strand = (kind, kill_s + rng.uniform(*STRAND_HOLD_S))
                     out.append(Action(t, "partition", kind=kind, target="strand"))
                     out.append(Action(kill_s, "kill", kind=kind, target="stranded"))
+                    return True
+            elif kind == CATCH_UP_KIND:
+                # Exclusive and whole within the schedule, like a strand:
+                # the sever, the kill, the heal and the election now, the
+                # restart when the hold is over (end_one).
+                kill_s = t + CATCH_UP_SHRINK_S
+                heal_s = kill_s + CATCH_UP_FAILOVER_S
+                until = heal_s + CATCH_UP_HOLD_S
+                if until <= end_s:
+                    strand = (kind, until)
+                    out.extend(
+                        [
+                            Action(t, "partition", kind=kind, target="catch-up"),
+                            Action(kill_s, "kill", kind=kind, target="catch-up"),
+                            Action(heal_s, "heal", kind=kind, target="catch-up"),
+                            Action(heal_s, ELECT_LEADER_KIND, kind=kind, target="catch-up"),
+                        ]
+                    )
                     return True
             elif kind == "kill-majority":
                 majority = tuple(sorted(rng.sample(ids, len(ids) // 2 + 1)))
@@ -622,8 +683,10 @@ def schedule(
             stranded, until = strand
             if which is None and t < until:
                 return  # the hold is not over: the strand stays
-            # At the hold's end exactly: nothing came since the kill.
-            out.append(Action(until, "heal"))
+            # At the hold's end exactly: nothing came since the kill (a
+            # catch-up's heal came before its election).
+            if stranded != CATCH_UP_KIND:
+                out.append(Action(until, "heal"))
             out.append(Action(until, "start", kind=stranded, target="partition-leader"))
             strand = None
         elif pick == "net":

@@ -43,9 +43,10 @@ import grpc
 import bugs
 from bugs import Bug
 from chaos.backend import TOPOLOGIES, ClusterBackend, isolate
-from chaos.leader_moves import LeaderMoves
+from chaos.leader_moves import ELECT, LeaderMoves, Move
 from chaos.nemesis import (
     BROKER_KINDS,
+    CATCH_UP_KIND,
     FAULT_KINDS,
     KILL_KINDS,
     LEADER_MOVE_KINDS,
@@ -435,11 +436,21 @@ _MIN_NODES: Final = {
     TORN_POWER_LOSS_KIND: 1,
     "isolate-follower": 2,
     SEVER_KIND: 2,
+    CATCH_UP_KIND: 2,
     **dict.fromkeys(STRAND_KINDS, 2),
     **dict.fromkeys(LEADER_MOVE_KINDS, 1),
 }
 assert set(_MIN_NODES) == set(FAULT_KINDS) and set(TOPOLOGIES) <= set(_MIN_NODES)
 
+
+CATCH_UP_WAIT_S: Final = 15.0
+"""How long each step of an ``elect-catching-up-follower`` waits for the
+controllers' metadata to show what the step before was for (the follower
+out of the ISR, another leader, the follower back in the ISR)."""
+CATCH_UP_POLL_S: Final = 0.05
+"""How often the wait for the follower back in the ISR asks the
+controllers: the election must come before the follower has fetched up to
+the leader's epoch start (one batch a fetch)."""
 
 STRAND_WAIT_S: Final = 15.0
 """How long a strand's kill waits for the controllers to commit the ISR
@@ -655,6 +666,11 @@ class _Nemesis:
         # when, and what each sever saw at its heal (summary.json's severs).
         self.severed: tuple[PartitionReplicas, float] | None = None
         self.severs: list[dict[str, Any]] = []
+        # The partition and follower of an elect-catching-up-follower in
+        # force, and what each saw (summary.json's catch_ups).
+        self.catching: tuple[PartitionReplicas, int, dict[str, Any]] | None = None
+        self.catch_ups: list[dict[str, Any]] = []
+        self.catch_up_wait_s = CATCH_UP_WAIT_S
         # Finds partitions' leaders and followers (queue runs).
         self.replicas: Callable[[], Awaitable[list[PartitionReplicas]]] | None = None
         # Moves partitions' leadership through the controllers (queue runs).
@@ -680,6 +696,8 @@ class _Nemesis:
             return await self._act_on_partition(action)
         if action.target in ("strand", "stranded"):
             return await self._strand(action)
+        if action.target == "catch-up":
+            return await self._catch_up(action)
         if action.target == "leader" and action.f == "start":
             # The end of a kill-leader: restart the node it killed.
             if self.killed_leader is None:
@@ -717,6 +735,10 @@ class _Nemesis:
         if move is None:
             self.log(f"skipped {kind}: no partition to move")
             return "skipped", action
+        return await self._move(kind, action, move)
+
+    async def _move(self, kind: str, action: Action, move: Move) -> tuple[ActionOutcome, Action]:
+        """Carry ``move`` out through the controllers and record it."""
         done = replace(action, nodes=move.replicas, target=None)
         self.writer.invoke(NEMESIS, move.f, value=move.value())
         assert self.moves is not None
@@ -782,6 +804,144 @@ class _Nemesis:
             self.targeted = node
             done = replace(action, nodes=(node,), target=None)
         return await self.act(done)
+
+    async def _catch_up_wait(
+        self, name: str, ready: Callable[[PartitionReplicas], bool], every_s: float = 0.2
+    ) -> tuple[PartitionReplicas | None, bool, float]:
+        """Poll the controllers' metadata until partition ``name`` is
+        ``ready``, at most ``catch_up_wait_s``: the partition last seen,
+        whether it was ready, and the seconds waited."""
+        started = time.monotonic()
+        seen: PartitionReplicas | None = None
+        while True:
+            now = await self.replicas() if self.replicas is not None else []
+            seen = next((p for p in now if p.name == name), seen)
+            waited = time.monotonic() - started
+            if seen is not None and ready(seen):
+                return seen, True, waited
+            if waited >= self.catch_up_wait_s:
+                return seen, False, waited
+            await asyncio.sleep(every_s)
+
+    async def _catch_up(self, action: Action) -> tuple[ActionOutcome, Action]:
+        """A step of an ``elect-catching-up-follower``
+        (:data:`chaos.nemesis.CATCH_UP_KIND`).  The ``partition``: a queue
+        partition whose leader is up with two up followers in its ISR,
+        drawn from the controllers' metadata now, and one of them severed
+        (:func:`chaos.nemesis.sever_groups`).  The ``kill``: of the
+        partition's leader, once the follower is out of the ISR.  The
+        ``heal``: once another broker leads.  The ``elect-leader``: of the
+        follower, as soon as it is back in the ISR.  Each waits at most
+        ``catch_up_wait_s`` and goes ahead (the election is skipped if the
+        follower never came back); ``summary.json``'s ``catch_ups`` says
+        what each saw."""
+        if action.f == "partition":
+            found = await self.replicas() if self.replicas is not None else []
+            options = [
+                (p, f)
+                for p in sorted(found, key=lambda p: p.name)
+                if p.leader >= 0
+                and p.leader not in self.down
+                and sum(1 for r in p.isr if r != p.leader and r not in self.down) >= 2
+                for f in p.isr
+                if f != p.leader and f not in self.down
+            ]
+            if not options:
+                self.log(f"skipped {action.kind}: no partition with two followers in its ISR")
+                return "skipped", action
+            chosen, follower = self.rng.choice(options)
+            groups = sever_groups(self.backend.nodes, list(self.backend.addresses()), follower)
+            self.log(
+                f"{action.kind}: follower {follower} of {chosen.name} (leader {chosen.leader}, "
+                f"isr {list(chosen.isr)}) severed from the other brokers"
+            )
+            outcome, done = await self.act(replace(action, groups=groups, target=None))
+            if outcome != "skipped":
+                note: dict[str, Any] = {
+                    "partition": chosen.name,
+                    "leader": chosen.leader,
+                    "follower": follower,
+                    "isr_before": list(chosen.isr),
+                }
+                self.catching = (chosen, follower, note)
+            return outcome, done
+        if self.catching is None:
+            self.log(f"skipped {action.kind} {action.f}: no follower was severed")
+            return "skipped", action
+        chosen, follower, note = self.catching
+        if action.f == "kill":
+            seen, out, waited = await self._catch_up_wait(
+                chosen.name, lambda p: follower not in p.isr
+            )
+            # The partition's leader now (an election may have moved it).
+            leader = seen.leader if seen is not None and seen.leader >= 0 else chosen.leader
+            note.update(
+                {
+                    "isr_at_kill": None if seen is None else list(seen.isr),
+                    "follower_out": out,
+                    "killed": leader,
+                    "waited_kill_s": round(waited, 3),
+                }
+            )
+            if leader == follower or leader in self.down:
+                self.log(f"skipped {action.kind} kill: {chosen.name}'s leader is {leader}")
+                return "skipped", action
+            self.log(
+                f"{action.kind}: {follower} "
+                + ("out of" if out else "still in")
+                + f" the isr of {chosen.name} after {waited:.1f} s; killing its leader {leader}"
+            )
+            self.targeted = leader
+            return await self.act(replace(action, nodes=(leader,), target=None))
+        if action.f == "heal":
+            killed = note.get("killed")
+            seen, moved, waited = await self._catch_up_wait(
+                chosen.name, lambda p: p.leader >= 0 and p.leader != killed
+            )
+            note.update(
+                {
+                    "leader_at_heal": None if seen is None else seen.leader,
+                    "isr_at_heal": None if seen is None else list(seen.isr),
+                    "waited_heal_s": round(waited, 3),
+                }
+            )
+            self.log(
+                f"{action.kind}: {chosen.name} led by "
+                f"{None if seen is None else seen.leader} after {waited:.1f} s; healing"
+            )
+            return await self.act(replace(action, kind=None, target=None))
+        # The election: at once when the follower is back in the ISR.
+        self.catching = None
+        self.catch_ups.append(note)
+        seen, back, waited = await self._catch_up_wait(
+            chosen.name, lambda p: follower in p.isr, every_s=CATCH_UP_POLL_S
+        )
+        note.update(
+            {
+                "follower_back": back,
+                "isr_at_election": None if seen is None else list(seen.isr),
+                "waited_election_s": round(waited, 3),
+            }
+        )
+        if seen is None or not back or seen.leader == follower:
+            self.log(f"skipped {action.kind} election: {follower} not back in {chosen.name}'s isr")
+            return "skipped", action
+        topic, _, partition = seen.name.rpartition("-")
+        move = Move(
+            ELECT,
+            action.kind or ELECT,
+            topic,
+            int(partition),
+            (follower, *(r for r in seen.replicas if r != follower)),
+            seen.replicas,
+            seen.leader,
+        )
+        if self.moves is None:
+            self.log(f"skipped {action.kind} election: no leadership moves in this run")
+            return "skipped", action
+        outcome, done = await self._move(ELECT, action, move)
+        note["elected"] = outcome == "ok"
+        return outcome, done
 
     async def _note_sever_end(self) -> None:
         """What the controllers' metadata shows of the severed partition at
@@ -1310,6 +1470,7 @@ def _finish(
             "faults_injected": dict(sorted(nemesis.injected.items())) if nemesis else {},
             "strands": nemesis.strands if nemesis else [],
             "severs": nemesis.severs if nemesis else [],
+            "catch_ups": nemesis.catch_ups if nemesis else [],
             "nemesis_ops": _nemesis_counts(ops),
             "final_check": result.final_check,
         }

@@ -37,7 +37,7 @@ def test_b4_fetches_one_batch_at_a_time() -> None:
     """KAFKA-7128 needs a follower that catches up over many fetches."""
     recipe = next(r for b, r in RECIPES.items() if b.id == "B4")
     assert recipe.replica_fetch_max_bytes == 1
-    assert {"isolate-follower", "elect-leader"} <= set(recipe.nemesis)
+    assert recipe.nemesis == ("elect-catching-up-follower",)
 
 
 def test_the_run_flag_reaches_the_queue_options() -> None:

@@ -1,0 +1,311 @@
+"""The ``elect-catching-up-follower`` fault (KAFKA-7128's sequence, the
+broker simulator's R4): a follower severed until it is out of the ISR, the
+leader killed, the heal once another broker leads, the follower elected as
+soon as it is back in the ISR, and the killed leader restarted.  The
+schedule (pure), the runner's steps against a backend and leadership moves
+played by the test, and one real local run in which each step saw what it
+waited for."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.leader_moves import ELECT, Move, PartitionView
+from chaos.nemesis import (
+    BROKER_KINDS,
+    CATCH_UP_FAILOVER_S,
+    CATCH_UP_HOLD_S,
+    CATCH_UP_KIND,
+    CATCH_UP_SHRINK_S,
+    ELECT_LEADER_KIND,
+    FAULT_KINDS,
+    NETWORK_KINDS,
+    POWER_LOSS_KINDS,
+    STRAND_KINDS,
+    Action,
+    schedule,
+)
+from chaos.runner import (
+    PartitionReplicas,
+    RunConfig,
+    _Nemesis,
+    expand_nemesis,
+    run_chaos,
+    storage_environment,
+)
+from chaos.workloads.queue_setup import QueueOptions
+from history.files import HistoryWriter, read_history
+from history.ops import NEMESIS
+from history.runs import RunDir
+from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
+from tests.chaos.strand_fakes import NODES, RecordingBackend
+
+K = CATCH_UP_KIND
+
+# -- the kind and the schedule -----------------------------------------------------------
+
+
+def test_the_catch_up_is_an_exclusive_network_fault_of_the_brokers() -> None:
+    assert K == "elect-catching-up-follower"
+    assert K in set(FAULT_KINDS) & set(BROKER_KINDS) & set(NETWORK_KINDS)
+    assert K not in POWER_LOSS_KINDS and K not in STRAND_KINDS
+    assert expand_nemesis([K], 6) == [K]
+    assert storage_environment(RunConfig(faults=(K,)), {}) == {}
+    with pytest.raises(ValueError, match="needs at least 2 nodes"):
+        expand_nemesis([K], 1)
+
+
+def _catch_ups(actions: list[Action]) -> list[list[Action]]:
+    """The actions from each catch-up's sever to its restart."""
+    out: list[list[Action]] = []
+    current: list[Action] | None = None
+    for a in actions:
+        if a.f == "partition" and a.kind == K:
+            assert current is None, "a catch-up started while another was in force"
+            current = [a]
+        elif current is not None:
+            current.append(a)
+            if a.f == "start" and a.kind == K:
+                out.append(current)
+                current = None
+    assert current is None, "a catch-up was never ended"
+    return out
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_each_catch_up_is_a_sever_kill_heal_election_and_restart_alone(seed: int) -> None:
+    rng = random.Random(seed)
+    kinds = rng.sample([K, "kill-partition-leader", "isolate-follower", "kill", "pause"], 3)
+    if K not in kinds:
+        kinds.append(K)
+    actions = schedule(
+        random.Random(seed),
+        NODES,
+        kinds,
+        duration_s=rng.uniform(10.0, 60.0),
+        interval_s=rng.uniform(0.5, 3.0),
+        fault_period_s=rng.uniform(5.0, 20.0),
+        quiet_s=rng.uniform(0.0, 4.0),
+    )
+    times = [a.time_s for a in actions]
+    assert times == sorted(times)
+    for steps in _catch_ups(actions):
+        sever, kill, heal, elect, start = steps  # nothing else comes in between
+        assert (sever.f, sever.target, sever.groups) == ("partition", "catch-up", ())
+        assert (kill.f, kill.kind, kill.target, kill.nodes) == ("kill", K, "catch-up", ())
+        assert kill.time_s == pytest.approx(sever.time_s + CATCH_UP_SHRINK_S)
+        assert (heal.f, heal.target) == ("heal", "catch-up")
+        assert heal.time_s == pytest.approx(kill.time_s + CATCH_UP_FAILOVER_S)
+        assert (elect.f, elect.kind, elect.target) == (ELECT_LEADER_KIND, K, "catch-up")
+        assert elect.time_s == heal.time_s
+        assert (start.kind, start.target) == (K, "partition-leader")
+        assert start.time_s == pytest.approx(heal.time_s + CATCH_UP_HOLD_S)
+
+
+def test_a_catch_up_needs_its_whole_length_and_is_exempt_from_keep_majority() -> None:
+    whole = CATCH_UP_SHRINK_S + CATCH_UP_FAILOVER_S + CATCH_UP_HOLD_S
+    for seed in range(10):
+        short = schedule(random.Random(seed), NODES, [K], duration_s=whole - 0.5)
+        assert [a.f for a in short] == ["heal"]
+    assert len(_catch_ups(schedule(random.Random(1), NODES, [K], duration_s=40.0))) >= 2
+    # Two nodes: an isolation would leave no majority; the sever keeps the
+    # controllers with every node.
+    assert _catch_ups(schedule(random.Random(3), [1, 2], [K], duration_s=30.0))
+
+
+# -- the runner ----------------------------------------------------------------------------
+
+
+class FakeMoves:
+    """Leadership moves played by the test: each is done at once."""
+
+    def __init__(self) -> None:
+        self.applied: list[Move] = []
+        self.in_force = None
+
+    async def apply(self, move: Move) -> tuple[str | None, PartitionView | None]:
+        self.applied.append(move)
+        now = PartitionView(move.topic, move.partition, move.replicas[0], move.replicas, ())
+        return None, now
+
+
+def _run(
+    tmp_path: Path, back_after: int | None, wait_s: float = 15.0
+) -> tuple[RecordingBackend, _Nemesis, FakeMoves, list[str]]:
+    """A catch-up of partition queue-0 (leader 5, replicas 5, 4, 6) against
+    a recording backend.  The controllers' metadata: the severed follower
+    leaves the ISR at the second answer after the sever; once the leader is
+    killed, the other follower leads alone; the severed follower is back in
+    its ISR ``back_after`` answers after the heal (never if None)."""
+    backend = RecordingBackend()
+    writer = HistoryWriter(tmp_path / "h.jsonl")
+    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+    moves = FakeMoves()
+    nemesis.moves = moves  # type: ignore[assignment]
+    nemesis.catch_up_wait_s = wait_s
+    calls: dict[str, int] = {"after_sever": 0, "after_heal": 0}
+
+    def severed() -> int | None:
+        cut = [g for f, g in backend.done if f == "partition"]
+        return next((n for n in cut[0][0] if n > 3), None) if cut else None
+
+    async def replicas() -> list[PartitionReplicas]:
+        follower = severed()
+        if follower is None:
+            return [
+                PartitionReplicas("queue-0", 5, (5, 4, 6), (5, 4, 6)),
+                PartitionReplicas("queue-1", 4, (4, 5, 6), (4,)),
+            ]
+        other = 10 - follower  # 4 or 6
+        if ("kill", 5) not in backend.done:
+            calls["after_sever"] += 1
+            isr: tuple[int, ...] = (5, 4, 6) if calls["after_sever"] < 2 else (5, other)
+            return [PartitionReplicas("queue-0", 5, (5, 4, 6), isr)]
+        if ("heal", None) not in backend.done:
+            return [PartitionReplicas("queue-0", other, (5, 4, 6), (other,))]
+        calls["after_heal"] += 1
+        back = back_after is not None and calls["after_heal"] > back_after
+        isr_now = (other, follower) if back else (other,)
+        return [PartitionReplicas("queue-0", other, (5, 4, 6), isr_now)]
+
+    nemesis.replicas = replicas
+    plan = [
+        Action(0, "partition", kind=K, target="catch-up"),
+        Action(4, "kill", kind=K, target="catch-up"),
+        Action(10, "heal", kind=K, target="catch-up"),
+        Action(10, ELECT_LEADER_KIND, kind=K, target="catch-up"),
+        Action(14, "start", kind=K, target="partition-leader"),
+    ]
+
+    async def main() -> list[str]:
+        return [(await nemesis.act(a))[0] for a in plan]
+
+    outcomes = asyncio.run(main())
+    writer.close()
+    return backend, nemesis, moves, outcomes
+
+
+def test_the_runner_severs_kills_heals_and_elects_the_follower_once_back(tmp_path: Path) -> None:
+    backend, nemesis, moves, outcomes = _run(tmp_path, back_after=3)
+    assert outcomes == ["ok"] * 5
+    [(_, groups), *rest] = backend.done
+    [follower] = [n for n in groups[0] if n > 3]
+    other = 10 - follower
+    assert follower in (4, 6)
+    assert groups == ((1, 2, 3, follower), tuple(n for n in NODES if n != follower))
+    assert rest == [("kill", 5), ("heal", None), ("restart", 5)]
+    [move] = moves.applied
+    assert move == Move(ELECT, K, "queue", 0, (follower, 5, other), (5, 4, 6), other)
+    [note] = nemesis.catch_ups
+    assert note["partition"] == "queue-0" and note["follower"] == follower
+    assert note["follower_out"] is True and note["isr_at_kill"] == [5, other]
+    assert note["killed"] == 5 and note["leader_at_heal"] == other
+    assert note["follower_back"] is True and note["isr_at_election"] == [other, follower]
+    assert note["elected"] is True
+    ops = [op for op in read_history(tmp_path / "h.jsonl") if op.process == NEMESIS]
+    done = [(op.f, op.value) for op in ops if op.type == "ok"]
+    assert [f for f, _ in done] == ["partition", "kill", "heal", ELECT_LEADER_KIND, "start"]
+    assert done[0][1]["kind"] == K and done[1][1] == {"nodes": [5], "kind": K}
+    assert done[3][1]["kind"] == K and done[3][1]["preferred"] == follower
+    assert done[4][1] == {"nodes": [5], "kind": K}
+    # Nothing stays in force: the leader is back, the network whole.
+    assert nemesis.down == {} and nemesis.partition is None and nemesis.catching is None
+
+
+def test_the_runner_skips_the_election_when_the_follower_never_comes_back(
+    tmp_path: Path,
+) -> None:
+    backend, nemesis, moves, outcomes = _run(tmp_path, back_after=None, wait_s=0.3)
+    assert outcomes == ["ok", "ok", "ok", "skipped", "ok"]
+    assert moves.applied == [] and ("restart", 5) in backend.done
+    [note] = nemesis.catch_ups
+    assert note["follower_back"] is False and note["waited_election_s"] >= 0.3
+
+
+def test_the_runner_skips_a_catch_up_with_no_two_followers_in_an_isr(tmp_path: Path) -> None:
+    backend = RecordingBackend()
+    writer = HistoryWriter(tmp_path / "h.jsonl")
+    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+
+    async def replicas() -> list[PartitionReplicas]:
+        return [
+            PartitionReplicas("queue-0", 4, (4, 5, 6), (4, 5)),
+            PartitionReplicas("queue-1", 5, (5, 4, 6), (5, 4, 6)),
+        ]
+
+    nemesis.replicas = replicas
+    nemesis.down = {6: "kill"}  # queue-1's third replica is down
+
+    async def main() -> list[str]:
+        return [
+            (await nemesis.act(a))[0]
+            for a in (
+                Action(0, "partition", kind=K, target="catch-up"),
+                Action(4, "kill", kind=K, target="catch-up"),
+                Action(10, "heal", kind=K, target="catch-up"),
+                Action(10, ELECT_LEADER_KIND, kind=K, target="catch-up"),
+                Action(14, "start", kind=K, target="partition-leader"),
+            )
+        ]
+
+    assert asyncio.run(main()) == ["skipped"] * 5
+    writer.close()
+    assert backend.done == [] and nemesis.catch_ups == []
+
+
+# -- a real local cluster ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_local_catch_up_elects_the_follower_once_back_in_the_isr(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    need_iptables()
+    scratch_tempdir(tmp_path, monkeypatch)
+    config = RunConfig(
+        name="queue-catch-up",
+        workload="queue",
+        faults=(K,),
+        time_limit_s=20,
+        rate=40,
+        concurrency=3,
+        seed=5,
+        fault_interval_s=1.0,
+        fault_period_s=18.0,
+        quiet_s=1.0,
+        runs_dir=str(tmp_path / "runs"),
+        queue=QueueOptions(
+            partitions=1,
+            replication_factor=3,
+            min_isr=2,
+            acks="all",
+            final_time_s=30,
+            replica_lag_ms=1_500,
+            replica_fetch_max_bytes=1,
+        ),
+    )
+    result = asyncio.run(asyncio.wait_for(run_chaos(config), 400))
+    assert result.completed, result.error
+    run = RunDir(result.path)
+    notes: list[dict[str, Any]] = json.loads(run.summary.read_text())["catch_ups"]
+    assert notes, "no catch-up was carried out"
+    for note in notes:
+        # Each step saw what it waited for: the follower out of the ISR
+        # before the kill, another leader before the heal, the follower
+        # back in the ISR before its election.
+        assert note["follower_out"] and note["follower"] not in note["isr_at_kill"], note
+        assert note["leader_at_heal"] not in (note["killed"], note["follower"], -1), note
+        assert note["follower_back"] and note["elected"], note
+    ops = read_history(run.history)
+    done = [(op.f, (op.value or {}).get("kind")) for op in ops if op.process == NEMESIS]
+    for step in ("partition", "kill", ELECT_LEADER_KIND, "start"):
+        assert (step, K) in done, done
+    # A correct build loses nothing: the follower rejoins only at the
+    # leader's epoch start, so it holds every committed record when elected.
+    assert result.recovered and result.final_ok, result.final_check

@@ -200,27 +200,38 @@ def node_changes(node: int, log_text: str, start_unix_ns: int) -> list[Change]:
     its role, epoch or leader changed.  Times are the lines' (local time,
     milliseconds) minus ``start_unix_ns``, at least 0 and never decreasing."""
     out: list[Change] = []
+    for m, role, when in _node_lines(node, log_text, _CHANGE_LINES, start_unix_ns):
+        groups = m.groupdict()
+        role = role or groups["r"]
+        if role == "leader":
+            leader: int | None = node
+        elif groups.get("l") is not None:
+            leader = int(groups["l"])
+        else:
+            leader = None
+        change = Change(node, when, int(m["e"]), leader, role)
+        if not change.problems():
+            out.append(change)
+    return out
+
+
+def _node_lines(
+    node: int, log_text: str, patterns: list[tuple[re.Pattern[str], str]], start_unix_ns: int
+) -> Iterator[tuple[re.Match[str], str, int]]:
+    """Each line of ``node`` in its log text that one of ``patterns``
+    matches (the first that does), with that pattern's label and the line's
+    time: its stamp (local time, milliseconds) minus ``start_unix_ns``, at
+    least 0 and never decreasing."""
     last = 0
     for line in log_text.splitlines():
-        for pattern, role in _CHANGE_LINES:
+        for pattern, label in patterns:
             m = pattern.match(line)
             if m is None or int(m["n"]) != node:
                 continue
-            groups = m.groupdict()
-            role = role or groups["r"]
-            if role == "leader":
-                leader: int | None = node
-            elif groups.get("l") is not None:
-                leader = int(groups["l"])
-            else:
-                leader = None
             when = datetime.strptime(m["stamp"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
             last = max(last, int(when * 1_000_000_000) - start_unix_ns, 0)
-            change = Change(node, last, int(m["e"]), leader, role)
-            if not change.problems():
-                out.append(change)
+            yield m, label, last
             break
-    return out
 
 
 # -- the votes a node granted and the states it restored ----------------------------
@@ -263,28 +274,21 @@ def vote_events(
     out: list[dict[str, object]] = []
     life = 0
     last = 0
-    for line in log_text.splitlines():
-        for pattern, event in _VOTE_LINES:
-            m = pattern.match(line)
-            if m is None or int(m["n"]) != node:
-                continue
-            when = datetime.strptime(m["stamp"], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            last = max(last, int(when * 1_000_000_000) - start_unix_ns, 0)
-            if event == "start":
-                life += 1
-            groups = m.groupdict()
-            out.append(
-                {
-                    "node": node,
-                    "time": last,
-                    "life": life,
-                    "event": event,
-                    "epoch": int(m["e"]),
-                    "voted_for": node if event == "candidate" else _id_or_none(groups.get("v")),
-                    "leader": _id_or_none(groups.get("l")),
-                }
-            )
-            break
+    for m, event, last in _node_lines(node, log_text, _VOTE_LINES, start_unix_ns):
+        if event == "start":
+            life += 1
+        groups = m.groupdict()
+        out.append(
+            {
+                "node": node,
+                "time": last,
+                "life": life,
+                "event": event,
+                "epoch": int(m["e"]),
+                "voted_for": node if event == "candidate" else _id_or_none(groups.get("v")),
+                "leader": _id_or_none(groups.get("l")),
+            }
+        )
     stored = _stored_state(data_dir, cluster_id, node) if data_dir is not None else None
     if stored is not None:
         out.append(

@@ -193,6 +193,9 @@ _TIMELINE_FILLED: Final = {
     "removed": (),
 }
 """The fields each event of a timeline fills; the others are null."""
+_TIMELINE_EVENT_FIELDS: Final = tuple(
+    dict.fromkeys(_TIMELINE_FILLED["state"] + _TIMELINE_FILLED["truncate"])
+)
 
 
 def _timeline_problems(obj: Row) -> list[str]:
@@ -207,7 +210,7 @@ def _timeline_problems(obj: Row) -> list[str]:
     filled = _TIMELINE_FILLED[event]
     out.extend(
         f"{name} must be null on a {event} line, got {obj.get(name)!r}"
-        for name in dict.fromkeys(_TIMELINE_FILLED["state"] + _TIMELINE_FILLED["truncate"])
+        for name in _TIMELINE_EVENT_FIELDS
         if name not in filled and obj.get(name) is not None
     )
     if event != "removed":
@@ -304,15 +307,7 @@ _FIELDS: Final = {
         "topic",
         "partition",
         "event",
-        "leader_epoch",
-        "role",
-        "leader",
-        "high_watermark",
-        "log_end_offset",
-        "log_start_offset",
-        "isr",
-        "truncated_from",
-        "truncated_to",
+        *_TIMELINE_EVENT_FIELDS,
     ),
     PARTITION_CHANGES_FILE: (
         "node",

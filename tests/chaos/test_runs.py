@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from history.export_formats import DAMAGED_HASH
 from history.exports import Change, LogEntry, record_hash
 from history.files import NEMESIS, HistoryRecorder, Op
 from history.runs import FORMAT_VERSION, RunDir, check_run, create_run_dir, run_name, write_run
 from kq.cli import main as kq_main
+from tests.history.export_lines import CHANGE, RECORD, REGISTRATION, STATE, STATE_LINE
 
 WHEN = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 
@@ -174,73 +176,16 @@ def _with_newer_exports(root: Path) -> RunDir:
             vote | {"time": 5, "event": "candidate", "epoch": 1, "voted_for": 1, "leader": None},
         ],
     )
-    registration = {
-        "node": 1,
-        "offset": 12,
-        "epoch": 1,
-        "broker": 5,
-        "event": "register",
-        "broker_epoch": 12,
-        "fenced": True,
-        "in_controlled_shutdown": False,
-    }
-    _export(run, 1, "broker_registrations.jsonl", [registration])
-    record = {
-        "node": 5,
-        "topic": "queue",
-        "partition": 0,
-        "offset": 0,
-        "epoch": 0,
-        "producer_id": 1000,
-        "sequence": 0,
-        "control": False,
-        "hash": record_hash(b"1"),
-    }
-    damaged = record | {"offset": 1, "sequence": 1, "hash": "damaged: CRC mismatch"}
-    _export(run, 5, "partitions.jsonl", [record, damaged])
-    state = {
-        "node": 5,
-        "topic": "queue",
-        "partition": 0,
-        "high_watermark": 2,
-        "log_end_offset": 2,
-        "stopped_at": None,
-    }
+    # The broker is 5 and its partition's one replica: each line as the
+    # export's own format tests have it, but for the broker's number.
+    _export(run, 1, "broker_registrations.jsonl", [REGISTRATION | {"broker": 5}])
+    damaged = RECORD | {"offset": 1, "sequence": 1, "hash": DAMAGED_HASH}
+    _export(run, 5, "partitions.jsonl", [RECORD, damaged])
+    state = STATE | {"high_watermark": 2, "log_end_offset": 2}
     _export(run, 5, "partition_state.jsonl", [state])
-    change = {
-        "node": 1,
-        "offset": 13,
-        "epoch": 1,
-        "topic": "queue",
-        "partition": 0,
-        "leader": 5,
-        "leader_epoch": 0,
-        "partition_epoch": 0,
-        "isr": [5],
-        "elr": [],
-        "leader_recovery_state": "recovered",
-        "unclean": False,
-    }
-    _export(run, 1, "partition_changes.jsonl", [change])
-    sample = {
-        "node": 5,
-        "seq": 2,
-        "life": 0,
-        "time": 250_000_000,
-        "topic": "queue",
-        "partition": 0,
-        "event": "state",
-        "leader_epoch": 0,
-        "role": "leader",
-        "leader": 5,
-        "high_watermark": 2,
-        "log_end_offset": 2,
-        "log_start_offset": 0,
-        "isr": [5],
-        "truncated_from": None,
-        "truncated_to": None,
-    }
-    _export(run, 5, "partition_timeline.jsonl", [sample, sample | {"seq": 9, "life": 1}])
+    _export(run, 1, "partition_changes.jsonl", [CHANGE | {"isr": [5]}])
+    sample = STATE_LINE | {"node": 5, "role": "leader", "leader": 5, "isr": [5]}
+    _export(run, 5, "partition_timeline.jsonl", [sample, sample | {"seq": 300, "life": 1}])
     return run
 
 
@@ -287,7 +232,7 @@ def test_check_run_reads_the_newer_exports(tmp_path: Path) -> None:
             "partition_timeline.jsonl",
             2,
             {"seq": 1},
-            "nodes/5/partition_timeline.jsonl:2: seq must rise, got 1 after 2",
+            "nodes/5/partition_timeline.jsonl:2: seq must rise, got 1 after 212",
         ),
         (
             5,

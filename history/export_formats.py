@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from history.ops import HistoryFormatError
@@ -51,6 +51,7 @@ __all__ = [
     "read_partition_changes",
     "read_partition_records",
     "read_partition_states",
+    "read_export_lines",
     "read_partition_timeline",
     "read_registrations",
 ]
@@ -339,13 +340,26 @@ def _read(
     problems: Callable[[Row], list[str]],
     order: Callable[[Row, Row], list[str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """The lines of ``path``, in the format of the export named ``file``:
-    its fields (:data:`_FIELDS`, less all of its :data:`_LATER` ones on an
-    older line), each line's ``problems`` and, from the second line on, its
-    ``order`` after the line before."""
+    """The lines of ``path``, in the format of the export named ``file``
+    (:data:`_FIELDS`, :data:`_LATER`)."""
+    return read_export_lines(path, _FIELDS[file], problems, order, _LATER.get(file, ()))
+
+
+def read_export_lines(
+    path: str | os.PathLike[str],
+    fields: Sequence[str],
+    problems: Callable[[Row], list[str]],
+    order: Callable[[Row, Row], list[str]] | None = None,
+    later: Sequence[str] = (),
+) -> list[dict[str, Any]]:
+    """The lines of a node export at ``path``, each a JSON object with
+    exactly ``fields`` (less all of ``later`` on a line of an older
+    export), none of whose ``problems`` nor, from the second line on, of
+    its ``order`` after the line before, is found; else
+    :class:`HistoryFormatError` names the first line that breaks them."""
     name = os.fspath(path)
-    fields = set(_FIELDS[file])
-    older = fields - set(_LATER.get(file, ()))
+    full = set(fields)
+    older = full - set(later)
     out: list[dict[str, Any]] = []
     with open(name, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -355,9 +369,9 @@ def _read(
                 raise HistoryFormatError(name, lineno, f"not JSON: {exc}") from None
             if not isinstance(obj, dict):
                 raise HistoryFormatError(name, lineno, "expected a JSON object")
-            if set(obj) != fields and set(obj) != older:
-                missing = sorted(fields - set(obj))
-                unknown = sorted(set(obj) - fields)
+            if set(obj) != full and set(obj) != older:
+                missing = sorted(full - set(obj))
+                unknown = sorted(set(obj) - full)
                 raise HistoryFormatError(
                     name, lineno, f"missing field(s) {missing}, unknown field(s) {unknown}"
                 )

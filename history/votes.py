@@ -42,7 +42,6 @@ tested against it.
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -50,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from history.ops import HistoryFormatError
+from history.export_formats import read_export_lines
 
 __all__ = [
     "RESTORE_EVENTS",
@@ -115,27 +114,8 @@ def _line_problems(obj: Mapping[str, Any]) -> list[str]:
 def read_votes(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """Parse one node's ``votes.jsonl``: its lines as dicts with ``seq``
     (0-based line).  :class:`HistoryFormatError` names a bad line."""
-    name = os.fspath(path)
-    out: list[dict[str, Any]] = []
-    with open(name, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            try:
-                obj: Any = json.loads(line)
-            except ValueError as exc:
-                raise HistoryFormatError(name, lineno, f"not JSON: {exc}") from None
-            if not isinstance(obj, dict):
-                raise HistoryFormatError(name, lineno, "expected a JSON object")
-            if set(obj) != set(VOTE_FIELDS):
-                missing = sorted(set(VOTE_FIELDS) - set(obj))
-                unknown = sorted(set(obj) - set(VOTE_FIELDS))
-                raise HistoryFormatError(
-                    name, lineno, f"missing field(s) {missing}, unknown field(s) {unknown}"
-                )
-            problems = _line_problems(obj)
-            if problems:
-                raise HistoryFormatError(name, lineno, "; ".join(problems))
-            out.append({**obj, "seq": lineno - 1})
-    return out
+    lines = read_export_lines(path, VOTE_FIELDS, _line_problems)
+    return [{**obj, "seq": seq} for seq, obj in enumerate(lines)]
 
 
 def read_run_votes(run: str | os.PathLike[str]) -> list[dict[str, Any]]:

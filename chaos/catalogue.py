@@ -359,12 +359,16 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "sequence: a follower severed from the other brokers until it is out of the ISR; "
         "the leader killed, so that the other follower leads, alone in the ISR below min "
         "ISR, with its HW frozen a fetch behind the old leader's; the heal once it leads, "
-        "the severed follower catching up one batch a fetch (replica.fetch.max.bytes 1, "
-        "KIP-74); and that follower elected as soon as the controllers show it back in "
-        "the ISR, then the old leader restarted.  Earlier recipes moved leaders with "
+        "the severed follower catching up one batch a fetch (its own "
+        "replica.fetch.max.bytes 1, KIP-74, the others fetching in bulk, so that the new "
+        "leader's HW lags its epoch start by a whole fetch); and that follower elected as "
+        "soon as the controllers show it back in the ISR, then the old leader restarted. "
+        "In the broker simulator the bug then loses acknowledged records when the "
+        "election reaches the follower before it has fetched up to the epoch start, and "
+        "not when every follower fetches one batch at a time (the follower wins that "
+        "race: tests/broker/test_sim_catch_up.py).  Earlier recipes moved leaders with "
         "every node up (isolate-follower, elect-leader): the old leader kept fetching, "
         "so the new leader's HW reached its epoch start within a fetch",
-        replica_fetch_max_bytes=1,
         rate=60.0,
         concurrency=6,
         time_limit_s=40.0,

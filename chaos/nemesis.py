@@ -112,7 +112,8 @@ Fault kinds (:data:`FAULT_KINDS`):
   in the ISR, below min ISR, so that HW stays there;
   :data:`CATCH_UP_FAILOVER_S` later a ``heal``, once that other leader
   leads, so that the severed follower catches up from it (one batch a
-  fetch with a small ``replica.fetch.max.bytes``); then at once an
+  fetch: the runner sets its own ``replica.fetch.max.bytes`` to 1 from the
+  sever to the election); then at once an
   ``elect-leader`` of the severed follower, made as soon as the
   controllers' metadata shows it back in the ISR (with the expansion
   rule broken, at the HW but below the leader's epoch start); and

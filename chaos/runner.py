@@ -84,7 +84,7 @@ from chaos.workloads.register import (
 from chaos.workloads.topics import TopicsWorkload
 from history.files import NEMESIS, HistoryWriter, Op, Problem, check_well_formed, read_history
 from history.runs import FORMAT_VERSION, RunDir, create_run_dir, summarize, write_json
-from metadata.client import MetadataClient
+from metadata.client import ConfigOp, ConfigResource, MetadataClient, error_code
 from quorum.driver.client import describe
 from server.storage_mode import LOSE_UNSYNCED_VARIABLE, TORN
 
@@ -447,6 +447,12 @@ CATCH_UP_WAIT_S: Final = 15.0
 """How long each step of an ``elect-catching-up-follower`` waits for the
 controllers' metadata to show what the step before was for (the follower
 out of the ISR, another leader, the follower back in the ISR)."""
+CATCH_UP_FETCH_BYTES: Final = 1
+"""The severed follower's own ``replica.fetch.max.bytes`` for its catch-up
+(a broker config, over the cluster's): one batch a fetch (KIP-74), while
+the other replicas fetch in bulk, so that the new leader's HW lags its
+epoch start by its last bulk fetch and the follower, re-admitted at that
+HW, needs several fetches to reach the epoch start."""
 CATCH_UP_POLL_S: Final = 0.05
 """How often the wait for the follower back in the ISR asks the
 controllers: the election must come before the follower has fetched up to
@@ -671,6 +677,9 @@ class _Nemesis:
         self.catching: tuple[PartitionReplicas, int, dict[str, Any]] | None = None
         self.catch_ups: list[dict[str, Any]] = []
         self.catch_up_wait_s = CATCH_UP_WAIT_S
+        # Sets (a value) or removes (None) a broker's own
+        # replica.fetch.max.bytes; the refusal's error, None if done.
+        self.fetch_bytes: Callable[[int, int | None], Awaitable[str | None]] | None = None
         # Finds partitions' leaders and followers (queue runs).
         self.replicas: Callable[[], Awaitable[list[PartitionReplicas]]] | None = None
         # Moves partitions' leadership through the controllers (queue runs).
@@ -862,6 +871,9 @@ class _Nemesis:
                     "leader": chosen.leader,
                     "follower": follower,
                     "isr_before": list(chosen.isr),
+                    "follower_fetch_bytes": await self._set_fetch_bytes(
+                        follower, CATCH_UP_FETCH_BYTES
+                    ),
                 }
                 self.catching = (chosen, follower, note)
             return outcome, done
@@ -910,7 +922,8 @@ class _Nemesis:
                 f"{None if seen is None else seen.leader} after {waited:.1f} s; healing"
             )
             return await self.act(replace(action, kind=None, target=None))
-        # The election: at once when the follower is back in the ISR.
+        # The election: at once when the follower is back in the ISR; then
+        # the follower fetches as the cluster says again.
         self.catching = None
         self.catch_ups.append(note)
         seen, back, waited = await self._catch_up_wait(
@@ -923,6 +936,38 @@ class _Nemesis:
                 "waited_election_s": round(waited, 3),
             }
         )
+        try:
+            return await self._elect_caught_up(action, seen, back, chosen, follower, note)
+        finally:
+            if note["follower_fetch_bytes"] == CATCH_UP_FETCH_BYTES:
+                error = await self._set_fetch_bytes(follower, None)
+                note["follower_fetch_bytes_removed"] = error is None
+
+    async def _set_fetch_bytes(self, broker: int, value: int | None) -> int | str | None:
+        """Set (or, with None, remove) ``broker``'s own
+        ``replica.fetch.max.bytes``: the value set, or the refusal."""
+        if self.fetch_bytes is None:
+            return None
+        try:
+            error = await self.fetch_bytes(broker, value)
+        except Exception as exc:  # the fault goes on without it
+            error = f"{type(exc).__name__}: {exc}"
+        if error is not None:
+            self.log(f"replica.fetch.max.bytes of broker {broker} not set to {value}: {error}")
+            return error
+        return value
+
+    async def _elect_caught_up(
+        self,
+        action: Action,
+        seen: PartitionReplicas | None,
+        back: bool,
+        chosen: PartitionReplicas,
+        follower: int,
+        note: dict[str, Any],
+    ) -> tuple[ActionOutcome, Action]:
+        """The election of ``follower`` (put first, then a preferred
+        election), if the controllers had it back in the ISR (``seen``)."""
         if seen is None or not back or seen.leader == follower:
             self.log(f"skipped {action.kind} election: {follower} not back in {chosen.name}'s isr")
             return "skipped", action
@@ -1146,6 +1191,26 @@ async def partition_replicas(
     ]
 
 
+async def broker_fetch_bytes(
+    backend: ClusterBackend, broker: int, value: int | None, timeout_s: float = 5.0
+) -> str | None:
+    """Set ``broker``'s own ``replica.fetch.max.bytes`` to ``value`` (None:
+    remove it, so that the cluster's applies again) through the active
+    controller; the refusal's error, None if done."""
+    client = MetadataClient(
+        list(backend.addresses().values()),
+        timeout_s=timeout_s,
+        credentials=backend.client_credentials(),
+    )
+    try:
+        op = ConfigOp("replica.fetch.max.bytes", None if value is None else str(value))
+        answer = await client.alter_configs({ConfigResource.broker(broker): [op]})
+    finally:
+        await client.close()
+    bad = [r for r in answer.results if r.error != 0]
+    return error_code(bad[0].error).name if bad else None
+
+
 async def current_leader(backend: ClusterBackend, timeout_s: float = 5.0) -> int | None:
     """The node that says it leads in the highest epoch, asking every node
     until one does or ``timeout_s`` passed."""
@@ -1325,6 +1390,7 @@ async def _run_chaos(config: RunConfig, progress: ProgressFn | None) -> RunResul
                 sorted(set(live.nodes) - set(live.addresses())),
                 random.Random(seed ^ 0x30FE),
             )
+            nemesis.fetch_bytes = partial(broker_fetch_bytes, live)
         addresses = dict(backend.addresses())
         broker_addresses = getattr(backend, "broker_addresses", None)
         workload = WORKLOADS[config.workload].make(

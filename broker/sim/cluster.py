@@ -533,6 +533,8 @@ class SimCluster:
         request = replica.next_fetch_request(broker.broker_epoch)
         if request is None:
             return False
+        if max_bytes is None:
+            max_bytes = self.config.replica_fetch_max_bytes
         if max_bytes is not None:
             request = FetchRequest(
                 request.replica_id,

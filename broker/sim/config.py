@@ -34,6 +34,9 @@ class SimConfig:
     # a fetch unanswered for fetch_timeout_ms is given up.
     fetch_interval_ms: int = 50
     fetch_timeout_ms: int = 500
+    # replica.fetch.max.bytes of every follower fetch (KIP-74: at least one
+    # batch is answered); None: the replica config's.
+    replica_fetch_max_bytes: int | None = None
     # Brokers pull the metadata log every metadata_interval_ms (observers).
     metadata_interval_ms: int = 100
     isr_tick_ms: int = 250

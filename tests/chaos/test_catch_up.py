@@ -136,19 +136,27 @@ class FakeMoves:
 
 
 def _run(
-    tmp_path: Path, back_after: int | None, wait_s: float = 15.0
+    tmp_path: Path, back_after: int | None, wait_s: float = 15.0, refuse: str | None = None
 ) -> tuple[RecordingBackend, _Nemesis, FakeMoves, list[str]]:
     """A catch-up of partition queue-0 (leader 5, replicas 5, 4, 6) against
     a recording backend.  The controllers' metadata: the severed follower
     leaves the ISR at the second answer after the sever; once the leader is
     killed, the other follower leads alone; the severed follower is back in
-    its ISR ``back_after`` answers after the heal (never if None)."""
+    its ISR ``back_after`` answers after the heal (never if None).  The
+    brokers' own ``replica.fetch.max.bytes`` changes are recorded in
+    ``backend.done`` (refused with ``refuse``)."""
     backend = RecordingBackend()
     writer = HistoryWriter(tmp_path / "h.jsonl")
     nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
     moves = FakeMoves()
     nemesis.moves = moves  # type: ignore[assignment]
     nemesis.catch_up_wait_s = wait_s
+
+    async def fetch_bytes(broker: int, value: int | None) -> str | None:
+        backend.done.append(("replica.fetch.max.bytes", (broker, value)))
+        return refuse
+
+    nemesis.fetch_bytes = fetch_bytes
     calls: dict[str, int] = {"after_sever": 0, "after_heal": 0}
 
     def severed() -> int | None:
@@ -199,7 +207,15 @@ def test_the_runner_severs_kills_heals_and_elects_the_follower_once_back(tmp_pat
     other = 10 - follower
     assert follower in (4, 6)
     assert groups == ((1, 2, 3, follower), tuple(n for n in NODES if n != follower))
-    assert rest == [("kill", 5), ("heal", None), ("restart", 5)]
+    # The follower fetches one batch at a time from its sever to its
+    # election, then as the cluster says again.
+    assert rest == [
+        ("replica.fetch.max.bytes", (follower, 1)),
+        ("kill", 5),
+        ("heal", None),
+        ("replica.fetch.max.bytes", (follower, None)),
+        ("restart", 5),
+    ]
     [move] = moves.applied
     assert move == Move(ELECT, K, "queue", 0, (follower, 5, other), (5, 4, 6), other)
     [note] = nemesis.catch_ups
@@ -208,6 +224,7 @@ def test_the_runner_severs_kills_heals_and_elects_the_follower_once_back(tmp_pat
     assert note["killed"] == 5 and note["leader_at_heal"] == other
     assert note["follower_back"] is True and note["isr_at_election"] == [other, follower]
     assert note["elected"] is True
+    assert note["follower_fetch_bytes"] == 1 and note["follower_fetch_bytes_removed"] is True
     ops = [op for op in read_history(tmp_path / "h.jsonl") if op.process == NEMESIS]
     done = [(op.f, op.value) for op in ops if op.type == "ok"]
     assert [f for f, _ in done] == ["partition", "kill", "heal", ELECT_LEADER_KIND, "start"]
@@ -226,6 +243,19 @@ def test_the_runner_skips_the_election_when_the_follower_never_comes_back(
     assert moves.applied == [] and ("restart", 5) in backend.done
     [note] = nemesis.catch_ups
     assert note["follower_back"] is False and note["waited_election_s"] >= 0.3
+    # The follower's own fetch size is removed all the same.
+    sizes = [v for f, v in backend.done if f == "replica.fetch.max.bytes"]
+    assert [value for _, value in sizes] == [1, None]
+
+
+def test_a_refused_fetch_size_is_noted_and_the_fault_goes_on(tmp_path: Path) -> None:
+    backend, nemesis, moves, outcomes = _run(tmp_path, back_after=1, refuse="POLICY_VIOLATION")
+    assert outcomes == ["ok"] * 5 and len(moves.applied) == 1
+    [note] = nemesis.catch_ups
+    assert note["follower_fetch_bytes"] == "POLICY_VIOLATION"
+    # Nothing was set, so nothing is removed.
+    assert [v for f, v in backend.done if f == "replica.fetch.max.bytes"] == [(note["follower"], 1)]
+    assert "follower_fetch_bytes_removed" not in note
 
 
 def test_the_runner_skips_a_catch_up_with_no_two_followers_in_an_isr(tmp_path: Path) -> None:
@@ -287,7 +317,6 @@ def test_a_local_catch_up_elects_the_follower_once_back_in_the_isr(
             acks="all",
             final_time_s=30,
             replica_lag_ms=1_500,
-            replica_fetch_max_bytes=1,
         ),
     )
     result = asyncio.run(asyncio.wait_for(run_chaos(config), 400))
@@ -302,6 +331,9 @@ def test_a_local_catch_up_elects_the_follower_once_back_in_the_isr(
         assert note["follower_out"] and note["follower"] not in note["isr_at_kill"], note
         assert note["leader_at_heal"] not in (note["killed"], note["follower"], -1), note
         assert note["follower_back"] and note["elected"], note
+        # The follower fetched one batch at a time meanwhile, by its own
+        # config, removed after the election.
+        assert note["follower_fetch_bytes"] == 1 and note["follower_fetch_bytes_removed"], note
     ops = read_history(run.history)
     done = [(op.f, (op.value or {}).get("kind")) for op in ops if op.process == NEMESIS]
     for step in ("partition", "kill", ELECT_LEADER_KIND, "start"):

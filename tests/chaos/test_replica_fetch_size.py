@@ -34,10 +34,14 @@ def test_a_recipe_sets_it_and_the_replay_repeats_it() -> None:
 
 
 def test_b4_fetches_one_batch_at_a_time() -> None:
-    """KAFKA-7128 needs a follower that catches up over many fetches."""
+    """KAFKA-7128 needs a follower that catches up over many fetches: the
+    composite fault gives the severed follower alone a one-batch fetch
+    size, the others fetching in bulk (the cluster's size)."""
+    from chaos.runner import CATCH_UP_FETCH_BYTES
+
     recipe = next(r for b, r in RECIPES.items() if b.id == "B4")
-    assert recipe.replica_fetch_max_bytes == 1
     assert recipe.nemesis == ("elect-catching-up-follower",)
+    assert CATCH_UP_FETCH_BYTES == 1 and recipe.replica_fetch_max_bytes is None
 
 
 def test_the_run_flag_reaches_the_queue_options() -> None:

@@ -707,6 +707,15 @@ class _Nemesis:
             return await self._strand(action)
         if action.target == "catch-up":
             return await self._catch_up(action)
+        if action.target == "catch-up-end":
+            if self.catching is not None:
+                _, follower, note = self.catching
+                self.catching = None
+                self.catch_ups.append(note)
+                if note["follower_fetch_bytes"] == CATCH_UP_FETCH_BYTES:
+                    error = await self._set_fetch_bytes(follower, None)
+                    note["follower_fetch_bytes_removed"] = error is None
+            return "skipped", action
         if action.target == "leader" and action.f == "start":
             # The end of a kill-leader: restart the node it killed.
             if self.killed_leader is None:
@@ -897,6 +906,7 @@ class _Nemesis:
             )
             if leader == follower or leader in self.down:
                 self.log(f"skipped {action.kind} kill: {chosen.name}'s leader is {leader}")
+                note["killed"] = None  # the heal then waits for any leader
                 return "skipped", action
             self.log(
                 f"{action.kind}: {follower} "
@@ -1155,7 +1165,14 @@ class _Nemesis:
             if self.moves is not None and self.moves.in_force is not None
             else []
         )
-        return [*out, Action(0.0, "heal"), *revert]
+        # A catch-up cut short by the run's end: the follower's own fetch
+        # size goes (nothing of it is in the history).
+        catch_up = (
+            [Action(0.0, "heal", kind=CATCH_UP_KIND, target="catch-up-end")]
+            if self.catching is not None
+            else []
+        )
+        return [*out, Action(0.0, "heal"), *catch_up, *revert]
 
 
 @dataclass(frozen=True, slots=True)

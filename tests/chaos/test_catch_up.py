@@ -258,6 +258,41 @@ def test_a_refused_fetch_size_is_noted_and_the_fault_goes_on(tmp_path: Path) -> 
     assert "follower_fetch_bytes_removed" not in note
 
 
+def test_a_catch_up_cut_short_by_the_runs_end_removes_the_follower_fetch_size(
+    tmp_path: Path,
+) -> None:
+    backend = RecordingBackend()
+    writer = HistoryWriter(tmp_path / "h.jsonl")
+    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+    sizes: list[tuple[int, int | None]] = []
+
+    async def fetch_bytes(broker: int, value: int | None) -> str | None:
+        sizes.append((broker, value))
+        return None
+
+    async def replicas() -> list[PartitionReplicas]:
+        return [PartitionReplicas("queue-0", 5, (5, 6, 4), (5, 6, 4))]
+
+    nemesis.fetch_bytes = fetch_bytes
+    nemesis.replicas = replicas
+
+    async def main() -> list[str]:
+        sever = Action(0, "partition", kind=K, target="catch-up")
+        out: list[str] = [(await nemesis.act(sever))[0]]
+        ends = nemesis.ends()
+        assert [(a.f, a.target) for a in ends] == [("heal", None), ("heal", "catch-up-end")]
+        out += [(await nemesis.act(a))[0] for a in ends]
+        return out
+
+    assert asyncio.run(main()) == ["ok", "ok", "skipped"]
+    writer.close()
+    [(follower, _), _] = sizes
+    assert sizes == [(follower, 1), (follower, None)] and follower in (4, 6)
+    [note] = nemesis.catch_ups
+    assert note["follower_fetch_bytes_removed"] is True and nemesis.catching is None
+    assert nemesis.ends() == [Action(0.0, "heal")]
+
+
 def test_the_runner_skips_a_catch_up_with_no_two_followers_in_an_isr(tmp_path: Path) -> None:
     backend = RecordingBackend()
     writer = HistoryWriter(tmp_path / "h.jsonl")

@@ -44,6 +44,7 @@ from history.files import HistoryWriter, read_history
 from history.ops import NEMESIS
 from history.runs import RunDir
 from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
+from tests.chaos.fault_schedules import drawn_schedule, fault_spans
 from tests.chaos.strand_fakes import NODES, RecordingBackend
 
 K = CATCH_UP_KIND
@@ -63,38 +64,13 @@ def test_the_catch_up_is_an_exclusive_network_fault_of_the_brokers() -> None:
 
 def _catch_ups(actions: list[Action]) -> list[list[Action]]:
     """The actions from each catch-up's sever to its restart."""
-    out: list[list[Action]] = []
-    current: list[Action] | None = None
-    for a in actions:
-        if a.f == "partition" and a.kind == K:
-            assert current is None, "a catch-up started while another was in force"
-            current = [a]
-        elif current is not None:
-            current.append(a)
-            if a.f == "start" and a.kind == K:
-                out.append(current)
-                current = None
-    assert current is None, "a catch-up was never ended"
-    return out
+    return fault_spans(actions, (K,), "catch-up")
 
 
 @pytest.mark.parametrize("seed", range(30))
 def test_each_catch_up_is_a_sever_kill_heal_election_and_restart_alone(seed: int) -> None:
-    rng = random.Random(seed)
-    kinds = rng.sample([K, "kill-partition-leader", "isolate-follower", "kill", "pause"], 3)
-    if K not in kinds:
-        kinds.append(K)
-    actions = schedule(
-        random.Random(seed),
-        NODES,
-        kinds,
-        duration_s=rng.uniform(10.0, 60.0),
-        interval_s=rng.uniform(0.5, 3.0),
-        fault_period_s=rng.uniform(5.0, 20.0),
-        quiet_s=rng.uniform(0.0, 4.0),
-    )
-    times = [a.time_s for a in actions]
-    assert times == sorted(times)
+    pool = [K, "kill-partition-leader", "isolate-follower", "kill", "pause"]
+    actions = drawn_schedule(seed, pool, count=3, needed=K)
     for steps in _catch_ups(actions):
         sever, kill, heal, elect, start = steps  # nothing else comes in between
         assert (sever.f, sever.target, sever.groups) == ("partition", "catch-up", ())

@@ -32,6 +32,7 @@ from chaos.nemesis import (
     schedule,
 )
 from chaos.runner import NEMESES, RunConfig, expand_nemesis
+from tests.chaos.fault_schedules import elections_during_partitions
 
 NODES = [1, 2, 3, 4, 5, 6, 7]
 BROKERS = [4, 5, 6, 7]
@@ -233,16 +234,7 @@ def test_elections_also_come_while_another_fault_is_in_force() -> None:
         fault_period_s=12,
         quiet_s=2,
     )
-    cut = False
-    during = 0
-    for a in acts:
-        if a.f == "partition":
-            cut = True
-        elif a.f == "heal":
-            cut = False
-        elif a.f == ELECT_LEADER_KIND and cut:
-            during += 1
-    assert during > 0
+    assert elections_during_partitions(acts) > 0
     # Without the kind the schedule draws nothing more: a seed's schedule of
     # other faults stays what it was.
     alone = schedule(

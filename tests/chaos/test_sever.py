@@ -43,6 +43,7 @@ from metadata.client import ConfigOp, ConfigResource, MetadataClient, NewTopic
 from quorum.driver.client import describe
 from server.local_brokers import broker_registrations
 from tests.chaos.cluster_scenarios import need_iptables, processes_under, scratch_tempdir
+from tests.chaos.fault_schedules import drawn_schedule, elections_during_partitions
 from tests.chaos.strand_fakes import NODES, RecordingBackend
 
 # -- the groups ------------------------------------------------------------------------
@@ -98,20 +99,12 @@ def test_the_sever_is_a_network_fault_of_the_brokers_that_needs_no_power_loss() 
 def test_each_sever_is_a_leader_intent_ended_by_a_heal_one_network_fault_at_a_time(
     seed: int,
 ) -> None:
-    rng = random.Random(seed)
-    kinds = rng.sample(
-        [SEVER_KIND, "isolate-follower", "kill", ELECT_LEADER_KIND], rng.randint(1, 4)
-    )
-    if SEVER_KIND not in kinds:
-        kinds.append(SEVER_KIND)
-    actions = schedule(
-        random.Random(seed),
-        NODES,
-        kinds,
-        duration_s=rng.uniform(10.0, 60.0),
-        interval_s=rng.uniform(0.3, 3.0),
-        fault_period_s=rng.uniform(4.0, 20.0),
-        quiet_s=rng.uniform(0.0, 4.0),
+    actions = drawn_schedule(
+        seed,
+        [SEVER_KIND, "isolate-follower", "kill", ELECT_LEADER_KIND],
+        needed=SEVER_KIND,
+        interval_s=(0.3, 3.0),
+        fault_period_s=(4.0, 20.0),
     )
     cut: str | None = None
     for a in actions:
@@ -136,16 +129,7 @@ def test_elections_come_while_a_leader_is_severed() -> None:
         fault_period_s=14,
         quiet_s=1,
     )
-    severed = False
-    during = 0
-    for a in actions:
-        if a.f == "partition":
-            severed = True
-        elif a.f == "heal":
-            severed = False
-        elif a.f == ELECT_LEADER_KIND and severed:
-            during += 1
-    assert during >= 5
+    assert elections_during_partitions(actions) >= 5
 
 
 def test_a_sever_keeps_the_quorum_whole_so_keep_majority_allows_it() -> None:

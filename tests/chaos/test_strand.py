@@ -39,6 +39,7 @@ from history.files import HistoryWriter, read_history
 from history.ops import NEMESIS
 from server.storage_mode import LOSE_UNSYNCED_VARIABLE
 from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
+from tests.chaos.fault_schedules import drawn_schedule, fault_spans
 from tests.chaos.strand_fakes import NODES, RecordingBackend, run_local_strand, run_strand_plan
 
 # -- the groups ------------------------------------------------------------------------
@@ -95,40 +96,14 @@ def test_a_power_loss_strand_starts_every_process_in_the_power_loss_mode(power: 
 
 def _strands(actions: list[Action]) -> list[list[Action]]:
     """The actions from each strand's partition to its start."""
-    out: list[list[Action]] = []
-    current: list[Action] | None = None
-    for a in actions:
-        if a.f == "partition" and a.kind in STRAND_KINDS:
-            assert current is None, "a strand started while another was in force"
-            current = [a]
-        elif current is not None:
-            current.append(a)
-            if a.f == "start" and a.kind in STRAND_KINDS:
-                out.append(current)
-                current = None
-    assert current is None, "a strand was never ended"
-    return out
+    return fault_spans(actions, STRAND_KINDS, "strand")
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_each_strand_is_a_partition_a_kill_a_heal_and_a_start_alone(seed: int) -> None:
-    rng = random.Random(seed)
-    kinds = rng.sample(
-        [*STRAND_KINDS, "kill-partition-leader", "isolate-follower", "kill", "pause"],
-        rng.randint(1, 4),
-    )
-    actions = schedule(
-        random.Random(seed),
-        NODES,
-        kinds,
-        duration_s=rng.uniform(10.0, 60.0),
-        interval_s=rng.uniform(0.5, 3.0),
-        fault_period_s=rng.uniform(5.0, 20.0),
-        quiet_s=rng.uniform(0.0, 4.0),
-    )
-    times = [a.time_s for a in actions]
-    assert times == sorted(times)
-    end = max(times)
+    pool = [*STRAND_KINDS, "kill-partition-leader", "isolate-follower", "kill", "pause"]
+    actions = drawn_schedule(seed, pool)
+    end = max(a.time_s for a in actions)
     for strand in _strands(actions):
         partition, kill, heal, start = strand  # nothing else comes in between
         assert partition.target == "strand" and partition.groups == ()

@@ -6,8 +6,9 @@ cluster with the strand ops its history holds."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,12 +78,13 @@ def run_strand_plan(
     return backend, nemesis, out
 
 
-def run_local_strand(tmp_path: Path, name: str, kind: str) -> tuple[RunResult, list[Any]]:
-    """A 20 s queue run of ``kind`` alone on a real local cluster (two
-    partitions of three replicas, min ISR 2, acks=all, a 1.5 s replica lag);
-    returns its result and ``summary.json``'s strands, after checking that
-    it completed and that its history holds the strand's partition, kill
-    and start."""
+def local_fault_config(
+    tmp_path: Path, name: str, kind: str, partitions: int = 2, **changes: Any
+) -> RunConfig:
+    """A 20 s queue run of ``kind`` alone on a real local cluster
+    (``partitions`` partitions of three replicas, min ISR 2, acks=all, a
+    1.5 s replica lag), its runs folder under ``tmp_path``; ``changes``
+    replace the run's other settings."""
     config = RunConfig(
         name=name,
         workload="queue",
@@ -96,7 +98,7 @@ def run_local_strand(tmp_path: Path, name: str, kind: str) -> tuple[RunResult, l
         quiet_s=2.0,
         runs_dir=str(tmp_path / "runs"),
         queue=QueueOptions(
-            partitions=2,
+            partitions=partitions,
             replication_factor=3,
             min_isr=2,
             acks="all",
@@ -104,12 +106,39 @@ def run_local_strand(tmp_path: Path, name: str, kind: str) -> tuple[RunResult, l
             replica_lag_ms=1_500,
         ),
     )
-    result = asyncio.run(asyncio.wait_for(run_chaos(config), 400))
-    assert result.completed, result.error
-    run = RunDir(result.path)
-    strands = json.loads(run.summary.read_text())["strands"]
-    assert strands, "no strand was carried out"
+    return dataclasses.replace(config, **changes)
+
+
+def local_fault_notes(path: Path, key: str, kind: str, steps: Sequence[str]) -> list[Any]:
+    """The notes ``summary.json`` keeps under ``key`` in the run folder
+    ``path``, after checking that there is one at least and that the
+    nemesis carried out each of ``steps`` of ``kind``."""
+    run = RunDir(path)
+    notes: list[Any] = json.loads(run.summary.read_text()).get(key) or []
+    assert notes, f"no {key} in summary.json: the fault was never carried out"
     ops = read_history(run.history)
     done = [(op.f, (op.value or {}).get("kind")) for op in ops if op.process == NEMESIS]
-    assert ("partition", kind) in done and ("kill", kind) in done and ("start", kind) in done
-    return result, strands
+    for step in steps:
+        assert (step, kind) in done, f"no {step} of {kind} in the history: {done}"
+    return notes
+
+
+def run_local_fault(
+    config: RunConfig, key: str, steps: Sequence[str]
+) -> tuple[RunResult, list[Any]]:
+    """Run ``config`` (one fault kind) on a real local cluster; its result
+    and ``summary.json``'s notes under ``key``, after checking that it
+    completed and carried out each of ``steps`` (:func:`local_fault_notes`)."""
+    (kind,) = config.faults
+    result = asyncio.run(asyncio.wait_for(run_chaos(config), 400))
+    assert result.completed, result.error
+    return result, local_fault_notes(result.path, key, kind, steps)
+
+
+def run_local_strand(tmp_path: Path, name: str, kind: str) -> tuple[RunResult, list[Any]]:
+    """A strand of ``kind`` alone in :func:`local_fault_config`'s run;
+    returns its result and ``summary.json``'s strands, after checking that
+    it completed and that its history holds the strand's partition, kill
+    and start."""
+    config = local_fault_config(tmp_path, name, kind)
+    return run_local_fault(config, "strands", ("partition", "kill", "start"))

@@ -9,6 +9,7 @@ leader alone before the kill."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from pathlib import Path
 
@@ -37,10 +38,17 @@ from chaos.runner import (
 )
 from history.files import HistoryWriter, read_history
 from history.ops import NEMESIS
+from history.runs import RunDir
 from server.storage_mode import LOSE_UNSYNCED_VARIABLE
 from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
 from tests.chaos.fault_schedules import drawn_schedule, fault_spans
-from tests.chaos.strand_fakes import NODES, RecordingBackend, run_local_strand, run_strand_plan
+from tests.chaos.strand_fakes import (
+    NODES,
+    RecordingBackend,
+    local_fault_notes,
+    run_local_strand,
+    run_strand_plan,
+)
 
 # -- the groups ------------------------------------------------------------------------
 
@@ -221,6 +229,25 @@ def test_the_runner_skips_a_strand_with_no_follower_in_any_isr(tmp_path: Path) -
     assert asyncio.run(main()) == ["skipped"] * 3
     writer.close()
     assert backend.done == []
+
+
+def test_the_local_runs_check_finds_the_strands_notes_and_steps_and_fires_without_them(
+    tmp_path: Path,
+) -> None:
+    # The fake strand's history and notes, laid out as a run folder, pass
+    # the check the local runs make; a missing step or no notes fail it.
+    _, nemesis, _ = _run_strand(tmp_path, [(5, 4, 6), (5,)])
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    run.history.write_text((tmp_path / "h.jsonl").read_text())
+    run.summary.write_text(json.dumps({"strands": nemesis.strands}))
+    kind = "strand-power-loss-partition-leader"
+    steps = ("partition", "kill", "start")
+    assert local_fault_notes(run.path, "strands", kind, steps) == nemesis.strands
+    with pytest.raises(AssertionError, match="no elect-leader of strand-power-loss"):
+        local_fault_notes(run.path, "strands", kind, (*steps, "elect-leader"))
+    with pytest.raises(AssertionError, match="no catch_ups in summary.json"):
+        local_fault_notes(run.path, "catch_ups", kind, steps)
 
 
 # -- a real local cluster ------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from chaos.nemesis import Action
 from chaos.runner import PartitionReplicas, RunConfig, RunResult, _Nemesis, run_chaos
 from chaos.workloads.queue_setup import QueueOptions
 from history.files import HistoryWriter, read_history
-from history.ops import NEMESIS
+from history.ops import NEMESIS, Op
 from history.runs import RunDir
 
 NODES = [1, 2, 3, 4, 5, 6]  # controllers 1-3, brokers 4-6
@@ -46,6 +46,31 @@ class RecordingBackend:
         self.done.append(("heal", None))
 
 
+HISTORY = "h.jsonl"
+"""The history file the nemesis of :func:`recording_nemesis` writes, under
+the test's ``tmp_path``."""
+
+
+def recording_nemesis(tmp_path: Path) -> tuple[RecordingBackend, _Nemesis, HistoryWriter]:
+    """The runner's nemesis against a :class:`RecordingBackend`, writing its
+    ops to ``tmp_path / HISTORY`` (close the writer before reading them)."""
+    backend = RecordingBackend()
+    writer = HistoryWriter(tmp_path / HISTORY)
+    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+    return backend, nemesis, writer
+
+
+def nemesis_ops(tmp_path: Path) -> list[Op]:
+    """The nemesis' ops of :func:`recording_nemesis`'s history, in order."""
+    return [op for op in read_history(tmp_path / HISTORY) if op.process == NEMESIS]
+
+
+async def act_all(nemesis: _Nemesis, plan: Iterable[Action]) -> list[str]:
+    """How the nemesis carried out each action of ``plan`` in turn
+    (``ok`` or ``skipped``)."""
+    return [(await nemesis.act(a))[0] for a in plan]
+
+
 def run_strand_plan(
     tmp_path: Path,
     kind: str,
@@ -56,9 +81,7 @@ def run_strand_plan(
     carried out by the runner's nemesis against a :class:`RecordingBackend`,
     the controllers' metadata answered by ``replicas``; returns the backend,
     the nemesis and each action's outcome."""
-    backend = RecordingBackend()
-    writer = HistoryWriter(tmp_path / "h.jsonl")
-    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+    backend, nemesis, writer = recording_nemesis(tmp_path)
     nemesis.replicas = replicas
     nemesis.strand_wait_s = wait_s
     plan = [

@@ -36,14 +36,15 @@ from chaos.runner import (
     expand_nemesis,
     storage_environment,
 )
-from history.files import HistoryWriter, read_history
-from history.ops import NEMESIS
 from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
 from tests.chaos.fault_schedules import drawn_schedule, fault_spans
 from tests.chaos.strand_fakes import (
     NODES,
     RecordingBackend,
+    act_all,
     local_fault_config,
+    nemesis_ops,
+    recording_nemesis,
     run_local_fault,
 )
 
@@ -111,6 +112,16 @@ class FakeMoves:
         return None, now
 
 
+PLAN = (
+    Action(0, "partition", kind=K, target="catch-up"),
+    Action(4, "kill", kind=K, target="catch-up"),
+    Action(10, "heal", kind=K, target="catch-up"),
+    Action(10, ELECT_LEADER_KIND, kind=K, target="catch-up"),
+    Action(14, "start", kind=K, target="partition-leader"),
+)
+"""A catch-up's five steps as the schedule gives them."""
+
+
 def _run(
     tmp_path: Path, back_after: int | None, wait_s: float = 15.0, refuse: str | None = None
 ) -> tuple[RecordingBackend, _Nemesis, FakeMoves, list[str]]:
@@ -121,9 +132,7 @@ def _run(
     its ISR ``back_after`` answers after the heal (never if None).  The
     brokers' own ``replica.fetch.max.bytes`` changes are recorded in
     ``backend.done`` (refused with ``refuse``)."""
-    backend = RecordingBackend()
-    writer = HistoryWriter(tmp_path / "h.jsonl")
-    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+    backend, nemesis, writer = recording_nemesis(tmp_path)
     moves = FakeMoves()
     nemesis.moves = moves  # type: ignore[assignment]
     nemesis.catch_up_wait_s = wait_s
@@ -159,18 +168,7 @@ def _run(
         return [PartitionReplicas("queue-0", other, (5, 4, 6), isr_now)]
 
     nemesis.replicas = replicas
-    plan = [
-        Action(0, "partition", kind=K, target="catch-up"),
-        Action(4, "kill", kind=K, target="catch-up"),
-        Action(10, "heal", kind=K, target="catch-up"),
-        Action(10, ELECT_LEADER_KIND, kind=K, target="catch-up"),
-        Action(14, "start", kind=K, target="partition-leader"),
-    ]
-
-    async def main() -> list[str]:
-        return [(await nemesis.act(a))[0] for a in plan]
-
-    outcomes = asyncio.run(main())
+    outcomes = asyncio.run(act_all(nemesis, PLAN))
     writer.close()
     return backend, nemesis, moves, outcomes
 
@@ -201,7 +199,7 @@ def test_the_runner_severs_kills_heals_and_elects_the_follower_once_back(tmp_pat
     assert note["follower_back"] is True and note["isr_at_election"] == [other, follower]
     assert note["elected"] is True
     assert note["follower_fetch_bytes"] == 1 and note["follower_fetch_bytes_removed"] is True
-    ops = [op for op in read_history(tmp_path / "h.jsonl") if op.process == NEMESIS]
+    ops = nemesis_ops(tmp_path)
     done = [(op.f, op.value) for op in ops if op.type == "ok"]
     assert [f for f, _ in done] == ["partition", "kill", "heal", ELECT_LEADER_KIND, "start"]
     assert done[0][1]["kind"] == K and done[1][1] == {"nodes": [5], "kind": K}
@@ -237,9 +235,7 @@ def test_a_refused_fetch_size_is_noted_and_the_fault_goes_on(tmp_path: Path) -> 
 def test_a_catch_up_cut_short_by_the_runs_end_removes_the_follower_fetch_size(
     tmp_path: Path,
 ) -> None:
-    backend = RecordingBackend()
-    writer = HistoryWriter(tmp_path / "h.jsonl")
-    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+    backend, nemesis, writer = recording_nemesis(tmp_path)
     sizes: list[tuple[int, int | None]] = []
 
     async def fetch_bytes(broker: int, value: int | None) -> str | None:
@@ -257,7 +253,7 @@ def test_a_catch_up_cut_short_by_the_runs_end_removes_the_follower_fetch_size(
         out: list[str] = [(await nemesis.act(sever))[0]]
         ends = nemesis.ends()
         assert [(a.f, a.target) for a in ends] == [("heal", None), ("heal", "catch-up-end")]
-        out += [(await nemesis.act(a))[0] for a in ends]
+        out += await act_all(nemesis, ends)
         return out
 
     assert asyncio.run(main()) == ["ok", "ok", "skipped"]
@@ -270,9 +266,7 @@ def test_a_catch_up_cut_short_by_the_runs_end_removes_the_follower_fetch_size(
 
 
 def test_the_runner_skips_a_catch_up_with_no_two_followers_in_an_isr(tmp_path: Path) -> None:
-    backend = RecordingBackend()
-    writer = HistoryWriter(tmp_path / "h.jsonl")
-    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+    backend, nemesis, writer = recording_nemesis(tmp_path)
 
     async def replicas() -> list[PartitionReplicas]:
         return [
@@ -283,19 +277,7 @@ def test_the_runner_skips_a_catch_up_with_no_two_followers_in_an_isr(tmp_path: P
     nemesis.replicas = replicas
     nemesis.down = {6: "kill"}  # queue-1's third replica is down
 
-    async def main() -> list[str]:
-        return [
-            (await nemesis.act(a))[0]
-            for a in (
-                Action(0, "partition", kind=K, target="catch-up"),
-                Action(4, "kill", kind=K, target="catch-up"),
-                Action(10, "heal", kind=K, target="catch-up"),
-                Action(10, ELECT_LEADER_KIND, kind=K, target="catch-up"),
-                Action(14, "start", kind=K, target="partition-leader"),
-            )
-        ]
-
-    assert asyncio.run(main()) == ["skipped"] * 5
+    assert asyncio.run(act_all(nemesis, PLAN)) == ["skipped"] * 5
     writer.close()
     assert backend.done == [] and nemesis.catch_ups == []
 

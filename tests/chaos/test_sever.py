@@ -44,7 +44,7 @@ from quorum.driver.client import describe
 from server.local_brokers import broker_registrations
 from tests.chaos.cluster_scenarios import need_iptables, processes_under, scratch_tempdir
 from tests.chaos.fault_schedules import drawn_schedule, elections_during_partitions
-from tests.chaos.strand_fakes import NODES, RecordingBackend
+from tests.chaos.strand_fakes import NODES, RecordingBackend, nemesis_ops, recording_nemesis
 
 # -- the groups ------------------------------------------------------------------------
 
@@ -149,9 +149,7 @@ def _nemesis(
 ) -> tuple[RecordingBackend, _Nemesis, HistoryWriter]:
     """The runner's nemesis on a recording backend, the controllers'
     metadata answered by ``answers`` in turn (the last one thereafter)."""
-    backend = RecordingBackend()
-    writer = HistoryWriter(tmp_path / "h.jsonl")
-    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+    backend, nemesis, writer = recording_nemesis(tmp_path)
     seen = iter(answers)
     last: list[list[PartitionReplicas]] = []
 
@@ -179,7 +177,7 @@ def test_the_runner_severs_a_partition_leader_and_notes_what_the_heal_finds(
     assert (how, healed) == ("ok", "ok")
     assert done.groups == ((1, 2, 3, 5), (1, 2, 3, 4, 6)) and done.target is None
     assert backend.done == [("partition", ((1, 2, 3, 5), (1, 2, 3, 4, 6))), ("heal", None)]
-    ops = [op for op in read_history(tmp_path / "h.jsonl") if op.process == NEMESIS]
+    ops = nemesis_ops(tmp_path)
     assert [(op.type, op.f, op.value) for op in ops] == [
         ("invoke", "partition", {"groups": [[1, 2, 3, 5], [1, 2, 3, 4, 6]], "kind": SEVER_KIND}),
         ("ok", "partition", {"groups": [[1, 2, 3, 5], [1, 2, 3, 4, 6]], "kind": SEVER_KIND}),

@@ -36,16 +36,18 @@ from chaos.runner import (
     expand_nemesis,
     storage_environment,
 )
-from history.files import HistoryWriter, read_history
-from history.ops import NEMESIS
 from history.runs import RunDir
 from server.storage_mode import LOSE_UNSYNCED_VARIABLE
 from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
 from tests.chaos.fault_schedules import drawn_schedule, fault_spans
 from tests.chaos.strand_fakes import (
+    HISTORY,
     NODES,
     RecordingBackend,
+    act_all,
     local_fault_notes,
+    nemesis_ops,
+    recording_nemesis,
     run_local_strand,
     run_strand_plan,
 )
@@ -186,7 +188,7 @@ def test_the_runner_strands_the_leader_kills_it_once_the_isr_shrank_then_heals(
         [5],
         True,
     )
-    ops = [op for op in read_history(tmp_path / "h.jsonl") if op.process == NEMESIS]
+    ops = nemesis_ops(tmp_path)
     kind = "strand-power-loss-partition-leader"
     assert [(op.f, op.value) for op in ops if op.type == "ok"] == [
         ("partition", {"groups": [[1, 2, 3, 5], [1, 2, 3, 4], [1, 2, 3, 6]], "kind": kind}),
@@ -206,9 +208,7 @@ def test_the_runner_kills_after_its_bound_when_the_isr_never_shrinks(tmp_path: P
 
 
 def test_the_runner_skips_a_strand_with_no_follower_in_any_isr(tmp_path: Path) -> None:
-    backend = RecordingBackend()
-    writer = HistoryWriter(tmp_path / "h.jsonl")
-    nemesis = _Nemesis(backend, writer, lambda line: None)  # type: ignore[arg-type]
+    backend, nemesis, writer = recording_nemesis(tmp_path)
 
     async def replicas() -> list[PartitionReplicas]:
         return [PartitionReplicas("queue-0", 4, (4, 5, 6), (4,))]
@@ -216,17 +216,12 @@ def test_the_runner_skips_a_strand_with_no_follower_in_any_isr(tmp_path: Path) -
     nemesis.replicas = replicas
     kind = "strand-partition-leader"
 
-    async def main() -> list[str]:
-        return [
-            (await nemesis.act(a))[0]
-            for a in (
-                Action(0, "partition", kind=kind, target="strand"),
-                Action(3, "kill", kind=kind, target="stranded"),
-                Action(9, "start", kind=kind, target="partition-leader"),
-            )
-        ]
-
-    assert asyncio.run(main()) == ["skipped"] * 3
+    plan = (
+        Action(0, "partition", kind=kind, target="strand"),
+        Action(3, "kill", kind=kind, target="stranded"),
+        Action(9, "start", kind=kind, target="partition-leader"),
+    )
+    assert asyncio.run(act_all(nemesis, plan)) == ["skipped"] * 3
     writer.close()
     assert backend.done == []
 
@@ -239,7 +234,7 @@ def test_the_local_runs_check_finds_the_strands_notes_and_steps_and_fires_withou
     _, nemesis, _ = _run_strand(tmp_path, [(5, 4, 6), (5,)])
     run = RunDir(tmp_path / "run")
     run.path.mkdir()
-    run.history.write_text((tmp_path / "h.jsonl").read_text())
+    run.history.write_text((tmp_path / HISTORY).read_text())
     run.summary.write_text(json.dumps({"strands": nemesis.strands}))
     kind = "strand-power-loss-partition-leader"
     steps = ("partition", "kill", "start")

@@ -32,12 +32,16 @@ from chaos.runner import (
     expand_nemesis,
     storage_environment,
 )
-from history.files import read_history
-from history.ops import NEMESIS
 from history.runs import RunDir
 from server.storage_mode import LOSE_UNSYNCED_VARIABLE
 from tests.chaos.cluster_scenarios import need_iptables, scratch_tempdir
-from tests.chaos.strand_fakes import NODES, RecordingBackend, run_local_strand, run_strand_plan
+from tests.chaos.strand_fakes import (
+    NODES,
+    RecordingBackend,
+    nemesis_ops,
+    run_local_strand,
+    run_strand_plan,
+)
 
 KIND = STRAND_ISOLATED_KIND
 
@@ -106,7 +110,7 @@ def test_the_runner_cuts_the_leader_off_from_every_node_and_waits_for_another_le
         False,
         4,
     )
-    ops = [op for op in read_history(tmp_path / "h.jsonl") if op.process == NEMESIS]
+    ops = nemesis_ops(tmp_path)
     assert [(op.f, op.value) for op in ops if op.type == "ok"] == [
         ("partition", {"groups": [[5], [1, 2, 3, 4, 6]], "kind": KIND}),
         ("kill", {"nodes": [5], "kind": KIND}),

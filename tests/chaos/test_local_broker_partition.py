@@ -15,8 +15,6 @@ the broker heartbeats again, is unfenced and rejoins the ISR."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -28,6 +26,7 @@ from metadata.client import MetadataClient, NewTopic
 from quorum.driver.client import describe
 from server.local_brokers import broker_registrations
 from tests.chaos.cluster_scenarios import need_iptables, processes_under, scratch_tempdir
+from tests.chaos.polling import until
 
 pytestmark = pytest.mark.slow
 
@@ -37,19 +36,6 @@ PARTITIONS = 3
 async def _partitions(admin: MetadataClient) -> list[metadata_pb2.PartitionDescription]:
     answer = await admin.describe_topics(["t"])
     return [p for topic in answer.topics for p in topic.partitions]
-
-
-async def _until(what: str, timeout_s: float, ready: Callable[[], Awaitable[object]]) -> None:
-    """Poll ``ready`` until it answers True, at most ``timeout_s``;
-    AssertionError naming ``what`` and its last answer (what it saw)."""
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while time.monotonic() < deadline:
-        last = await ready()
-        if last is True:
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout_s:g} s (last seen: {last})")
 
 
 async def _reaches_every_node(cluster: LocalCluster) -> None:
@@ -83,7 +69,7 @@ def test_an_isolated_broker_is_fenced_by_the_controllers_and_comes_back_healed(
                     full = [p for p in parts if p.leader >= 0 and len(p.isr) == 3]
                     return len(full) == PARTITIONS or [(p.leader, list(p.isr)) for p in parts]
 
-                await _until("every partition led with a full ISR", 30, settled)
+                await until("every partition led with a full ISR", 30, settled)
                 target = (await _partitions(admin))[0].leader
                 led = {p.partition for p in await _partitions(admin) if p.leader == target}
 
@@ -104,7 +90,7 @@ def test_an_isolated_broker_is_fenced_by_the_controllers_and_comes_back_healed(
 
                 # The session (4 s) ends, the controllers fence the broker and
                 # move its leaderships (each partition it led has a leader).
-                await _until(f"broker {target} fenced and out of every ISR", 20, fenced)
+                await until(f"broker {target} fenced and out of every ISR", 20, fenced)
                 moved = {p.partition: p.leader for p in await _partitions(admin)}
                 assert all(moved[p] >= 0 for p in led), moved
                 # The cut is between nodes only: the harness still reaches all.
@@ -125,7 +111,7 @@ def test_an_isolated_broker_is_fenced_by_the_controllers_and_comes_back_healed(
                     state = None if seen is None or target not in seen else seen[target].fenced
                     return (state, [(p.leader, list(p.isr)) for p in parts])
 
-                await _until(f"broker {target} unfenced and back in every ISR", 40, back)
+                await until(f"broker {target} unfenced and back in every ISR", 40, back)
                 await _reaches_every_node(cluster)
         finally:
             await cluster.stop()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -44,6 +43,7 @@ from quorum.driver.client import describe
 from server.local_brokers import broker_registrations
 from tests.chaos.cluster_scenarios import need_iptables, processes_under, scratch_tempdir
 from tests.chaos.fault_schedules import drawn_schedule, elections_during_partitions
+from tests.chaos.polling import until
 from tests.chaos.strand_fakes import NODES, RecordingBackend, nemesis_ops, recording_nemesis
 
 # -- the groups ------------------------------------------------------------------------
@@ -222,19 +222,6 @@ def test_the_runner_severs_no_leader_that_is_down_and_skips_when_none_is_up(
 # -- a real local cluster ------------------------------------------------------------------
 
 
-async def _until(what: str, timeout_s: float, ready: Callable[[], Awaitable[object]]) -> None:
-    """Poll ``ready`` until it answers True, at most ``timeout_s``;
-    AssertionError naming ``what`` and its last answer."""
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while time.monotonic() < deadline:
-        last = await ready()
-        if last is True:
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"{what} within {timeout_s:g} s (last seen: {last})")
-
-
 @pytest.mark.slow
 def test_a_severed_leader_keeps_leading_unfenced_alone_in_its_isr(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -266,7 +253,7 @@ def test_a_severed_leader_keeps_leading_unfenced_alone_in_its_isr(
                     full = [p for p in now if p.leader >= 0 and len(p.isr) == 3]
                     return len(full) == 3 or now
 
-                await _until("every partition led with a full ISR", 30, settled)
+                await until("every partition led with a full ISR", 30, settled)
 
                 nemesis = _Nemesis(cluster, writer, lambda line: None)
                 nemesis.replicas = parts
@@ -292,7 +279,7 @@ def test_a_severed_leader_keeps_leading_unfenced_alone_in_its_isr(
                 # No follower fetches from it (its ISR shrinks to itself), and
                 # its AlterPartition reaches the controllers; the other brokers
                 # still fetch from each other (their ISRs lose it alone).
-                await _until(f"broker {severed} alone in the ISRs it leads", 20, alone)
+                await until(f"broker {severed} alone in the ISRs it leads", 20, alone)
                 # Past the 4 s session: its heartbeats still reach the
                 # controllers, so it is neither fenced nor moved.
                 await asyncio.sleep(max(0.0, cut + 6.0 - time.monotonic()))
@@ -317,7 +304,7 @@ def test_a_severed_leader_keeps_leading_unfenced_alone_in_its_isr(
                     now = await parts()
                     return all(severed in p.isr for p in now) or now
 
-                await _until(f"broker {severed} back in every ISR", 40, back)
+                await until(f"broker {severed} back in every ISR", 40, back)
         finally:
             writer.close()
             await cluster.stop()

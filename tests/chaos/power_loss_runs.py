@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from chaos.runner import RunConfig, run_chaos
-from chaos.workloads.queue import check_final_polls
 from history.files import read_history
 from history.ops import NEMESIS, Op
 from history.runs import RunDir, check_run
 from tests.chaos.cluster_scenarios import processes_under, scratch_tempdir
+from tests.chaos.queue_runs import check_final_polls_found_everything
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,13 +56,7 @@ def check_power_loss_run(path: Path, kind: str) -> PowerLossRun:
     ops = read_history(run.history)
     cuts = power_cuts(ops, kind)
     assert cuts, "the nemesis cut no power"
-    final = json.loads(run.summary.read_text())["final_polls"]
-    assert final["complete"], final
-    assert check_final_polls(ops, final["from_index"]) == {
-        "lost": [],
-        "moved": [],
-        "inconsistent": [],
-    }
+    check_final_polls_found_everything(run, ops)
     return PowerLossRun(run, ops, cuts)
 
 

@@ -19,13 +19,13 @@ from chaos.backend import ClusterBackend
 from chaos.docker import DockerCluster
 from chaos.docker_image import Docker
 from chaos.runner import BACKENDS, BackendSpec, RunConfig, expand_nemesis, run_chaos
-from chaos.workloads.queue import check_final_polls
 from chaos.workloads.queue_setup import QueueOptions
 from history.exports import record_hash
 from history.files import read_history
 from history.ops import NEMESIS
 from history.runs import RunDir, check_run
 from tests.chaos.cluster_scenarios import scratch_tempdir
+from tests.chaos.queue_runs import check_final_polls_found_everything
 
 pytestmark = pytest.mark.slow
 
@@ -110,13 +110,7 @@ def test_a_short_docker_queue_run_with_kill_pause_and_partition_ends_valid(
     assert {"kill", "start", "pause", "resume", "partition", "heal"} <= done, done
     sends = [op for op in ops if op.f == "send" and op.type == "ok"]
     assert len(sends) >= 10
-    final = json.loads(run.summary.read_text())["final_polls"]
-    assert final["complete"], final
-    assert check_final_polls(ops, final["from_index"]) == {
-        "lost": [],
-        "moved": [],
-        "inconsistent": [],
-    }
+    check_final_polls_found_everything(run, ops)
 
     # Every broker's partition exports, copied out of its container: the
     # acknowledged records at their offsets, each partition's HW and its
@@ -214,13 +208,7 @@ def test_the_faults_aimed_at_partitions_and_power_loss_run_on_docker(
         for n in op.value.get("nodes", ())
     }
     assert targets and targets <= {4, 5, 6}, targets
-    final = json.loads(run.summary.read_text())["final_polls"]
-    assert final["complete"], final
-    assert check_final_polls(ops, final["from_index"]) == {
-        "lost": [],
-        "moved": [],
-        "inconsistent": [],
-    }
+    check_final_polls_found_everything(run, ops)
     for broker in (4, 5, 6):
         text = (run.logs / f"broker-{broker}.log").read_text()
         assert "runs in the power-loss test mode" in text, broker

@@ -7,6 +7,7 @@ line and the field."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,15 @@ def _write(path: Path, lines: list[Any]) -> Path:
     return path
 
 
+def _refused(read: Callable[[Path], object], path: Path, line: int, message: str) -> None:
+    """``read`` refuses ``path`` at ``line``, naming the file and saying
+    ``message``."""
+    with pytest.raises(HistoryFormatError) as err:
+        read(path)
+    assert err.value.line == line and err.value.path == str(path)
+    assert message in err.value.reason
+
+
 def test_the_file_names_and_the_damaged_marker_are_the_exporters() -> None:
     assert exporter.DAMAGED_HASH == DAMAGED_HASH
     assert exporter.PARTITIONS_FILE == PARTITIONS_FILE
@@ -103,10 +113,7 @@ def test_a_malformed_registration_names_its_line_and_field(
     tmp_path: Path, change: dict[str, Any], message: str
 ) -> None:
     path = _write(tmp_path / BROKER_REGISTRATIONS_FILE, [REGISTRATION, REGISTRATION | change])
-    with pytest.raises(HistoryFormatError) as err:
-        read_registrations(path)
-    assert err.value.line == 2 and err.value.path == str(path)
-    assert message in err.value.reason
+    _refused(read_registrations, path, 2, message)
 
 
 def test_an_unregister_line_has_no_registration(tmp_path: Path) -> None:
@@ -138,10 +145,7 @@ def test_a_malformed_partition_record_names_its_line_and_field(
 ) -> None:
     damaged = RECORD | {"offset": 1, "hash": DAMAGED_HASH}
     path = _write(tmp_path / PARTITIONS_FILE, [RECORD, damaged, damaged | change])
-    with pytest.raises(HistoryFormatError) as err:
-        read_partition_records(path)
-    assert err.value.line == 3
-    assert message in err.value.reason
+    _refused(read_partition_records, path, 3, message)
 
 
 @pytest.mark.parametrize(
@@ -155,10 +159,8 @@ def test_a_malformed_partition_record_names_its_line_and_field(
 def test_a_malformed_partition_state_names_its_line_and_field(
     tmp_path: Path, change: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(HistoryFormatError) as err:
-        read_partition_states(_write(tmp_path / PARTITION_STATE_FILE, [STATE | change]))
-    assert err.value.line == 1
-    assert message in err.value.reason
+    path = _write(tmp_path / PARTITION_STATE_FILE, [STATE | change])
+    _refused(read_partition_states, path, 1, message)
 
 
 @pytest.mark.parametrize(
@@ -240,10 +242,7 @@ def test_a_malformed_timeline_state_names_its_line_and_field(
     if message is None:  # the control: a well-formed second line
         assert len(read_partition_timeline(path)) == 2
         return
-    with pytest.raises(HistoryFormatError) as err:
-        read_partition_timeline(path)
-    assert err.value.line == 2 and err.value.path == str(path)
-    assert message in err.value.reason
+    _refused(read_partition_timeline, path, 2, message)
 
 
 @pytest.mark.parametrize(
@@ -267,19 +266,13 @@ def test_a_malformed_truncation_or_removal_names_its_line_and_field(
     if message is None:
         assert read_partition_timeline(path)[1] == later
         return
-    with pytest.raises(HistoryFormatError) as err:
-        read_partition_timeline(path)
-    assert err.value.line == 2
-    assert message in err.value.reason
+    _refused(read_partition_timeline, path, 2, message)
 
 
 def test_a_timeline_whose_life_falls_is_refused(tmp_path: Path) -> None:
     second_life = STATE_LINE | {"seq": 300, "life": 1}
     path = _write(tmp_path / PARTITION_TIMELINE_FILE, [second_life, STATE_LINE | {"seq": 301}])
-    with pytest.raises(HistoryFormatError) as err:
-        read_partition_timeline(path)
-    assert err.value.line == 2
-    assert "life must not fall, got 0 after 1" in err.value.reason
+    _refused(read_partition_timeline, path, 2, "life must not fall, got 0 after 1")
 
 
 @pytest.mark.parametrize(
@@ -306,10 +299,7 @@ def test_a_malformed_partition_change_names_its_line_and_field(
 ) -> None:
     later = CHANGE | {"offset": 97, "partition_epoch": 1} | change
     path = _write(tmp_path / PARTITION_CHANGES_FILE, [CHANGE, later])
-    with pytest.raises(HistoryFormatError) as err:
-        read_partition_changes(path)
-    assert err.value.line == 2 and err.value.path == str(path)
-    assert message in err.value.reason
+    _refused(read_partition_changes, path, 2, message)
 
 
 @pytest.mark.parametrize(
@@ -323,6 +313,4 @@ def test_a_line_lacking_some_but_not_all_of_the_later_fields_is_refused(
     tmp_path: Path, read: Any, line: dict[str, Any], drop: tuple[str, ...]
 ) -> None:
     partial = {k: v for k, v in line.items() if k not in drop}
-    with pytest.raises(HistoryFormatError) as err:
-        read(_write(tmp_path / "f", [partial]))
-    assert f"missing field(s) {sorted(drop)}" in err.value.reason
+    _refused(read, _write(tmp_path / "f", [partial]), 1, f"missing field(s) {sorted(drop)}")

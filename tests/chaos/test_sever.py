@@ -9,12 +9,16 @@ shrunk to itself, while the other brokers still replicate each other."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import random
 import time
 from pathlib import Path
 
 import pytest
 
+from broker.client.producer_batch import Acks, ProducerConfig
+from broker.grpc_client import Producer
 from chaos.backend import partition_pairs, reaches
 from chaos.local import LocalCluster
 from chaos.nemesis import (
@@ -222,6 +226,34 @@ def test_the_runner_severs_no_leader_that_is_down_and_skips_when_none_is_up(
 # -- a real local cluster ------------------------------------------------------------------
 
 
+async def _feed(cluster: LocalCluster, topic: str, partitions: int) -> None:
+    """Send a record to each partition of ``topic`` every 50 ms until
+    cancelled (acks=1: the leader's append answers, so the sends to a
+    severed leader do not wait on followers that cannot fetch)."""
+    config = ProducerConfig(
+        acks=Acks.LEADER,
+        enable_idempotence=False,
+        linger_ms=0,
+        request_timeout_ms=5_000,
+        delivery_timeout_ms=10_000,
+    )
+    sent: list[asyncio.Future[object]] = []
+    bootstrap = list(cluster.broker_addresses().values())
+    try:
+        async with Producer(bootstrap, config, credentials=cluster.client_credentials()) as p:
+            for i in itertools.count():
+                for part in range(partitions):
+                    sent.append(await p.send(topic, b"%d" % i, partition=part))
+                await asyncio.sleep(0.05)
+    finally:
+        # Outcomes do not matter here; read them so none is left unretrieved.
+        for future in sent:
+            if future.done() and not future.cancelled():
+                future.exception()
+            else:
+                future.cancel()
+
+
 @pytest.mark.slow
 def test_a_severed_leader_keeps_leading_unfenced_alone_in_its_isr(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -255,6 +287,11 @@ def test_a_severed_leader_keeps_leading_unfenced_alone_in_its_isr(
 
                 await until("every partition led with a full ISR", 30, settled)
 
+                # Records keep coming to every partition, so that a follower
+                # that cannot fetch falls behind its leader's log end: an idle
+                # follower at that end stays caught up however long it does
+                # not fetch (ReplicaState.isCaughtUp), and would stay in the ISR.
+                feeding = asyncio.create_task(_feed(cluster, "t", 3))
                 nemesis = _Nemesis(cluster, writer, lambda line: None)
                 nemesis.replicas = parts
                 sever = Action(0, "partition", kind=SEVER_KIND, target="partition-leader")
@@ -296,6 +333,9 @@ def test_a_severed_leader_keeps_leading_unfenced_alone_in_its_isr(
 
                 how, _ = await nemesis.act(Action(0, "heal"))
                 assert how == "ok"
+                feeding.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await feeding
                 [noted] = nemesis.severs
                 assert noted["severed"] == severed and noted["leader_at_heal"] == severed
                 assert noted["isr_at_heal"] == [severed] and noted["severed_s"] >= 6.0

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from broker.client.producer_batch import Acks, ProducerConfig
-from broker.grpc_client import Producer
+from broker.grpc_client import Producer, RecordMetadata
 from chaos.backend import partition_pairs, reaches
 from chaos.local import LocalCluster
 from chaos.nemesis import (
@@ -237,7 +237,7 @@ async def _feed(cluster: LocalCluster, topic: str, partitions: int) -> None:
         request_timeout_ms=5_000,
         delivery_timeout_ms=10_000,
     )
-    sent: list[asyncio.Future[object]] = []
+    sent: list[asyncio.Future[RecordMetadata]] = []
     bootstrap = list(cluster.broker_addresses().values())
     try:
         async with Producer(bootstrap, config, credentials=cluster.client_credentials()) as p:

@@ -294,7 +294,7 @@ def _verify_held(
     checks: dict[str, CheckResult] = {"well-formed": well_formed}
     say("checking each key (linearizability, aborted and stale reads, version forks)")
     key_results, key_rows, keys_by_run = _per_key(
-        ops, models, opts.key_budget_s, opts.report, opts.key_memory_mib
+        ops, models, opts.key_budget_s, opts.report, opts.key_memory_mib, held
     )
     # The keyed runs' counts come with their keys' verdicts; only runs of
     # other models need a job of their own.
@@ -712,6 +712,7 @@ def _per_key(
     budget_s: float,
     report: bool,
     memory_mib: int,
+    held: contextlib.ExitStack,
 ) -> tuple[dict[str, CheckResult], list[dict[str, Any]], dict[str, dict[str, Any]]]:
     """The per-key checks' results, the KEYS rows (for the report; without
     one, only the invalid and unknown keys'), and each run's counts
@@ -737,6 +738,8 @@ def _per_key(
         .applyInArrow(_key_checker(dict(models), budget_s, memory_mib), _KEY_ROWS_DDL)
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
+    # Freed below once read, and by ``held`` if a job fails first.
+    held.callback(rows.unpersist)
     # One job: each run's counts (the run's verdict), summed for the totals.
     per_run = [
         r.asDict()

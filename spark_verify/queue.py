@@ -98,19 +98,37 @@ class QueueRecords:
     reads: DataFrame
 
     def unpersist(self) -> None:
-        self.sends.unpersist()
-        self.reads.unpersist()
+        for df in (self.sends, self.reads):
+            _free_checkpoint(df)
+
+
+def _free_checkpoint(df: DataFrame) -> None:
+    """Free the blocks of ``df``, a local checkpoint (:func:`queue_records`)."""
+    # The checkpoint is the RDD of the frame's one LogicalRDD: Spark frees
+    # it only once the driver collects the frame, so free it now.
+    df._jdf.queryExecution().analyzed().rdd().unpersist(False)
 
 
 def queue_records(ops: DataFrame) -> QueueRecords:
-    """``ops``'s SENDS and READS, parsed once and cached for every check and
+    """``ops``'s SENDS and READS, parsed once and kept for every check and
     plot that reads them: each parses the ops' JSON values (the costliest
     step of the queue checks), and every queue check and the report's
-    consumer lag read both.  Cached in memory and on disk (a cluster's
+    consumer lag read both.  Kept in memory and on disk (a cluster's
     executors hold them, not the driver); :meth:`QueueRecords.unpersist`
-    frees them."""
+    frees them.
+
+    Kept as local checkpoints, not cached: a query reads a cached frame with
+    its whole plan attached (the ops' pairing, the history's parsing), and
+    the queue checks' one query reads SENDS and READS dozens of times, so
+    Spark's SQL listener drew that plan dozens of times over in the query's
+    graph, metrics and text at each adaptive re-plan: gigabytes of driver
+    heap for a history of 1,500 lines, verifications that failed for want
+    of memory.  A checkpoint is read as a scan of its rows."""
     level = StorageLevel.MEMORY_AND_DISK
-    return QueueRecords(sends_of(ops).persist(level), reads_of(ops).persist(level))
+    return QueueRecords(
+        sends_of(ops).localCheckpoint(eager=True, storageLevel=level),
+        reads_of(ops).localCheckpoint(eager=True, storageLevel=level),
+    )
 
 
 def sends_of(ops: DataFrame) -> DataFrame:

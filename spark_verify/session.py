@@ -29,6 +29,7 @@ from pyspark.sql import SparkSession
 
 __all__ = [
     "DEFAULT_MASTER",
+    "RETAINED_EXECUTIONS",
     "ConnectError",
     "JavaMissingError",
     "is_remote",
@@ -41,6 +42,9 @@ __all__ = [
 
 DEFAULT_MASTER = "local[*]"
 MIN_JAVA = 17
+RETAINED_EXECUTIONS = 50
+"""How many finished SQL queries the session's listener keeps (the UI's
+``spark.sql.ui.retainedExecutions``): a few verifications' worth."""
 
 
 class JavaMissingError(RuntimeError):
@@ -189,6 +193,12 @@ def spark_session(
         "spark.sql.session.timeZone": "UTC",
         # Arrow batches carry whole keys to the checkers in executors.
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Spark's SQL listener keeps every finished query's plan graph and
+        # metrics for the UI (spark.sql.ui.retainedExecutions, 1,000 by
+        # default), UI or not: a verification runs dozens of queries, so a
+        # session kept warm across runs (kq chaos catalogue) would hold
+        # gigabytes of them for nothing to read.
+        "spark.sql.ui.retainedExecutions": str(RETAINED_EXECUTIONS),
     }
     if chosen.startswith("local"):
         # A local job serves nothing to other hosts: keep the driver's

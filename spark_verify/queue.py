@@ -104,9 +104,15 @@ class QueueRecords:
 
 def _free_checkpoint(df: DataFrame) -> None:
     """Free the blocks of ``df``, a local checkpoint (:func:`queue_records`)."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        # Spark Connect: no JVM frame here; the server releases a frame's
+        # checkpoint when the client lets the frame go.
+        df.unpersist()
+        return
     # The checkpoint is the RDD of the frame's one LogicalRDD: Spark frees
     # it only once the driver collects the frame, so free it now.
-    df._jdf.queryExecution().analyzed().rdd().unpersist(False)
+    jdf.queryExecution().analyzed().rdd().unpersist(False)
 
 
 def queue_records(ops: DataFrame) -> QueueRecords:

@@ -28,9 +28,11 @@ def _write(path: str | os.PathLike[str], items: Iterable[LogEntry | Change]) -> 
             fh.write(_line(item) + "\n")
 
 
-def _read(path: str | os.PathLike[str], cls: type[_T]) -> Iterator[_T]:
+def json_objects(path: str | os.PathLike[str]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """Each line of the JSON-lines file at ``path`` as ``(file name, line
+    number, object)``; :class:`HistoryFormatError` names an empty line, a
+    line that is not JSON or one that is not a JSON object."""
     name = os.fspath(path)
-    fields = set(cls.__dataclass_fields__)
     with open(name, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
@@ -41,23 +43,29 @@ def _read(path: str | os.PathLike[str], cls: type[_T]) -> Iterator[_T]:
                 raise HistoryFormatError(name, lineno, f"not JSON: {exc}") from None
             if not isinstance(obj, dict):
                 raise HistoryFormatError(name, lineno, "expected a JSON object")
-            if set(obj) != fields:
-                missing = sorted(fields - set(obj))
-                unknown = sorted(set(obj) - fields)
-                why = "; ".join(
-                    part
-                    for part in (
-                        f"missing field(s) {', '.join(missing)}" if missing else "",
-                        f"unknown field(s) {', '.join(unknown)}" if unknown else "",
-                    )
-                    if part
+            yield name, lineno, obj
+
+
+def _read(path: str | os.PathLike[str], cls: type[_T]) -> Iterator[_T]:
+    fields = set(cls.__dataclass_fields__)
+    for name, lineno, obj in json_objects(path):
+        if set(obj) != fields:
+            missing = sorted(fields - set(obj))
+            unknown = sorted(set(obj) - fields)
+            why = "; ".join(
+                part
+                for part in (
+                    f"missing field(s) {', '.join(missing)}" if missing else "",
+                    f"unknown field(s) {', '.join(unknown)}" if unknown else "",
                 )
-                raise HistoryFormatError(name, lineno, why)
-            item = cls(**obj)
-            problems = item.problems()
-            if problems:
-                raise HistoryFormatError(name, lineno, "; ".join(problems))
-            yield item
+                if part
+            )
+            raise HistoryFormatError(name, lineno, why)
+        item = cls(**obj)
+        problems = item.problems()
+        if problems:
+            raise HistoryFormatError(name, lineno, "; ".join(problems))
+        yield item
 
 
 def write_log(path: str | os.PathLike[str], entries: Iterable[LogEntry]) -> None:

@@ -30,11 +30,11 @@ before it lack it, but only all of a file's later fields at once.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from history.export_files import json_objects
 from history.ops import HistoryFormatError
 
 __all__ = [
@@ -357,30 +357,22 @@ def read_export_lines(
     export), none of whose ``problems`` nor, from the second line on, of
     its ``order`` after the line before, is found; else
     :class:`HistoryFormatError` names the first line that breaks them."""
-    name = os.fspath(path)
     full = set(fields)
     older = full - set(later)
     out: list[dict[str, Any]] = []
-    with open(name, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            try:
-                obj: Any = json.loads(line)
-            except ValueError as exc:
-                raise HistoryFormatError(name, lineno, f"not JSON: {exc}") from None
-            if not isinstance(obj, dict):
-                raise HistoryFormatError(name, lineno, "expected a JSON object")
-            if set(obj) != full and set(obj) != older:
-                missing = sorted(full - set(obj))
-                unknown = sorted(set(obj) - full)
-                raise HistoryFormatError(
-                    name, lineno, f"missing field(s) {missing}, unknown field(s) {unknown}"
-                )
-            found = problems(obj)
-            if order is not None and out:
-                found.extend(order(out[-1], obj))
-            if found:
-                raise HistoryFormatError(name, lineno, "; ".join(found))
-            out.append(obj)
+    for name, lineno, obj in json_objects(path):
+        if set(obj) != full and set(obj) != older:
+            missing = sorted(full - set(obj))
+            unknown = sorted(set(obj) - full)
+            raise HistoryFormatError(
+                name, lineno, f"missing field(s) {missing}, unknown field(s) {unknown}"
+            )
+        found = problems(obj)
+        if order is not None and out:
+            found.extend(order(out[-1], obj))
+        if found:
+            raise HistoryFormatError(name, lineno, "; ".join(found))
+        out.append(obj)
     return out
 
 

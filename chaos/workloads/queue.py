@@ -73,6 +73,11 @@ __all__ = [
 
 FS: Final = ("send", "poll", "assign", "crash")
 DEFAULT_WEIGHTS: Final = {"send": 4.0, "poll": 3.0, "assign": 0.5, "crash": 0.1}
+# A final reader's pause after a failed poll before it polls again: a
+# consumer's ``retry.backoff.ms`` (100 ms in Kafka).  A failure (no leader,
+# a broker down) comes back at once, and without the pause the final polls
+# of a partition with no leader record thousands of failed polls a second.
+FINAL_POLL_BACKOFF_S: Final = 0.1
 
 
 class ProducerLike(Protocol):
@@ -486,7 +491,10 @@ class QueueWorkload:
                 round_end = min(deadline, time.monotonic() + self.final_round_s)
                 while time.monotonic() < round_end:
                     op = await self.poll(worker, 1_000)
-                    if op.type == "ok":
+                    if op.type != "ok":
+                        pause = min(FINAL_POLL_BACKOFF_S, round_end - time.monotonic())
+                        await asyncio.sleep(max(0.0, pause))
+                    else:
                         for k, recs in op.value[0][1].items():
                             for offset, _ in recs:
                                 reached[int(k)] = max(reached.get(int(k), -1), offset)

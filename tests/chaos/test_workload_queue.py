@@ -22,6 +22,7 @@ from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError, No
 from broker.grpc_client.producer import RecordMetadata
 from chaos.runner import RunConfig
 from chaos.workloads.queue import (
+    FINAL_POLL_BACKOFF_S,
     QueueWorkload,
     RecordOutcome,
     check_final_polls,
@@ -644,6 +645,40 @@ def test_client_failures_end_the_op_not_the_run(tmp_path: Path) -> None:
     asyncio.run(main())
     writer.close()
     assert check_well_formed(_history(tmp_path), model="queue") == []
+
+
+def test_a_final_reader_pauses_after_a_failed_poll(tmp_path: Path) -> None:
+    """A failed poll comes back at once (no leader, a broker down): the final
+    readers wait a consumer's retry backoff before the next one, so a partition
+    that stays unreadable costs tens of failed polls, not thousands."""
+
+    class DownConsumer(_Consumer):
+        async def poll(self, timeout_ms: int = 1_000, max_records: int | None = None) -> list[Any]:
+            await asyncio.sleep(0)
+            raise NoBrokerError("no leader for queue-0")
+
+    broker = _Broker()
+    final_s = 1.0
+    w, writer = _workload(tmp_path, broker)
+    w.open_consumer = lambda: DownConsumer(broker)
+    w.final_time_s, w.final_round_s = final_s, 0.5
+
+    async def main() -> dict[str, Any]:
+        await w.prepare()
+        await w.send(w._workers[0], [(0, 1)])
+        final = await w.final_polls()
+        await w.close()
+        return final
+
+    final = asyncio.run(main())
+    writer.close()
+    assert final["complete"] is False and final["missing"] == {"0": 0}
+    ops = _history(tmp_path)
+    failed = [op for op in ops if op.f == "poll" and op.type == "fail"]
+    assert failed and {op.error for op in failed} == {"broker-not-available"}
+    # Each reader polls at most once per backoff, plus once per round.
+    bound = w.concurrency * (final_s / FINAL_POLL_BACKOFF_S + final["rounds"] + 1)
+    assert len(failed) <= bound, (len(failed), bound)
 
 
 def test_the_local_backend_counts_brokers_as_nodes_on_their_own_addresses(

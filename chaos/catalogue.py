@@ -15,7 +15,12 @@ The verdict of a catalogue (:class:`Catalogue`): a bug that no check caught
 within its budget is a *finding*, listed, never hidden; a clean run in which
 any check fired is a *false alarm*, and so is a clean run that gave no
 verdict (the catalogue cannot vouch for it).  The catalogue passes only
-with neither.  The reference's list of bugs and their expected anomalies is
+with neither.  A *benign* bug (a recipe with ``benign`` set) is one shown,
+by a test on the broker simulator, to lose and misplace nothing in kq's
+protocol: no check can rightly fire on it, so it is left out of the
+default selection, and when chosen its runs are negative controls, where a
+check firing (or no verdict) is a finding too.  The reference's list of
+bugs and their expected anomalies is
 Jepsen's Kafka workload and the brokers' notes (§5.7, B1-B18); the quorum's
 bugs break Raft's rules (§3.4, §3.6.2, §3.8, §6.4 of Ongaro's thesis).
 
@@ -46,6 +51,7 @@ __all__ = [
     "RunOutcome",
     "Verifier",
     "bug_order",
+    "default_bugs",
     "fired_checks",
     "recipe_table",
     "render_table",
@@ -79,7 +85,9 @@ class Recipe:
     as ``RunConfig``'s (the queue producer's delivery and request
     timeouts derive from them).  ``expected``: the checks that should
     fire; ``budget``: runs before the bug counts as not caught; ``note``:
-    why these faults (or what the recipe still lacks)."""
+    why these faults (or what the recipe still lacks); ``benign``: why the
+    bug cannot lose or misplace a record in kq and the test that shows it
+    (then ``expected`` is empty: its runs are negative controls)."""
 
     workload: str
     nemesis: tuple[str, ...]
@@ -112,6 +120,12 @@ class Recipe:
     record_keys: int = 0
     # The cluster's replica.fetch.max.bytes (QueueOptions); None: Kafka's.
     replica_fetch_max_bytes: int | None = None
+    benign: str = ""
+
+    def __post_init__(self) -> None:
+        # Invariant: a bug either has checks that must fire or is benign.
+        if bool(self.benign) == bool(self.expected):
+            raise ValueError("a recipe names the checks expected to fire, or why it is benign")
 
     def describe(self) -> str:
         """One line for a table: workload, faults, flags, time and budget."""
@@ -338,16 +352,18 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     "B3": Recipe(  # no-epoch-start-entry
         "queue",
         ("kill-partition-leader", "elect-leader"),
-        ("inconsistent-offsets", *_LOSS),
+        (),
         note="KIP-279: a new leader without its (epoch, LEO) entry, asked by a follower "
         "for the end of an epoch it never started (the follower led in between, with "
         "writes nobody fetched): leaders killed and preferred elections every 0.25 to "
-        "0.75 s, so that leaders alternate faster than followers fetch.  A finding: the "
-        "leader answers OFFSET_OUT_OF_RANGE, the follower truncates only to the leader's "
-        "LEO and waits, and the leader's first append of its epoch writes the missing "
-        "entry, after which the divergence is found as without the bug "
-        "(tests/broker/test_b3_epoch_start.py); the bug stalls a follower, it loses "
-        "nothing",
+        "0.75 s, so that leaders alternate faster than followers fetch",
+        benign="KIP-279's loss needs the follower to truncate by offset to the leader's "
+        "answer; under KIP-320's fetch the leader answers an epoch it cannot place "
+        "OFFSET_OUT_OF_RANGE, the follower truncates only to the leader's LEO when it is "
+        "longer and otherwise waits, the leader counts no refused fetch toward the HW, and "
+        "its first append of the epoch writes the missing entry, after which the "
+        "divergence is found as without the bug: a stall until the next write "
+        "(tests/broker/test_b3_epoch_start.py; KAFKA-20961 is the same stall in Kafka)",
         **_FAST_ELECTIONS,
     ),
     "B4": Recipe(  # expand-without-epoch-start
@@ -687,16 +703,30 @@ class BugResult:
         return self.first_detection is not None
 
     @property
+    def benign(self) -> bool:
+        """A benign bug's runs (negative controls, :class:`Recipe`)."""
+        return self.bug is not None and bool(self.recipe.benign)
+
+    @property
     def status(self) -> str:
-        """``caught`` or ``NOT CAUGHT`` (a finding) for a bug; ``clean``,
+        """``caught`` or ``NOT CAUGHT`` (a finding) for a bug; ``benign``,
+        ``FIRED`` or ``NO VERDICT`` (findings) for a benign bug; ``clean``,
         ``FALSE ALARM`` or ``NO VERDICT`` for a clean run."""
-        if self.bug is not None:
+        if self.bug is not None and not self.benign:
             return "caught" if self.caught else "NOT CAUGHT"
         if self.caught:
-            return "FALSE ALARM"
+            return "FIRED" if self.benign else "FALSE ALARM"
         if any(r.error for r in self.runs):
             return "NO VERDICT"
-        return "clean"
+        return "benign" if self.benign else "clean"
+
+    @property
+    def finding(self) -> bool:
+        """A bug not caught, or a benign bug on which a check fired or that
+        gave no verdict (its analysis, or a check, is wrong)."""
+        if self.bug is None:
+            return False
+        return self.status not in ("caught", "benign")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -704,6 +734,7 @@ class BugResult:
             "title": None if self.bug is None else self.bug.title,
             "recipe": self.recipe.describe(),
             "expected": list(self.recipe.expected),
+            "benign": self.recipe.benign or None,
             "status": self.status,
             "fired": list(self.fired),
             "runs_until_detection": self.first_detection,
@@ -724,8 +755,9 @@ class Catalogue:
 
     @property
     def findings(self) -> tuple[BugResult, ...]:
-        """Bugs no check caught within their budget."""
-        return tuple(b for b in self.bugs if not b.caught)
+        """Bugs no check caught within their budget, and benign bugs whose
+        runs were not all clean."""
+        return tuple(b for b in self.bugs if b.finding)
 
     @property
     def false_alarms(self) -> tuple[BugResult, ...]:
@@ -1030,15 +1062,25 @@ def render_table(catalogue: Catalogue) -> str:
             ]
         )
     lines = _table(["BUG", "RECIPE", "CHECKS FIRED", "RUNS", "TIME", "RESULT"], rows)
-    caught = sum(1 for b in catalogue.bugs if b.caught)
+    real = [b for b in catalogue.bugs if not b.benign]
+    benign = [b for b in catalogue.bugs if b.benign]
+    caught = sum(1 for b in real if b.caught)
+    quiet = sum(1 for b in benign if b.status == "benign")
     lines.append(
-        (f"{caught}/{len(catalogue.bugs)} bugs caught; " if catalogue.bugs else "")
+        (f"{caught}/{len(real)} bugs caught; " if real else "")
+        + (f"{quiet}/{len(benign)} benign bugs raised nothing; " if benign else "")
         + f"{len(catalogue.clean) - len(catalogue.false_alarms)}/{len(catalogue.clean)} clean "
         f"runs clean; {catalogue.seconds:.0f} s"
     )
     for b in catalogue.findings:
         assert b.bug is not None
-        lines.append(f"finding: {b.bug.id} {b.bug.title} not caught in {len(b.runs)} run(s)")
+        if not b.benign:
+            lines.append(f"finding: {b.bug.id} {b.bug.title} not caught in {len(b.runs)} run(s)")
+        elif b.caught:
+            lines.append(f"finding: benign {b.bug.id} {b.bug.title} fired: {', '.join(b.fired)}")
+        else:
+            why = "; ".join(r.error for r in b.runs if r.error)
+            lines.append(f"finding: benign {b.bug.id} {b.bug.title} gave no verdict: {why}")
     for c in catalogue.false_alarms:
         if c.caught:
             lines.append(f"false alarm: clean {c.recipe.describe()}: {', '.join(c.fired)}")
@@ -1048,10 +1090,20 @@ def render_table(catalogue: Catalogue) -> str:
     return "\n".join(lines)
 
 
+def default_bugs() -> list[Bug]:
+    """What ``kq chaos catalogue`` runs unless told: every bug but the
+    benign ones, in :func:`bug_order`."""
+    return sorted((b for b in Bug if not (b in RECIPES and RECIPES[b].benign)), key=bug_order)
+
+
+def _expected_text(recipe: Recipe) -> str:
+    return ", ".join(recipe.expected) or "none (benign: a negative control)"
+
+
 def recipe_table(chosen: Iterable[Bug] = tuple(Bug)) -> str:
     """Every recipe, without running: bug, recipe, the checks expected."""
     rows = [
-        [f"{b.id} {b.title}", RECIPES[b].describe(), ", ".join(RECIPES[b].expected)]
+        [f"{b.id} {b.title}", RECIPES[b].describe(), _expected_text(RECIPES[b])]
         if b in RECIPES
         else [f"{b.id} {b.title}", "(no recipe)", "-"]
         for b in chosen

@@ -25,6 +25,7 @@ from chaos.catalogue import (
     Catalogue,
     Recipe,
     RunOutcome,
+    default_bugs,
     fired_checks,
     recipe_table,
     render_table,
@@ -55,7 +56,7 @@ def test_every_bug_has_a_recipe_and_every_recipe_names_a_bug() -> None:
 def test_each_recipe_makes_a_run_the_runner_accepts(bug: Bug) -> None:
     recipe = RECIPES[bug]
     assert recipe.workload in WORKLOADS and set(recipe.nemesis) <= set(NEMESES)
-    assert recipe.expected and recipe.budget >= 1 and recipe.note
+    assert (recipe.expected or recipe.benign) and recipe.budget >= 1 and recipe.note
     config = recipe.config(name=f"catalogue-{bug.id}", bugs=frozenset({bug}), seed=1, runs_dir="r")
     config.check()  # raises naming what is wrong
     assert config.bugs == frozenset({bug}) and config.faults
@@ -176,6 +177,43 @@ def test_a_bug_no_check_caught_is_a_finding_listed_in_the_table(tmp_path: Path) 
     assert result.to_json()["findings"] == ["B16"]
 
 
+def _dir(parent: Path, name: str) -> Path:
+    (parent / name).mkdir()
+    return parent / name
+
+
+def test_a_benign_bug_is_a_negative_control(tmp_path: Path) -> None:
+    b3 = Bug.NO_EPOCH_START_ENTRY
+    assert RECIPES[b3].benign and RECIPES[b3].expected == ()
+    # Left out unless named; every other bug runs by default.
+    assert b3 not in default_bugs() and set(default_bugs()) == set(Bug) - {b3}
+    quiet = _run(FakeCluster(_dir(tmp_path, "b3-quiet"), {}), [b3], runs=2, clean_runs=0)
+    (result,) = quiet.bugs
+    assert len(result.runs) == 2 and result.status == "benign" and not result.finding
+    assert quiet.ok and quiet.findings == ()
+    text = render_table(quiet)
+    assert text.splitlines()[1].endswith("benign")
+    assert "1/1 benign bugs raised nothing" in text and "bugs caught" not in text
+    assert quiet.to_json()["bugs"][0]["benign"] == RECIPES[b3].benign
+    # A check firing on it says the analysis (or the check) is wrong.
+    fired = _run(FakeCluster(_dir(tmp_path, "b3-fired"), {"B3": [(), ("duplicate",)]}), [b3])
+    (result,) = fired.bugs
+    assert result.status == "FIRED" and result.first_detection == 2 and len(result.runs) == 2
+    assert fired.findings == (result,) and not fired.ok
+    assert "finding: benign B3 no-epoch-start-entry fired: duplicate" in render_table(fired)
+    # And so does a run that gave no verdict.
+    broken = _run(FakeCluster(_dir(tmp_path, "b3-broken"), {}, incomplete=frozenset({"B3"})), [b3])
+    assert broken.bugs[0].status == "NO VERDICT" and not broken.ok
+    assert "finding: benign B3 no-epoch-start-entry gave no verdict" in render_table(broken)
+
+
+def test_a_recipe_names_its_expected_checks_or_why_it_is_benign() -> None:
+    with pytest.raises(ValueError, match="checks expected to fire, or why it is benign"):
+        Recipe("queue", ("kill",), ())
+    with pytest.raises(ValueError, match="checks expected to fire, or why it is benign"):
+        Recipe("queue", ("kill",), ("lost-write",), benign="it loses nothing")
+
+
 def test_runs_overrides_the_budget(tmp_path: Path) -> None:
     cluster = FakeCluster(tmp_path, {})
     result = _run(cluster, [Bug.NO_DEDUP_WINDOW], runs=1, clean_runs=0)
@@ -245,7 +283,7 @@ def test_clean_runs_verified_together_give_each_run_its_own_verdict(tmp_path: Pa
     def broken(paths: Sequence[Path]) -> Mapping[str, Any]:
         raise RuntimeError("no Java")
 
-    cluster = FakeCluster(tmp_path / "broken", {})
+    cluster = FakeCluster(_dir(tmp_path, "b3-broken"), {})
     (tmp_path / "broken").mkdir()
     result = _run(cluster, [Bug.NO_DEDUP_WINDOW], runs=0, clean_runs=2, verify_together=broken)
     assert {c.runs[0].error for c in result.clean} == {"verification: RuntimeError: no Java"}
@@ -357,6 +395,8 @@ def test_catalogue_list_prints_every_recipe(capsys: pytest.CaptureFixture[str]) 
     for bug in Bug:
         assert f"{bug.id} {bug.title}" in out
     assert recipe_table([Bug.HW_AT_LEADER_LEO]).splitlines()[1].endswith("lost-write, no-loss")
+    b3 = recipe_table([Bug.NO_EPOCH_START_ENTRY]).splitlines()[1]
+    assert b3.endswith("none (benign: a negative control)")
     assert main(["chaos", "catalogue", "--list", "--bugs", "B5,q1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines[1:]] == ["Q1", "B5"]

@@ -1589,8 +1589,25 @@ def _replay(config: RunConfig, seed: int) -> str:
         f"--seed {seed}"
         + (" --pin-clients" if config.pin_clients else "")
         + ("" if config.tls else " --insecure")
+        + _timeout_flags(config)
         + _queue_flags(config)
     )
+
+
+def _timeout_flags(config: RunConfig) -> str:
+    """``--op-timeout`` and ``--client-timeout`` where they differ from the
+    defaults (catalogue recipes such as B18's and Q4's shorten them)."""
+    default = RunConfig()
+    out = ""
+    for flag, value, usual in (
+        ("--op-timeout", config.op_timeout_s, default.op_timeout_s),
+        ("--client-timeout", config.client_timeout_s, default.client_timeout_s),
+    ):
+        if value != usual:
+            # %g unless it would round the value: the replay must give it back.
+            text = f"{value:g}" if float(f"{value:g}") == value else repr(value)
+            out += f" {flag} {text}"
+    return out
 
 
 def _queue_flags(config: RunConfig) -> str:

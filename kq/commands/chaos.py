@@ -319,6 +319,25 @@ def register(subparsers: Subparsers) -> None:
         "compaction has records to remove; 0: each partition's records share one "
         "(default: %(default)s)",
     )
+    defaults = RunConfig()
+    run.add_argument(
+        "--op-timeout",
+        type=_positive_float,
+        default=defaults.op_timeout_s,
+        metavar="SECONDS",
+        help="the longest a client operation may take before it completes as a timeout "
+        "(a queue send's records still unresolved then are info) (default: %(default)s)",
+    )
+    run.add_argument(
+        "--client-timeout",
+        type=_positive_float,
+        default=defaults.client_timeout_s,
+        metavar="SECONDS",
+        help="one request's deadline in the clients, at most --op-timeout; for the queue "
+        "workload the producer's request.timeout.ms (at least 0.5 s), its "
+        "delivery.timeout.ms 0.5 s under --op-timeout or 0.1 s over the request timeout, "
+        "whichever is later (default: %(default)s)",
+    )
     run.add_argument(
         "--seed", type=_seed, help="seed of the fault schedule and the workload (default: random)"
     )
@@ -469,8 +488,21 @@ def _print_progress(p: Progress) -> None:
     print(line, flush=True)
 
 
-@command("chaos run")
-def _run(args: argparse.Namespace) -> int:
+def _run_config(args: argparse.Namespace) -> RunConfig:
+    """The :class:`RunConfig` of ``kq chaos run``'s parsed flags (and the
+    bug switch of the environment), checked: :class:`CommandError` with
+    exit status 2 for bad usage.  A run's ``replay`` parsed back gives its
+    configuration again."""
+    if args.client_timeout > args.op_timeout:
+        # A request that outlives the op's own wait never ends with the
+        # client's verdict: the op times out first.  The queue producer's
+        # delivery.timeout.ms (chaos.workloads.queue_setup) is set between
+        # the two so that most records resolve with the producer's verdict.
+        raise CommandError(
+            f"--client-timeout ({args.client_timeout:g} s) must not exceed --op-timeout "
+            f"({args.op_timeout:g} s)",
+            EXIT_USAGE,
+        )
     try:
         brokers = args.brokers if WORKLOADS[args.workload].needs_brokers else 0
         faults = expand_nemesis(args.nemesis, args.nodes + brokers)
@@ -498,6 +530,8 @@ def _run(args: argparse.Namespace) -> int:
         seed=args.seed,
         runs_dir=args.runs_dir,
         tls=not args.insecure,
+        op_timeout_s=args.op_timeout,
+        client_timeout_s=args.client_timeout,
         queue=QueueOptions(
             brokers=args.brokers,
             topics=args.topics,
@@ -520,6 +554,13 @@ def _run(args: argparse.Namespace) -> int:
         config.check()
     except ValueError as exc:
         raise CommandError(str(exc), EXIT_USAGE) from None
+    return config
+
+
+@command("chaos run")
+def _run(args: argparse.Namespace) -> int:
+    config = _run_config(args)
+    injected = config.bugs
     try:
         result = run_async(run_chaos(config, None if args.json else _print_progress))
     except ValueError as exc:  # a bad --name

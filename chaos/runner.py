@@ -1589,17 +1589,21 @@ def _replay(config: RunConfig, seed: int) -> str:
         f"--seed {seed}"
         + (" --pin-clients" if config.pin_clients else "")
         + ("" if config.tls else " --insecure")
-        + _timeout_flags(config)
+        + _timing_flags(config)
         + _queue_flags(config)
     )
 
 
-def _timeout_flags(config: RunConfig) -> str:
-    """``--op-timeout`` and ``--client-timeout`` where they differ from the
-    defaults (catalogue recipes such as B18's and Q4's shorten them)."""
+def _timing_flags(config: RunConfig) -> str:
+    """The fault schedule's and the clients' times where they differ from
+    the defaults (every catalogue recipe sets its schedule, and some, such
+    as B18's and Q4's, shorten the timeouts)."""
     default = RunConfig()
     out = ""
     for flag, value, usual in (
+        ("--fault-interval", config.fault_interval_s, default.fault_interval_s),
+        ("--fault-period", config.fault_period_s, default.fault_period_s),
+        ("--quiet-period", config.quiet_s, default.quiet_s),
         ("--op-timeout", config.op_timeout_s, default.op_timeout_s),
         ("--client-timeout", config.client_timeout_s, default.client_timeout_s),
     ):

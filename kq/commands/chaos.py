@@ -75,6 +75,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or a positive number, got {text}")
+    return value
+
+
 def _retention(text: str) -> int:
     try:
         value = int(text)
@@ -321,6 +331,29 @@ def register(subparsers: Subparsers) -> None:
     )
     defaults = RunConfig()
     run.add_argument(
+        "--fault-interval",
+        type=_positive_float,
+        default=defaults.fault_interval_s,
+        metavar="SECONDS",
+        help="the nemesis acts every SECONDS on average within a fault period "
+        "(default: %(default)s)",
+    )
+    run.add_argument(
+        "--fault-period",
+        type=_positive_float,
+        default=defaults.fault_period_s,
+        metavar="SECONDS",
+        help="how long each fault period lasts; every fault still in force ends with it "
+        "(default: %(default)s)",
+    )
+    run.add_argument(
+        "--quiet-period",
+        type=_non_negative_float,
+        default=defaults.quiet_s,
+        metavar="SECONDS",
+        help="the time with no fault between two fault periods (default: %(default)s)",
+    )
+    run.add_argument(
         "--op-timeout",
         type=_positive_float,
         default=defaults.op_timeout_s,
@@ -530,6 +563,9 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
         seed=args.seed,
         runs_dir=args.runs_dir,
         tls=not args.insecure,
+        fault_interval_s=args.fault_interval,
+        fault_period_s=args.fault_period,
+        quiet_s=args.quiet_period,
         op_timeout_s=args.op_timeout,
         client_timeout_s=args.client_timeout,
         queue=QueueOptions(

@@ -32,7 +32,8 @@ topic's log (Kafka's ``InconsistentTopicIdException``).
   ``flush.ms``, file removals and one cleaning of the dirtiest compacted log.
 - :func:`topic_log_config` and :func:`topic_replica_config` build a
   partition's :class:`LogConfig` and :class:`ReplicaConfig` from the
-  image's configs with Kafka's precedence (topic, broker, cluster, default);
+  image's configs with Kafka's precedence (topic, broker, cluster, default),
+  and :func:`replica_fetcher_config` the broker's follower fetch settings;
   a value the configs refuse is a :class:`TopicConfigError` naming the config.
 
 The files only through the seams; time only as ``now_ms``.
@@ -45,7 +46,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from broker.log_dirs import LogDirectory
-from broker.replica.types import ReplicaConfig
+from broker.replica.types import FetcherConfig, ReplicaConfig
 from metadata.configs import LONG_MAX, ResourceType, resolve, validate
 from metadata.errors import ApiError
 from metadata.image import TOPIC_RESOURCE, MetadataImage, TopicIdPartition
@@ -78,6 +79,7 @@ __all__ = [
     "parse_directory_name",
     "topic_log_config",
     "topic_min_isr",
+    "replica_fetcher_config",
     "topic_replica_config",
 ]
 
@@ -330,6 +332,16 @@ def topic_replica_config(image: MetadataImage, topic_name: str, broker_id: int) 
         replica_lag_time_max_ms=_broker_int(image, broker_id, "replica.lag.time.max.ms"),
         min_insync_replicas=min_isr,
         replica_fetch_max_bytes=_broker_int(image, broker_id, "replica.fetch.max.bytes"),
+    )
+
+
+def replica_fetcher_config(image: MetadataImage, broker_id: int) -> FetcherConfig:
+    """The broker's ``replica.fetch.min.bytes`` and
+    ``replica.fetch.wait.max.ms``, which its follower fetches carry (its
+    own, else the cluster's, else the default)."""
+    return FetcherConfig(
+        min_bytes=_broker_int(image, broker_id, "replica.fetch.min.bytes"),
+        max_wait_ms=_broker_int(image, broker_id, "replica.fetch.wait.max.ms"),
     )
 
 

@@ -102,6 +102,8 @@ class ConfigControl:
                 continue
             records.extend(made)
             results.append(ItemResult(label))
+        if items_ok(results):
+            results = self._check_fetch_wait(changes, records, results)
         if validate_only or not items_ok(results):
             records = []
         clear = self._clear_elr(records)
@@ -114,6 +116,60 @@ class ConfigControl:
         # The ELRs go in the same batch, first: never a new min ISR with an
         # ELR chosen under the old one.
         return ControllerResult(clear + records, results)
+
+    def _check_fetch_wait(
+        self,
+        changes: Sequence[tuple[ResourceType, str, Sequence[AlterConfigOp]]],
+        records: Sequence[Record],
+        results: list[ItemResult],
+    ) -> list[ItemResult]:
+        """``results`` with each broker or cluster resource refused whose
+        change of ``replica.fetch.wait.max.ms`` or ``replica.lag.time.max.ms``
+        would leave the wait above the lag time for itself or, for the
+        cluster, for a broker that takes either from it
+        (:func:`metadata.configs.check_fetch_wait`), judged on the configs
+        as the whole request leaves them."""
+        watched = (configs.FETCH_WAIT, configs.LAG_TIME)
+        after: dict[tuple[int, str], dict[str, str]] = {}
+
+        def level(rtype: ResourceType, rname: str) -> dict[str, str]:
+            key = (int(rtype), rname)
+            if key not in after:
+                after[key] = dict(self.state.image.config(key).items())
+            return after[key]
+
+        for r in records:
+            if isinstance(r, ConfigRecord) and r.name in watched:
+                values = level(ResourceType(r.resource_type), r.resource_name)
+                if r.value is None:
+                    values.pop(r.name, None)
+                else:
+                    values[r.name] = r.value
+        cluster = level(ResourceType.CLUSTER, "")
+        out = list(results)
+        for i, (rtype, rname, ops) in enumerate(changes):
+            if rtype is ResourceType.TOPIC or not any(op.key in watched for op in ops):
+                continue
+            if rtype is ResourceType.BROKER:
+                brokers = [rname]
+            else:
+                # The cluster's default, and every broker with a value of
+                # its own of either config (the others take the default's).
+                brokers = [""] + sorted(
+                    name
+                    for (t, name), values in self.state.image.configs.items()
+                    if t == int(ResourceType.BROKER) and any(k in values for k in watched)
+                )
+            try:
+                for name in brokers:
+                    configs.check_fetch_wait(
+                        f"broker {name}" if name else "the cluster's default",
+                        broker=level(ResourceType.BROKER, name) if name else {},
+                        cluster=cluster,
+                    )
+            except ApiError as exc:
+                out[i] = ItemResult(results[i].name, exc.code, exc.message)
+        return out
 
     def broker_min_isr_removals(self) -> list[Record]:
         """Deletions of every broker's own min.insync.replicas, written by a

@@ -44,6 +44,7 @@ __all__ = [
     "as_float",
     "as_int",
     "as_list",
+    "check_fetch_wait",
     "describe_defaults",
     "effective",
     "lookup",
@@ -375,6 +376,29 @@ _define(
     _BROKER,
     minimum=1,
 )
+# How long the leader may hold a follower's fetch for replica.fetch.min.bytes
+# to arrive (KafkaConfig replica.fetch.min.bytes and replica.fetch.wait.max.ms,
+# the FetchRequest's MinBytes and MaxWaitMs of ReplicaFetcherThread).  Kafka
+# leaves both unchecked; kq asks at least 1 of each, since a follower asking
+# 0 of either is answered at once with nothing and fetches again at once.
+_define(
+    "replica.fetch.min.bytes",
+    _I,
+    "1",
+    "The bytes the leader waits for (up to replica.fetch.wait.max.ms) before it answers a"
+    " follower's fetch.",
+    _BROKER,
+    minimum=1,
+)
+_define(
+    "replica.fetch.wait.max.ms",
+    _I,
+    "500",
+    "The longest the leader holds a follower's fetch for replica.fetch.min.bytes; at most"
+    " replica.lag.time.max.ms.",
+    _BROKER,
+    minimum=1,
+)
 
 # Controller-side configs: one value for the whole cluster.  (The broker
 # session and heartbeat timing are static settings of the controllers,
@@ -662,6 +686,41 @@ def effective(
 ) -> str:
     """Only the value of :func:`resolve`."""
     return resolve(key, topic=topic, broker=broker, cluster=cluster).value
+
+
+FETCH_WAIT = "replica.fetch.wait.max.ms"
+LAG_TIME = "replica.lag.time.max.ms"
+
+
+def check_fetch_wait(
+    label: str,
+    *,
+    broker: Mapping[str, str] = _EMPTY,
+    cluster: Mapping[str, str] = _EMPTY,
+) -> None:
+    """Refuses (INVALID_CONFIG) a ``replica.fetch.wait.max.ms`` in force
+    above the ``replica.lag.time.max.ms`` in force, for the broker (or the
+    cluster's default, with no ``broker`` map) named by ``label``: a
+    follower whose fetch the leader may hold longer than the lag time could
+    be shrunk out of the ISR while it waits (KafkaConfig's validateValues,
+    "replica.fetch.wait.max.ms should always be less than or equal to
+    replica.lag.time.max.ms to prevent frequent changes in ISR")."""
+    wait = resolve(FETCH_WAIT, broker=broker, cluster=cluster)
+    lag = resolve(LAG_TIME, broker=broker, cluster=cluster)
+    if int(wait.value) > int(lag.value):
+        raise ApiError(
+            Errors.INVALID_CONFIG,
+            f"{FETCH_WAIT} {wait.value} ({_source_text(wait)}) is above {LAG_TIME} "
+            f"{lag.value} ({_source_text(lag)}) for {label}: it must be at most the lag "
+            "time, or a follower could leave the ISR while the leader holds its fetch",
+        )
+
+
+def _source_text(found: Resolved) -> str:
+    return {
+        ConfigSource.DYNAMIC_BROKER_CONFIG: "the broker's own",
+        ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG: "the cluster's",
+    }.get(found.source, "the default")
 
 
 def describe_defaults(resource_type: ResourceType) -> dict[str, str]:

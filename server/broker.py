@@ -50,10 +50,15 @@ from prometheus_client.core import GaugeMetricFamily
 from broker.codec import fetch_answers, replica_fetch_request
 from broker.errors import Errors, from_name
 from broker.log_dirs import LogDirectory
-from broker.log_manager import LogManager, LogManagerError
+from broker.log_manager import (
+    LogManager,
+    LogManagerError,
+    TopicConfigError,
+    replica_fetcher_config,
+)
 from broker.os_log_dirs import OsLogDirectory
 from broker.producer_ids import BlockProducerIds, ProducerIdBlock, ProducerIdsError
-from broker.replica import AlterPartitionRequest
+from broker.replica import AlterPartitionRequest, FetcherConfig
 from broker.replica import Role as ReplicaRole
 from broker.replica.types import AlterPartitionResult, Truncation
 from broker.replica_manager import ReplicaManager
@@ -871,9 +876,15 @@ class BrokerProcess:
                 if not requests:
                     await asyncio.sleep(_BACKOFF_S[0])
                     continue
+                fetcher = self._fetcher_config()
                 await call.write(
                     replica_fetch_request(
-                        self.settings.node_id, self.broker_epoch, requests, self.image
+                        self.settings.node_id,
+                        self.broker_epoch,
+                        requests,
+                        self.image,
+                        max_wait_ms=fetcher.max_wait_ms,
+                        min_bytes=fetcher.min_bytes,
                     )
                 )
                 response = await call.read()
@@ -898,6 +909,16 @@ class BrokerProcess:
                     await asyncio.sleep(_BACKOFF_S[0])
         finally:
             call.cancel()
+
+    def _fetcher_config(self) -> FetcherConfig:
+        """This broker's replica.fetch.min.bytes and replica.fetch.wait.max.ms
+        as the image has them now (dynamic: read at each fetch); Kafka's
+        defaults if the image holds a value the configs refuse."""
+        try:
+            return replica_fetcher_config(self.image, self.settings.node_id)
+        except TopicConfigError as error:
+            log.warning("broker %d: follower fetch: %s", self.settings.node_id, error)
+            return FetcherConfig()
 
     def _log_truncation(self, key: TopicIdPartition, truncation: Truncation) -> None:
         """A follower truncation, as the run's node exports read it: a

@@ -23,6 +23,7 @@ __all__ = [
     "BrokerState",
     "DivergingEpoch",
     "FetchAnswer",
+    "FetcherConfig",
     "FetchRequest",
     "FollowerOutcome",
     "FollowerStep",
@@ -68,6 +69,25 @@ class ReplicaConfig:
             raise ValueError(
                 f"replica_fetch_max_bytes must be positive, not {self.replica_fetch_max_bytes}"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class FetcherConfig:
+    """The broker configs a follower's fetch from one leader carries for all
+    its partitions (``ReplicaFetcherThread``'s MinBytes and MaxWaitMs of the
+    FetchRequest), with Kafka's defaults."""
+
+    # replica.fetch.min.bytes: the leader answers once this many bytes are
+    # there for the whole fetch...
+    min_bytes: int = 1
+    # replica.fetch.wait.max.ms: ...or this long has passed.
+    max_wait_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if self.min_bytes < 1:
+            raise ValueError(f"min_bytes must be positive, not {self.min_bytes}")
+        if self.max_wait_ms < 1:
+            raise ValueError(f"max_wait_ms must be positive, not {self.max_wait_ms}")
 
 
 @dataclass(frozen=True, slots=True)

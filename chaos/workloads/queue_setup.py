@@ -88,8 +88,10 @@ class QueueOptions:
             raise ValueError(f"max_send must be at least 1, got {self.max_send}")
         if not self.final_time_s > 0:
             raise ValueError(f"final_time_s must be positive, got {self.final_time_s}")
-        if not 100 <= self.replica_lag_ms <= 60_000:
-            raise ValueError(f"replica_lag_ms must be in 100..60000, got {self.replica_lag_ms}")
+        # At least replica.fetch.wait.max.ms's default (500): the controllers
+        # refuse a lag time below the fetch wait in force (KafkaConfig).
+        if not 500 <= self.replica_lag_ms <= 60_000:
+            raise ValueError(f"replica_lag_ms must be in 500..60000, got {self.replica_lag_ms}")
         if self.cleanup_policy not in CLEANUP_POLICIES:
             raise ValueError(
                 f"cleanup_policy must be one of {', '.join(CLEANUP_POLICIES)}, "

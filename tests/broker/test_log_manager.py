@@ -17,11 +17,13 @@ from broker.log_manager import (
     decode_partition_metadata,
     encode_partition_metadata,
     parse_directory_name,
+    replica_fetcher_config,
     topic_log_config,
     topic_min_isr,
     topic_replica_config,
 )
 from broker.os_log_dirs import OsLogDirectory
+from broker.replica import FetcherConfig
 from metadata.image import TopicIdPartition
 from metadata.records import ConfigRecord
 from partition_log.batch import TimestampType, build_batch
@@ -329,3 +331,27 @@ def test_replica_fetch_max_bytes_is_the_brokers_else_the_clusters_else_kafkas() 
     md.step(ConfigRecord(0, "", "replica.fetch.max.bytes", "0"))
     with pytest.raises(TopicConfigError, match="replica.fetch.max.bytes='0'"):
         topic_replica_config(md.image, "a", 1)
+
+
+def test_the_fetchers_min_bytes_and_wait_are_the_brokers_else_the_clusters_else_kafkas() -> None:
+    """``replica.fetch.min.bytes`` and ``replica.fetch.wait.max.ms``
+    (KafkaConfig): what a follower's fetches ask the leader to wait for."""
+    md = Metadata(*topic("a", "id-a", (1, 2)))
+    assert replica_fetcher_config(md.image, 1) == FetcherConfig(1, 500) == FetcherConfig()
+    md.step(ConfigRecord(0, "", "replica.fetch.wait.max.ms", "800"))
+    md.step(ConfigRecord(BROKER_RESOURCE, "2", "replica.fetch.min.bytes", "65536"))
+    md.step(ConfigRecord(BROKER_RESOURCE, "2", "replica.fetch.wait.max.ms", "1000"))
+    assert replica_fetcher_config(md.image, 1) == FetcherConfig(1, 800)
+    assert replica_fetcher_config(md.image, 2) == FetcherConfig(65536, 1000)
+    md.step(ConfigRecord(BROKER_RESOURCE, "2", "replica.fetch.min.bytes", None))
+    assert replica_fetcher_config(md.image, 2) == FetcherConfig(1, 1000)
+    md.step(ConfigRecord(0, "", "replica.fetch.min.bytes", "0"))
+    with pytest.raises(TopicConfigError, match="replica.fetch.min.bytes='0'"):
+        replica_fetcher_config(md.image, 2)
+
+
+def test_a_fetcher_config_is_checked() -> None:
+    with pytest.raises(ValueError, match="min_bytes must be positive, not 0"):
+        FetcherConfig(min_bytes=0)
+    with pytest.raises(ValueError, match="max_wait_ms must be positive, not -1"):
+        FetcherConfig(max_wait_ms=-1)

@@ -21,6 +21,7 @@ from metadata.configs import (
     as_float,
     as_int,
     as_list,
+    check_fetch_wait,
     describe_defaults,
     effective,
     lookup,
@@ -78,6 +79,8 @@ KAFKA_DEFAULTS = [
     ("leader.imbalance.per.broker.percentage", ConfigType.INT, "10"),
     ("replica.lag.time.max.ms", ConfigType.LONG, "30000"),
     ("replica.fetch.max.bytes", ConfigType.INT, "1048576"),
+    ("replica.fetch.min.bytes", ConfigType.INT, "1"),
+    ("replica.fetch.wait.max.ms", ConfigType.INT, "500"),
 ]
 
 
@@ -498,6 +501,43 @@ def test_typed_getters_refuse_what_validation_would(
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         getter(value)
+
+
+# -- the follower fetch wait and the lag time ---------------------------------
+
+
+def test_the_fetch_wait_may_not_exceed_the_lag_time() -> None:
+    """KafkaConfig: replica.fetch.wait.max.ms <= replica.lag.time.max.ms."""
+    check_fetch_wait("broker 1")  # the defaults, 500 and 30000
+    check_fetch_wait("broker 1", cluster={"replica.lag.time.max.ms": "500"})  # equal is fine
+    with refused(
+        Errors.INVALID_CONFIG,
+        "replica.fetch.wait.max.ms 500 (the default) is above replica.lag.time.max.ms 499 "
+        "(the cluster's) for broker 1",
+    ):
+        check_fetch_wait("broker 1", cluster={"replica.lag.time.max.ms": "499"})
+    # The broker's own values come before the cluster's.
+    with refused(Errors.INVALID_CONFIG, "1000 (the broker's own)", "900 (the cluster's)"):
+        check_fetch_wait(
+            "broker 2",
+            broker={"replica.fetch.wait.max.ms": "1000"},
+            cluster={"replica.lag.time.max.ms": "900", "replica.fetch.wait.max.ms": "10"},
+        )
+    check_fetch_wait(
+        "broker 2",
+        broker={"replica.fetch.wait.max.ms": "1000", "replica.lag.time.max.ms": "1500"},
+        cluster={"replica.lag.time.max.ms": "900"},
+    )
+
+
+def test_fetch_min_bytes_and_wait_are_broker_configs_of_at_least_one() -> None:
+    for name in ("replica.fetch.min.bytes", "replica.fetch.wait.max.ms"):
+        assert CONFIGS[name].resource_types == {BROKER, CLUSTER}
+        assert validate(BROKER, "1", name, " 65536 ") == "65536"
+        with refused(Errors.INVALID_CONFIG, name, "at least 1"):
+            validate(CLUSTER, "", name, "0")
+        with refused(Errors.INVALID_CONFIG, "not a topic config"):
+            validate(TOPIC, "t", name, "1")
 
 
 # -- documentation ------------------------------------------------------------

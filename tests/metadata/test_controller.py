@@ -1232,6 +1232,50 @@ def test_a_failed_condition_writes_nothing_of_the_request() -> None:
     assert result.records == [] and h.image.configs is before
 
 
+WAIT, LAG = "replica.fetch.wait.max.ms", "replica.lag.time.max.ms"
+
+
+def test_the_fetch_wait_in_force_may_not_exceed_the_lag_time() -> None:
+    """KafkaConfig's replica.fetch.wait.max.ms <= replica.lag.time.max.ms,
+    judged on the configs as the whole request leaves them: on a broker's
+    own values, and on the cluster's for itself and for every broker with
+    a value of its own."""
+    h = three_brokers()
+    before = h.image.configs
+    # The cluster's lag time below the default wait (500).
+    [result] = alter(h, (CLUSTER, "", [AlterConfigOp(LAG, "400")]))
+    error(result, Errors.INVALID_CONFIG, "500 (the default) is above", "400 (the cluster's)")
+    assert h.image.configs is before
+    # A broker's own wait above the cluster's lag time.
+    assert items_ok(alter(h, (CLUSTER, "", [AlterConfigOp(LAG, "1500")])))
+    [result] = alter(h, (BROKER, "2", [AlterConfigOp(WAIT, "2000")]))
+    error(result, Errors.INVALID_CONFIG, "for broker 2")
+    assert items_ok(alter(h, (BROKER, "2", [AlterConfigOp(WAIT, "1000")])))
+    # The cluster's lag time may not go below a broker's own wait...
+    results = alter(h, (CLUSTER, "", [AlterConfigOp(LAG, "800")]))
+    error(results[0], Errors.INVALID_CONFIG, "1000 (the broker's own)", "for broker 2")
+    # ...unless the same request lowers that wait, or the broker has a lag
+    # time of its own.
+    assert items_ok(
+        alter(
+            h,
+            (CLUSTER, "", [AlterConfigOp(LAG, "800")]),
+            (BROKER, "2", [AlterConfigOp(WAIT, "700")]),
+        )
+    )
+    assert items_ok(
+        alter(h, (BROKER, "3", [AlterConfigOp(WAIT, "1000"), AlterConfigOp(LAG, "1000")]))
+    )
+    # Removing a broker's own lag time leaves its wait above the cluster's.
+    [result] = alter(h, (BROKER, "3", [AlterConfigOp(LAG, None)]))
+    error(result, Errors.INVALID_CONFIG, "for broker 3")
+    # validate_only says the same and writes nothing.
+    [result] = alter(h, (BROKER, "1", [AlterConfigOp(WAIT, "900")]), validate_only=True)
+    error(result, Errors.INVALID_CONFIG, "for broker 1")
+    assert dict(h.image.config((int(BROKER), "2"))) == {WAIT: "700"}
+    assert dict(h.image.config((int(CLUSTER), ""))) == {LAG: "800"}
+
+
 def test_alter_configs_validate_only() -> None:
     h = three_brokers()
     h.create_topic("t")

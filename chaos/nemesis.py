@@ -113,7 +113,10 @@ Fault kinds (:data:`FAULT_KINDS`):
   :data:`CATCH_UP_FAILOVER_S` later a ``heal``, once that other leader
   leads, so that the severed follower catches up from it (one batch a
   fetch: the runner sets its own ``replica.fetch.max.bytes`` to 1 from the
-  sever to the election); then at once an
+  sever to the election, and on the other followers
+  ``replica.fetch.min.bytes`` 64 KiB and ``replica.fetch.wait.max.ms``
+  1000, so that they fetch in chunks of a second and the new leader's HW
+  lags its epoch start by a chunk); then at once an
   ``elect-leader`` of the severed follower, made as soon as the
   controllers' metadata shows it back in the ISR (with the expansion
   rule broken, at the HW but below the leader's epoch start); and

@@ -453,6 +453,22 @@ CATCH_UP_FETCH_BYTES: Final = 1
 the other replicas fetch in bulk, so that the new leader's HW lags its
 epoch start by its last bulk fetch and the follower, re-admitted at that
 HW, needs several fetches to reach the epoch start."""
+CATCH_UP_CHUNK_MIN_BYTES: Final = 64 * 1024
+"""The ``replica.fetch.min.bytes`` of the partition's other followers (the
+ones that may lead after the kill) from the sever to the election: far more
+than a second of a chaos run's writes, so that the leader holds each of
+their fetches for the whole ``replica.fetch.wait.max.ms``
+(:data:`CATCH_UP_CHUNK_WAIT_MS`) and they fetch in chunks of about that
+long's writes.  A follower learns the leader's HW one fetch late, so the
+one elected after the kill holds a chunk of acknowledged records above its
+own HW, which the controllers freeze there (its ISR below min ISR,
+KAFKA-15583): the severed follower, re-admitted at that HW and fetching
+one batch a fetch, needs tens of fetches to pass the epoch start, not one."""
+CATCH_UP_CHUNK_WAIT_MS: Final = 1_000
+"""Those followers' ``replica.fetch.wait.max.ms``: below the recipe's lag
+time (1.5 s), which the controllers ask of a wait (KafkaConfig); a run with
+a shorter lag time uses two thirds of it (:meth:`_Nemesis.chunk_wait_ms`)."""
+CHUNK_CONFIGS: Final = ("replica.fetch.min.bytes", "replica.fetch.wait.max.ms")
 CATCH_UP_POLL_S: Final = 0.05
 """How often the wait for the follower back in the ISR asks the
 controllers: the election must come before the follower has fetched up to
@@ -677,9 +693,14 @@ class _Nemesis:
         self.catching: tuple[PartitionReplicas, int, dict[str, Any]] | None = None
         self.catch_ups: list[dict[str, Any]] = []
         self.catch_up_wait_s = CATCH_UP_WAIT_S
-        # Sets (a value) or removes (None) a broker's own
-        # replica.fetch.max.bytes; the refusal's error, None if done.
-        self.fetch_bytes: Callable[[int, int | None], Awaitable[str | None]] | None = None
+        # Sets (a value) or removes (None) broker configs of a broker's own,
+        # in one request; the refusal's error, None if done.
+        self.broker_configs: (
+            Callable[[int, Mapping[str, str | None]], Awaitable[str | None]] | None
+        ) = None
+        # The cluster's replica.lag.time.max.ms (queue runs), which bounds
+        # the chunked fetches' wait.
+        self.replica_lag_ms: int | None = None
         # Finds partitions' leaders and followers (queue runs).
         self.replicas: Callable[[], Awaitable[list[PartitionReplicas]]] | None = None
         # Moves partitions' leadership through the controllers (queue runs).
@@ -712,9 +733,7 @@ class _Nemesis:
                 _, follower, note = self.catching
                 self.catching = None
                 self.catch_ups.append(note)
-                if note["follower_fetch_bytes"] == CATCH_UP_FETCH_BYTES:
-                    error = await self._set_fetch_bytes(follower, None)
-                    note["follower_fetch_bytes_removed"] = error is None
+                await self._undo_catch_up_configs(follower, note)
             return "skipped", action
         if action.target == "leader" and action.f == "start":
             # The end of a kill-leader: restart the node it killed.
@@ -875,6 +894,7 @@ class _Nemesis:
             )
             outcome, done = await self.act(replace(action, groups=groups, target=None))
             if outcome != "skipped":
+                others = [r for r in chosen.isr if r not in (chosen.leader, follower, *self.down)]
                 note: dict[str, Any] = {
                     "partition": chosen.name,
                     "leader": chosen.leader,
@@ -883,6 +903,11 @@ class _Nemesis:
                     "follower_fetch_bytes": await self._set_fetch_bytes(
                         follower, CATCH_UP_FETCH_BYTES
                     ),
+                    # The others fetch in chunks until the election: by
+                    # broker, the configs set or the refusal.
+                    "chunked_fetches": {
+                        str(other): await self._set_chunked_fetches(other, True) for other in others
+                    },
                 }
                 self.catching = (chosen, follower, note)
             return outcome, done
@@ -949,23 +974,71 @@ class _Nemesis:
         try:
             return await self._elect_caught_up(action, seen, back, chosen, follower, note)
         finally:
-            if note["follower_fetch_bytes"] == CATCH_UP_FETCH_BYTES:
-                error = await self._set_fetch_bytes(follower, None)
-                note["follower_fetch_bytes_removed"] = error is None
+            await self._undo_catch_up_configs(follower, note)
+
+    async def _undo_catch_up_configs(self, follower: int, note: dict[str, Any]) -> None:
+        """Remove what the catch-up's sever set (and only what was set):
+        the follower's own fetch size, the others' chunked fetches;
+        ``note`` says whether each removal was done."""
+        if note["follower_fetch_bytes"] == CATCH_UP_FETCH_BYTES:
+            error = await self._set_fetch_bytes(follower, None)
+            note["follower_fetch_bytes_removed"] = error is None
+        removed: dict[str, bool] = {}
+        for other, done in note.get("chunked_fetches", {}).items():
+            if isinstance(done, dict):
+                removed[other] = await self._set_chunked_fetches(int(other), False) is None
+        if removed:
+            note["chunked_fetches_removed"] = removed
+
+    def chunk_wait_ms(self) -> int:
+        """The chunked fetches' ``replica.fetch.wait.max.ms``:
+        :data:`CATCH_UP_CHUNK_WAIT_MS`, or two thirds of a shorter lag time
+        (the controllers refuse a wait above it)."""
+        if self.replica_lag_ms is None:
+            return CATCH_UP_CHUNK_WAIT_MS
+        return max(1, min(CATCH_UP_CHUNK_WAIT_MS, self.replica_lag_ms * 2 // 3))
+
+    async def _set_chunked_fetches(self, broker: int, on: bool) -> dict[str, int] | str | None:
+        """Set (``on``) or remove ``broker``'s own ``replica.fetch.min.bytes``
+        and ``replica.fetch.wait.max.ms`` (:data:`CATCH_UP_CHUNK_MIN_BYTES`,
+        :meth:`chunk_wait_ms`): the values set, None when removed, or the
+        refusal."""
+        values = dict(
+            zip(CHUNK_CONFIGS, (CATCH_UP_CHUNK_MIN_BYTES, self.chunk_wait_ms()), strict=True)
+        )
+        error = await self._set_broker_configs(
+            broker, {name: str(value) if on else None for name, value in values.items()}
+        )
+        if error is not None:
+            return error
+        return values if on else None
+
+    async def _set_broker_configs(
+        self, broker: int, values: Mapping[str, str | None]
+    ) -> str | None:
+        """Set (or, where None, remove) configs of ``broker``'s own in one
+        request; the refusal, logged, or None (also with no way to set
+        them: the fault goes on without)."""
+        if self.broker_configs is None:
+            return None
+        try:
+            error = await self.broker_configs(broker, values)
+        except Exception as exc:  # the fault goes on without it
+            error = f"{type(exc).__name__}: {exc}"
+        if error is not None:
+            shown = ", ".join(f"{k}={v}" for k, v in values.items())
+            self.log(f"configs of broker {broker} not set ({shown}): {error}")
+        return error
 
     async def _set_fetch_bytes(self, broker: int, value: int | None) -> int | str | None:
         """Set (or, with None, remove) ``broker``'s own
         ``replica.fetch.max.bytes``: the value set, or the refusal."""
-        if self.fetch_bytes is None:
+        if self.broker_configs is None:
             return None
-        try:
-            error = await self.fetch_bytes(broker, value)
-        except Exception as exc:  # the fault goes on without it
-            error = f"{type(exc).__name__}: {exc}"
-        if error is not None:
-            self.log(f"replica.fetch.max.bytes of broker {broker} not set to {value}: {error}")
-            return error
-        return value
+        error = await self._set_broker_configs(
+            broker, {"replica.fetch.max.bytes": None if value is None else str(value)}
+        )
+        return value if error is None else error
 
     async def _elect_caught_up(
         self,
@@ -1208,24 +1281,33 @@ async def partition_replicas(
     ]
 
 
-async def broker_fetch_bytes(
-    backend: ClusterBackend, broker: int, value: int | None, timeout_s: float = 5.0
+async def broker_configs(
+    backend: ClusterBackend,
+    broker: int,
+    values: Mapping[str, str | None],
+    timeout_s: float = 5.0,
 ) -> str | None:
-    """Set ``broker``'s own ``replica.fetch.max.bytes`` to ``value`` (None:
-    remove it, so that the cluster's applies again) through the active
-    controller; the refusal's error, None if done."""
+    """Set configs of ``broker``'s own (``replica.fetch.max.bytes``...) to
+    ``values``, one request, all or nothing (None: remove it, so that the
+    cluster's applies again) through the active controller; the refusal's
+    error, None if done."""
     client = MetadataClient(
         list(backend.addresses().values()),
         timeout_s=timeout_s,
         credentials=backend.client_credentials(),
     )
     try:
-        op = ConfigOp("replica.fetch.max.bytes", None if value is None else str(value))
-        answer = await client.alter_configs({ConfigResource.broker(broker): [op]})
+        ops = [ConfigOp(name, value) for name, value in values.items()]
+        answer = await client.alter_configs({ConfigResource.broker(broker): ops})
     finally:
         await client.close()
     bad = [r for r in answer.results if r.error != 0]
-    return error_code(bad[0].error).name if bad else None
+    if not bad:
+        return None
+    # The message says which config was refused and why (a wait above the
+    # lag time...).
+    name = error_code(bad[0].error).name
+    return f"{name}: {bad[0].message}" if bad[0].message else name
 
 
 async def current_leader(backend: ClusterBackend, timeout_s: float = 5.0) -> int | None:
@@ -1407,7 +1489,8 @@ async def _run_chaos(config: RunConfig, progress: ProgressFn | None) -> RunResul
                 sorted(set(live.nodes) - set(live.addresses())),
                 random.Random(seed ^ 0x30FE),
             )
-            nemesis.fetch_bytes = partial(broker_fetch_bytes, live)
+            nemesis.broker_configs = partial(broker_configs, live)
+            nemesis.replica_lag_ms = config.queue.replica_lag_ms
         addresses = dict(backend.addresses())
         broker_addresses = getattr(backend, "broker_addresses", None)
         workload = WORKLOADS[config.workload].make(

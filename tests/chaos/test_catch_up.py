@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,8 @@ from chaos.nemesis import (
     schedule,
 )
 from chaos.runner import (
+    CATCH_UP_CHUNK_MIN_BYTES,
+    CATCH_UP_CHUNK_WAIT_MS,
     PartitionReplicas,
     RunConfig,
     _Nemesis,
@@ -122,26 +125,43 @@ PLAN = (
 """A catch-up's five steps as the schedule gives them."""
 
 
+CHUNKS = {
+    "replica.fetch.min.bytes": CATCH_UP_CHUNK_MIN_BYTES,
+    "replica.fetch.wait.max.ms": CATCH_UP_CHUNK_WAIT_MS,
+}
+"""The other follower's chunked fetches, as the catch-up sets them."""
+
+
 def _run(
-    tmp_path: Path, back_after: int | None, wait_s: float = 15.0, refuse: str | None = None
+    tmp_path: Path,
+    back_after: int | None,
+    wait_s: float = 15.0,
+    refuse: str | None = None,
+    refuse_chunks: str | None = None,
+    replica_lag_ms: int | None = None,
 ) -> tuple[RecordingBackend, _Nemesis, FakeMoves, list[str]]:
     """A catch-up of partition queue-0 (leader 5, replicas 5, 4, 6) against
     a recording backend.  The controllers' metadata: the severed follower
     leaves the ISR at the second answer after the sever; once the leader is
     killed, the other follower leads alone; the severed follower is back in
     its ISR ``back_after`` answers after the heal (never if None).  The
-    brokers' own ``replica.fetch.max.bytes`` changes are recorded in
-    ``backend.done`` (refused with ``refuse``)."""
+    brokers' own config changes are recorded in ``backend.done``, one entry
+    a config (refused with ``refuse``; the chunked fetches' with
+    ``refuse_chunks``)."""
     backend, nemesis, writer = recording_nemesis(tmp_path)
     moves = FakeMoves()
     nemesis.moves = moves  # type: ignore[assignment]
     nemesis.catch_up_wait_s = wait_s
+    nemesis.replica_lag_ms = replica_lag_ms
 
-    async def fetch_bytes(broker: int, value: int | None) -> str | None:
-        backend.done.append(("replica.fetch.max.bytes", (broker, value)))
+    async def configs(broker: int, values: Mapping[str, str | None]) -> str | None:
+        for name, value in values.items():
+            backend.done.append((name, (broker, None if value is None else int(value))))
+        if refuse_chunks is not None and "replica.fetch.min.bytes" in values:
+            return refuse_chunks
         return refuse
 
-    nemesis.fetch_bytes = fetch_bytes
+    nemesis.broker_configs = configs
     calls: dict[str, int] = {"after_sever": 0, "after_heal": 0}
 
     def severed() -> int | None:
@@ -182,12 +202,17 @@ def test_the_runner_severs_kills_heals_and_elects_the_follower_once_back(tmp_pat
     assert follower in (4, 6)
     assert groups == ((1, 2, 3, follower), tuple(n for n in NODES if n != follower))
     # The follower fetches one batch at a time from its sever to its
-    # election, then as the cluster says again.
+    # election, the other follower (the next leader) in chunks of a second,
+    # then both as the cluster says again.
     assert rest == [
         ("replica.fetch.max.bytes", (follower, 1)),
+        ("replica.fetch.min.bytes", (other, 64 * 1024)),
+        ("replica.fetch.wait.max.ms", (other, 1000)),
         ("kill", 5),
         ("heal", None),
         ("replica.fetch.max.bytes", (follower, None)),
+        ("replica.fetch.min.bytes", (other, None)),
+        ("replica.fetch.wait.max.ms", (other, None)),
         ("restart", 5),
     ]
     [move] = moves.applied
@@ -199,6 +224,8 @@ def test_the_runner_severs_kills_heals_and_elects_the_follower_once_back(tmp_pat
     assert note["follower_back"] is True and note["isr_at_election"] == [other, follower]
     assert note["elected"] is True
     assert note["follower_fetch_bytes"] == 1 and note["follower_fetch_bytes_removed"] is True
+    assert note["chunked_fetches"] == {str(other): CHUNKS}
+    assert note["chunked_fetches_removed"] == {str(other): True}
     ops = nemesis_ops(tmp_path)
     done = [(op.f, op.value) for op in ops if op.type == "ok"]
     assert [f for f, _ in done] == ["partition", "kill", "heal", ELECT_LEADER_KIND, "start"]
@@ -217,9 +244,13 @@ def test_the_runner_skips_the_election_when_the_follower_never_comes_back(
     assert moves.applied == [] and ("restart", 5) in backend.done
     [note] = nemesis.catch_ups
     assert note["follower_back"] is False and note["waited_election_s"] >= 0.3
-    # The follower's own fetch size is removed all the same.
+    # The follower's own fetch size is removed all the same, and the other
+    # follower's chunked fetches.
     sizes = [v for f, v in backend.done if f == "replica.fetch.max.bytes"]
     assert [value for _, value in sizes] == [1, None]
+    waits = [v for f, v in backend.done if f == "replica.fetch.wait.max.ms"]
+    assert [value for _, value in waits] == [1000, None]
+    assert list(note["chunked_fetches_removed"].values()) == [True]
 
 
 def test_a_refused_fetch_size_is_noted_and_the_fault_goes_on(tmp_path: Path) -> None:
@@ -230,22 +261,51 @@ def test_a_refused_fetch_size_is_noted_and_the_fault_goes_on(tmp_path: Path) -> 
     # Nothing was set, so nothing is removed.
     assert [v for f, v in backend.done if f == "replica.fetch.max.bytes"] == [(note["follower"], 1)]
     assert "follower_fetch_bytes_removed" not in note
+    other = 10 - note["follower"]
+    assert note["chunked_fetches"] == {str(other): "POLICY_VIOLATION"}
+    assert [v for f, v in backend.done if f == "replica.fetch.min.bytes"] == [(other, 65536)]
+    assert "chunked_fetches_removed" not in note
+
+
+def test_refused_chunked_fetches_are_noted_and_the_rest_goes_on(tmp_path: Path) -> None:
+    refusal = "INVALID_CONFIG: replica.fetch.wait.max.ms 1000 is above replica.lag.time.max.ms"
+    backend, nemesis, moves, outcomes = _run(tmp_path, back_after=1, refuse_chunks=refusal)
+    assert outcomes == ["ok"] * 5 and len(moves.applied) == 1
+    [note] = nemesis.catch_ups
+    other = 10 - note["follower"]
+    assert note["chunked_fetches"] == {str(other): refusal}
+    # The follower's own fetch size was set and is removed; the refused
+    # chunks are not removed.
+    assert note["follower_fetch_bytes"] == 1 and note["follower_fetch_bytes_removed"] is True
+    assert "chunked_fetches_removed" not in note
+    assert [v for f, v in backend.done if f == "replica.fetch.min.bytes"] == [(other, 65536)]
+
+
+def test_the_chunked_fetches_wait_stays_below_a_short_lag_time(tmp_path: Path) -> None:
+    backend, nemesis, moves, outcomes = _run(tmp_path, back_after=1, replica_lag_ms=900)
+    assert outcomes == ["ok"] * 5
+    [note] = nemesis.catch_ups
+    [chunks] = note["chunked_fetches"].values()
+    assert chunks == {**CHUNKS, "replica.fetch.wait.max.ms": 600}
+    # The recipe's lag time (1.5 s) leaves the second's wait.
+    nemesis.replica_lag_ms = 1_500
+    assert nemesis.chunk_wait_ms() == CATCH_UP_CHUNK_WAIT_MS == 1000
 
 
 def test_a_catch_up_cut_short_by_the_runs_end_removes_the_follower_fetch_size(
     tmp_path: Path,
 ) -> None:
     backend, nemesis, writer = recording_nemesis(tmp_path)
-    sizes: list[tuple[int, int | None]] = []
+    sizes: list[tuple[int, dict[str, str | None]]] = []
 
-    async def fetch_bytes(broker: int, value: int | None) -> str | None:
-        sizes.append((broker, value))
+    async def configs(broker: int, values: Mapping[str, str | None]) -> str | None:
+        sizes.append((broker, dict(values)))
         return None
 
     async def replicas() -> list[PartitionReplicas]:
         return [PartitionReplicas("queue-0", 5, (5, 6, 4), (5, 6, 4))]
 
-    nemesis.fetch_bytes = fetch_bytes
+    nemesis.broker_configs = configs
     nemesis.replicas = replicas
 
     async def main() -> list[str]:
@@ -258,10 +318,19 @@ def test_a_catch_up_cut_short_by_the_runs_end_removes_the_follower_fetch_size(
 
     assert asyncio.run(main()) == ["ok", "ok", "skipped"]
     writer.close()
-    [(follower, _), _] = sizes
-    assert sizes == [(follower, 1), (follower, None)] and follower in (4, 6)
+    [(follower, _), *_] = sizes
+    other = 10 - follower
+    chunks = {k: str(v) for k, v in CHUNKS.items()}
+    assert sizes == [
+        (follower, {"replica.fetch.max.bytes": "1"}),
+        (other, chunks),
+        (follower, {"replica.fetch.max.bytes": None}),
+        (other, dict.fromkeys(chunks)),
+    ]
+    assert follower in (4, 6)
     [note] = nemesis.catch_ups
     assert note["follower_fetch_bytes_removed"] is True and nemesis.catching is None
+    assert note["chunked_fetches_removed"] == {str(other): True}
     assert nemesis.ends() == [Action(0.0, "heal")]
 
 
@@ -313,8 +382,11 @@ def test_a_local_catch_up_elects_the_follower_once_back_in_the_isr(
         assert note["leader_at_heal"] not in (note["killed"], note["follower"], -1), note
         assert note["follower_back"] and note["elected"], note
         # The follower fetched one batch at a time meanwhile, by its own
-        # config, removed after the election.
+        # config, and the other follower in chunks of a second, both
+        # removed after the election.
         assert note["follower_fetch_bytes"] == 1 and note["follower_fetch_bytes_removed"], note
+        [(other, chunks)] = note["chunked_fetches"].items()
+        assert chunks == CHUNKS and note["chunked_fetches_removed"] == {other: True}, note
     # A correct build loses nothing: the follower rejoins only at the
     # leader's epoch start, so it holds every committed record when elected.
     assert result.recovered and result.final_ok, result.final_check

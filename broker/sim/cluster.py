@@ -138,7 +138,26 @@ class ProduceReply:
     batch: BatchId | None = None
 
 
-Body = FetchMsg | FetchReply | AlterMsg | AlterReply | HeartbeatMsg | ProduceMsg | ProduceReply
+@dataclass(frozen=True, slots=True)
+class HeldFetch:
+    """A leader's own reminder: the fetch of ``follower`` it holds is due
+    (``DelayedFetch`` expiring)."""
+
+    partition: int
+    request: FetchRequest
+    follower: int
+
+
+Body = (
+    FetchMsg
+    | FetchReply
+    | AlterMsg
+    | AlterReply
+    | HeartbeatMsg
+    | ProduceMsg
+    | ProduceReply
+    | HeldFetch
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +282,14 @@ class SimCluster:
         # Scripted schedules fetch explicitly (``fetch``) for exact
         # interleavings; random runs fetch on every tick.
         self.auto_fetch = auto_fetch
+        # Followers whose fetches their leader holds this many ms before it
+        # answers: a replica.fetch.wait.max.ms with a replica.fetch.min.bytes
+        # that no answer reaches, so that the follower fetches in chunks of
+        # that long's writes (kq's DelayedFetch; the chaos harness's
+        # elect-catching-up-follower sets it on the next leader).  The leader
+        # reads the fetch when it comes (the follower's state, the HW) and
+        # again when it answers, as kq's service does.
+        self.held_fetches: dict[int, int] = {}
         self._queue: list[tuple[int, int, str, object]] = []
         self._seq = 0
         self.cut: set[tuple[int, int]] = set()
@@ -526,7 +553,9 @@ class SimCluster:
             return False
         replica = broker.replicas[p]
         pending = broker.fetching.get(p)
-        if pending is not None and self.now_ms - pending[1] < self.config.fetch_timeout_ms:
+        # A held fetch is given up only once its hold is over too.
+        timeout = self.config.fetch_timeout_ms + self.held_fetches.get(broker_id, 0)
+        if pending is not None and self.now_ms - pending[1] < timeout:
             return False
         if self.now_ms < broker.backoff_until.get(p, 0):
             return False
@@ -560,8 +589,28 @@ class SimCluster:
                 self._send_alter(broker, body.partition, outcome.alter_partition)
             if outcome.high_watermark_moved:
                 self._complete_waiting(broker)
+            hold = self.held_fetches.get(src, 0)
+            answer = outcome.answer
+            if hold and answer.error is Errors.NONE and answer.diverging_epoch is None:
+                # Held (an error or a divergence is answered at once, as
+                # DelayedFetch.tryComplete does); lost if this broker dies.
+                due = HeldFetch(body.partition, body.request, src)
+                self._schedule(hold, "deliver", Message(broker.broker_id, broker.broker_id, due))
+                return
+            self.send(broker.broker_id, src, FetchReply(body.partition, body.request, answer))
+        elif isinstance(body, HeldFetch):
+            replica = broker.replicas.get(body.partition)
+            if replica is None:
+                return
+            outcome = replica.step_fetch(body.request, now)
+            if outcome.alter_partition is not None:
+                self._send_alter(broker, body.partition, outcome.alter_partition)
+            if outcome.high_watermark_moved:
+                self._complete_waiting(broker)
             self.send(
-                broker.broker_id, src, FetchReply(body.partition, body.request, outcome.answer)
+                broker.broker_id,
+                body.follower,
+                FetchReply(body.partition, body.request, outcome.answer),
             )
         elif isinstance(body, FetchReply):
             pending = broker.fetching.get(body.partition)

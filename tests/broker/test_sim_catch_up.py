@@ -40,7 +40,15 @@ class CatchUp:
     follower_end: int = -1
 
 
-def _catch_up(seed: int, *, broken: bool, every_follower_one_batch: bool) -> CatchUp:
+CHUNK_MS = 1_000
+"""The other follower's held fetches in a chunked catch-up (the chaos
+harness's replica.fetch.wait.max.ms 1000, with a min bytes no chunk of the
+test's writes reaches)."""
+
+
+def _catch_up(
+    seed: int, *, broken: bool, every_follower_one_batch: bool, chunked: bool = False
+) -> CatchUp:
     config = SimConfig(
         brokers=3,
         partitions=1,
@@ -61,6 +69,11 @@ def _catch_up(seed: int, *, broken: bool, every_follower_one_batch: bool) -> Cat
             follower = max(r for r in c.controller.partitions[P].isr if r != leader)
             if not every_follower_one_batch:
                 c.slow = follower
+            if chunked:
+                # The other follower, the next leader, fetches in chunks from
+                # the sever to the election.
+                [other] = [r for r in c.controller.partitions[P].isr if r not in (leader, follower)]
+                c.held_fetches[other] = CHUNK_MS
             c.sever(follower)
             end = c.now_ms + 10_000
             while follower in c.controller.partitions[P].isr and c.now_ms < end:
@@ -84,6 +97,7 @@ def _catch_up(seed: int, *, broken: bool, every_follower_one_batch: bool) -> Cat
                 c.brokers[follower].logs[P].log_end_offset,
             )
             c.controller.elect(P, follower)
+            c.held_fetches.clear()
             c.run_for(500)
             c.restart(leader)
             c.run_for(1_000)
@@ -117,3 +131,26 @@ def test_broken_with_every_follower_fetching_one_batch_the_follower_wins_the_rac
     seen = [_catch_up(s, broken=True, every_follower_one_batch=True) for s in range(5)]
     assert all(s.rule is None for s in seen), seen
     assert any(s.follower_end < s.start for s in seen), seen
+
+
+def test_chunked_fetches_widen_the_window_and_with_the_rule_nothing_is_lost() -> None:
+    # The other follower, whose fetches its leader holds a second, learns
+    # the HW a chunk late: once it leads, its HW is a second of writes (a
+    # produce every 20 ms) below its epoch start instead of a fetch's few.
+    for seed in range(4):
+        bulk = _catch_up(seed, broken=False, every_follower_one_batch=False)
+        chunked = _catch_up(seed, broken=False, every_follower_one_batch=False, chunked=True)
+        assert bulk.rule is None and chunked.rule is None, (seed, bulk, chunked)
+        assert bulk.start - bulk.hw <= 10, (seed, bulk)
+        assert chunked.start - chunked.hw >= 40, (seed, chunked)
+        # With the rule the follower rejoins only at the epoch start.
+        assert chunked.follower_end >= chunked.start, (seed, chunked)
+
+
+def test_broken_with_chunked_fetches_the_follower_is_elected_inside_the_chunk() -> None:
+    seen = [
+        _catch_up(s, broken=True, every_follower_one_batch=False, chunked=True) for s in range(4)
+    ]
+    rules = [s.rule for s in seen]
+    assert rules.count("acked-on-leader") >= 3, rules
+    assert set(rules) <= {"acked-on-leader", None}

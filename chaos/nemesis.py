@@ -112,8 +112,9 @@ Fault kinds (:data:`FAULT_KINDS`):
   in the ISR, below min ISR, so that HW stays there;
   :data:`CATCH_UP_FAILOVER_S` later a ``heal``, once that other leader
   leads, so that the severed follower catches up from it (one batch a
-  fetch: the runner sets its own ``replica.fetch.max.bytes`` to 1 from the
-  sever to the election, and on the other followers
+  fetch, one every 200 ms: the runner sets its own ``replica.fetch.max.bytes``
+  to 1, ``replica.fetch.min.bytes`` to 64 KiB and ``replica.fetch.wait.max.ms``
+  to 200 from the sever to the election, and on the other followers
   ``replica.fetch.min.bytes`` 64 KiB and ``replica.fetch.wait.max.ms``
   1000, so that they fetch in chunks of a second and the new leader's HW
   lags its epoch start by a chunk); then at once an

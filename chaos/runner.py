@@ -468,6 +468,19 @@ CATCH_UP_CHUNK_WAIT_MS: Final = 1_000
 """Those followers' ``replica.fetch.wait.max.ms``: below the recipe's lag
 time (1.5 s), which the controllers ask of a wait (KafkaConfig); a run with
 a shorter lag time uses two thirds of it (:meth:`_Nemesis.chunk_wait_ms`)."""
+CATCH_UP_PACE_MS: Final = 200
+"""The severed follower's own ``replica.fetch.wait.max.ms`` (with
+:data:`CATCH_UP_CHUNK_MIN_BYTES`, which one batch never reaches) from the
+sever to the election: the leader holds each of its one-batch fetches that
+long, so that it catches up one batch every 200 ms.  A chunk is a few
+batches a partition, not a second of the target rate (each client's
+acks=all send waits for the chunked HW, so a second's writes are about one
+send per client), which a follower fetching back to back crosses in
+milliseconds, while its re-admission, the runner's next look (every 50 ms)
+and the election take a hundred or more: paced, it needs about half a
+second or more for the chunk, and a few times that for what it missed
+before the kill (about a chunk a second from its shrink to the kill), well
+within the election's wait (:data:`CATCH_UP_WAIT_S`)."""
 CHUNK_CONFIGS: Final = ("replica.fetch.min.bytes", "replica.fetch.wait.max.ms")
 CATCH_UP_POLL_S: Final = 0.05
 """How often the wait for the follower back in the ISR asks the
@@ -903,6 +916,11 @@ class _Nemesis:
                     "follower_fetch_bytes": await self._set_fetch_bytes(
                         follower, CATCH_UP_FETCH_BYTES
                     ),
+                    # Its one-batch fetches paced: the configs set, or the
+                    # refusal.
+                    "follower_paced": await self._set_chunked_fetches(
+                        follower, True, CATCH_UP_PACE_MS
+                    ),
                     # The others fetch in chunks until the election: by
                     # broker, the configs set or the refusal.
                     "chunked_fetches": {
@@ -978,11 +996,14 @@ class _Nemesis:
 
     async def _undo_catch_up_configs(self, follower: int, note: dict[str, Any]) -> None:
         """Remove what the catch-up's sever set (and only what was set):
-        the follower's own fetch size, the others' chunked fetches;
+        the follower's own fetch size and pace, the others' chunked fetches;
         ``note`` says whether each removal was done."""
         if note["follower_fetch_bytes"] == CATCH_UP_FETCH_BYTES:
-            error = await self._set_fetch_bytes(follower, None)
-            note["follower_fetch_bytes_removed"] = error is None
+            undone = await self._set_fetch_bytes(follower, None)
+            note["follower_fetch_bytes_removed"] = undone is None
+        if isinstance(note.get("follower_paced"), dict):
+            paced = await self._set_chunked_fetches(follower, False)
+            note["follower_paced_removed"] = paced is None
         removed: dict[str, bool] = {}
         for other, done in note.get("chunked_fetches", {}).items():
             if isinstance(done, dict):
@@ -998,14 +1019,15 @@ class _Nemesis:
             return CATCH_UP_CHUNK_WAIT_MS
         return max(1, min(CATCH_UP_CHUNK_WAIT_MS, self.replica_lag_ms * 2 // 3))
 
-    async def _set_chunked_fetches(self, broker: int, on: bool) -> dict[str, int] | str | None:
+    async def _set_chunked_fetches(
+        self, broker: int, on: bool, wait_ms: int | None = None
+    ) -> dict[str, int] | str | None:
         """Set (``on``) or remove ``broker``'s own ``replica.fetch.min.bytes``
         and ``replica.fetch.wait.max.ms`` (:data:`CATCH_UP_CHUNK_MIN_BYTES`,
-        :meth:`chunk_wait_ms`): the values set, None when removed, or the
-        refusal."""
-        values = dict(
-            zip(CHUNK_CONFIGS, (CATCH_UP_CHUNK_MIN_BYTES, self.chunk_wait_ms()), strict=True)
-        )
+        and ``wait_ms``, by default :meth:`chunk_wait_ms`): the values set,
+        None when removed, or the refusal."""
+        wait = self.chunk_wait_ms() if wait_ms is None else min(wait_ms, self.chunk_wait_ms())
+        values = dict(zip(CHUNK_CONFIGS, (CATCH_UP_CHUNK_MIN_BYTES, wait), strict=True))
         error = await self._set_broker_configs(
             broker, {name: str(value) if on else None for name, value in values.items()}
         )

@@ -33,6 +33,7 @@ from chaos.nemesis import (
 from chaos.runner import (
     CATCH_UP_CHUNK_MIN_BYTES,
     CATCH_UP_CHUNK_WAIT_MS,
+    CATCH_UP_PACE_MS,
     PartitionReplicas,
     RunConfig,
     _Nemesis,
@@ -130,6 +131,8 @@ CHUNKS = {
     "replica.fetch.wait.max.ms": CATCH_UP_CHUNK_WAIT_MS,
 }
 """The other follower's chunked fetches, as the catch-up sets them."""
+PACE = {**CHUNKS, "replica.fetch.wait.max.ms": CATCH_UP_PACE_MS}
+"""The severed follower's paced fetches."""
 
 
 def _run(
@@ -201,16 +204,20 @@ def test_the_runner_severs_kills_heals_and_elects_the_follower_once_back(tmp_pat
     other = 10 - follower
     assert follower in (4, 6)
     assert groups == ((1, 2, 3, follower), tuple(n for n in NODES if n != follower))
-    # The follower fetches one batch at a time from its sever to its
+    # The follower fetches one batch every 200 ms from its sever to its
     # election, the other follower (the next leader) in chunks of a second,
     # then both as the cluster says again.
     assert rest == [
         ("replica.fetch.max.bytes", (follower, 1)),
+        ("replica.fetch.min.bytes", (follower, 64 * 1024)),
+        ("replica.fetch.wait.max.ms", (follower, 200)),
         ("replica.fetch.min.bytes", (other, 64 * 1024)),
         ("replica.fetch.wait.max.ms", (other, 1000)),
         ("kill", 5),
         ("heal", None),
         ("replica.fetch.max.bytes", (follower, None)),
+        ("replica.fetch.min.bytes", (follower, None)),
+        ("replica.fetch.wait.max.ms", (follower, None)),
         ("replica.fetch.min.bytes", (other, None)),
         ("replica.fetch.wait.max.ms", (other, None)),
         ("restart", 5),
@@ -224,6 +231,7 @@ def test_the_runner_severs_kills_heals_and_elects_the_follower_once_back(tmp_pat
     assert note["follower_back"] is True and note["isr_at_election"] == [other, follower]
     assert note["elected"] is True
     assert note["follower_fetch_bytes"] == 1 and note["follower_fetch_bytes_removed"] is True
+    assert note["follower_paced"] == PACE and note["follower_paced_removed"] is True
     assert note["chunked_fetches"] == {str(other): CHUNKS}
     assert note["chunked_fetches_removed"] == {str(other): True}
     ops = nemesis_ops(tmp_path)
@@ -249,7 +257,7 @@ def test_the_runner_skips_the_election_when_the_follower_never_comes_back(
     sizes = [v for f, v in backend.done if f == "replica.fetch.max.bytes"]
     assert [value for _, value in sizes] == [1, None]
     waits = [v for f, v in backend.done if f == "replica.fetch.wait.max.ms"]
-    assert [value for _, value in waits] == [1000, None]
+    assert [value for _, value in waits] == [200, 1000, None, None]
     assert list(note["chunked_fetches_removed"].values()) == [True]
 
 
@@ -263,8 +271,12 @@ def test_a_refused_fetch_size_is_noted_and_the_fault_goes_on(tmp_path: Path) -> 
     assert "follower_fetch_bytes_removed" not in note
     other = 10 - note["follower"]
     assert note["chunked_fetches"] == {str(other): "POLICY_VIOLATION"}
-    assert [v for f, v in backend.done if f == "replica.fetch.min.bytes"] == [(other, 65536)]
-    assert "chunked_fetches_removed" not in note
+    assert note["follower_paced"] == "POLICY_VIOLATION"
+    assert [v for f, v in backend.done if f == "replica.fetch.min.bytes"] == [
+        (note["follower"], 65536),
+        (other, 65536),
+    ]
+    assert "chunked_fetches_removed" not in note and "follower_paced_removed" not in note
 
 
 def test_refused_chunked_fetches_are_noted_and_the_rest_goes_on(tmp_path: Path) -> None:
@@ -272,13 +284,18 @@ def test_refused_chunked_fetches_are_noted_and_the_rest_goes_on(tmp_path: Path) 
     backend, nemesis, moves, outcomes = _run(tmp_path, back_after=1, refuse_chunks=refusal)
     assert outcomes == ["ok"] * 5 and len(moves.applied) == 1
     [note] = nemesis.catch_ups
-    other = 10 - note["follower"]
+    follower = note["follower"]
+    other = 10 - follower
     assert note["chunked_fetches"] == {str(other): refusal}
+    assert note["follower_paced"] == refusal
     # The follower's own fetch size was set and is removed; the refused
-    # chunks are not removed.
+    # configs are not removed.
     assert note["follower_fetch_bytes"] == 1 and note["follower_fetch_bytes_removed"] is True
-    assert "chunked_fetches_removed" not in note
-    assert [v for f, v in backend.done if f == "replica.fetch.min.bytes"] == [(other, 65536)]
+    assert "chunked_fetches_removed" not in note and "follower_paced_removed" not in note
+    assert [v for f, v in backend.done if f == "replica.fetch.min.bytes"] == [
+        (follower, 65536),
+        (other, 65536),
+    ]
 
 
 def test_the_chunked_fetches_wait_stays_below_a_short_lag_time(tmp_path: Path) -> None:
@@ -287,6 +304,7 @@ def test_the_chunked_fetches_wait_stays_below_a_short_lag_time(tmp_path: Path) -
     [note] = nemesis.catch_ups
     [chunks] = note["chunked_fetches"].values()
     assert chunks == {**CHUNKS, "replica.fetch.wait.max.ms": 600}
+    assert note["follower_paced"] == PACE  # 200 ms: below it already
     # The recipe's lag time (1.5 s) leaves the second's wait.
     nemesis.replica_lag_ms = 1_500
     assert nemesis.chunk_wait_ms() == CATCH_UP_CHUNK_WAIT_MS == 1000
@@ -321,10 +339,13 @@ def test_a_catch_up_cut_short_by_the_runs_end_removes_the_follower_fetch_size(
     [(follower, _), *_] = sizes
     other = 10 - follower
     chunks = {k: str(v) for k, v in CHUNKS.items()}
+    pace = {k: str(v) for k, v in PACE.items()}
     assert sizes == [
         (follower, {"replica.fetch.max.bytes": "1"}),
+        (follower, pace),
         (other, chunks),
         (follower, {"replica.fetch.max.bytes": None}),
+        (follower, dict.fromkeys(pace)),
         (other, dict.fromkeys(chunks)),
     ]
     assert follower in (4, 6)
@@ -381,10 +402,11 @@ def test_a_local_catch_up_elects_the_follower_once_back_in_the_isr(
         assert note["follower_out"] and note["follower"] not in note["isr_at_kill"], note
         assert note["leader_at_heal"] not in (note["killed"], note["follower"], -1), note
         assert note["follower_back"] and note["elected"], note
-        # The follower fetched one batch at a time meanwhile, by its own
-        # config, and the other follower in chunks of a second, both
+        # The follower fetched one batch every 200 ms meanwhile, by its own
+        # configs, and the other follower in chunks of a second, all
         # removed after the election.
         assert note["follower_fetch_bytes"] == 1 and note["follower_fetch_bytes_removed"], note
+        assert note["follower_paced"] == PACE and note["follower_paced_removed"], note
         [(other, chunks)] = note["chunked_fetches"].items()
         assert chunks == CHUNKS and note["chunked_fetches_removed"] == {other: True}, note
     # A correct build loses nothing: the follower rejoins only at the

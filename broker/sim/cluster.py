@@ -40,7 +40,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.errors import Errors, ReplicaError
-from broker.replica import AlterPartitionRequest, MappingBrokerView, PartitionReplica, Role
+from broker.replica import (
+    AlterPartitionRequest,
+    LeaderFetchOutcome,
+    MappingBrokerView,
+    PartitionReplica,
+    Role,
+)
 from broker.replica.leader import consumer_read_bound
 from broker.replica.types import (
     AlterPartitionResult,
@@ -578,17 +584,30 @@ class SimCluster:
         self.send(broker_id, replica.leader_id, FetchMsg(p, request))
         return True
 
+    def _step_fetch(
+        self,
+        broker: BrokerSim,
+        replica: PartitionReplica,
+        partition: int,
+        request: FetchRequest,
+        now: int,
+    ) -> LeaderFetchOutcome:
+        """A leader's step of a follower's fetch, with what it asks of the
+        controller (an ISR change) and of held produces (a moved HW)."""
+        outcome = replica.step_fetch(request, now)
+        if outcome.alter_partition is not None:
+            self._send_alter(broker, partition, outcome.alter_partition)
+        if outcome.high_watermark_moved:
+            self._complete_waiting(broker)
+        return outcome
+
     def _broker_receive(self, broker: BrokerSim, src: int, body: Body) -> None:
         now = self.now_ms
         if isinstance(body, FetchMsg):
             replica = broker.replicas.get(body.partition)
             if replica is None:
                 return
-            outcome = replica.step_fetch(body.request, now)
-            if outcome.alter_partition is not None:
-                self._send_alter(broker, body.partition, outcome.alter_partition)
-            if outcome.high_watermark_moved:
-                self._complete_waiting(broker)
+            outcome = self._step_fetch(broker, replica, body.partition, body.request, now)
             hold = self.held_fetches.get(src, 0)
             answer = outcome.answer
             if hold and answer.error is Errors.NONE and answer.diverging_epoch is None:
@@ -602,11 +621,7 @@ class SimCluster:
             replica = broker.replicas.get(body.partition)
             if replica is None:
                 return
-            outcome = replica.step_fetch(body.request, now)
-            if outcome.alter_partition is not None:
-                self._send_alter(broker, body.partition, outcome.alter_partition)
-            if outcome.high_watermark_moved:
-                self._complete_waiting(broker)
+            outcome = self._step_fetch(broker, replica, body.partition, body.request, now)
             self.send(
                 broker.broker_id,
                 body.follower,

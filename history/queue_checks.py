@@ -157,10 +157,6 @@ class QueueResult:
     allowed: frozenset[str]
     final_reads: bool
     detail: Mapping[str, Any] = field(default_factory=dict)
-    undecided: tuple[QueueAnomaly, ...] = ()
-    """The records ``no-loss`` requires that the final reads did not reach:
-    they stopped below the record's offset, which a loss and reads cut short
-    (a poll that returns nothing may have fetched nothing) both explain."""
 
     @property
     def fired(self) -> list[str]:
@@ -170,11 +166,10 @@ class QueueResult:
     @property
     def valid(self) -> bool | str:
         """False if a check that is not allowed fired; ``"unknown"`` if none
-        did but there were no final reads to decide ``no-loss``, or they
-        did not reach a record it requires (:attr:`undecided`); else True."""
+        did but there were no final reads to decide ``no-loss``; else True."""
         if self.fired:
             return False
-        return True if self.final_reads and not self.undecided else "unknown"
+        return True if self.final_reads else "unknown"
 
     def all(self) -> list[QueueAnomaly]:
         return [a for c in CHECKS for a in self.anomalies.get(c, ())]
@@ -452,12 +447,6 @@ def check_queue(
         final_start = None
     else:
         final_start = final_index
-    # Final reads need an ok poll (one that returned nothing counts: the
-    # records it lacks are then undecided, not lost); polls that all
-    # failed read nothing at all.
-    has_final = final_start is not None and any(
-        o.f == "poll" and o.type == "ok" and o.index >= final_start for o in ops
-    )
     sends = [r for o in ops for r in send_rows(o)]
     reads = [r for o in ops for r in read_rows(o)]
 
@@ -737,19 +726,9 @@ def check_queue(
 
     # no-loss: every ok send, and every record of an info send that was
     # acknowledged with an offset or that some poll saw, is in the final
-    # reads at its acknowledged offset with its value (one without an
-    # offset: anywhere in its key), unless retention or compaction removed
-    # it.  Missing, it is lost only where the final reads show it gone from
-    # where it was placed (its acknowledged offset, or where a poll saw
-    # it): they hold it at another offset, or another value there, or read
-    # past it (a consumer reads a partition's offsets in order).  Where they stopped below it,
-    # the history cannot tell a log that ends there from reads cut short:
-    # a poll that returns nothing may have fetched nothing (no leader known,
-    # a failed fetch: broker.grpc_client.Consumer.poll), so the record is
-    # undecided, not lost.
-    undecided: list[QueueAnomaly] = []
-    if has_final:
-        reach = {key: max(at) for key, at in final.items() if at}
+    # reads at its acknowledged offset with its value, unless retention or
+    # compaction removed it.
+    if final_start is not None:
         for s in sorted(sends, key=lambda s: (s.key, s.op, s.pos)):
             # An info send's records are required one by one (they may have
             # gone in separate batches): one that came back with its offset
@@ -763,44 +742,29 @@ def check_queue(
             if cleanup.gone(s.key, placed, v, latest):
                 continue
             if s.offset is None:
-                if v in final_values[s.key]:
-                    continue
-                message = f"key {s.key} value {v} ({s.type} send {s.op}) is not in the final reads"
-                offsets: list[int] = []
-            else:
-                there = final[s.key].get(s.offset, set())
-                if v in there:
-                    continue
-                what = f"holds {', '.join(sorted(there))}" if there else "was not read"
-                message = (
-                    f"key {s.key} value {v} ({s.type} send {s.op}, offset {s.offset}) is not in "
-                    f"the final reads: offset {s.offset} {what}"
-                )
-                offsets = [s.offset]
-            # Decided: the final reads hold it elsewhere (moved), another
-            # value where it was placed, or read past that offset.
-            passed = v in final_values[s.key] or (
-                placed is not None
-                and (bool(final[s.key].get(placed)) or reach.get(s.key, -1) > placed)
-            )
-            if passed:
-                add("no-loss", s.key, [v], offsets, [s.op], message)
-            else:
-                end = reach.get(s.key)
-                undecided.append(
-                    QueueAnomaly(
+                if v not in final_values[s.key]:
+                    add(
                         "no-loss",
                         s.key,
-                        (json.loads(v),),
-                        tuple(offsets),
-                        (s.op,),
-                        f"key {s.key} value {v} ({s.type} send {s.op}) is not in the final "
-                        "reads, which "
-                        + (f"stopped at offset {end}" if end is not None else "read nothing of it")
-                        + (f" below its offset {placed}" if placed is not None else "")
-                        + ": lost, or the reads were cut short",
+                        [v],
+                        [],
+                        [s.op],
+                        f"key {s.key} value {v} ({s.type} send {s.op}) is not in the final reads",
                     )
-                )
+                continue
+            there = final[s.key].get(s.offset, set())
+            if v in there:
+                continue
+            what = f"holds {', '.join(sorted(there))}" if there else "was not read"
+            add(
+                "no-loss",
+                s.key,
+                [v],
+                [s.offset],
+                [s.op],
+                f"key {s.key} value {v} ({s.type} send {s.op}, offset {s.offset}) is not in the "
+                f"final reads: offset {s.offset} {what}",
+            )
 
     subscribed = any(o.f == "subscribe" for o in ops)
     allowed = ALWAYS_ALLOWED | (SUBSCRIBE_ALLOWED if subscribed else frozenset())
@@ -811,12 +775,6 @@ def check_queue(
         "reads": len(reads),
         "final_from": final_start,
     }
-    if undecided:
-        detail["unreached"] = len(undecided)
     return QueueResult(
-        {c: tuple(v) for c, v in found.items()},
-        allowed,
-        has_final,
-        detail,
-        tuple(undecided),
+        {c: tuple(v) for c, v in found.items()}, allowed, final_start is not None, detail
     )

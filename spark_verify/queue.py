@@ -40,7 +40,6 @@ __all__ = [
     "QUEUE_CHECKS",
     "QueueRecords",
     "SUBSCRIBE_ALLOWED",
-    "UNDECIDED",
     "RunCleanup",
     "check_queue_runs",
     "cleanup_of",
@@ -70,11 +69,6 @@ QUEUE_CHECKS: Final = (
 ALWAYS_ALLOWED: Final = frozenset({"int-send-skip"})
 SUBSCRIBE_ALLOWED: Final = frozenset({"poll-skip", "nonmonotonic-poll"})
 FINAL_FS: Final = ("poll", "crash", "assign", "subscribe", "debug-topic-partitions")
-
-UNDECIDED: Final = "no-loss:undecided"
-"""The check of the rows :func:`queue_anomaly_rows` gives for the records
-``no-loss`` requires that the final reads did not reach (they stopped below
-it): not anomalies, but they leave the run's ``no-loss`` undecided."""
 
 _ANOMALY_COLUMNS: Final = ("run", "check", "key", "values", "offsets", "ops", "extra")
 
@@ -694,17 +688,8 @@ def queue_anomaly_rows(
             )
 
     # no-loss over the final reads: the trailing section of the history made
-    # only of final-read ops (Jepsen's final polls), if it holds an ok poll
-    # (one that returned nothing counts, as the reference's).
-    final_polls = (
-        ops.where((F.col("f") == "poll") & (F.col("type") == "ok"))
-        .select("run", F.col("index").alias("op"))
-        .join(start, "run")
-        .where(F.col("op") >= F.col("final_from"))
-        .select("run")
-        .distinct()
-    )
-    starts = start.join(final_polls, "run", "left_semi")
+    # only of final-read ops (Jepsen's final polls), if it holds an ok poll.
+    starts = start.join(final_ok.select("run").distinct(), "run", "left_semi")
     seen = reads.select("run", "key", "value").distinct()
     # An info send's records one by one: acknowledged with an offset, or seen.
     info = sends.where(F.col("type") == "info")
@@ -725,58 +710,35 @@ def queue_anomaly_rows(
         required = acked.join(acked_gone, ["run", "key", "value"], "left_anti").unionByName(
             present(required.where(F.col("offset").isNull()))
         )
-    # Missing, a record is lost only where the final reads show it gone
-    # from where it was placed (its acknowledged offset, or where a poll
-    # saw it): they hold it at another offset, another value there, or
-    # read past it; where they stopped below it, it is undecided (rows of
-    # UNDECIDED, never anomalies), as in the reference.
     at_offset = final.groupBy("run", "key", "offset").agg(
         F.concat_ws(", ", F.sort_array(F.collect_set("value"))).alias("there")
     )
-    reach = final.groupBy("run", "key").agg(F.max("offset").alias("reach"))
-    in_final = final.select("run", "key", "value").distinct().withColumn("moved", F.lit(True))
-    placed_at = reads.groupBy("run", "key", "value").agg(F.min("offset").alias("placed"))
     missing_at = (
         required.where(F.col("offset").isNotNull())
         .join(final, ["run", "key", "offset", "value"], "left_anti")
-        .select("run", "key", "value", "op", "offset", F.col("offset").alias("placed"))
+        .join(at_offset, ["run", "key", "offset"], "left")
     )
-    missing_any = (
-        required.where(F.col("offset").isNull())
-        .join(final.select("run", "key", "value"), ["run", "key", "value"], "left_anti")
-        .join(placed_at, ["run", "key", "value"], "left")
-        .select("run", "key", "value", "op", "offset", "placed")
-    )
-    decided = (
-        F.coalesce(F.col("moved"), F.lit(False))
-        | F.col("there").isNotNull()
-        | (F.coalesce(F.col("reach"), F.lit(-1)) > F.col("placed"))
-    )
-    judged = (
-        missing_at.unionByName(missing_any)
-        .join(in_final, ["run", "key", "value"], "left")
-        .join(at_offset.withColumnRenamed("offset", "placed"), ["run", "key", "placed"], "left")
-        .join(reach, ["run", "key"], "left")
-        .withColumn("decided", F.coalesce(decided, F.lit(False)))
+    missing_any = required.where(F.col("offset").isNull()).join(
+        final.select("run", "key", "value"), ["run", "key", "value"], "left_anti"
     )
     out.append(
         _anomalies(
             "no-loss",
-            judged.where(F.col("decided")),
+            missing_at,
             F.array("value"),
-            _opt("offset"),
+            F.array("offset"),
             _arr("op"),
             F.coalesce(F.col("there"), F.lit("")),
         )
     )
     out.append(
         _anomalies(
-            UNDECIDED,
-            judged.where(~F.col("decided")),
+            "no-loss",
+            missing_any,
             F.array("value"),
-            _opt("offset"),
+            F.array().cast("array<bigint>"),
             _arr("op"),
-            F.coalesce(F.col("reach").cast("string"), F.lit("")),
+            F.lit(""),
         )
     )
     result = out[0]
@@ -847,12 +809,8 @@ def check_queue_runs(
 
     A check is allowed in a run (Jepsen's ``allowed-error-types``): its
     anomalies there are counted in ``detail.allowed`` and do not make the
-    run invalid; the others are counted per run in ``detail.by_run``, so
-    that each run's verdict is its own whatever the listing of the first
-    ``MAX_ANOMALIES`` holds.  ``no-loss`` is ``unknown`` for a run with no
-    final reads, or whose final reads stopped below a record it requires
-    (``detail.unreached``: run -> such records), all listed in
-    ``detail.undecided``.  ``folders`` are the runs' folders,
+    run invalid.  ``no-loss`` is ``unknown`` for a run with no final reads
+    (listed in ``detail.undecided``).  ``folders`` are the runs' folders,
     whose ``summary.json`` says where their final polls start, and, with
     ``config.json``, what their topics' retention or compaction may have
     removed (:func:`cleanup_of`).  ``records``: ``ops``'s SENDS and READS,
@@ -882,81 +840,63 @@ def check_queue_runs(
             cleanup[name] = removed
     rows = queue_anomaly_rows(ops, history, given, cleanup, records)
     # One pass (the anomaly rows' plan is computed once, not once for the
-    # counts and again for the first anomalies): each run's first anomalies
-    # of each check (_m), the first of them carrying that run's count of
-    # the check (_c), which also gives every run with final reads (its
-    # marker row, check "").  The cap is per run: a run with more anomalies
-    # than the listing holds must not crowd the others out of it, since
-    # nothing else would say which run those belong to.
+    # counts and again for the first anomalies): each check's first
+    # anomalies (_n), and one row per (check, run) (_m == 1) carrying that
+    # run's count of the check (_c), which also gives every run with final
+    # reads (its marker row, check "").
     order = ("run", "key", "ops", "values", "offsets")
     per_check_run = Window.partitionBy("check", "run")
     ranked = rows.select(
         "*",
+        F.row_number().over(Window.partitionBy("check").orderBy(*order)).alias("_n"),
         F.row_number().over(per_check_run.orderBy(*order)).alias("_m"),
         F.count("*").over(per_check_run).alias("_c"),
     )
-    kept = ranked.where(F.col("_m") <= MAX_ANOMALIES).collect()
+    kept = ranked.where((F.col("_n") <= MAX_ANOMALIES + 1) | (F.col("_m") == 1)).collect()
     counts = [r for r in kept if r._m == 1]
     final_runs = {r.run for r in counts if r.check == ""}
     per: dict[str, list[Anomaly]] = {c: [] for c in QUEUE_CHECKS}
     total: dict[str, int] = dict.fromkeys(QUEUE_CHECKS, 0)
-    by_run: dict[str, dict[str, int]] = {c: {} for c in QUEUE_CHECKS}
     allowed: dict[str, dict[str, int]] = {c: {} for c in QUEUE_CHECKS}
-    unreached: dict[str, int] = {}
     for r in counts:
-        if r.check == UNDECIDED:
-            unreached[r.run] = r._c
-        if r.check not in total:
+        if not r.check:
             continue
         ok = r.check in ALWAYS_ALLOWED or (r.check in SUBSCRIBE_ALLOWED and r.run in subs)
         if ok:
             allowed[r.check][r.run] = r._c
         else:
             total[r.check] += r._c
-            by_run[r.check][r.run] = r._c
-    # The listing takes every run's first anomaly, then every run's second,
-    # and so on up to MAX_ANOMALIES, shown in (run, key, ...) order.
-    listed = sorted(
-        (r for r in kept if r.check in per and r.check not in ALWAYS_ALLOWED),
-        key=lambda r: (r._m, r.run),
-    )
-    chosen: dict[str, list[Any]] = {c: [] for c in QUEUE_CHECKS}
-    for r in listed:
-        if r.check in SUBSCRIBE_ALLOWED and r.run in subs:
+    for r in sorted(kept, key=lambda r: r._n):
+        if not r.check or r.check not in per or r._n > MAX_ANOMALIES + 1:
             continue
-        if len(chosen[r.check]) < MAX_ANOMALIES:
-            chosen[r.check].append(r)
-    for c, picked in chosen.items():
-        for r in sorted(picked, key=lambda r: (r.run, r._m)):
-            values = [json.loads(v) for v in r["values"]]
-            per[c].append(
-                Anomaly(
-                    check=r.check,
-                    kind=r.check,
-                    message=_message(r.check, r.key, r["values"], r.offsets, r.ops, r.extra),
-                    run=r.run,
-                    key=r.key,
-                    witness=(
-                        {
-                            "values": values,
-                            "offsets": list(r.offsets),
-                            "ops": list(r.ops),
-                        },
-                    ),
-                )
+        ok = r.check in ALWAYS_ALLOWED or (r.check in SUBSCRIBE_ALLOWED and r.run in subs)
+        if ok:
+            continue
+        values = [json.loads(v) for v in r["values"]]
+        per[r.check].append(
+            Anomaly(
+                check=r.check,
+                kind=r.check,
+                message=_message(r.check, r.key, r["values"], r.offsets, r.ops, r.extra),
+                run=r.run,
+                key=r.key,
+                witness=(
+                    {
+                        "values": values,
+                        "offsets": list(r.offsets),
+                        "ops": list(r.ops),
+                    },
+                ),
             )
-    undecided = sorted((set(runs) - final_runs) | set(unreached))
+        )
+    undecided = sorted(set(runs) - final_runs)
     out: list[CheckResult] = []
     for c in QUEUE_CHECKS:
         detail: dict[str, Any] = {"runs": len(runs)}
         if allowed[c]:
             detail["allowed"] = allowed[c]
-        if by_run[c]:
-            detail["by_run"] = by_run[c]
         if c == "no-loss":
             detail["undecided"] = undecided
-            if unreached:
-                detail["unreached"] = unreached
         out.append(
             result_of(
                 c,

@@ -233,67 +233,13 @@ def test_int_sends() -> None:
 def test_no_loss_ok_send_missing_from_final_reads() -> None:
     q = three_sent()
     q.poll(1, {K: [(0, 1), (1, 2), (2, 3)]})
-    # The final reads went past offset 1 without finding a record there.
-    final_all(q, 9, {K: [(0, 1), (2, 3)]})
-    r = check_queue(q.ops)
-    # Jepsen's checks are content: every value was read by some ok poll
-    # (the final poll's skip over offset 1 is its own anomaly).
-    assert r.fired == ["int-poll-skip", "no-loss"]
-    (anomaly,) = r.anomalies["no-loss"]
-    assert (anomaly.values, anomaly.offsets, anomaly.ops) == ((2,), (1,), (2,))
-    assert "offset 1 was not read" in anomaly.message
-    assert r.undecided == ()
-
-
-def test_no_loss_is_undecided_where_the_final_reads_stop_below_the_record() -> None:
-    """Final reads that stop below an acknowledged offset: the log may end
-    there (a loss) or the reads were cut short (a poll that returns
-    nothing may have fetched nothing); the history cannot tell which."""
-    q = three_sent()
-    q.poll(1, {K: [(0, 1), (1, 2), (2, 3)]})
     final_all(q, 9, {K: [(0, 1), (1, 2)]})
     r = check_queue(q.ops)
-    assert r.fired == [] and r.anomalies["no-loss"] == ()
-    assert r.valid == "unknown" and r.detail["unreached"] == 1
-    (record,) = r.undecided
-    assert (record.values, record.offsets, record.ops) == ((3,), (2,), (4,))
-    assert "stopped at offset 1 below its offset 2" in record.message
-
-
-def test_no_loss_is_undecided_where_every_final_poll_returned_nothing() -> None:
-    """The shape of a run whose brokers all came back empty (the
-    catalogue's B13): final polls that are ok and empty, every key."""
-    q = three_sent()
-    q.send(1, [("1", 7, 0)])
-    q.poll(2, {K: [(0, 1), (1, 2), (2, 3)], "1": [(0, 7)]})
-    q.heal()
-    start = q.crash(3)
-    q.assign(6, [K, "1"], seek=True)
-    for _ in range(3):
-        q.poll(6, {})
-    for index in (True, start):
-        r = check_queue(q.ops, final_index=index)
-        assert r.detail["final_from"] == start
-        assert r.final_reads and r.fired == [] and r.valid == "unknown"
-        assert [(a.key, a.values, a.offsets) for a in r.undecided] == [
-            (K, (1,), (0,)),
-            (K, (2,), (1,)),
-            (K, (3,), (2,)),
-            ("1", (7,), (0,)),
-        ]
-        assert "read nothing of it" in r.undecided[0].message
-
-
-def test_no_loss_is_decided_per_key() -> None:
-    # Key 0's final reads passed its lost record; key 1's stopped below its own.
-    q = three_sent()
-    q.send(1, [("1", 7, 0), ("1", 8, 1)])
-    q.poll(2, {K: [(0, 1), (1, 2), (2, 3)], "1": [(0, 7), (1, 8)]})
-    final_all(q, 9, {K: [(0, 1), (2, 3)], "1": [(0, 7)]})
-    r = check_queue(q.ops)
-    assert r.fired == ["int-poll-skip", "no-loss"]
-    assert [(a.key, a.values) for a in r.anomalies["no-loss"]] == [(K, (2,))]
-    assert [(a.key, a.values) for a in r.undecided] == [("1", (8,))]
+    # Jepsen's checks are content: every value was read by some ok poll.
+    assert r.fired == ["no-loss"]
+    (anomaly,) = r.anomalies["no-loss"]
+    assert (anomaly.values, anomaly.offsets, anomaly.ops) == ((3,), (2,), (4,))
+    assert "offset 2 was not read" in anomaly.message
 
 
 def test_no_loss_other_value_at_the_offset() -> None:
@@ -310,21 +256,8 @@ def test_no_loss_info_send_seen_by_a_poll() -> None:
     q.poll(2, {K: [(0, 1), (1, 2)]})
     final_all(q, 9, {K: [(0, 1)]})
     r = check_queue(q.ops)
-    # Not proven lost: the final reads stopped at offset 0, below where
-    # the poll saw it.
-    assert r.anomalies["no-loss"] == () and r.valid == "unknown"
-    (record,) = r.undecided
-    assert (record.values, record.ops) == ((2,), (info,))
-    # Final reads past where the poll saw it, without it: lost.
-    q = Queue()
-    q.send(0, [(K, 1, 0)])
-    info = q.send(1, [(K, 2, None)], "info")
-    q.send(2, [(K, 3, 2)])
-    q.poll(3, {K: [(0, 1), (1, 2), (2, 3)]})
-    final_all(q, 9, {K: [(0, 1), (2, 3)]})
-    r = check_queue(q.ops)
     (anomaly,) = r.anomalies["no-loss"]
-    assert (anomaly.values, anomaly.offsets, anomaly.ops) == ((2,), (), (info,))
+    assert (anomaly.values, anomaly.ops) == ((2,), (info,))
     # The same info send seen by nobody may never have happened.
     q = Queue()
     q.send(0, [(K, 1, 0)])
@@ -336,11 +269,10 @@ def test_no_loss_info_send_seen_by_a_poll() -> None:
 def test_no_loss_info_send_record_acked_with_its_offset() -> None:
     # An info send whose record came back with an offset: that record was
     # acknowledged on its own, and must be in the final reads.
-    for final, expect in (([(0, 1), (2, 4)], True), ([(0, 1), (1, 2), (2, 4)], False)):
+    for final, expect in (([(0, 1)], True), ([(0, 1), (1, 2)], False)):
         q = Queue()
         q.send(0, [(K, 1, 0)])
         q.send(1, [(K, 2, 1), (K, 3, None)], "info", acked=True)
-        q.send(2, [(K, 4, 2)])
         final_all(q, 9, {K: final})
         r = check_queue(q.ops)
         assert bool(r.anomalies["no-loss"]) is expect
@@ -445,7 +377,7 @@ def _mutate_poll(ops: list[Op], at: int, change: Any) -> list[Op]:
 
 
 MUTATIONS = {
-    # A record missing from every final read, which read the next one.
+    # A record missing from every final read.
     "drop": ("no-loss", None),
     # A record's value read again at the next offset.
     "duplicate": ("duplicate", lambda rs: [rs[0], [rs[1][0], rs[0][1]], *rs[2:]]),
@@ -466,52 +398,24 @@ def test_one_mutation_is_caught_by_its_check(mutation: str, plan: list[tuple[Any
     check_name, change = MUTATIONS[mutation]
     if mutation == "drop":
         # Lost from the log: every final read (the polls after the heal) lacks
-        # the key's next-to-last record, one an ok send wrote, and reads the
-        # last (dropping the last instead leaves it undecided:
-        # test_dropping_the_last_record_leaves_no_loss_undecided).
-        out = _drop_final(sim, ops, -2)
-        if out is None:
+        # the key's last record, one an ok send wrote.
+        heal = max(i for i, op in enumerate(ops) if op.process == "nemesis")
+        key = min(k for k, log in sim.logs.items() if len(log) >= 2)
+        acked = {
+            (op.value[0][1], op.value[0][2][1]) for op in ops if op.f == "send" and op.type == "ok"
+        }
+        if (key, sim.logs[key][-1]) not in acked:
             return
+        out = list(ops)
+        for i in range(heal, len(ops)):
+            op = out[i]
+            if op.f == "poll" and op.type == "ok" and key in op.value[0][1]:
+                reads = dict(op.value[0][1])
+                reads[key] = reads[key][:-1]
+                out[i] = dataclasses.replace(op, value=[["poll", reads]])
     else:
         out = _mutate_poll(ops, polls[-1], change)
     assert check_name in check(out).fired
-
-
-def _drop_final(sim: SimLog, ops: list[Op], at: int) -> list[Op] | None:
-    """``ops`` with the record at position ``at`` of a key's log (one of
-    two records or more, sent ok) left out of every final read; None if
-    there is no such record."""
-    heal = max(i for i, op in enumerate(ops) if op.process == "nemesis")
-    keys = [k for k, log in sim.logs.items() if len(log) >= 2]
-    if not keys:
-        return None
-    key = min(keys)
-    dropped = sim.logs[key][at]
-    acked = {
-        (op.value[0][1], op.value[0][2][1]) for op in ops if op.f == "send" and op.type == "ok"
-    }
-    if (key, dropped) not in acked:
-        return None
-    out = list(ops)
-    for i in range(heal, len(ops)):
-        op = out[i]
-        if op.f == "poll" and op.type == "ok" and key in op.value[0][1]:
-            reads = dict(op.value[0][1])
-            reads[key] = [r for r in reads[key] if r[1] != dropped]
-            out[i] = dataclasses.replace(op, value=[["poll", reads]])
-    return out
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(plan=steps)
-def test_dropping_the_last_record_leaves_no_loss_undecided(plan: list[tuple[Any, ...]]) -> None:
-    sim = simulate(plan)
-    out = _drop_final(sim, sim.q.ops, -1)
-    if out is None:
-        return
-    r = check(out)
-    assert "no-loss" not in r.fired and r.valid is not True
-    assert r.undecided
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -541,18 +445,11 @@ def test_the_history_formats_queue_example_is_valid() -> None:
     assert r.all() == [] and r.valid is True
     # The final reads start at the crash before the final assign.
     assert r.detail["final_from"] == 10
-    # Had the final poll read another value at offset 0 of key 1, where value
-    # 2 was acknowledged (sent ok, polled at op 4), no-loss says so; had it
-    # read nothing of key 1, value 2 is undecided (the reads stopped below
-    # it); had it missed value 4 (an info send that only it saw), nothing
-    # says 4 was written.
+    # Had the final poll missed value 2 (sent ok, polled at op 4), no-loss says so;
+    # had it missed value 4 (an info send that only it saw), nothing says 4 was written.
     last = ops[-1]
-    ops[-1] = dataclasses.replace(last, value=[["poll", {"0": [[0, 1], [1, 4]], "1": [[0, 9]]}]])
-    assert "no-loss" in check_queue(ops).fired
     ops[-1] = dataclasses.replace(last, value=[["poll", {"0": [[0, 1], [1, 4]]}]])
-    r = check_queue(ops)
-    assert r.fired == [] and r.valid == "unknown"
-    assert [(a.key, a.values) for a in r.undecided] == [("1", (2,))]
+    assert check_queue(ops).fired == ["no-loss"]
     ops[-1] = dataclasses.replace(last, value=[["poll", {"0": [[0, 1]], "1": [[0, 2]]}]])
     assert check_queue(ops).fired == []
 
@@ -563,9 +460,7 @@ def test_final_index_given_by_the_summary() -> None:
     q.heal()  # a fault after the poll: no trailing final section to find
     inferred = check_queue(q.ops)
     assert inferred.fired == ["unseen"] and inferred.detail["final_from"] is None
-    # The run's summary says the final polls start at that poll: offset 2
-    # was not reached.
+    # The run's summary says the final polls start at that poll: offset 2 is missing.
     r = check_queue(q.ops, final_index=start)
-    assert r.fired == ["unseen"]
-    assert [a.offsets for a in r.undecided] == [(2,)]
+    assert r.fired == ["unseen", "no-loss"]
     assert r.detail["final_from"] == start

@@ -18,7 +18,7 @@ from history.queue_checks import check_queue
 from spark_verify.job import VerifyOptions, verify
 from spark_verify.load import find_runs, load_history
 from spark_verify.pairing import pair_ops
-from spark_verify.queue import UNDECIDED, check_queue_runs, queue_anomaly_rows
+from spark_verify.queue import check_queue_runs, queue_anomaly_rows
 from tests.history.queue_histories import Queue, SimLog
 
 pytestmark = pytest.mark.spark
@@ -60,8 +60,7 @@ def planted() -> Queue:
     q.send(9, [("e", 51, 1)])
     q.poll(7, {"e": [(0, 50)]})
     q.poll(10, {"e": [(2, 52)]})  # lost-write and unseen of 51
-    # 60 required (undecided: the final reads read nothing of f), 61 not.
-    q.send(15, [("f", 60, 0), ("f", 61, None)], "info", acked=True)
+    q.send(15, [("f", 60, 0), ("f", 61, None)], "info", acked=True)  # no-loss of 60 only
     q.heal()
     final = {"a": [(0, 10)], "b": [(0, 20)], "d": [(o, 40 + o) for o in range(4)]}
     q.crash(11)
@@ -104,23 +103,7 @@ def simulated(seed: int, mutate: str | None) -> list[Op]:
 
 
 def reference_idents(ops: list[Op]) -> set[tuple[Any, ...]]:
-    """The reference's anomalies, and the records ``no-loss`` left
-    undecided (as the job's rows of ``UNDECIDED``)."""
-    r = check_queue(ops)
-    return {a.ident() for a in r.all()} | {(UNDECIDED, *a.ident()[1:]) for a in r.undecided}
-
-
-def empty_final_polls() -> list[Op]:
-    """Every final poll ok and empty (the catalogue's B13: brokers back empty)."""
-    q = Queue()
-    q.send(0, [(K, 1, 0), ("1", 2, 0)])
-    q.poll(1, {K: [(0, 1)], "1": [(0, 2)]})
-    q.heal()
-    q.crash(1)
-    q.assign(4, [K, "1"], seek=True)
-    q.poll(4, {})
-    q.poll(4, {})
-    return q.ops
+    return {a.ident() for a in check_queue(ops).all()}
 
 
 def spark_idents(spark: SparkSession, run: Path) -> set[tuple[Any, ...]]:
@@ -140,16 +123,9 @@ def test_spark_finds_what_the_reference_finds(spark: SparkSession, tmp_path: Pat
     example = [Op.from_json(json.loads(line)) for line in body.splitlines()]
     # The format's integer keys, and a final poll that misses value 2 (sent ok).
     missed = [*example[:-1], dataclasses.replace(example[-1], value=[["poll", {"0": [[0, 1]]}]])]
-    # A final poll that reads another value where value 2 was acknowledged.
-    replaced = [
-        *example[:-1],
-        dataclasses.replace(example[-1], value=[["poll", {"0": [[0, 1]], "1": [[0, 9]]}]]),
-    ]
     cases = {
         "example": example,
         "example-missed": missed,
-        "example-replaced": replaced,
-        "empty-final-polls": empty_final_polls(),
         "planted": planted().ops,
         "clean": simulated(1, None),
         "renumbered": simulated(2, "offset"),
@@ -168,7 +144,6 @@ def test_spark_finds_what_the_reference_finds(spark: SparkSession, tmp_path: Pat
         "int-send-skip",
         "int-nonmonotonic-send",
         "no-loss",
-        UNDECIDED,
     }
     for name, ops in cases.items():
         want = reference_idents(ops)
@@ -179,12 +154,7 @@ def test_spark_finds_what_the_reference_finds(spark: SparkSession, tmp_path: Pat
         if name in ("clean", "example"):
             assert want == set()
         if name == "example-missed":
-            # The final reads stopped below value 2 (read nothing of key 1).
-            assert {w[0] for w in want} == {UNDECIDED}
-        if name == "example-replaced":
-            assert "no-loss" in {w[0] for w in want}
-        if name == "empty-final-polls":
-            assert {(w[0], w[1]) for w in want} == {(UNDECIDED, K), (UNDECIDED, "1")}
+            assert {w[0] for w in want} == {"no-loss"}
         if name == "renumbered":
             assert "inconsistent-offsets" in {w[0] for w in want}
 
@@ -216,33 +186,6 @@ def test_check_queue_runs_without_final_reads_is_unknown(
     results = {c.name: c for c in check_queue_runs(pair_ops(history).ops, history)}
     assert results["no-loss"].valid == "unknown"
     assert results["no-loss"].detail["undecided"] == ["nofinal"]
-    assert all(c.valid is True for n, c in results.items() if n != "no-loss")
-
-
-def test_final_reads_that_stop_below_a_record_leave_no_loss_undecided(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    """The job took a run whose final polls all returned nothing for a run
-    without final reads, and final reads that stopped below a record for
-    its loss; both are undecided now, each with its records counted."""
-    q = Queue()
-    for v in (1, 2, 3):
-        q.send(0, [(K, v, v - 1)])
-    q.poll(1, {K: [(0, 1), (1, 2), (2, 3)]})
-    q.heal()
-    q.crash(1)
-    q.assign(4, [K], seek=True)
-    q.poll(4, {K: [(0, 1), (1, 2)]})
-    folders = {
-        "empty": write_run(tmp_path, "empty", empty_final_polls()),
-        "short": write_run(tmp_path, "short", q.ops),
-    }
-    history = load_history(spark, find_runs(list(folders.values())))
-    results = {c.name: c for c in check_queue_runs(pair_ops(history).ops, history, folders)}
-    no_loss = results["no-loss"]
-    assert no_loss.valid == "unknown" and no_loss.count == 0
-    assert no_loss.detail["undecided"] == ["empty", "short"]
-    assert no_loss.detail["unreached"] == {"empty": 2, "short": 1}
     assert all(c.valid is True for n, c in results.items() if n != "no-loss")
 
 

@@ -18,7 +18,7 @@ from history.ops import Op
 from history.queue_checks import NO_CLEANUP, Cleanup, check_queue
 from spark_verify.load import find_runs, load_history
 from spark_verify.pairing import pair_ops
-from spark_verify.queue import UNDECIDED, check_queue_runs, cleanup_of, queue_anomaly_rows
+from spark_verify.queue import check_queue_runs, cleanup_of, queue_anomaly_rows
 from tests.history.queue_histories import Queue
 from tests.history.test_queue_cleanup import compacted, retained
 
@@ -100,9 +100,7 @@ def test_spark_finds_what_the_reference_finds_with_cleanup(
         assert (cleanup == NO_CLEANUP) is (cleanup_of(folder) is None)
         if cleanup != NO_CLEANUP:
             assert cleanup_of(folder) == (dict(cleanup.log_start), cleanup.record_keys)
-        r = check_queue(q.ops, cleanup=cleanup)
-        want |= {(name, *a.ident()) for a in r.all()}
-        want |= {(name, UNDECIDED, *a.ident()[1:]) for a in r.undecided}
+        want |= {(name, *a.ident()) for a in check_queue(q.ops, cleanup=cleanup).all()}
     runs = find_runs(list(folders.values()))
     history = load_history(spark, runs)
     paired = pair_ops(history)
@@ -119,14 +117,11 @@ def test_spark_finds_what_the_reference_finds_with_cleanup(
     assert {"lost-write", "unseen", "poll-skip", "no-loss"} <= fired["retained-plain"]
     assert {"lost-write", "unseen", "poll-skip", "no-loss"} <= fired["compacted-plain"]
     assert {"poll-skip", "no-loss"} <= fired["retained-low-start"]
-    # Above the log start, and below where the final reads stopped: not gone,
-    # undecided.
-    assert {UNDECIDED} <= fired["missing-above-start"] and "no-loss" in fired["latest-missing"]
+    assert {"no-loss"} <= fired["missing-above-start"] and "no-loss" in fired["latest-missing"]
     assert {"inconsistent-offsets", "duplicate", "no-loss"} <= fired["renumbered"]
     assert fired["skip-over-latest"] == {"poll-skip"}
     # The job reads each run's cleanup from its folder.
     results = {c.name: c for c in check_queue_runs(paired.ops, history, folders)}
     assert results["no-loss"].detail["runs"] == len(CASES)
     failed_runs = {a.run for a in results["no-loss"].anomalies}
-    assert "retained" not in failed_runs and "latest-missing" in failed_runs
-    assert "missing-above-start" in results["no-loss"].detail["undecided"]
+    assert "retained" not in failed_runs and "missing-above-start" in failed_runs

@@ -297,6 +297,9 @@ class BrokerProcess:
         self.incarnation_id = new_incarnation_id()
         credentials = None if settings.tls is None else settings.tls.channel_credentials()
         self._credentials = credentials
+        # The follower fetch settings of the image they were read from: an
+        # image is immutable, so they are read once per image, not per fetch.
+        self._fetcher: tuple[MetadataImage, FetcherConfig] | None = None
         # node.dscp marks every channel the broker opens to another node as
         # its Raft observer's (quorum.driver.transport): the controllers'
         # (registration, heartbeats, AlterPartition, producer ids) and the
@@ -912,13 +915,18 @@ class BrokerProcess:
 
     def _fetcher_config(self) -> FetcherConfig:
         """This broker's replica.fetch.min.bytes and replica.fetch.wait.max.ms
-        as the image has them now (dynamic: read at each fetch); Kafka's
+        as the image has them now (dynamic: read again for each new image); Kafka's
         defaults if the image holds a value the configs refuse."""
+        image = self.image
+        if self._fetcher is not None and self._fetcher[0] is image:
+            return self._fetcher[1]
         try:
-            return replica_fetcher_config(self.image, self.settings.node_id)
+            config = replica_fetcher_config(image, self.settings.node_id)
         except TopicConfigError as error:
             log.warning("broker %d: follower fetch: %s", self.settings.node_id, error)
-            return FetcherConfig()
+            config = FetcherConfig()
+        self._fetcher = (image, config)
+        return config
 
     def _log_truncation(self, key: TopicIdPartition, truncation: Truncation) -> None:
         """A follower truncation, as the run's node exports read it: a

@@ -21,9 +21,9 @@ from metadata.image import PartitionRegistration
 from quorum.driver.identity import Identity
 from quorum.driver.tls import dial
 from server.broker import BrokerProcess
-from tests.driver.cluster_util import CLUSTER_ID, free_ports
+from tests.driver.cluster_util import CLUSTER_ID
 from tests.metadata.test_metadata_replication import OPTIONS
-from tests.server.test_broker_process import Controllers, broker, produce, stop_all, wait_for
+from tests.server.test_broker_process import Controllers, produce, start_all, stop_all, wait_for
 
 BROKERS = (11, 12)
 WAIT_MS = 1_200
@@ -39,15 +39,10 @@ def test_a_followers_fetch_min_bytes_and_wait_hold_its_fetches(tmp_path: Path) -
         brokers: dict[int, BrokerProcess] = {}
         admin_tls = cluster.tls_files(Identity.user(CLUSTER_ID, "admin"))
         try:
-            for node in cluster.voters:
-                await cluster.start(node)
-            for broker_id, port in zip(BROKERS, free_ports(len(BROKERS)), strict=True):
-                brokers[broker_id] = broker(cluster, broker_id, port)
-                await brokers[broker_id].start()
+            await start_all(cluster, brokers, BROKERS)
             admin = MetadataClient(
                 list(cluster.voters.values()), credentials=admin_tls.channel_credentials()
             )
-            await wait_for(lambda: all(not b.fenced for b in brokers.values()))
             created = await admin.create_topics(
                 [NewTopic("t", 1, 2, configs={"min.insync.replicas": "2"})]
             )

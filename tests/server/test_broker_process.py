@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -130,23 +130,30 @@ async def wait_for(check: Callable[[], T | None], timeout_s: float = 20.0) -> T:
         await asyncio.sleep(0.05)
 
 
+async def start_all(
+    cluster: Controllers, brokers: dict[int, BrokerProcess], ids: Sequence[int]
+) -> None:
+    """Start the controllers, then a broker per id on a free port (each put
+    in ``brokers`` as it starts, so the caller's ``finally`` stops what
+    started), and wait until every broker is registered and unfenced."""
+    for node in cluster.voters:
+        await cluster.start(node)
+    for broker_id, port in zip(ids, free_ports(len(ids)), strict=True):
+        brokers[broker_id] = broker(cluster, broker_id, port)
+        await brokers[broker_id].start()
+    await wait_for(lambda: all(not b.fenced for b in brokers.values()))
+
+
 def test_three_brokers_replicate_and_fail_over(tmp_path: Path) -> None:
     async def body() -> None:
         cluster = Controllers(tmp_path, voters=3, options=OPTIONS, tls=True)
         brokers: dict[int, BrokerProcess] = {}
         admin_tls = cluster.tls_files(Identity.user(CLUSTER_ID, "admin"))
         try:
-            for node in cluster.voters:
-                await cluster.start(node)
-            ports = free_ports(len(BROKERS))
-            for broker_id, port in zip(BROKERS, ports, strict=True):
-                brokers[broker_id] = broker(cluster, broker_id, port)
-                await brokers[broker_id].start()
+            await start_all(cluster, brokers, BROKERS)
             async with MetadataClient(
                 list(cluster.voters.values()), credentials=admin_tls.channel_credentials()
             ) as admin:
-                # Every broker registered and unfenced.
-                await wait_for(lambda: all(not b.fenced for b in brokers.values()))
                 created = await admin.create_topics(
                     [NewTopic("t", 1, 3, configs={"min.insync.replicas": "2"})]
                 )

@@ -66,6 +66,7 @@ from partition_log.errors import PartitionLogError
 from partition_log.inspect import dump
 from partition_log.log_files import decode_offset, read_whole
 from partition_log.os_files import OsDirectory
+from partition_log.producer_state import increment_sequence
 from quorum.driver.storage_format import StorageFormatError, open_node_storage
 from quorum.shared_log import decode_snapshot as decode_shared_snapshot
 from quorum.storage import StorageCorruptError
@@ -322,10 +323,16 @@ _PARTITION_DIR = re.compile(r"^(?P<topic>.+)-(?P<partition>\d+)$")
 
 
 def _record_line(
-    broker: int, topic: str, partition: int, h: BatchHeader, offset: int, place: int
+    broker: int, topic: str, partition: int, h: BatchHeader, offset: int
 ) -> dict[str, object]:
     """A record line of :func:`partition_exports` but its ``hash``: the
-    record at ``offset``, the ``place``-th of its batch (header ``h``)."""
+    record at ``offset`` of the batch with header ``h``.
+
+    Its sequence is the batch's base sequence plus the record's offset
+    delta, not its place among the batch's records: compaction keeps a
+    batch's base offset and base sequence but drops records from it
+    (``MemoryRecords.filterTo``), so on a replica that cleaned the batch a
+    record's place can be smaller than on one that did not."""
     return {
         "node": broker,
         "topic": topic,
@@ -333,7 +340,11 @@ def _record_line(
         "offset": offset,
         "epoch": h.partition_leader_epoch,
         "producer_id": h.producer_id,
-        "sequence": h.base_sequence + place if h.producer_id >= 0 else -1,
+        "sequence": (
+            increment_sequence(h.base_sequence, offset - h.base_offset)
+            if h.producer_id >= 0
+            else -1
+        ),
         "control": h.is_control,
     }
 
@@ -348,8 +359,8 @@ def partition_exports(
 
     A record line: ``node``, ``topic``, ``partition``, ``offset``, ``epoch``
     (its batch's partition leader epoch), ``producer_id``, ``sequence``
-    (the batch's base sequence plus the record's place; -1 without a
-    producer), ``control`` and ``hash`` (SHA-256 of the record's value
+    (the batch's base sequence plus the record's offset delta; -1 without
+    a producer), ``control`` and ``hash`` (SHA-256 of the record's value
     bytes; :data:`DAMAGED_HASH` at each offset of a batch whose CRC
     fails).  A partition line: ``node``, ``topic``, ``partition``,
     ``high_watermark`` (-1 if its checkpoint does not decode),
@@ -389,16 +400,14 @@ def partition_exports(
                         # to, so that replica-divergence sees this replica
                         # differ from those holding the records there.
                         records.extend(
-                            _record_line(
-                                broker, topic, partition, h, offset, offset - h.base_offset
-                            )
+                            _record_line(broker, topic, partition, h, offset)
                             | {"hash": DAMAGED_HASH}
                             for offset in range(h.base_offset, h.last_offset + 1)
                         )
                         continue
-                    for i, record in enumerate(batch.records or ()):
+                    for record in batch.records or ():
                         records.append(
-                            _record_line(broker, topic, partition, h, record.offset, i)
+                            _record_line(broker, topic, partition, h, record.offset)
                             | {"hash": record_hash(record.value or b"")}
                         )
             hw_file = "replication-offset-checkpoint"  # broker.log_manager.HIGH_WATERMARK_FILE

@@ -384,11 +384,6 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             )
         out = broker_pb2.MetadataTopic(name=name, topic_id=found.topic_id)
         for partition_id, registration in enumerate(found.partitions):
-            offline = [
-                r
-                for r in registration.replicas
-                if r not in image.brokers or image.brokers[r].fenced
-            ]
             out.partitions.append(
                 broker_pb2.MetadataPartition(
                     error=_pb(
@@ -401,7 +396,7 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                     leader_epoch=registration.leader_epoch,
                     replicas=registration.replicas,
                     isr=registration.isr,
-                    offline_replicas=offline,
+                    offline_replicas=image.offline_replicas(registration),
                     elr=registration.elr,
                     last_known_elr=registration.last_known_elr,
                 )

@@ -295,6 +295,23 @@ class MetadataImage:
             for i, p in enumerate(topic.partitions):
                 yield topic, i, p
 
+    def offline_replicas(self, partition: PartitionRegistration) -> tuple[int, ...]:
+        """The replicas of ``partition`` whose broker is not alive: fenced,
+        or not registered at all.  In replica order.
+
+        Kafka's ``KRaftMetadataCache.getOfflineReplicas``, less its two
+        other cases: a broker without the request's listener (the
+        controllers' DescribeTopics has no listener to ask about) and a
+        replica in an offline log directory (kq's image records no
+        directory assignments, KIP-858).  The one rule for the brokers'
+        Metadata answer and the controllers' DescribeTopics."""
+        offline = []
+        for replica in partition.replicas:
+            broker = self.brokers.get(replica)
+            if broker is None or broker.fenced:
+                offline.append(replica)
+        return tuple(offline)
+
     @property
     def partition_count(self) -> int:
         return sum(len(t.partitions) for t in self.topics.values())

@@ -364,7 +364,9 @@ def _outcome(checked: object, decided: Iterator[ItemResult]) -> ItemResult:
 # -- answers from the image ---------------------------------------------------------
 
 
-def _partition_description(i: int, p: PartitionRegistration) -> metadata_pb2.PartitionDescription:
+def _partition_description(
+    image: MetadataImage, i: int, p: PartitionRegistration
+) -> metadata_pb2.PartitionDescription:
     return metadata_pb2.PartitionDescription(
         partition=i,
         leader=p.leader,
@@ -377,6 +379,7 @@ def _partition_description(i: int, p: PartitionRegistration) -> metadata_pb2.Par
         leader_recovering=p.leader_recovery_state is LeaderRecoveryState.RECOVERING,
         eligible_leader_replicas=p.elr,
         last_known_elr=p.last_known_elr,
+        offline_replicas=image.offline_replicas(p),
     )
 
 
@@ -386,7 +389,7 @@ def _topic_description(image: MetadataImage, topic_id: str) -> metadata_pb2.Topi
         name=topic.name,
         topic_id=topic.topic_id,
         error=_wire(Errors.NONE),
-        partitions=[_partition_description(i, p) for i, p in enumerate(topic.partitions)],
+        partitions=[_partition_description(image, i, p) for i, p in enumerate(topic.partitions)],
         configs=dict(image.config((int(ResourceType.TOPIC), topic.name)).items()),
     )
 

@@ -111,8 +111,11 @@ def register(subparsers: Subparsers) -> None:
         description=(
             "Describe the topics named (default: every topic) as kafka-topics.sh "
             "--describe does: a line per topic, then a line per partition with its "
-            "leader, replicas, in-sync replicas and, during a reassignment, the replicas "
-            "being added and removed. The filters print only the matching partitions."
+            "leader, replicas, in-sync replicas, eligible leader replicas and last known "
+            "ones (KIP-966) and, during a reassignment, the replicas being added and "
+            "removed; and, where any, its offline replicas (on fenced or unregistered "
+            "brokers), which kafka-topics.sh leaves out. The filters print only the "
+            "matching partitions."
         ),
     )
     describe.add_argument("names", nargs="*", metavar="NAME")
@@ -280,6 +283,11 @@ def describe_lines(
         # KIP-966, where kafka-topics.sh (4.x) prints them.
         line += f"\tElr: {ids(p.eligible_leader_replicas)}"
         line += f"\tLastKnownElr: {ids(p.last_known_elr)}"
+        # Replicas on brokers that are fenced or unregistered, where any: the
+        # Metadata response's offline_replicas, which kafka-topics.sh does
+        # not print (its TopicPartitionInfo drops them).
+        if p.offline_replicas:
+            line += f"\tOffline: {ids(p.offline_replicas)}"
         if p.leader_recovering:
             line += "\tLeaderRecovering: true"
         lines.append(line)
@@ -296,6 +304,7 @@ def partition_json(p: metadata_pb2.PartitionDescription) -> dict[str, Any]:
         "isr": list(p.isr),
         "elr": list(p.eligible_leader_replicas),
         "last_known_elr": list(p.last_known_elr),
+        "offline_replicas": list(p.offline_replicas),
         "adding_replicas": list(p.adding_replicas),
         "removing_replicas": list(p.removing_replicas),
         "leader_recovering": p.leader_recovering,

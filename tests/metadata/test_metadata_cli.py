@@ -70,6 +70,7 @@ def partition(
     removing: list[int] | None = None,
     elr: list[int] | None = None,
     last_known_elr: list[int] | None = None,
+    offline: list[int] | None = None,
 ) -> metadata_pb2.PartitionDescription:
     return metadata_pb2.PartitionDescription(
         partition=index,
@@ -82,6 +83,7 @@ def partition(
         removing_replicas=removing or [],
         eligible_leader_replicas=elr or [],
         last_known_elr=last_known_elr or [],
+        offline_replicas=offline or [],
     )
 
 
@@ -223,6 +225,39 @@ def test_topics_describe_in_kafka_format(
     assert foo["partitions"][0]["elr"] == []
     assert foo["partitions"][2]["adding_replicas"] == [4]
     assert out["metadata_offset"] == 99
+
+
+def test_topics_describe_shows_offline_replicas(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Broker 3 is fenced: partition 0 lost its leader to 1, partition 1 only
+    # a follower; partition 2 is not on broker 3.
+    response = metadata_pb2.DescribeTopicsResponse(
+        topics=[
+            metadata_pb2.TopicDescription(
+                name="bar",
+                topic_id="AAAAAAAAAAAAAAAAAAAAAg",
+                partitions=[
+                    partition(0, 1, [3, 1, 2], [1, 2], offline=[3]),
+                    partition(1, 2, [2, 3, 1], [2, 1], offline=[3]),
+                    partition(2, 1, [1, 2, 4], [1, 2, 4]),
+                ],
+            )
+        ]
+    )
+    fake(monkeypatch, "describe_topics", response)
+    assert main(["topics", "describe", "bar", *B]) == 0
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "\tTopic: bar\tPartition: 0\tLeader: 1\tReplicas: 3,1,2\tIsr: 1,2"
+        "\tElr: \tLastKnownElr: \tOffline: 3",
+        "\tTopic: bar\tPartition: 1\tLeader: 2\tReplicas: 2,3,1\tIsr: 2,1"
+        "\tElr: \tLastKnownElr: \tOffline: 3",
+        # None offline: no Offline field at all.
+        "\tTopic: bar\tPartition: 2\tLeader: 1\tReplicas: 1,2,4\tIsr: 1,2,4\tElr: \tLastKnownElr: ",
+    ]
+    assert main(["topics", "describe", "bar", "--json", *B]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [p["offline_replicas"] for p in out["topics"][0]["partitions"]] == [[3], [3], []]
 
 
 def test_topics_describe_filters(

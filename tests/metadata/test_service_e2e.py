@@ -898,6 +898,8 @@ async def _kill_and_return(
     # record: DescribeTopics shows it eligible.
     assert list(after["flow"][0].eligible_leader_replicas) == [1]
     assert list(after["flow"][0].last_known_elr) == []
+    # Broker 1 is fenced: its replicas are offline, and only its.
+    assert [list(p.offline_replicas) for p in after["flow"]] == [[1], [], [1]]
     # The other brokers were not disturbed.
     live = await brokers_of(cluster)
     assert [b for b in (2, 3, 4) if live[b].fenced] == []
@@ -913,6 +915,8 @@ async def _kill_and_return(
     # known leader (KIP-966), and a partition with a leader has none.
     assert list(back[0].eligible_leader_replicas) == []
     assert list(back[0].last_known_elr) == []
+    # Unfenced again: no replica is offline.
+    assert [list(p.offline_replicas) for p in back] == [[], [], []]
 
 
 async def _alter_partition_and_elect(

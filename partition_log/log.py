@@ -72,7 +72,7 @@ from partition_log.log_files import (
     storage,
     write_atomically,
 )
-from partition_log.log_swap import check_replaced, write_cleaned
+from partition_log.log_swap import check_replaced, restart_checkpoints, write_cleaned
 from partition_log.producer_state import (
     NO_PRODUCER_ID,
     Duplicate,
@@ -425,6 +425,14 @@ class PartitionLog:
                 index_interval_bytes=config.index_interval_bytes,
                 max_index_bytes=config.segment_index_bytes,
             )
+            restarted_at = interrupted.restarted_at
+            if restarted_at is not None:
+                # A restart whose swap was committed: its small files
+                # finished too, whichever were written before the crash.
+                restart_checkpoints(directory, restarted_at)
+                recovery_point = log_start = restarted_at
+                if cleaner_offset is not None:
+                    cleaner_offset = restarted_at
             listing = classify(directory.list())
         logs, temporary = listing.logs, listing.temporary
         log = cls(directory, config, now_ms)
@@ -1199,6 +1207,70 @@ class PartitionLog:
         # their roll.
         self.recovery_point = end
         return end
+
+    def truncate_fully_and_start_at(self, offset: int, now_ms: int) -> None:
+        """Empty the log and restart it at ``offset``, at or past its end
+        (``UnifiedLog.truncateFullyAndStartAt``: a follower whose leader's
+        log starts past its whole log, which it can then fetch from there;
+        a truncation inside the log is :meth:`truncate_to`'s job and an
+        offset below the log end is refused). Every segment is replaced by
+        one empty segment at ``offset``; the epoch cache is cleared, the
+        producer state emptied and its snapshots removed, and the log start,
+        recovery point and high watermark are ``offset``, the new log end.
+
+        Crash-safe through the segment swap (``LocalLog.replaceSegments``):
+        the empty segment is written as ``.cleaned`` and synced, renamed
+        ``.swap`` (the commit: opening the log from here on finishes the
+        restart, :func:`finish_interrupted_operations`), the small files
+        rewritten (:func:`restart_checkpoints`), the old segments renamed
+        ``.deleted`` and the ``.swap`` files live, the directory synced after
+        each step. A crash leaves the old log whole or the new empty one,
+        never a mix; the ``.deleted`` files go ``file.delete.delay.ms``
+        later (their readers, as retention's)."""
+        self._live()
+        end = self.log_end_offset
+        if offset < end:
+            raise PartitionLogError(
+                Errors.OFFSET_OUT_OF_RANGE,
+                f"cannot restart the log at offset {offset}: it is below the log end offset "
+                f"{end} (a truncation inside the log is truncate_to's job)",
+            )
+        self._now_ms = max(self._now_ms, now_ms)
+        bases = self.segment_base_offsets
+        write_cleaned(self.directory, (), offset, offset + 1, self.config, now_ms)
+        new_files = segment_file_names(offset)
+        for name in new_files:
+            self.directory.rename(name + CLEANED_SUFFIX, name + SWAP_SUFFIX)
+        self.directory.sync_directory()
+        try:
+            restart_checkpoints(self.directory, offset)
+            for open_segment in self._open_old.values():
+                open_segment.close()
+            self._open_old.clear()
+            self._active.close()
+            names: list[str] = []
+            for base in bases:
+                names.extend(self._rename_deleted(segment_file_names(base)))
+            self.directory.sync_directory()
+            for name in new_files:
+                self.directory.rename(name + SWAP_SUFFIX, name)
+            self.directory.sync_directory()
+            self._active, _ = self._open_segment(file_name(offset, LOG_SUFFIX), False)
+        except BaseException:
+            # Committed on disk but not in memory: the log serves nothing
+            # more until it is opened again, which finishes the restart.
+            self._closed = True
+            raise
+        self._old = []
+        self._log_start_offset = offset
+        self.recovery_point = offset
+        self.high_watermark = offset
+        self.epoch_cache = LeaderEpochCache()
+        self.producer_state = ProducerStateManager(map_end_offset=offset)
+        if self._cleaner_offset is not None:
+            self._cleaner_offset = offset
+        self._last_flush_ms = now_ms
+        self._schedule_removal(names, now_ms)
 
     def _delete_segment_files(self, base: int) -> None:
         # Truncation deletes at once, not in two phases: the segments it

@@ -244,6 +244,9 @@ class InterruptedOperations:
     dropped_swaps: tuple[str, ...] = ()
     completed_swaps: tuple[str, ...] = ()
     replaced: tuple[str, ...] = ()
+    # The offset a completed swap restarted the whole log at (an
+    # interrupted PartitionLog.truncate_fully_and_start_at), else None.
+    restarted_at: int | None = None
 
     @property
     def any(self) -> bool:
@@ -277,7 +280,14 @@ def finish_interrupted_operations(
        lies in ``[lowest swap base, highest swap next offset)`` are the old
        segments they replace and are removed (the range is at least one
        offset wide per swap, so an empty swap segment still replaces the old
-       one of its base), then every ``.swap`` file is renamed live.
+       one of its base), then every ``.swap`` file is renamed live;
+    4. except one swap that restarts the whole log
+       (``PartitionLog.truncate_fully_and_start_at``): a single empty
+       ``.swap`` segment whose base is at or above every live segment's base.
+       Compaction never swaps the active segment, so its swaps all lie below
+       the last live base; this one replaces every live segment file, and
+       ``restarted_at`` names its base (the caller rewrites the small files
+       for the new log, :func:`partition_log.log_swap.restart_checkpoints`).
 
     The directory is synced after the changes."""
     removed: list[str] = []
@@ -300,10 +310,13 @@ def finish_interrupted_operations(
             valid.append(name)
     low: int | None = None
     high: int | None = None
+    empty_swaps: list[int] = []
+    swap_logs = 0
     swap_view = SuffixedDirectory(directory, SWAP_SUFFIX)
     for name in valid:
         if not name.endswith(LOG_SUFFIX + SWAP_SUFFIX):
             continue
+        swap_logs += 1
         segment, _ = Segment.open(
             swap_view,
             name[: -len(SWAP_SUFFIX)],
@@ -314,10 +327,19 @@ def finish_interrupted_operations(
         )
         try:
             start, end = segment.base_offset, max(segment.next_offset, segment.base_offset + 1)
+            if segment.next_offset == segment.base_offset:
+                empty_swaps.append(start)
         finally:
             segment.close()
         low = start if low is None else min(low, start)
         high = end if high is None else max(high, end)
+    restarted_at: int | None = None
+    if (
+        swap_logs == 1
+        and len(empty_swaps) == 1
+        and all(parse_log_name(name) <= empty_swaps[0] for name in listing.logs)
+    ):
+        restarted_at = empty_swaps[0]
     replaced: list[str] = []
     if low is not None and high is not None:
         for name in directory.list():
@@ -326,7 +348,7 @@ def finish_interrupted_operations(
                 match is not None
                 and match.group(3) is None
                 and match.group(2) in SEGMENT_SUFFIXES
-                and low <= _numbered_base(name) < high
+                and (restarted_at is not None or low <= _numbered_base(name) < high)
             ):
                 directory.delete(name)
                 replaced.append(name)
@@ -338,7 +360,7 @@ def finish_interrupted_operations(
             directory.rename(name, name[: -len(SWAP_SUFFIX)])
             completed.append(name)
     result = InterruptedOperations(
-        tuple(removed), tuple(dropped), tuple(completed), tuple(replaced)
+        tuple(removed), tuple(dropped), tuple(completed), tuple(replaced), restarted_at
     )
     if result.any:
         directory.sync_directory()

@@ -5,6 +5,11 @@ files, whole and synced, before anything live is touched. The later steps
 :meth:`partition_log.log.PartitionLog.replace_segments` and
 :func:`partition_log.log_files.finish_interrupted_operations`.
 
+The same swap restarts a whole log at a later offset
+(:meth:`partition_log.log.PartitionLog.truncate_fully_and_start_at`): one
+empty segment replaces them all, and :func:`restart_checkpoints` rewrites
+the small files for the new log.
+
 Pure: the files only through the seam."""
 
 from __future__ import annotations
@@ -12,14 +17,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from partition_log.batch import BatchScanner
+from partition_log.epoch_cache import CHECKPOINT_FILE_NAME, encode_checkpoint
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import FileDirectory
 from partition_log.log_config import LogConfig
-from partition_log.log_files import CLEANED_SUFFIX, SuffixedDirectory, segment_file_names
+from partition_log.log_files import (
+    CLEANED_SUFFIX,
+    CLEANER_OFFSET_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    SNAPSHOT_SUFFIX,
+    SuffixedDirectory,
+    classify,
+    encode_offset,
+    segment_file_names,
+    write_atomically,
+)
 from partition_log.retention import SegmentInfo
-from partition_log.segment import Segment
+from partition_log.segment import Segment, file_name
 
-__all__ = ["check_replaced", "write_cleaned"]
+__all__ = ["check_replaced", "restart_checkpoints", "write_cleaned"]
 
 # Age plays no part in splitting the new segments: their batches are old.
 _NO_AGE_LIMIT = 1 << 62
@@ -156,3 +173,25 @@ def _create(view: SuffixedDirectory, base: int, config: LogConfig, now_ms: int) 
         index_interval_bytes=config.index_interval_bytes,
         max_index_bytes=config.segment_index_bytes,
     )
+
+
+def restart_checkpoints(directory: FileDirectory, offset: int) -> None:
+    """The small files of a log restarted empty at ``offset``
+    (``UnifiedLog.truncateFullyAndStartAt``): the epoch checkpoint emptied
+    (``leaderEpochCache.clearAndFlush``), every producer snapshot removed
+    (``producerStateManager.truncateFullyAndStartAt``), the log start and
+    the recovery point at ``offset``, and the cleaner's checkpoint, if there
+    is one, there too (``LogCleanerManager.maybeTruncateCheckpoint`` to the
+    new active segment's base). Each is written whole or left as it was, and
+    doing it again changes nothing: a restart's swap once committed, opening
+    the log calls this again in case a crash came part-way."""
+    write_atomically(directory, CHECKPOINT_FILE_NAME, encode_checkpoint(()))
+    snapshots = classify([n for n in directory.list() if n.endswith(SNAPSHOT_SUFFIX)]).snapshots
+    for snapshot in snapshots:
+        directory.delete(file_name(snapshot, SNAPSHOT_SUFFIX))
+    if snapshots:
+        directory.sync_directory()
+    write_atomically(directory, LOG_START_OFFSET_FILE, encode_offset(offset))
+    write_atomically(directory, RECOVERY_POINT_FILE, encode_offset(offset))
+    if directory.exists(CLEANER_OFFSET_FILE):
+        write_atomically(directory, CLEANER_OFFSET_FILE, encode_offset(offset))

@@ -541,8 +541,8 @@ class ReplicaManager:
         """The fetch of every partition fetched from ``leader`` (one request
         per follower-leader pair; ``AbstractFetcherThread.buildFetch``), in
         partition order; the other leaders' partitions are not looked at.
-        Partitions waiting (fenced by their leader, or to restart past its
-        log start) are left out: empty if all are."""
+        Partitions fenced by their leader (waiting for newer metadata) are
+        left out: empty if all are."""
         found: dict[TopicIdPartition, FetchRequest] = {}
         for key in self._by_leader.get(leader, ()):
             request = self.replicas[key].next_fetch_request(broker_epoch)

@@ -441,26 +441,34 @@ _TRUNCATE_LINE = re.compile(
     _STAMP + r"broker (?P<n>\d+) partition (?P<tp>.+) truncated from (?P<from>-?\d+) to "
     r"(?P<to>-?\d+) in epoch (?P<epoch>-?\d+)$"
 )
+_RESTART_LINE = re.compile(
+    _STAMP + r"broker (?P<n>\d+) partition (?P<tp>.+) restarted at (?P<at>-?\d+) from "
+    r"\[(?P<rstart>-?\d+), (?P<rend>-?\d+)\) in epoch (?P<epoch>-?\d+)$"
+)
 _REMOVED_LINE = re.compile(_STAMP + r"broker (?P<n>\d+) partition (?P<tp>.+) removed$")
 _LIFE_LINE = re.compile(_STAMP + r"broker (?P<n>\d+) samples its partitions every \d+ ms$")
 
 
 def partition_timeline(broker: int, log_text: str, start_unix_ns: int) -> list[dict[str, object]]:
-    """Each partition state line and truncation line of ``broker``'s log
-    text (``server.broker``: a state line whenever a partition's role,
-    leader, leader epoch, HW, log end or ISR changed, checked every tick;
-    a line for each follower truncation), in log order.
+    """Each partition state line, truncation line and restart line of
+    ``broker``'s log text (``server.broker``: a state line whenever a
+    partition's role, leader, leader epoch, HW, log end or ISR changed,
+    checked every tick; a line for each follower truncation and each
+    follower log restarted at its leader's log start), in log order.
 
     Each line: ``node``, ``seq`` (the line's number in the log text: the
     order within one broker), ``life`` (the process's start, counted from
     0: a HW restarts from its checkpoint in a new life), ``time``
     (nanoseconds since ``start_unix_ns``, from the line's millisecond
     stamp, at least 0), ``topic``, ``partition``, ``event`` (``state``,
-    ``truncate`` or ``removed``: the replica left the broker) and
-    ``leader_epoch``; a state adds ``role``, ``leader``,
+    ``truncate``, ``restart`` or ``removed``: the replica left the broker)
+    and ``leader_epoch``; a state adds ``role``, ``leader``,
     ``high_watermark``, ``log_end_offset``, ``log_start_offset`` (null
     from a broker that did not log it) and ``isr``; a truncation
-    ``truncated_from`` and ``truncated_to`` (the others null)."""
+    ``truncated_from`` and ``truncated_to``; a restart ``truncated_from``
+    (the log end before) and ``log_start_offset`` and ``log_end_offset``
+    (both the offset the log restarted at: the leader's log start); the
+    others null."""
     out: list[dict[str, object]] = []
     life = -1
     for seq, line in enumerate(log_text.splitlines(), start=1):
@@ -470,7 +478,12 @@ def partition_timeline(broker: int, log_text: str, start_unix_ns: int) -> list[d
         if m is not None and int(m["n"]) == broker:
             life += 1
             continue
-        m = _STATE_LINE.match(line) or _TRUNCATE_LINE.match(line) or _REMOVED_LINE.match(line)
+        m = (
+            _STATE_LINE.match(line)
+            or _TRUNCATE_LINE.match(line)
+            or _RESTART_LINE.match(line)
+            or _REMOVED_LINE.match(line)
+        )
         if m is None or int(m["n"]) != broker:
             continue
         tp = _PARTITION_DIR.match(m["tp"])
@@ -479,6 +492,23 @@ def partition_timeline(broker: int, log_text: str, start_unix_ns: int) -> list[d
         groups = m.groupdict()
         state = "hw" in groups
         truncate = "to" in groups
+        restart = "at" in groups
+        start: int | None = None
+        end: int | None = None
+        cut_from: int | None = None
+        if state:
+            event = "state"
+            start = int(m["start"]) if m["start"] is not None else None
+            end = int(m["leo"])
+        elif restart:
+            event = "restart"
+            start = end = int(m["at"])
+            cut_from = int(m["rend"])
+        elif truncate:
+            event = "truncate"
+            cut_from = int(m["from"])
+        else:
+            event = "removed"
         out.append(
             {
                 "node": broker,
@@ -487,15 +517,15 @@ def partition_timeline(broker: int, log_text: str, start_unix_ns: int) -> list[d
                 "time": max(_stamp_ns(m["stamp"]) - start_unix_ns, 0),
                 "topic": tp["topic"],
                 "partition": int(tp["partition"]),
-                "event": "state" if state else "truncate" if truncate else "removed",
-                "leader_epoch": int(m["epoch"]) if state or truncate else None,
+                "event": event,
+                "leader_epoch": int(m["epoch"]) if state or truncate or restart else None,
                 "role": m["role"] if state else None,
                 "leader": int(m["leader"]) if state else None,
                 "high_watermark": int(m["hw"]) if state else None,
-                "log_end_offset": int(m["leo"]) if state else None,
-                "log_start_offset": int(m["start"]) if state and m["start"] is not None else None,
+                "log_end_offset": end,
+                "log_start_offset": start,
                 "isr": [int(b) for b in m["isr"].split(",") if b] if state else None,
-                "truncated_from": int(m["from"]) if truncate else None,
+                "truncated_from": cut_from,
                 "truncated_to": int(m["to"]) if truncate else None,
             }
         )

@@ -67,7 +67,7 @@ DAMAGED_HASH: Final = "damaged: CRC mismatch"
 exporter, ``chaos.node_exports``, writes the same text)."""
 
 REGISTRATION_EVENTS: Final = ("register", "fence", "unfence", "change", "unregister", "snapshot")
-TIMELINE_EVENTS: Final = ("state", "truncate", "removed")
+TIMELINE_EVENTS: Final = ("state", "truncate", "restart", "removed")
 REPLICA_ROLES: Final = ("leader", "follower", "none")
 """A replica's role in a timeline's state line (``server.broker``)."""
 LEADER_RECOVERY_STATES: Final = ("recovered", "recovering")
@@ -191,6 +191,9 @@ _TIMELINE_FILLED: Final = {
         "isr",
     ),
     "truncate": ("leader_epoch", "truncated_from", "truncated_to"),
+    # A follower log restarted at its leader's log start: the log end before,
+    # and the log's start and end after (the same offset).
+    "restart": ("leader_epoch", "truncated_from", "log_start_offset", "log_end_offset"),
     "removed": (),
 }
 """The fields each event of a timeline fills; the others are null."""
@@ -227,6 +230,23 @@ def _timeline_problems(obj: Row) -> list[str]:
         out.extend(_broker_ids(obj, "isr"))
     elif event == "truncate":
         out.extend(_counts(obj, "truncated_from", "truncated_to"))
+    elif event == "restart":
+        offsets = ("truncated_from", "log_start_offset", "log_end_offset")
+        counts = _counts(obj, *offsets)
+        out.extend(counts)
+        if counts:
+            return out
+        if obj["log_end_offset"] != obj["log_start_offset"]:
+            out.append(
+                f"log_end_offset must equal log_start_offset on a restart line (the log "
+                f"restarts empty), got {obj['log_end_offset']!r} and {obj['log_start_offset']!r}"
+            )
+        if obj["log_start_offset"] < obj["truncated_from"]:
+            out.append(
+                f"log_start_offset must be at least truncated_from on a restart line (a log "
+                f"restarts at or past its end), got {obj['log_start_offset']!r} below "
+                f"{obj['truncated_from']!r}"
+            )
     return out
 
 

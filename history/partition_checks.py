@@ -16,7 +16,11 @@ see ``docs/history-format.md`` ("Brokers' partitions").  Six checks read them:
   one whose HW passed it agreed with the leader there;
 - ``hw-regression``: a replica's HW never goes down within one process life
   (a restarted broker starts from its checkpoint, which lags), except by a
-  truncation (judged by ``truncated-committed``) or the replica's removal;
+  truncation (judged by ``truncated-committed``) or the replica's removal.
+  A follower log restarted at its leader's log start (a ``restart`` line,
+  Kafka's ``truncateFullyAndStartAt``) starts the series again too, as the
+  Spark job compares only successive state lines: its HW rises to the new
+  log start, and one left below it is a ``log-start-above-hw``;
 - ``epoch-regression``: a replica's leader epoch never goes down, across
   restarts too (epochs come from the committed metadata), except across the
   replica's removal;
@@ -28,7 +32,8 @@ see ``docs/history-format.md`` ("Brokers' partitions").  Six checks read them:
   partition's highest HW is not the bound: a replica's records between its
   own HW and the leader's may be a divergent tail of an older epoch, which
   it must truncate (KIP-101), and the timeline does not say which records a
-  truncation cut;
+  truncation cut. A log restart is no truncation: the records it drops lie
+  below the leader's log start, gone from the leader's log too;
 - ``log-start-above-hw``: a replica's log start offset never passes its
   HW (``UnifiedLog.maybeIncrementLogStartOffset`` refuses it, and
   ``deletableSegments`` deletes no segment at or above the HW "to ensure
@@ -310,7 +315,7 @@ def _divergence(
 def _regressions(timeline: Sequence[Row], what: str) -> list[PartitionAnomaly]:
     """HWs (per life) or leader epochs (across lives) that went down between
     two successive state lines of one replica, unless a removal (or, for
-    HWs, a truncation) came between them."""
+    HWs, a truncation or a log restart) came between them."""
     per: dict[tuple[str, int, int], list[Row]] = defaultdict(list)
     for row in timeline:
         per[(*_tp(row), int(row["node"]))].append(row)
@@ -319,7 +324,7 @@ def _regressions(timeline: Sequence[Row], what: str) -> list[PartitionAnomaly]:
         prev: Row | None = None
         for row in sorted(rows, key=lambda r: int(r["seq"])):
             event = row["event"]
-            if event == "removed" or (what == "hw" and event == "truncate"):
+            if event == "removed" or (what == "hw" and event in ("truncate", "restart")):
                 prev = None
                 continue
             if event != "state":

@@ -60,7 +60,7 @@ from broker.os_log_dirs import OsLogDirectory
 from broker.producer_ids import BlockProducerIds, ProducerIdBlock, ProducerIdsError
 from broker.replica import AlterPartitionRequest, FetcherConfig
 from broker.replica import Role as ReplicaRole
-from broker.replica.types import AlterPartitionResult, Truncation
+from broker.replica.types import AlterPartitionResult, Restart, Truncation
 from broker.replica_manager import ReplicaManager
 from broker.service import BrokerService, ServiceSettings
 from kqproto import broker_pb2, broker_pb2_grpc, metadata_pb2
@@ -906,6 +906,8 @@ class BrokerProcess:
                         changed.append(key)
                         if outcome.truncation is not None:
                             self._log_truncation(key, outcome.truncation)
+                        if outcome.restart is not None:
+                            self._log_restart(key, outcome.restart)
                 if changed:
                     self.service.wake(changed)
                 if backoff:
@@ -941,6 +943,24 @@ class BrokerProcess:
             self._partition_name(key),
             truncation.log_end_offset,
             truncation.offset,
+            epoch,
+        )
+
+    def _log_restart(self, key: TopicIdPartition, restart: Restart) -> None:
+        """A follower log restarted at its leader's log start, as the run's
+        node exports read it: not a truncation (the records it dropped lie
+        below the leader's log start, gone there too, and its HW rises to
+        the new start; Kafka's truncateFullyAndStartAt logs "Truncate and
+        start at offset")."""
+        replica = self.replicas.replicas.get(key)
+        epoch = replica.leader_epoch if replica is not None else -1
+        log.info(
+            "broker %d partition %s restarted at %d from [%d, %d) in epoch %d",
+            self.settings.node_id,
+            self._partition_name(key),
+            restart.offset,
+            restart.log_start_offset,
+            restart.log_end_offset,
             epoch,
         )
 

@@ -211,8 +211,9 @@ def partition_anomaly_rows(frames: PartitionFrames) -> DataFrame:
     )
 
     # hw-regression: the event just before a state line of the same replica
-    # is a state of the same life with a higher HW (a truncation or a
-    # removal between them starts the series again).
+    # is a state of the same life with a higher HW (a truncation, a
+    # follower log restart or a removal between them starts the series
+    # again).
     w = Window.partitionBy(*_TP, "node").orderBy("seq")
     out.append(_regression("hw-regression", timeline, w, "high_watermark", same_life=True))
 

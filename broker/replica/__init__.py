@@ -17,6 +17,7 @@ from broker.replica.types import (
     FollowerStep,
     LeaderFetchOutcome,
     ReplicaConfig,
+    Restart,
     Role,
     Truncation,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "PartitionReplica",
     "ReplicaConfig",
     "ReplicaLog",
+    "Restart",
     "Role",
     "Truncation",
 ]

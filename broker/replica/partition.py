@@ -58,6 +58,7 @@ from broker.replica.types import (
     FollowerStep,
     LeaderFetchOutcome,
     ReplicaConfig,
+    Restart,
     Role,
     Truncation,
 )
@@ -108,10 +109,8 @@ class PartitionReplica:
         self.remotes: dict[int, RemoteReplica] = {}
         self.leader_epoch_start_offset: int | None = None
         # Follower side: fenced by the leader until newer metadata
-        # (onPartitionFenced), or waiting for the log to restart past the
-        # leader's log start.
+        # (onPartitionFenced).
         self.fenced = False
-        self.start_at: int | None = None
         # Only with B2 (truncation by offset): truncated once to a leader's
         # end offset, the follower fetches without a last fetched epoch
         # until it follows another leader, as before KIP-279.
@@ -215,7 +214,6 @@ class PartitionReplica:
         # will no longer match the pending state and is ignored).
         self.isr_state = IsrState(tuple(sorted(registration.isr)), LeaderRecoveryState.RECOVERED)
         self.fenced = False
-        self.start_at = None
         self.maybe_increment_leader_hw(now_ms)
         return True
 
@@ -243,7 +241,6 @@ class PartitionReplica:
         self.remotes = {}
         self.leader_epoch_start_offset = None
         self.fenced = False
-        self.start_at = None
         self.by_offset = False
         if bugs.on(Bug.TRUNCATE_TO_HW_ON_BECOME_FOLLOWER):
             # B1, the rule before KIP-101: "It truncates its log to the high
@@ -574,13 +571,8 @@ class PartitionReplica:
         """The follower's next fetch (``ReplicaFetcherThread.buildFetch``): from
         our LEO, with the latest epoch of our log as the last fetched epoch
         (KIP-595) and the leader epoch we believe in; None when not
-        following, fenced or waiting."""
-        if (
-            self.role is not Role.FOLLOWER
-            or self.leader_id == NO_LEADER
-            or self.fenced
-            or self.start_at is not None
-        ):
+        following or fenced."""
+        if self.role is not Role.FOLLOWER or self.leader_id == NO_LEADER or self.fenced:
             return None
         log = self.log
         return FetchRequest(
@@ -600,6 +592,16 @@ class PartitionReplica:
         before = self.log.log_end_offset
         self.log.truncate_to(offset)
         return Truncation(before, self.log.log_end_offset, completed)
+
+    def _restart(self, offset: int, now_ms: int) -> Restart:
+        """``truncateFullyAndStartAt``: the log emptied and restarted at
+        ``offset``; its log start, end and HW are ``offset`` and its epoch
+        cache empty, so the next fetch asks from there with no last fetched
+        epoch (the leader has nothing of ours left to compare)."""
+        log = self.log
+        before = Restart(log.log_start_offset, log.log_end_offset, offset)
+        log.truncate_fully_and_start_at(offset, now_ms)
+        return before
 
     def step_fetch_answer(
         self, request: FetchRequest, answer: FetchAnswer, now_ms: int
@@ -653,11 +655,23 @@ class PartitionReplica:
                     )
                 return FollowerOutcome(FollowerStep.FETCH, truncation, error=error)
             if action.start_at is not None:
-                # The log cannot restart at an offset past its end here
-                # (truncateFullyAndStartAt); the partition waits.
-                self.start_at = action.start_at
+                # The leader's log starts past ours (its retention or
+                # DeleteRecords removed all we lack): everything we hold is
+                # below its log start, gone there too, so the log restarts
+                # at that start and fetches on (fetchOffsetAndTruncate's
+                # truncateFullyAndStartAt). Our HW rises to it.
+                before_hw = log.high_watermark
+                try:
+                    restart = self._restart(action.start_at, now_ms)
+                except PartitionLogError as refusal:
+                    return FollowerOutcome(
+                        FollowerStep.BACKOFF, error=from_partition_log_error(refusal)
+                    )
                 return FollowerOutcome(
-                    FollowerStep.WAIT_FOR_METADATA, start_at=action.start_at, error=error
+                    FollowerStep.FETCH,
+                    high_watermark_moved=log.high_watermark != before_hw,
+                    restart=restart,
+                    error=error,
                 )
             return FollowerOutcome(FollowerStep.FETCH, error=error)
         if error is Errors.FENCED_LEADER_EPOCH:

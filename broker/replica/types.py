@@ -29,6 +29,7 @@ __all__ = [
     "FollowerStep",
     "LeaderFetchOutcome",
     "ReplicaConfig",
+    "Restart",
     "Role",
     "Truncation",
 ]
@@ -208,6 +209,20 @@ class Truncation:
     completed: bool
 
 
+@dataclass(frozen=True, slots=True)
+class Restart:
+    """The follower's log emptied and restarted at ``offset``, the leader's
+    log start, which lay past its whole log ``[log_start_offset,
+    log_end_offset)`` (Kafka's ``truncateFullyAndStartAt`` in
+    ``AbstractFetcherThread.fetchOffsetAndTruncate``). Not a truncation
+    below a committed HW: the records it dropped are gone from the leader's
+    log too, and its HW rises to ``offset``."""
+
+    log_start_offset: int
+    log_end_offset: int
+    offset: int
+
+
 class FollowerStep(enum.Enum):
     """What the follower does after a fetch answer."""
 
@@ -217,8 +232,7 @@ class FollowerStep(enum.Enum):
     # NOT_LEADER_OR_FOLLOWER while the metadata catches up).
     BACKOFF = "backoff"
     # Stop fetching until newer metadata (FENCED_LEADER_EPOCH:
-    # AbstractFetcherThread.onPartitionFenced), or until the log can start
-    # past the leader's log start (see FollowerOutcome.start_at).
+    # AbstractFetcherThread.onPartitionFenced).
     WAIT_FOR_METADATA = "wait_for_metadata"
     # The answer was for an older fetch state: ignored.
     STALE = "stale"
@@ -232,7 +246,15 @@ class FollowerOutcome:
     truncation: Truncation | None = None
     appended_to: int | None = None
     high_watermark_moved: bool = False
-    # The leader's log starts past this follower's whole log: the log must be
-    # emptied and restarted there (Kafka's truncateFullyAndStartAt).
-    start_at: int | None = None
+    # The leader's log started past this follower's whole log
+    # (OFFSET_OUT_OF_RANGE with a log start above our log end): the log was
+    # emptied and restarted there, and the follower fetches on from it.
+    restart: Restart | None = None
     error: Errors = Errors.NONE
+
+    @property
+    def start_at(self) -> int | None:
+        """Where the log was restarted (the leader's log start, now our log
+        start, log end and HW; Kafka's ``truncateFullyAndStartAt``), or
+        None if it was not."""
+        return None if self.restart is None else self.restart.offset

@@ -15,9 +15,9 @@ from tests.broker.cluster import value_batch
 from tests.broker.test_leader import brokers, fetch, make_leader
 
 
-def leader_from_3() -> PartitionReplica:
+def leader_from_3(isr: tuple[int, ...] = (0, 1, 2)) -> PartitionReplica:
     """A leader of five records whose log starts at 3 (DeleteRecords)."""
-    leader = make_leader(records=5)
+    leader = make_leader(isr, records=5)
     log = leader.log
     assert isinstance(log, PartitionLog)
     log.maybe_increment_high_watermark(5)
@@ -34,8 +34,8 @@ def test_a_fetch_below_the_log_start_is_answered_with_the_logs_bounds() -> None:
         assert (got.high_watermark, got.log_start_offset, got.log_end_offset) == (5, 3, 5)
 
 
-def test_a_follower_behind_the_leaders_log_start_waits_instead_of_backing_off() -> None:
-    leader = leader_from_3()
+def test_a_follower_behind_the_leaders_log_start_restarts_there_and_catches_up() -> None:
+    leader = leader_from_3(isr=(0, 2))
     log = PartitionLog.open(MemoryDirectory(), LogConfig(), now_ms=0)
     log.append_as_leader(value_batch(b"old"), 0, 0)
     follower = PartitionReplica(1, log, ReplicaConfig(), MappingBrokerView(brokers()))
@@ -46,6 +46,15 @@ def test_a_follower_behind_the_leaders_log_start_waits_instead_of_backing_off() 
     request = follower.next_fetch_request(101)
     assert request is not None and request.fetch_offset == 1
     outcome = follower.step_fetch_answer(request, leader.step_fetch(request, 2_000).answer, 2_000)
-    # The leader's log starts past ours: the partition waits (docs/brokers.md).
-    assert outcome.step is FollowerStep.WAIT_FOR_METADATA and outcome.start_at == 3
-    assert follower.next_fetch_request(101) is None
+    # The leader's log starts past ours: ours restarts there (docs/brokers.md).
+    assert outcome.step is FollowerStep.FETCH and outcome.start_at == 3
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (3, 3, 3)
+    request = follower.next_fetch_request(101)
+    assert request is not None and request.fetch_offset == 3
+    outcome = follower.step_fetch_answer(request, leader.step_fetch(request, 2_100).answer, 2_100)
+    assert outcome.appended_to == 5 and log.read(3, 1 << 20) == leader.log.read(3, 1 << 20)
+    # Caught up with the leader's HW: the leader asks to take it back in.
+    request = follower.next_fetch_request(101)
+    assert request is not None
+    alter = leader.step_fetch(request, 2_200).alter_partition
+    assert alter is not None and alter.isr == (0, 1, 2)

@@ -11,6 +11,7 @@ from broker.replica import (
     MappingBrokerView,
     PartitionReplica,
     ReplicaConfig,
+    Restart,
     Role,
     Truncation,
 )
@@ -144,13 +145,42 @@ def test_out_of_range_truncates_to_a_shorter_leader() -> None:
     assert outcome.step is FollowerStep.FETCH
 
 
-def test_out_of_range_past_our_log_waits() -> None:
+def test_out_of_range_past_our_log_restarts_it_at_the_leaders_log_start() -> None:
+    # truncateFullyAndStartAt: everything we hold lies below the leader's
+    # log start, gone there too; the log restarts there and fetches on.
+    replica = follower_with([1, 1, 2], high_watermark=2)
+    outcome = replica.step_fetch_answer(
+        request_of(replica), FetchAnswer(Errors.OFFSET_OUT_OF_RANGE, 55, 50, 60), 1_000
+    )
+    assert outcome.step is FollowerStep.FETCH and outcome.error is Errors.OFFSET_OUT_OF_RANGE
+    assert outcome.restart == Restart(0, 3, 50) and outcome.start_at == 50
+    assert outcome.truncation is None and outcome.high_watermark_moved
+    log = replica.log
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (50, 50, 50)
+    assert log.epoch_cache.entries == ()
+    # The next fetch asks from the new start with no last fetched epoch.
+    request = request_of(replica)
+    assert (request.fetch_offset, request.last_fetched_epoch) == (50, -1)
+    assert request.log_start_offset == 50
+    # The leader's records from there append; the HW follows the leader's.
+    records = build_batch([Record(50, 1, b"k", b"v")], base_offset=50, partition_leader_epoch=9)
+    outcome = replica.step_fetch_answer(
+        request, FetchAnswer(Errors.NONE, 51, 50, 60, records=records), 1_100
+    )
+    assert outcome.appended_to == 51 and log.high_watermark == 51
+    assert outcome.restart is None and outcome.start_at is None
+
+
+def test_out_of_range_restart_that_the_log_refuses_backs_off() -> None:
     replica = follower_with([1])
+    log = replica.log
+    assert isinstance(log, PartitionLog)
+    log.close()
     outcome = replica.step_fetch_answer(
         request_of(replica), FetchAnswer(Errors.OFFSET_OUT_OF_RANGE, 0, 50, 60), 0
     )
-    assert outcome.step is FollowerStep.WAIT_FOR_METADATA and outcome.start_at == 50
-    assert replica.next_fetch_request(77) is None
+    assert outcome.step is FollowerStep.BACKOFF and outcome.restart is None
+    assert outcome.error is Errors.KAFKA_STORAGE_ERROR
 
 
 def test_fenced_leader_epoch_waits_for_newer_metadata() -> None:

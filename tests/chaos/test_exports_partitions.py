@@ -102,3 +102,47 @@ def test_export_broker_writes_the_timeline_the_checks_read(tmp_path: Path) -> No
     export_broker(other, 4, LOG, [])
     first = json.loads((other.node_dir(4) / PARTITION_TIMELINE_FILE).read_text().splitlines()[0])
     assert first["time"] == 250_000_000
+
+
+# A follower of queue-1 at HW 7 whose leader's log starts at 40: its log
+# restarts there, its HW rises to 40, and it catches up.
+RESTART_LOG = "\n".join(
+    [
+        _line("2026-11-26 07:00:00,000", "broker 4 samples its partitions every 250 ms"),
+        _line(
+            "2026-11-26 07:00:00,250",
+            "broker 4 partition queue-1: role follower leader 5 epoch 3 hw 7 leo 9 start 2 isr 5,6",
+        ),
+        _line(
+            "2026-11-26 07:00:00,500",
+            "broker 4 partition queue-1 restarted at 40 from [2, 9) in epoch 3",
+        ),
+        _line(
+            "2026-11-26 07:00:00,750",
+            "broker 4 partition queue-1: role follower leader 5 epoch 3 hw 40 leo 40 start 40"
+            " isr 5,6",
+        ),
+        _line(
+            "2026-11-26 07:00:01,000",
+            "broker 4 partition queue-1: role follower leader 5 epoch 3 hw 52 leo 52 start 40"
+            " isr 4,5,6",
+        ),
+    ]
+)
+
+
+def test_a_restart_line_reads_back_apart_from_a_truncation(tmp_path: Path) -> None:
+    rows = partition_timeline(4, RESTART_LOG, _stamp_ns("2026-11-26 07:00:00,000"))
+    assert [r["event"] for r in rows] == ["state", "restart", "state", "state"]
+    restart = rows[1]
+    assert (restart["seq"], restart["leader_epoch"], restart["truncated_from"]) == (3, 3, 9)
+    assert (restart["log_start_offset"], restart["log_end_offset"]) == (40, 40)
+    assert restart["truncated_to"] is None and restart["high_watermark"] is None
+    run = RunDir(tmp_path)
+    export_broker(run, 4, RESTART_LOG, [], _stamp_ns("2026-11-26 07:00:00,000"))
+    exports = read_partition_exports(tmp_path)
+    # No partition check fires: the records dropped lay below the leader's
+    # log start, and the HW only rose (read as a truncation from 9 to the
+    # old start 2, it would be one below the committed HW 7).
+    assert [r["event"] for r in exports.timeline] == ["state", "restart", "state", "state"]
+    assert not any(check_partitions(exports).values())

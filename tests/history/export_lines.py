@@ -71,6 +71,14 @@ TRUNCATE_LINE: dict[str, Any] = STATE_LINE | {
     "truncated_from": 19,
     "truncated_to": 17,
 }
+RESTART_LINE: dict[str, Any] = TRUNCATE_LINE | {
+    "seq": 220,
+    "event": "restart",
+    "log_start_offset": 40,
+    "log_end_offset": 40,
+    "truncated_from": 19,
+    "truncated_to": None,
+}
 REMOVED_LINE: dict[str, Any] = TRUNCATE_LINE | {
     "seq": 230,
     "event": "removed",

@@ -93,6 +93,32 @@ class Partitions:
             }
         )
 
+    def restart_log(
+        self, node: int, t_ms: int, frm: int, at: int, epoch: int, partition: int = 0
+    ) -> None:
+        """A follower log restarted at ``at``, its leader's log start, from
+        its log end ``frm``."""
+        self.timeline.append(
+            {
+                "node": node,
+                "seq": self._next(node),
+                "life": self._life.get(node, 0),
+                "time": t_ms * 1_000_000,
+                "topic": T,
+                "partition": partition,
+                "event": "restart",
+                "leader_epoch": epoch,
+                "role": None,
+                "leader": None,
+                "high_watermark": None,
+                "log_end_offset": at,
+                "log_start_offset": at,
+                "isr": None,
+                "truncated_from": frm,
+                "truncated_to": None,
+            }
+        )
+
     def removed(self, node: int, t_ms: int, partition: int = 0) -> None:
         self.timeline.append(
             {

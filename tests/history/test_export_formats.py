@@ -40,11 +40,13 @@ from tests.chaos.test_export_registrations import _history as registration_histo
 from tests.chaos.test_export_registrations import _store as store_registrations
 from tests.chaos.test_exports_damaged import _replica
 from tests.chaos.test_exports_partitions import LOG as BROKER_LOG
+from tests.chaos.test_exports_partitions import RESTART_LOG
 from tests.history.export_lines import (
     CHANGE,
     RECORD,
     REGISTRATION,
     REMOVED_LINE,
+    RESTART_LINE,
     SHA,
     STATE,
     STATE_LINE,
@@ -181,6 +183,12 @@ def test_the_exported_timeline_passes(tmp_path: Path) -> None:
     assert read_partition_timeline(_write(tmp_path / PARTITION_TIMELINE_FILE, lines)) == lines
 
 
+def test_an_exported_restart_passes(tmp_path: Path) -> None:
+    lines = partition_timeline(4, RESTART_LOG, 0)
+    assert [x["event"] for x in lines] == ["state", "restart", "state", "state"]
+    assert read_partition_timeline(_write(tmp_path / PARTITION_TIMELINE_FILE, lines)) == lines
+
+
 def test_the_exported_partition_changes_pass(tmp_path: Path) -> None:
     store_registrations(tmp_path / "d", registration_history())
     lines = partition_changes(1, tmp_path / "d", CLUSTER, 1000)
@@ -215,7 +223,10 @@ def test_the_lines_of_older_exports_pass(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"event": "stale"}, "event must be one of state, truncate, removed, got 'stale'"),
+        (
+            {"event": "stale"},
+            "event must be one of state, truncate, restart, removed, got 'stale'",
+        ),
         ({"seq": 0}, "seq must be an integer >= 1 (a line number), got 0"),
         ({"life": -1}, "life must be an integer >= 0, got -1"),
         ({"time": 1.5}, "time must be an integer >= 0, got 1.5"),
@@ -252,6 +263,22 @@ def test_a_malformed_timeline_state_names_its_line_and_field(
         (TRUNCATE_LINE, {"truncated_to": -1}, "truncated_to must be an integer >= 0, got -1"),
         (TRUNCATE_LINE, {"high_watermark": 17}, "high_watermark must be null on a truncate line"),
         (TRUNCATE_LINE, {"leader_epoch": "2"}, "leader_epoch must be an integer >= -1"),
+        (RESTART_LINE, {}, None),
+        (RESTART_LINE, {"truncated_to": 17}, "truncated_to must be null on a restart line"),
+        (RESTART_LINE, {"high_watermark": 40}, "high_watermark must be null on a restart line"),
+        (RESTART_LINE, {"truncated_from": None}, "truncated_from must be an integer >= 0"),
+        (RESTART_LINE, {"log_start_offset": None}, "log_start_offset must be an integer >= 0"),
+        (
+            RESTART_LINE,
+            {"log_end_offset": 41},
+            "log_end_offset must equal log_start_offset on a restart line",
+        ),
+        (
+            RESTART_LINE,
+            {"log_start_offset": 17, "log_end_offset": 17},
+            "log_start_offset must be at least truncated_from on a restart line",
+        ),
+        (RESTART_LINE, {"leader_epoch": None}, "leader_epoch must be an integer >= -1"),
         (REMOVED_LINE, {"leader_epoch": 2}, "leader_epoch must be null on a removed line, got 2"),
         (REMOVED_LINE, {"isr": [4]}, "isr must be null on a removed line, got [4]"),
         (REMOVED_LINE, {"life": 0, "seq": 216}, None),

@@ -110,6 +110,35 @@ def test_epochs_not_yet_known_and_removals_are_not_regressions() -> None:
     assert fired(p) == {}
 
 
+def test_a_follower_log_restarted_at_the_leaders_log_start_is_no_anomaly() -> None:
+    # The leader's log starts at 40, past follower 3's log end 5: its log
+    # restarts there. Not a truncation below its HW 5 (what it drops is gone
+    # from the leader's log too); its HW rises to 40 and it catches up.
+    p = clean()
+    p.restart_log(3, 1500, 5, 40, 1)
+    p.state(3, 1600, 40, 40, 1, 2, (2, 3), start=40)
+    p.state(3, 1700, 45, 45, 1, 2, (2, 3), start=40)
+    assert fired(p) == {}
+
+
+def test_a_restart_that_leaves_the_hw_below_the_new_log_start() -> None:
+    # truncateFullyAndStartAt sets the HW to the new log end: one left at
+    # the old HW is below the log start. The HW series starts again at the
+    # restart (as the Spark job's), so this one check says it.
+    p = clean()
+    p.restart_log(3, 1500, 5, 40, 1)
+    p.state(3, 1600, 4, 40, 1, 2, (2, 3), start=40)
+    assert fired(p) == {"log-start-above-hw": [("log-start-above-hw", T, 0, (3,), (40, 4), (8,))]}
+
+
+def test_a_hw_that_goes_down_after_a_log_restart() -> None:
+    p = clean()
+    p.restart_log(3, 1500, 5, 40, 1)
+    p.state(3, 1600, 45, 45, 1, 2, (2, 3), start=40)
+    p.state(3, 1700, 42, 45, 1, 2, (2, 3), start=40)
+    assert fired(p) == {"hw-regression": [("hw-regression", T, 0, (3,), (45, 42), (8, 9))]}
+
+
 def test_a_truncation_below_the_committed_hw() -> None:
     p = clean()
     # Leader 2 announced HW 5 at 1.4 s; follower 3 then cuts to 4.

@@ -11,8 +11,8 @@
 - ``partition_state.jsonl`` (each broker): each partition's checkpointed
   HW, log end, and why the reader stopped (a torn or damaged batch);
 - ``partition_timeline.jsonl`` (each broker): its partitions' states
-  (role, leader, leader epoch, HW, log end, log start, ISR), truncations
-  and removals, from its log lines, in their order;
+  (role, leader, leader epoch, HW, log end, log start, ISR), truncations,
+  follower log restarts and removals, from its log lines, in their order;
 - ``partition_changes.jsonl`` (each controller of a run with brokers):
   each partition's leader, epochs and ISR after every change it committed,
   in its metadata log's order.

@@ -1,5 +1,5 @@
-"""The brokers' partition timeline export: the state, truncation and
-removal lines a broker logs (``server.broker``), read back by
+"""The brokers' partition timeline export: the state, truncation, restart
+and removal lines a broker logs (``server.broker``), read back by
 ``chaos.node_exports.partition_timeline``, one life per process start."""
 
 from __future__ import annotations

@@ -427,8 +427,10 @@ def run_verdict(
     read a history that is not the one recorded, so they give no verdict.
     The per-key checks' counts are the run's own; the other checks' are
     shared by the runs verified together, so a run is invalid under one if
-    a kept anomaly names it, and unknown if the check kept only the first of
-    its anomalies and none of them names the run."""
+    the check's per-run counts (``detail.by_run``) give it anomalies, or,
+    for a check without them, if a kept anomaly names it, and unknown if
+    that check kept only the first of its anomalies and none of them names
+    the run."""
     keyed = keys_by_run.get(run, {})
     search_s = round(float(keyed.get("search_ms") or 0.0) / 1000.0, 3)
     problems = problems_by_run.get(run, 0) + int(keyed.get("malformed") or 0)
@@ -468,10 +470,19 @@ def run_verdict(
                 continue
             if c.name != "version-forks":
                 continue  # the cross-key version forks are checked below
-        if any(a.run == run for a in c.anomalies):
+        by_run = c.detail.get("by_run")
+        counted = isinstance(by_run, Mapping)
+        if isinstance(by_run, Mapping):
+            # The check counted each run's anomalies: the run's own count
+            # decides, not whether the capped listing names it.
+            if by_run.get(run, 0):
+                invalid.append(c.name)
+                continue
+        elif any(a.run == run for a in c.anomalies):
             invalid.append(c.name)
-        elif (
-            (c.valid is False and c.count > len(c.anomalies))
+            continue
+        if (
+            (c.valid is False and c.count > len(c.anomalies) and not counted)
             or (c.name == "final-metadata" and run in c.detail.get("missing", ()))
             or (c.name == "no-loss" and run in c.detail.get("undecided", ()))
         ):

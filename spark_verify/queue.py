@@ -809,8 +809,11 @@ def check_queue_runs(
 
     A check is allowed in a run (Jepsen's ``allowed-error-types``): its
     anomalies there are counted in ``detail.allowed`` and do not make the
-    run invalid.  ``no-loss`` is ``unknown`` for a run with no final reads
-    (listed in ``detail.undecided``).  ``folders`` are the runs' folders,
+    run invalid; the others are counted per run in ``detail.by_run``, so
+    that each run's verdict is its own whatever the listing of the first
+    ``MAX_ANOMALIES`` holds (each run's first anomaly, then each run's
+    second, and so on).  ``no-loss`` is ``unknown`` for a run with no final
+    reads (listed in ``detail.undecided``).  ``folders`` are the runs' folders,
     whose ``summary.json`` says where their final polls start, and, with
     ``config.json``, what their topics' retention or compaction may have
     removed (:func:`cleanup_of`).  ``records``: ``ops``'s SENDS and READS,
@@ -840,61 +843,72 @@ def check_queue_runs(
             cleanup[name] = removed
     rows = queue_anomaly_rows(ops, history, given, cleanup, records)
     # One pass (the anomaly rows' plan is computed once, not once for the
-    # counts and again for the first anomalies): each check's first
-    # anomalies (_n), and one row per (check, run) (_m == 1) carrying that
-    # run's count of the check (_c), which also gives every run with final
-    # reads (its marker row, check "").
+    # counts and again for the first anomalies): each run's first anomalies
+    # of each check (_m), the first of them carrying that run's count of
+    # the check (_c), which also gives every run with final reads (its
+    # marker row, check "").  The cap is per run: a run with more anomalies
+    # than the listing holds must not crowd the others out of it.
     order = ("run", "key", "ops", "values", "offsets")
     per_check_run = Window.partitionBy("check", "run")
     ranked = rows.select(
         "*",
-        F.row_number().over(Window.partitionBy("check").orderBy(*order)).alias("_n"),
         F.row_number().over(per_check_run.orderBy(*order)).alias("_m"),
         F.count("*").over(per_check_run).alias("_c"),
     )
-    kept = ranked.where((F.col("_n") <= MAX_ANOMALIES + 1) | (F.col("_m") == 1)).collect()
+    kept = ranked.where(F.col("_m") <= MAX_ANOMALIES).collect()
     counts = [r for r in kept if r._m == 1]
     final_runs = {r.run for r in counts if r.check == ""}
     per: dict[str, list[Anomaly]] = {c: [] for c in QUEUE_CHECKS}
     total: dict[str, int] = dict.fromkeys(QUEUE_CHECKS, 0)
+    by_run: dict[str, dict[str, int]] = {c: {} for c in QUEUE_CHECKS}
     allowed: dict[str, dict[str, int]] = {c: {} for c in QUEUE_CHECKS}
+
+    def is_allowed(check: str, run: str) -> bool:
+        return check in ALWAYS_ALLOWED or (check in SUBSCRIBE_ALLOWED and run in subs)
+
     for r in counts:
-        if not r.check:
+        if r.check not in total:
             continue
-        ok = r.check in ALWAYS_ALLOWED or (r.check in SUBSCRIBE_ALLOWED and r.run in subs)
-        if ok:
+        if is_allowed(r.check, r.run):
             allowed[r.check][r.run] = r._c
         else:
             total[r.check] += r._c
-    for r in sorted(kept, key=lambda r: r._n):
-        if not r.check or r.check not in per or r._n > MAX_ANOMALIES + 1:
+            by_run[r.check][r.run] = r._c
+    # The listing takes every run's first anomaly, then every run's second,
+    # and so on up to MAX_ANOMALIES, shown in (run, key, ...) order.
+    chosen: dict[str, list[Any]] = {c: [] for c in QUEUE_CHECKS}
+    for r in sorted(kept, key=lambda r: (r._m, r.run)):
+        if r.check not in per or is_allowed(r.check, r.run):
             continue
-        ok = r.check in ALWAYS_ALLOWED or (r.check in SUBSCRIBE_ALLOWED and r.run in subs)
-        if ok:
-            continue
-        values = [json.loads(v) for v in r["values"]]
-        per[r.check].append(
-            Anomaly(
-                check=r.check,
-                kind=r.check,
-                message=_message(r.check, r.key, r["values"], r.offsets, r.ops, r.extra),
-                run=r.run,
-                key=r.key,
-                witness=(
-                    {
-                        "values": values,
-                        "offsets": list(r.offsets),
-                        "ops": list(r.ops),
-                    },
-                ),
+        if len(chosen[r.check]) < MAX_ANOMALIES:
+            chosen[r.check].append(r)
+    for c, picked in chosen.items():
+        for r in sorted(picked, key=lambda r: (r.run, r._m)):
+            values = [json.loads(v) for v in r["values"]]
+            per[c].append(
+                Anomaly(
+                    check=r.check,
+                    kind=r.check,
+                    message=_message(r.check, r.key, r["values"], r.offsets, r.ops, r.extra),
+                    run=r.run,
+                    key=r.key,
+                    witness=(
+                        {
+                            "values": values,
+                            "offsets": list(r.offsets),
+                            "ops": list(r.ops),
+                        },
+                    ),
+                )
             )
-        )
     undecided = sorted(set(runs) - final_runs)
     out: list[CheckResult] = []
     for c in QUEUE_CHECKS:
         detail: dict[str, Any] = {"runs": len(runs)}
         if allowed[c]:
             detail["allowed"] = allowed[c]
+        if by_run[c]:
+            detail["by_run"] = by_run[c]
         if c == "no-loss":
             detail["undecided"] = undecided
         out.append(

@@ -610,6 +610,14 @@ class RunConfig:
         ):
             if not getattr(self, what) > 0:
                 raise ValueError(f"{what} must be positive, got {getattr(self, what)}")
+        if self.client_timeout_s > self.op_timeout_s:
+            # A request that outlives the op's own wait never ends with the
+            # client's verdict: the op times out first (the command names
+            # the flags; this guards a configuration built in code).
+            raise ValueError(
+                f"client_timeout_s ({self.client_timeout_s:g} s) must not exceed "
+                f"op_timeout_s ({self.op_timeout_s:g} s)"
+            )
         if self.quiet_s < 0:
             raise ValueError(f"quiet_s must not be negative, got {self.quiet_s}")
         if ROTATE_KIND in self.faults and not self.tls:

@@ -94,6 +94,14 @@ def test_equal_timeouts_are_allowed() -> None:
     assert (config.op_timeout_s, config.client_timeout_s) == (1.0, 1.0)
 
 
+def test_a_configuration_built_in_code_is_checked_too() -> None:
+    with pytest.raises(
+        ValueError, match=r"client_timeout_s \(3 s\) must not exceed op_timeout_s \(2 s\)"
+    ):
+        RunConfig(op_timeout_s=2.0, client_timeout_s=3.0).check()
+    RunConfig(op_timeout_s=2.0, client_timeout_s=2.0).check()
+
+
 def test_the_replay_names_them_only_when_they_differ_from_the_defaults() -> None:
     plain = _replay(RunConfig(), 7)
     assert "--op-timeout" not in plain and "--client-timeout" not in plain

@@ -11,7 +11,8 @@
   (:func:`partition_log.divergence.truncation_step`), in several rounds
   when the follower does not know the leader's epoch (KIP-279).
 - ``OFFSET_OUT_OF_RANGE``: the two cases of ``fetchOffsetAndTruncate``.
-- After records: HW = min(leader's HW, own LEO)
+- After records: HW = min(leader's HW, own LEO), then the log start rises
+  to the leader's, never past our HW
   (``ReplicaFetcherThread.processPartitionData``).
 """
 
@@ -27,6 +28,7 @@ __all__ = [
     "OutOfRange",
     "divergence_truncation",
     "follower_high_watermark",
+    "follower_log_start",
     "is_current_fetch",
     "out_of_range",
 ]
@@ -87,3 +89,22 @@ def follower_high_watermark(leader_high_watermark: int, log_end_offset: int) -> 
     """The follower's HW after a fetch: the leader's, never past its own LEO
     (``UnifiedLog.updateHighWatermark`` clamps it)."""
     return min(leader_high_watermark, log_end_offset)
+
+
+def follower_log_start(leader_log_start_offset: int, high_watermark: int) -> int:
+    """Where the follower's log start goes after a fetch answer (its log
+    only ever moves it up): the leader's log start, never past the
+    follower's HW.
+
+    Kafka's ``ReplicaFetcherThread.processPartitionData`` first updates the
+    HW from the answer, then calls ``log.maybeIncrementLogStartOffset(
+    leaderLogStartOffset, LeaderOffsetIncremented)``, which refuses a start
+    above the HW (``UnifiedLog.maybeIncrementLogStartOffset`` throws
+    ``OffsetOutOfRangeException``, and the fetcher marks the partition
+    failed). So Kafka's rule is the leader's log start, not
+    ``min(leader's, HW)``; the two agree on every answer a leader sends,
+    since its log start is at most its HW and at most the fetch offset
+    (below it the fetch is ``OFFSET_OUT_OF_RANGE``), so at most our new HW
+    ``min(leader's HW, our LEO)``. The min keeps "never past the HW" for an
+    answer that breaks that, without stopping the follower."""
+    return min(leader_log_start_offset, high_watermark)

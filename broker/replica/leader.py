@@ -24,6 +24,9 @@ Rules and their sources (brokers.md §1.3, §1.4, §1.7, §1.8):
 - An ISR member leaves when not caught up for ``replica.lag.time.max.ms``
   (``Partition.getOutOfSyncReplicas``).
 - AlterPartition errors (``Partition.handleAlterPartitionError``).
+- The low watermark, which a DeleteRecords waits for, is the smallest log
+  start over the leader and every follower on a live broker, as their
+  fetches reported it (``Partition.lowWatermarkIfLeader``).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ __all__ = [
     "is_broker_epoch_isr_eligible",
     "is_follower_in_sync",
     "is_replica_isr_eligible",
+    "low_watermark",
     "out_of_sync_replicas",
     "reset_replica",
     "update_fetch_state",
@@ -311,6 +315,31 @@ def high_watermark_candidate(
         if wait_for and replica.log_end_offset < new_hw:
             new_hw = replica.log_end_offset
     return new_hw
+
+
+# -- DeleteRecords -------------------------------------------------------------------------
+
+
+def low_watermark(
+    leader_log_start_offset: int,
+    remotes: Iterable[RemoteReplica],
+    alive: Callable[[int], bool],
+) -> int:
+    """``Partition.lowWatermarkIfLeader``: the smallest log start offset over
+    the leader's log and every follower on a live broker (its log start as
+    its last fetch in this leadership reported it; -1 before any, which
+    holds the low watermark at -1 until it fetches). Kafka counts the
+    replicas on live brokers (``metadataCache.hasAliveBroker``), not only
+    the ISR: a live follower out of the ISR is waited for too, so a
+    DeleteRecords answered NONE has reached every replica that could lead
+    without fencing first (an ISR member, or an ELR member, KIP-966). A
+    fenced broker's replica is not waited for; it learns the log start from
+    its next fetch answer."""
+    lowest = leader_log_start_offset
+    for replica in remotes:
+        if alive(replica.broker_id) and replica.log_start_offset < lowest:
+            lowest = replica.log_start_offset
+    return lowest
 
 
 # -- consumers -----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from broker.errors import Errors, ReplicaError, from_partition_log_error
 from broker.replica.follower import (
     divergence_truncation,
     follower_high_watermark,
+    follower_log_start,
     is_current_fetch,
     out_of_range,
 )
@@ -41,6 +42,7 @@ from broker.replica.leader import (
     high_watermark_candidate,
     is_follower_in_sync,
     is_replica_isr_eligible,
+    low_watermark,
     out_of_sync_replicas,
     reset_replica,
     update_fetch_state,
@@ -48,10 +50,13 @@ from broker.replica.leader import (
 from broker.replica.seam import BrokerView, ReplicaLog
 from broker.replica.types import (
     NO_EPOCH,
+    UNKNOWN_OFFSET,
     AcksCheck,
     AlterPartitionRequest,
     AlterPartitionResult,
     BrokerState,
+    DeleteRecordsCheck,
+    DeleteRecordsResult,
     FetchAnswer,
     FetchRequest,
     FollowerOutcome,
@@ -485,6 +490,7 @@ class PartitionReplica:
                 f"its registration has {cached}",
             )
         previous_end = replica.log_end_offset
+        previous_low = self._low_watermark()
         replica = update_fetch_state(
             replica,
             fetch_offset=request.fetch_offset,
@@ -507,7 +513,7 @@ class PartitionReplica:
             current_leader=leader,
             current_leader_epoch=epoch,
         )
-        return LeaderFetchOutcome(answer, alter, moved)
+        return LeaderFetchOutcome(answer, alter, moved, self._low_watermark() > previous_low)
 
     def append_as_leader(self, batch_bytes: bytes, required_acks: int, now_ms: int) -> LeaderAppend:
         """``Partition.appendRecordsToLeader``: acks=all under min ISR is refused
@@ -547,6 +553,59 @@ class PartitionReplica:
         return acks_check(
             self.log.high_watermark, required_offset, self.min_isr, len(self.maximal_isr)
         )
+
+    # -- leader: DeleteRecords -----------------------------------------------------
+
+    def _alive(self, broker_id: int) -> bool:
+        """``MetadataCache.hasAliveBroker``: registered and not fenced."""
+        registration = self.brokers.registration(broker_id)
+        return registration is not None and not registration.fenced
+
+    def _low_watermark(self) -> int:
+        return low_watermark(self.log.log_start_offset, self.remotes.values(), self._alive)
+
+    def low_watermark(self) -> int:
+        """``Partition.lowWatermarkIfLeader`` (see
+        :func:`broker.replica.leader.low_watermark`)."""
+        if self.role is not Role.LEADER:
+            raise ReplicaError(
+                Errors.NOT_LEADER_OR_FOLLOWER,
+                f"broker {self.broker_id} does not lead this partition (leader {self.leader_id})",
+            )
+        return self._low_watermark()
+
+    def delete_records(self, offset: int, now_ms: int) -> DeleteRecordsResult:
+        """``Partition.deleteRecordsOnLeader``: raise the leader's log start to
+        ``offset`` (-1: the HW), never above the HW (``OFFSET_OUT_OF_RANGE``,
+        nothing moved). Only the leader's log moves here; each follower
+        moves its own from the leader's log start in its next fetch answer
+        (:meth:`step_fetch_answer`), and the request waits until the low
+        watermark reaches ``offset`` (:meth:`check_delete_records`,
+        ``DelayedDeleteRecords``)."""
+        if self.role is not Role.LEADER:
+            raise ReplicaError(
+                Errors.NOT_LEADER_OR_FOLLOWER,
+                f"broker {self.broker_id} does not lead this partition (leader {self.leader_id})",
+            )
+        if offset < UNKNOWN_OFFSET:
+            raise ReplicaError(
+                Errors.OFFSET_OUT_OF_RANGE, f"delete records offset {offset} is not valid"
+            )
+        requested = self.log.high_watermark if offset == UNKNOWN_OFFSET else offset
+        try:
+            self.log.delete_records(requested, now_ms)
+        except PartitionLogError as error:
+            raise ReplicaError(from_partition_log_error(error), str(error.args[0])) from None
+        return DeleteRecordsResult(requested, self._low_watermark())
+
+    def check_delete_records(self, required_offset: int) -> DeleteRecordsCheck:
+        """``DelayedDeleteRecords.tryComplete`` for this partition: done when
+        the low watermark reached ``required_offset``; a partition no longer
+        led here is done with ``NOT_LEADER_OR_FOLLOWER``."""
+        if self.role is not Role.LEADER:
+            return DeleteRecordsCheck(True, error=Errors.NOT_LEADER_OR_FOLLOWER)
+        lowest = self._low_watermark()
+        return DeleteRecordsCheck(lowest >= required_offset, lowest)
 
     def latest_offset(self) -> int:
         """ListOffsets(latest) for a consumer: the HW, or
@@ -603,6 +662,23 @@ class PartitionReplica:
         log.truncate_fully_and_start_at(offset, now_ms)
         return before
 
+    def _follow_log_start(self, leader_log_start_offset: int, now_ms: int) -> int | None:
+        """After the HW, the log start follows the leader's
+        (``ReplicaFetcherThread.processPartitionData``:
+        ``maybeIncrementLogStartOffset(leaderLogStartOffset,
+        LeaderOffsetIncremented)``), so that records a DeleteRecords or the
+        leader's retention removed are gone here too and stay gone when this
+        replica leads. Never backwards, never past our HW
+        (:func:`~broker.replica.follower.follower_log_start`). Where it
+        moved to, or None."""
+        log = self.log
+        # An unknown start (-1) is below ours and moves nothing.
+        target = follower_log_start(leader_log_start_offset, log.high_watermark)
+        if target <= log.log_start_offset:
+            return None
+        log.delete_records(target, now_ms)
+        return log.log_start_offset
+
     def step_fetch_answer(
         self, request: FetchRequest, answer: FetchAnswer, now_ms: int
     ) -> FollowerOutcome:
@@ -639,8 +715,22 @@ class PartitionReplica:
             moved = log.maybe_increment_high_watermark(
                 follower_high_watermark(answer.high_watermark, log.log_end_offset)
             )
+            try:
+                started_at = self._follow_log_start(answer.log_start_offset, now_ms)
+            except PartitionLogError as refusal:
+                # The records and the HW stand; the start follows on the
+                # next answer.
+                return FollowerOutcome(
+                    FollowerStep.BACKOFF,
+                    appended_to=appended_to,
+                    high_watermark_moved=moved,
+                    error=from_partition_log_error(refusal),
+                )
             return FollowerOutcome(
-                FollowerStep.FETCH, appended_to=appended_to, high_watermark_moved=moved
+                FollowerStep.FETCH,
+                appended_to=appended_to,
+                high_watermark_moved=moved,
+                log_start_moved_to=started_at,
             )
         if error is Errors.OFFSET_OUT_OF_RANGE:
             action = out_of_range(

@@ -21,6 +21,8 @@ __all__ = [
     "AlterPartitionRequest",
     "AlterPartitionResult",
     "BrokerState",
+    "DeleteRecordsCheck",
+    "DeleteRecordsResult",
     "DivergingEpoch",
     "FetchAnswer",
     "FetcherConfig",
@@ -187,6 +189,10 @@ class LeaderFetchOutcome:
     answer: FetchAnswer
     alter_partition: AlterPartitionRequest | None = None
     high_watermark_moved: bool = False
+    # The fetch raised the follower's log start as the leader knows it, and
+    # with it the low watermark: delayed DeleteRecords may complete
+    # (Partition.updateFollowerFetchState's leaderLWIncremented).
+    low_watermark_moved: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +202,28 @@ class AcksCheck:
     done yet (keep waiting)."""
 
     done: bool
+    error: Errors = Errors.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsResult:
+    """``Partition.deleteRecordsOnLeader``'s ``LogDeleteRecordsResult``: the
+    offset the leader's log start was raised to (-1 asked for the HW) and
+    the partition's low watermark right after."""
+
+    requested_offset: int
+    low_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteRecordsCheck:
+    """``DelayedDeleteRecords.tryComplete`` for one partition: ``done`` once
+    the low watermark reached the requested offset (``error`` NONE) or the
+    partition is no longer led here (``NOT_LEADER_OR_FOLLOWER``), with the
+    low watermark to answer (-1 with an error)."""
+
+    done: bool
+    low_watermark: int = UNKNOWN_OFFSET
     error: Errors = Errors.NONE
 
 
@@ -251,6 +279,9 @@ class FollowerOutcome:
     # emptied and restarted there, and the follower fetches on from it.
     restart: Restart | None = None
     error: Errors = Errors.NONE
+    # The log start was raised to the leader's (its DeleteRecords or
+    # retention): where it now is, or None if it did not move.
+    log_start_moved_to: int | None = None
 
     @property
     def start_at(self) -> int | None:

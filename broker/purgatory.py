@@ -1,13 +1,14 @@
 """Where delayed requests wait (Kafka's ``DelayedOperationPurgatory``): an
 acks=all produce until the ISR has the records, a long-poll fetch until
-``min_bytes`` are there. Waiters name the partitions they wait on; whoever
+``min_bytes`` are there, a DeleteRecords until the low watermark reached
+its offset. Waiters name the partitions they wait on; whoever
 changes a partition (an append, a HW move, a new image) wakes its waiters,
 which check again (``DelayedOperation.tryComplete``) and go back to wait
 until their deadline.
 
 Each waiter names its :class:`Operation` (Kafka keeps one purgatory per
 kind, ``DelayedOperationPurgatory``'s ``delayedOperation`` tag); here they
-share the watch lists, since whoever changes a partition wakes both kinds,
+share the watch lists, since whoever changes a partition wakes every kind,
 and are counted apart for the metrics.
 
 One event loop: no locks, every call on the loop's thread but the two
@@ -37,6 +38,9 @@ class Operation(enum.Enum):
     PRODUCE = "Produce"
     # A long-poll fetch waiting for min_bytes (DelayedFetch).
     FETCH = "Fetch"
+    # A DeleteRecords waiting for the followers' log starts to reach its
+    # offset (DelayedDeleteRecords).
+    DELETE_RECORDS = "DeleteRecords"
 
 
 class Purgatory:

@@ -13,8 +13,13 @@ the delayed-operation purgatories of ``ReplicaManager``).
   ``min_bytes`` are there or ``max_wait_ms`` has passed (``DelayedFetch``),
   woken by appends and HW moves. ReplicaFetch is the same for followers, one
   stream per follower-leader pair.
-- Metadata, ListOffsets, OffsetForLeaderEpoch, DeleteRecords and
-  InitProducerId as Kafka answers them.
+- DeleteRecords raises the leader's log start, then waits until the low
+  watermark (the least log start over the leader and the followers on live
+  brokers, which follow the leader's in their fetch answers) reaches the
+  offset (``DelayedDeleteRecords``), ``REQUEST_TIMED_OUT`` after
+  ``timeout_ms``.
+- Metadata, ListOffsets, OffsetForLeaderEpoch and InitProducerId as Kafka
+  answers them.
 
 Who calls is the verified certificate of the connection
 (``quorum.driver.identity.peer_identity``), never a field: a
@@ -49,7 +54,13 @@ from broker.errors import Errors, ReplicaError, from_partition_log_error
 from broker.metrics import BrokerMetrics, RequestKind
 from broker.producer_ids import ProducerIdsError, ProducerIdSource
 from broker.purgatory import Operation, Purgatory
-from broker.replica import AlterPartitionRequest, FetchAnswer, FetchRequest, Role
+from broker.replica import (
+    AlterPartitionRequest,
+    DeleteRecordsCheck,
+    FetchAnswer,
+    FetchRequest,
+    Role,
+)
 from broker.replica.leader import check_current_leader_epoch, consumer_read_bound
 from broker.replica.types import NO_EPOCH
 from broker.replica_manager import NotLeaderError, ReplicaManager
@@ -795,8 +806,9 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         )
         if outcome.alter_partition is not None and self.on_alter_partition is not None:
             self.on_alter_partition(key, outcome.alter_partition)
-        if outcome.high_watermark_moved:
-            # Delayed acks=all produces and consumers' long polls.
+        if outcome.high_watermark_moved or outcome.low_watermark_moved:
+            # Delayed acks=all produces and consumers' long polls (the HW),
+            # delayed DeleteRecords (the low watermark).
             self.purgatory.wake(key)
         return outcome.answer
 
@@ -1025,10 +1037,24 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     async def DeleteRecords(
         self, request: broker_pb2.DeleteRecordsRequest, context: Any
     ) -> broker_pb2.DeleteRecordsResponse:
+        """``ReplicaManager.deleteRecords``: each partition's leader raises its
+        own log start (never above its HW: ``OFFSET_OUT_OF_RANGE``), then the
+        request waits until every moved partition's low watermark (the least
+        log start over the leader and the followers on live brokers, which
+        follow the leader's in their fetch answers) reached its offset
+        (``DelayedDeleteRecords``), or answers those still short
+        ``REQUEST_TIMED_OUT`` after ``timeout_ms`` (the leader's records are
+        gone; the followers' follow in their next fetches)."""
         caller = await self._caller(context)
         image = self._image()
         response = broker_pb2.DeleteRecordsResponse()
+        if request.timeout_ms < 0:
+            response.error = _pb(Errors.INVALID_REQUEST)
+            response.message = f"timeout_ms {request.timeout_ms} is negative"
+            return response
         now = self.now_ms()
+        # (key, partition answer, the offset the low watermark must reach)
+        waiting: list[tuple[TopicIdPartition, broker_pb2.DeleteRecordsPartitionResponse, int]] = []
         for topic in request.topics:
             topic_out = response.topics.add(name=topic.name)
             allowed = bool(topic.name) and self._may_topic(
@@ -1046,23 +1072,64 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                     continue
                 try:
                     key = self.replicas.resolve(topic.name, part.partition)
-                except NotLeaderError as error:
+                    result = self.replicas.leader_replica(key).delete_records(part.offset, now)
+                except ReplicaError as error:
                     out.error, out.message = _pb(error.code), str(error.args[0])
                     continue
-                found = self._leader_log(key, NO_EPOCH)
-                if isinstance(found, FetchAnswer):
-                    out.error, out.message = _pb(found.error), found.message
-                    continue
-                log_ = found[0]
-                offset = log_.high_watermark if part.offset == -1 else part.offset
-                try:
-                    out.low_watermark = log_.delete_records(offset, now)
-                except PartitionLogError as error:
-                    out.error = _pb(from_partition_log_error(error))
-                    out.message = str(error.args[0])
-                    continue
+                out.low_watermark = result.low_watermark
+                # The leader's log start moved: consumers' long polls below
+                # it answer OFFSET_OUT_OF_RANGE now.
                 self.purgatory.wake(key)
+                waiting.append((key, out, result.requested_offset))
+        if waiting:
+            await self._await_low_watermarks(waiting, request.timeout_ms)
         return response
+
+    async def _await_low_watermarks(
+        self,
+        waiting: list[tuple[TopicIdPartition, broker_pb2.DeleteRecordsPartitionResponse, int]],
+        timeout_ms: int,
+    ) -> None:
+        """``DelayedDeleteRecords``: done when every partition's low
+        watermark reached its offset, or it is no longer led here
+        (``NOT_LEADER_OR_FOLLOWER``); woken by follower fetches that raise a
+        low watermark and by new images (a fenced broker's replica is no
+        longer waited for)."""
+        pending = {id(out): (key, out, offset) for key, out, offset in waiting}
+
+        def check() -> bool | None:
+            for ident, (key, out, offset) in list(pending.items()):
+                replica = self.replicas.replicas.get(key)
+                if replica is None:
+                    result = DeleteRecordsCheck(True, error=Errors.NOT_LEADER_OR_FOLLOWER)
+                else:
+                    result = replica.check_delete_records(offset)
+                if not result.done:
+                    continue
+                out.low_watermark = result.low_watermark
+                if result.error is not Errors.NONE:
+                    out.error = _pb(result.error)
+                    out.message = (
+                        f"the leadership moved before the followers' log starts reached "
+                        f"{offset}: {result.error.name}"
+                    )
+                del pending[ident]
+            return True if not pending else None
+
+        done = await self.purgatory.wait_until(
+            {key for key, _, _ in pending.values()},
+            check,
+            min(timeout_ms, MAX_WAIT_MS) / 1000,
+            operation=Operation.DELETE_RECORDS,
+        )
+        if done is None:
+            for _key, out, offset in pending.values():
+                out.error = _pb(Errors.REQUEST_TIMED_OUT)
+                out.message = (
+                    f"the low watermark did not reach {offset} within {timeout_ms} ms (the "
+                    "leader's log starts there; a follower that has not fetched since still "
+                    "holds the records)"
+                )
 
     # -- InitProducerId -------------------------------------------------------------
 

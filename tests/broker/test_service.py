@@ -21,6 +21,7 @@ from broker.errors import Errors
 from broker.log_dirs import MemoryLogDirectory
 from broker.log_manager import LogManager
 from broker.producer_ids import BlockProducerIds, CountingBlocks
+from broker.purgatory import Operation
 from broker.replica import AlterPartitionRequest
 from broker.replica_manager import ReplicaManager
 from broker.service import BrokerService, ServiceSettings
@@ -44,6 +45,7 @@ from tests.broker.images import (
     fence,
     topic,
     topic_config,
+    unfence,
 )
 
 CLUSTER = "svc-test"
@@ -589,6 +591,105 @@ def test_delete_records_never_past_the_hw(certs: Certs) -> None:
             assert gone.error == E.OFFSET_OUT_OF_RANGE and gone.log_start_offset == 2
             hw = part(await stub.DeleteRecords(delete(-1)))
             assert hw.low_watermark == 3
+
+    run(body)
+
+
+def delete_request(name: str, offset: int, timeout_ms: int) -> broker_pb2.DeleteRecordsRequest:
+    return broker_pb2.DeleteRecordsRequest(
+        topics=[
+            broker_pb2.DeleteRecordsTopic(
+                name=name,
+                partitions=[broker_pb2.DeleteRecordsPartition(partition=0, offset=offset)],
+            )
+        ],
+        timeout_ms=timeout_ms,
+    )
+
+
+async def parked(brokers: Brokers, count: int) -> None:
+    """Until ``count`` DeleteRecords wait in the purgatory (the run's
+    timeout bounds it)."""
+    while brokers.service.purgatory.delayed(Operation.DELETE_RECORDS) != count:
+        await asyncio.sleep(0.01)
+
+
+def test_delete_records_waits_for_the_followers_log_start(certs: Certs) -> None:
+    # DelayedDeleteRecords: the leader's log start moves at once; the answer
+    # waits until the follower, told the leader's start in a fetch answer,
+    # reports its own start in its next fetch (the low watermark).
+    brokers = Brokers(*topic("t", "id-t", (1, 2)))
+
+    async def body() -> None:
+        async with (
+            serving(brokers, certs) as address,
+            dial(address, certs.user("admin")) as client,
+            dial(address, certs.broker(2)) as replica,
+        ):
+            stub = broker_pb2_grpc.BrokerServiceStub(client)
+            stream = broker_pb2_grpc.BrokerServiceStub(replica).ReplicaFetch()
+
+            async def follower_round() -> None:
+                request = brokers.follower_fetch()
+                assert request is not None
+                await stream.write(request)
+                brokers.follower_answer(await stream.read())
+
+            for value in (b"a", b"b", b"c"):
+                await stub.Produce(produce("t", 0, batch(value)))
+            for _ in range(3):  # the records, the HW, the HW to the follower
+                await follower_round()
+            assert brokers.log(1, "t").high_watermark == 3
+            assert brokers.log(2, "t").high_watermark == 3
+            waiting = asyncio.ensure_future(stub.DeleteRecords(delete_request("t", 2, 10_000)))
+            await parked(brokers, 1)
+            assert brokers.log(1, "t").log_start_offset == 2
+            assert brokers.log(2, "t").log_start_offset == 0
+            # The answer carries the leader's start: the follower moves...
+            await follower_round()
+            assert brokers.log(2, "t").log_start_offset == 2
+            # ...and the leader learns it from the next fetch.
+            assert not waiting.done()
+            await follower_round()
+            done = part(await asyncio.wait_for(waiting, 5))
+            assert (done.error, done.low_watermark) == (E.NONE, 2)
+            # Not reached within timeout_ms: REQUEST_TIMED_OUT, the leader's
+            # start moved, the low watermark answered is the follower's.
+            late = part(await stub.DeleteRecords(delete_request("t", 3, 100)))
+            assert (late.error, late.low_watermark) == (E.REQUEST_TIMED_OUT, 2)
+            assert brokers.log(1, "t").log_start_offset == 3
+            assert brokers.service.purgatory.delayed() == 0
+            await stream.done_writing()
+
+    run(body)
+
+
+def test_delete_records_stops_waiting_for_a_fenced_follower(certs: Certs) -> None:
+    # lowWatermarkIfLeader counts the replicas on live brokers: once the
+    # image fences broker 2, the wait is over.
+    brokers = Brokers(*topic("t", "id-t", (1, 2)))
+
+    async def body() -> None:
+        async with serving(brokers, certs) as address, dial(address, certs.user("admin")) as ch:
+            stub = broker_pb2_grpc.BrokerServiceStub(ch)
+            await stub.Produce(produce("t", 0, batch(b"a", b"b")))
+            brokers.step(change("id-t", 0, isr=[1]))  # the HW moves on the leader alone
+            assert brokers.log(1, "t").high_watermark == 2
+            waiting = asyncio.ensure_future(stub.DeleteRecords(delete_request("t", 1, 10_000)))
+            await parked(brokers, 1)
+            brokers.step(fence(2))
+            done = part(await asyncio.wait_for(waiting, 5))
+            assert (done.error, done.low_watermark) == (E.NONE, 1)
+            # A leadership that moves away ends the wait too.
+            brokers.step(unfence(2))
+            waiting = asyncio.ensure_future(stub.DeleteRecords(delete_request("t", 2, 10_000)))
+            await parked(brokers, 1)
+            brokers.step(change("id-t", 0, leader=2, isr=[2]))
+            moved = part(await asyncio.wait_for(waiting, 5))
+            assert moved.error == E.NOT_LEADER_OR_FOLLOWER
+            # Bad input changes nothing.
+            bad = await stub.DeleteRecords(delete_request("t", 0, -1))
+            assert bad.error == E.INVALID_REQUEST and "timeout_ms -1" in bad.message
 
     run(body)
 

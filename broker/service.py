@@ -14,9 +14,9 @@ the delayed-operation purgatories of ``ReplicaManager``).
   woken by appends and HW moves. ReplicaFetch is the same for followers, one
   stream per follower-leader pair.
 - DeleteRecords raises the leader's log start, then waits until the low
-  watermark (the least log start over the leader and the followers on live
-  brokers, which follow the leader's in their fetch answers) reaches the
-  offset (``DelayedDeleteRecords``), ``REQUEST_TIMED_OUT`` after
+  watermark (the least log start over the leader, the followers on live
+  brokers and the ISR and ELR members, which follow the leader's in their
+  fetch answers) reaches the offset (``DelayedDeleteRecords``), ``REQUEST_TIMED_OUT`` after
   ``timeout_ms``.
 - Metadata, ListOffsets, OffsetForLeaderEpoch and InitProducerId as Kafka
   answers them.
@@ -1040,8 +1040,9 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         """``ReplicaManager.deleteRecords``: each partition's leader raises its
         own log start (never above its HW: ``OFFSET_OUT_OF_RANGE``), then the
         request waits until every moved partition's low watermark (the least
-        log start over the leader and the followers on live brokers, which
-        follow the leader's in their fetch answers) reached its offset
+        log start over the leader, the followers on live brokers and the
+        ISR and ELR members, which follow the leader's in their fetch
+        answers) reached its offset
         (``DelayedDeleteRecords``), or answers those still short
         ``REQUEST_TIMED_OUT`` after ``timeout_ms`` (the leader's records are
         gone; the followers' follow in their next fetches)."""
@@ -1093,8 +1094,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         """``DelayedDeleteRecords``: done when every partition's low
         watermark reached its offset, or it is no longer led here
         (``NOT_LEADER_OR_FOLLOWER``); woken by follower fetches that raise a
-        low watermark and by new images (a fenced broker's replica is no
-        longer waited for)."""
+        low watermark and by new images (a fenced broker's replica out of
+        the ISR and ELR is no longer waited for)."""
         pending = {id(out): (key, out, offset) for key, out, offset in waiting}
 
         def check() -> bool | None:

@@ -26,7 +26,9 @@ Rules and their sources (brokers.md §1.3, §1.4, §1.7, §1.8):
 - AlterPartition errors (``Partition.handleAlterPartitionError``).
 - The low watermark, which a DeleteRecords waits for, is the smallest log
   start over the leader and every follower on a live broker, as their
-  fetches reported it (``Partition.lowWatermarkIfLeader``).
+  fetches reported it (``Partition.lowWatermarkIfLeader``), and over every
+  ISR and ELR member even on a fenced broker (kq's addition: KIP-966 may
+  elect one that never fetched the delete).
 """
 
 from __future__ import annotations
@@ -324,20 +326,29 @@ def low_watermark(
     leader_log_start_offset: int,
     remotes: Iterable[RemoteReplica],
     alive: Callable[[int], bool],
+    electable: Iterable[int] = (),
 ) -> int:
-    """``Partition.lowWatermarkIfLeader``: the smallest log start offset over
-    the leader's log and every follower on a live broker (its log start as
-    its last fetch in this leadership reported it; -1 before any, which
-    holds the low watermark at -1 until it fetches). Kafka counts the
-    replicas on live brokers (``metadataCache.hasAliveBroker``), not only
-    the ISR: a live follower out of the ISR is waited for too, so a
-    DeleteRecords answered NONE has reached every replica that could lead
-    without fencing first (an ISR member, or an ELR member, KIP-966). A
-    fenced broker's replica is not waited for; it learns the log start from
-    its next fetch answer."""
+    """The smallest log start offset over the leader's log and the followers
+    it waits for, each as its last fetch in this leadership reported it (-1
+    before any, which holds the low watermark at -1 until it fetches).
+
+    ``Partition.lowWatermarkIfLeader`` waits for every follower on a live
+    broker (``metadataCache.hasAliveBroker``), in the ISR or not, and not
+    for a fenced broker's, which learns the log start from its first fetch
+    answer once back. kq also waits for every replica in ``electable`` (the
+    ISR and the ELR) even on a fenced broker: since KIP-966 the controller
+    may elect an ELR member, which left the ISR because its broker was
+    fenced, as soon as it is unfenced and before it fetched, and its log
+    would bring the deleted records back (the broker simulation's
+    ``deleted-stay-deleted`` found it). Kafka's rule predates the ELR; with
+    this one a DeleteRecords answered NONE is on every replica that can be
+    elected cleanly, and one that cannot wait for a fenced ELR member
+    answers ``REQUEST_TIMED_OUT``."""
+    waited_for = set(electable)
     lowest = leader_log_start_offset
     for replica in remotes:
-        if alive(replica.broker_id) and replica.log_start_offset < lowest:
+        counted = alive(replica.broker_id) or replica.broker_id in waited_for
+        if counted and replica.log_start_offset < lowest:
             lowest = replica.log_start_offset
     return lowest
 

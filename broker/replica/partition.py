@@ -108,6 +108,8 @@ class PartitionReplica:
         self.leader_epoch = NO_EPOCH
         self.partition_epoch = -1
         self.replicas: tuple[int, ...] = ()
+        # The eligible leader replicas of the registration (KIP-966).
+        self.elr: tuple[int, ...] = ()
         self.isr_state = IsrState(())
         # Leader side: what we know of each follower, and our LEO when this
         # epoch began (Partition.leaderEpochStartOffsetOpt).
@@ -215,6 +217,7 @@ class PartitionReplica:
         self.leader_epoch = registration.leader_epoch
         self.partition_epoch = registration.partition_epoch
         self.replicas = registration.replicas
+        self.elr = registration.elr
         # Any AlterPartition in flight is superseded by the image (its answer
         # will no longer match the pending state and is ignored).
         self.isr_state = IsrState(tuple(sorted(registration.isr)), LeaderRecoveryState.RECOVERED)
@@ -240,6 +243,7 @@ class PartitionReplica:
         self.leader_epoch = registration.leader_epoch
         self.partition_epoch = registration.partition_epoch
         self.replicas = registration.replicas
+        self.elr = registration.elr
         self.isr_state = IsrState(
             tuple(sorted(registration.isr)), registration.leader_recovery_state
         )
@@ -562,10 +566,16 @@ class PartitionReplica:
         return registration is not None and not registration.fenced
 
     def _low_watermark(self) -> int:
-        return low_watermark(self.log.log_start_offset, self.remotes.values(), self._alive)
+        return low_watermark(
+            self.log.log_start_offset,
+            self.remotes.values(),
+            self._alive,
+            (*self.isr_state.maximal_isr, *self.elr),
+        )
 
     def low_watermark(self) -> int:
-        """``Partition.lowWatermarkIfLeader`` (see
+        """``Partition.lowWatermarkIfLeader``, also over the ISR and ELR
+        members on fenced brokers (see
         :func:`broker.replica.leader.low_watermark`)."""
         if self.role is not Role.LEADER:
             raise ReplicaError(

@@ -139,6 +139,28 @@ def test_a_fenced_followers_log_start_is_not_waited_for() -> None:
     assert starts(cluster) == [3, 3, 3]
 
 
+def test_an_elr_member_on_a_fenced_broker_is_waited_for() -> None:
+    # KIP-966 may elect it once unfenced, before it fetched: a delete
+    # answered NONE must be on it already (kq's addition to
+    # lowWatermarkIfLeader, which skips every fenced broker).
+    remotes = [RemoteReplica(1, log_start_offset=3), RemoteReplica(2, log_start_offset=0)]
+    assert low_watermark(6, remotes, lambda b: b != 2) == 3
+    assert low_watermark(6, remotes, lambda b: b != 2, electable=(2,)) == 0
+    cluster = filled()
+    cluster.nodes[2].alive = False
+    cluster.registrations[2] = replace(cluster.registrations[2], fenced=True)
+    p = cluster.partition
+    cluster.publish(replace(p, isr=(0, 1), elr=(2,), partition_epoch=p.partition_epoch + 1))
+    leader = cluster.leader.replica
+    leader.delete_records(3, cluster.now_ms)
+    cluster.replicate()
+    assert leader.check_delete_records(3) == DeleteRecordsCheck(False, 0)
+    # Out of the ELR (the controller dropped it), it is no longer waited for.
+    p = cluster.partition
+    cluster.publish(replace(p, elr=(), partition_epoch=p.partition_epoch + 1))
+    assert leader.check_delete_records(3) == DeleteRecordsCheck(True, 3)
+
+
 def test_a_new_leader_waits_for_every_live_follower_to_fetch_again() -> None:
     # A new leader forgets what it knew of its followers (their log start
     # is unknown until they fetch in its epoch): -1 until then.

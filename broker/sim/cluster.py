@@ -28,7 +28,12 @@ the same calls replay the same run. After every event the invariants
   written survives), restart (logs reopened with the checkpointed HW, a new
   registration and broker epoch), pause/resume, isolate, one-way cuts, heal.
 - **Clients**: producers with acks=1 and acks=all recording every outcome,
-  and consumers reading from the leader below its HW.
+  consumers reading from the leader below its HW (from its log start when
+  their position lies below it, as ``auto.offset.reset=earliest``), and
+  DeleteRecords sent to the leader, which moves its log start and answers
+  once the low watermark reached the offset (``DelayedDeleteRecords``) or
+  the request timed out; the followers move theirs from their fetch
+  answers.
 """
 
 from __future__ import annotations
@@ -145,6 +150,24 @@ class ProduceReply:
 
 
 @dataclass(frozen=True, slots=True)
+class DeleteMsg:
+    op: int
+    partition: int
+    # -1: the leader's HW.
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteReply:
+    op: int
+    partition: int
+    error: Errors
+    # The offset the leader's log start was raised to (-1 on a refusal).
+    offset: int = -1
+    low_watermark: int = -1
+
+
+@dataclass(frozen=True, slots=True)
 class HeldFetch:
     """A leader's own reminder: the fetch of ``follower`` it holds is due
     (``DelayedFetch`` expiring)."""
@@ -162,6 +185,8 @@ Body = (
     | HeartbeatMsg
     | ProduceMsg
     | ProduceReply
+    | DeleteMsg
+    | DeleteReply
     | HeldFetch
 )
 
@@ -236,6 +261,15 @@ class _Waiting:
 
 
 @dataclass(slots=True)
+class _WaitingDelete:
+    op: int
+    partition: int
+    required: int
+    low_watermark: int
+    deadline_ms: int
+
+
+@dataclass(slots=True)
 class BrokerSim:
     """One simulated broker: its process state, logs and replicas."""
 
@@ -247,6 +281,9 @@ class BrokerSim:
     broker_epoch: int = -1
     incarnation: int = 0
     lost_power: bool = False
+    # Power losses so far: a log start may go back across one (the records
+    # beneath it lost with the unsynced tail).
+    power_losses: int = 0
     registered: bool = True
     logs: dict[int, PartitionLog] = field(default_factory=dict)
     replicas: dict[int, PartitionReplica] = field(default_factory=dict)
@@ -256,6 +293,7 @@ class BrokerSim:
     backoff_until: dict[int, int] = field(default_factory=dict)
     altering: dict[int, tuple[AlterPartitionRequest, int]] = field(default_factory=dict)
     purgatory: list[_Waiting] = field(default_factory=list)
+    delete_purgatory: list[_WaitingDelete] = field(default_factory=list)
     next_heartbeat_ms: int = 0
     next_metadata_ms: int = 0
     next_isr_ms: int = 0
@@ -326,6 +364,15 @@ class SimCluster:
         self.outcomes: dict[int, Outcome] = {}
         self.acked: list[Acked] = []
         self.consumed: list[Consumed] = []
+        # DeleteRecords: the highest offset a leader raised its log start to
+        # (applied), and the highest one answered NONE (acknowledged: every
+        # replica on a live broker and every ISR and ELR member had moved
+        # its log start there), by
+        # partition; the answers by operation.
+        self.deletes_applied: dict[int, int] = dict.fromkeys(assignments, 0)
+        self.deletes_acked: dict[int, int] = dict.fromkeys(assignments, 0)
+        self.delete_replies: dict[int, DeleteReply] = {}
+        self._next_delete = 0
         # The last poll: partition, leader, records, the leader's HW.
         self.last_poll: tuple[int, int, list[Consumed], int] | None = None
         self.positions: dict[int, int] = dict.fromkeys(assignments, 0)
@@ -426,8 +473,11 @@ class SimCluster:
         if message.dst == CONTROLLER:
             self._controller_receive(message.src, body)
         elif message.dst == CLIENT:
-            assert isinstance(body, ProduceReply)
-            self._client_receive(message.src, body)
+            if isinstance(body, DeleteReply):
+                self._client_delete_reply(body)
+            else:
+                assert isinstance(body, ProduceReply)
+                self._client_receive(message.src, body)
         else:
             self._broker_receive(self.brokers[message.dst], message.src, body)
 
@@ -473,6 +523,7 @@ class SimCluster:
         broker.backoff_until = {}
         broker.altering = {}
         broker.purgatory = []
+        broker.delete_purgatory = []
 
     def _pull_metadata(self, broker: BrokerSim) -> None:
         """Apply the metadata log from where this broker stopped."""
@@ -496,6 +547,8 @@ class SimCluster:
         broker.view.brokers = registrations
         for p in sorted(latest):
             self._apply_partition(broker, latest[p])
+        # A fenced broker's replica is no longer waited for.
+        self._complete_deletes(broker)
 
     def _apply_partition(self, broker: BrokerSim, change: PartitionChange) -> None:
         p, registration = change.partition, change.registration
@@ -510,6 +563,7 @@ class SimCluster:
             broker.fetching.pop(p, None)
             broker.altering.pop(p, None)
             self._complete_waiting(broker)
+            self._complete_deletes(broker)
 
     def _broker_tick(self, broker: BrokerSim) -> None:
         config = self.config
@@ -547,6 +601,16 @@ class SimCluster:
         for waiting in late:
             broker.purgatory.remove(waiting)
             self.send(broker.broker_id, CLIENT, ProduceReply(waiting.op, Errors.REQUEST_TIMED_OUT))
+        for deleting in [w for w in broker.delete_purgatory if now >= w.deadline_ms]:
+            broker.delete_purgatory.remove(deleting)
+            reply = DeleteReply(
+                deleting.op,
+                deleting.partition,
+                Errors.REQUEST_TIMED_OUT,
+                deleting.required,
+                deleting.low_watermark,
+            )
+            self.send(broker.broker_id, CLIENT, reply)
 
     def _send_alter(self, broker: BrokerSim, p: int, request: AlterPartitionRequest) -> None:
         broker.altering[p] = (request, self.now_ms)
@@ -599,6 +663,8 @@ class SimCluster:
             self._send_alter(broker, partition, outcome.alter_partition)
         if outcome.high_watermark_moved:
             self._complete_waiting(broker)
+        if outcome.low_watermark_moved:
+            self._complete_deletes(broker)
         return outcome
 
     def _broker_receive(self, broker: BrokerSim, src: int, body: Body) -> None:
@@ -657,6 +723,8 @@ class SimCluster:
                     self._send_alter(broker, body.partition, again)
         elif isinstance(body, ProduceMsg):
             self._produce_on(broker, body)
+        elif isinstance(body, DeleteMsg):
+            self._delete_on(broker, body)
 
     def _produce_on(self, broker: BrokerSim, msg: ProduceMsg) -> None:
         replica = broker.replicas.get(msg.partition)
@@ -710,7 +778,76 @@ class SimCluster:
             )
         broker.purgatory = still
 
+    def _delete_on(self, broker: BrokerSim, msg: DeleteMsg) -> None:
+        """``ReplicaManager.deleteRecords`` on one partition: the leader's log
+        start moves, then the answer waits for the low watermark."""
+        replica = broker.replicas.get(msg.partition)
+        if replica is None:
+            reply = DeleteReply(msg.op, msg.partition, Errors.UNKNOWN_TOPIC_OR_PARTITION)
+            self.send(broker.broker_id, CLIENT, reply)
+            return
+        try:
+            result = replica.delete_records(msg.offset, self.now_ms)
+        except ReplicaError as error:
+            self.send(broker.broker_id, CLIENT, DeleteReply(msg.op, msg.partition, error.code))
+            return
+        p = msg.partition
+        self.deletes_applied[p] = max(self.deletes_applied[p], result.requested_offset)
+        self.log(
+            f"p{p} broker {broker.broker_id} deletes records below {result.requested_offset} "
+            f"(op {msg.op}, low watermark {result.low_watermark})"
+        )
+        broker.delete_purgatory.append(
+            _WaitingDelete(
+                msg.op,
+                p,
+                result.requested_offset,
+                result.low_watermark,
+                self.now_ms + self.config.produce_timeout_ms,
+            )
+        )
+        self._complete_deletes(broker)
+
+    def _complete_deletes(self, broker: BrokerSim) -> None:
+        """``DelayedDeleteRecords.tryComplete`` for every waiting delete."""
+        still = []
+        for waiting in broker.delete_purgatory:
+            check = broker.replicas[waiting.partition].check_delete_records(waiting.required)
+            if not check.done:
+                still.append(waiting)
+                continue
+            reply = DeleteReply(
+                waiting.op, waiting.partition, check.error, waiting.required, check.low_watermark
+            )
+            self.send(broker.broker_id, CLIENT, reply)
+        broker.delete_purgatory = still
+
     # -- clients ---------------------------------------------------------------------
+
+    def delete_records(self, p: int, offset: int = -1) -> int:
+        """An admin client's DeleteRecords of ``p`` below ``offset`` (-1: the
+        HW), sent to the leader the controller names; returns its
+        operation's number (its answer lands in ``delete_replies``)."""
+        op = self._next_delete
+        self._next_delete += 1
+        leader = self.leader_of(p)
+        if leader == NO_LEADER:
+            self.delete_replies[op] = DeleteReply(op, p, Errors.NOT_LEADER_OR_FOLLOWER)
+        else:
+            self.send(CLIENT, leader, DeleteMsg(op, p, offset))
+        return op
+
+    def _client_delete_reply(self, reply: DeleteReply) -> None:
+        if reply.op in self.delete_replies:
+            return
+        self.delete_replies[reply.op] = reply
+        if reply.error is Errors.NONE:
+            p = reply.partition
+            self.deletes_acked[p] = max(self.deletes_acked[p], reply.offset)
+        self.log(
+            f"delete op {reply.op} p{reply.partition} below {reply.offset}: {reply.error.name} "
+            f"(low watermark {reply.low_watermark})"
+        )
 
     def leader_of(self, p: int) -> int:
         return self.controller.partitions[p].leader
@@ -804,6 +941,10 @@ class SimCluster:
                 self.recorder.polled(p, None, None)
             return None
         log = broker.logs[p]
+        if self.positions[p] < log.log_start_offset:
+            # OFFSET_OUT_OF_RANGE below the log start (DeleteRecords):
+            # auto.offset.reset=earliest.
+            self.positions[p] = log.log_start_offset
         limit = consumer_read_bound(log.high_watermark, log.log_end_offset)
         try:
             data = log.read(self.positions[p], 1 << 16, max_offset=limit)
@@ -857,6 +998,7 @@ class SimCluster:
         broker.alive = False
         broker.paused = False
         broker.lost_power = True
+        broker.power_losses += 1
         self._fault("kill", {"nodes": [broker_id], "kind": "power-loss"})
         self.action(f"power loss of broker {broker_id}")
 

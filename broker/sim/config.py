@@ -61,6 +61,10 @@ class SimConfig:
     # in-sync copy of every partition it holds (losing the last one is the
     # loss Kafka documents, brokers.md §1.10); off: drawn for any broker.
     guard_power_loss: bool = True
+    # The chance that a workload step of a random run is a DeleteRecords of
+    # a partition below the consumer's position there; 0 draws nothing, so
+    # runs without deletes keep their seeds' schedules.
+    delete_rate: float = 0.0
 
     def __post_init__(self) -> None:
         if self.brokers < 1:
@@ -82,6 +86,8 @@ class SimConfig:
             )
         if not 0.0 <= self.drop_rate < 1.0:
             raise ValueError(f"drop_rate must be in [0, 1), not {self.drop_rate}")
+        if not 0.0 <= self.delete_rate < 1.0:
+            raise ValueError(f"delete_rate must be in [0, 1), not {self.delete_rate}")
 
     @property
     def rf(self) -> int:

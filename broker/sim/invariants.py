@@ -9,9 +9,12 @@ nothing; :class:`InvariantChecker` runs them all and raises
   epoch and CRC), and below its HW once that HW reached the leader's epoch
   start. After an unclean election of that partition the check is waived
   (the loss design.html §4.7 accepts; the result names the partition).
+  A record below the leader's log start is not looked for when a
+  DeleteRecords raised a log start that far (it was deleted, not lost).
 - ``consumed-on-leader``: the same for every record a consumer read.
 - ``replicas-agree``: two live replicas hold the same batch at every offset
-  below the smaller of their HWs.
+  below the smaller of their HWs and at or above the larger of their log
+  starts.
 - ``monotonic``: a leader's HW never goes back within its leadership (the
   same broker incarnation and leader epoch); a replica's leader epoch never
   goes back within an incarnation.
@@ -19,6 +22,12 @@ nothing; :class:`InvariantChecker` runs them all and raises
   batches (the first offset of each epoch), but for a last entry at the
   LEO (a leader's epoch with nothing written yet).
 - ``consumer-below-hw``: a poll returns only offsets below the leader's HW.
+- ``log-start``: a replica's log start never goes back (but across a power
+  loss of its broker, which may lose the records beneath it too).
+- ``deleted-stay-deleted``: the serving leader holds no record below the
+  highest offset a DeleteRecords answered NONE for (every replica on a
+  live broker and every ISR and ELR member had moved its log start
+  there), whichever replica leads now; waived after an unclean election.
 
 The checker reads logs from outside (their batches) and the controller's
 registrations; it never trusts the replicas' own bookkeeping beyond the HW
@@ -42,6 +51,7 @@ __all__ = [
     "acked_on_leader",
     "consumed_on_leader",
     "consumer_below_hw",
+    "deleted_stay_deleted",
     "epoch_cache_matches_batches",
     "replicas_agree",
 ]
@@ -91,6 +101,8 @@ def _missing_on_leader(
         log = logs.log(leader, p)
         if have is None or log is None:
             continue
+        if offset < log.log_start_offset <= cluster.deletes_applied[p]:
+            continue  # deleted (DeleteRecords), not lost
         if have.get(offset) != batch:
             problems.append(
                 f"{what} {value!r} at p{p} offset {offset} {batch} is not on leader "
@@ -139,9 +151,14 @@ def replicas_agree(cluster: SimCluster, logs: _Logs) -> list[str]:
                 log_a, log_b = logs.log(a, p), logs.log(b, p)
                 assert log_a is not None and log_b is not None
                 below = min(log_a.high_watermark, log_b.high_watermark)
+                # Below the larger log start one of them deleted the records
+                # (a follower moves its start one fetch after its leader).
+                start = max(log_a.log_start_offset, log_b.log_start_offset)
                 ba, bb = logs.batches(a, p), logs.batches(b, p)
                 assert ba is not None and bb is not None
                 for offset in sorted(set(ba) | set(bb)):
+                    if offset < start:
+                        continue
                     if offset >= below:
                         break
                     if ba.get(offset) != bb.get(offset):
@@ -194,6 +211,26 @@ def consumer_below_hw(cluster: SimCluster, logs: _Logs) -> list[str]:
     return []
 
 
+def deleted_stay_deleted(cluster: SimCluster, logs: _Logs) -> list[str]:
+    problems = []
+    for p, deleted in cluster.deletes_acked.items():
+        leader = cluster.serving_leader(p)
+        if deleted == 0 or leader is None or p in cluster.controller.unclean:
+            continue
+        have = logs.batches(leader, p)
+        log = logs.log(leader, p)
+        if have is None or log is None:
+            continue
+        readable = sorted(offset for offset in have if offset < deleted)
+        if readable:
+            problems.append(
+                f"p{p}: records below {deleted} were deleted (DeleteRecords answered NONE), "
+                f"leader {leader} (log start {log.log_start_offset}) holds offsets "
+                f"{readable[:5]}"
+            )
+    return problems
+
+
 Check = Callable[[SimCluster, _Logs], list[str]]
 
 RULES: dict[str, Check] = {
@@ -202,6 +239,7 @@ RULES: dict[str, Check] = {
     "consumed-on-leader": consumed_on_leader,
     "replicas-agree": replicas_agree,
     "epoch-cache": epoch_cache_matches_batches,
+    "deleted-stay-deleted": deleted_stay_deleted,
 }
 
 
@@ -213,7 +251,24 @@ class InvariantChecker:
     epochs: dict[tuple[int, int, int], int] = field(default_factory=dict)
     # (broker, incarnation, partition, leader epoch) -> HW last seen leading
     high_watermarks: dict[tuple[int, int, int, int], int] = field(default_factory=dict)
+    # (broker, power losses, partition) -> log start last seen
+    log_starts: dict[tuple[int, int, int], int] = field(default_factory=dict)
     checks: int = 0
+
+    def log_start(self, cluster: SimCluster, logs: _Logs) -> list[str]:
+        problems = []
+        for broker_id, broker in cluster.brokers.items():
+            for p in broker.partitions:
+                log = logs.log(broker_id, p)
+                if log is None:
+                    continue
+                key = (broker_id, broker.power_losses, p)
+                start = log.log_start_offset
+                before = self.log_starts.get(key)
+                if before is not None and start < before:
+                    problems.append(f"p{p} on broker {broker_id}: log start {start} after {before}")
+                self.log_starts[key] = start
+        return problems
 
     def monotonic(self, cluster: SimCluster, logs: _Logs) -> list[str]:
         problems = []
@@ -245,7 +300,13 @@ class InvariantChecker:
     def __call__(self, cluster: SimCluster) -> None:
         self.checks += 1
         logs = _Logs(cluster)
-        rules: dict[str, Check] = {**RULES, "monotonic": self.monotonic}
+        # A log start gone back shows first as itself, not as the epoch
+        # cache or batches it exposes.
+        rules: dict[str, Check] = {
+            "log-start": self.log_start,
+            **RULES,
+            "monotonic": self.monotonic,
+        }
         for rule, check in rules.items():
             problems = check(cluster, logs)
             if problems:

@@ -111,6 +111,14 @@ def _faults(cluster: SimCluster, steps: int, nemeses: tuple[Nemesis, ...]) -> No
         cluster.run_for(rng.randint(5, 150), max_events=steps - cluster.events)
         if cluster.events >= steps:
             break
+        if cluster.config.delete_rate and rng.random() < cluster.config.delete_rate:
+            # An application deleting what its consumer has read.
+            p = rng.choice(partitions)
+            if cluster.positions[p] > 0:
+                op = cluster.delete_records(p, cluster.positions[p])
+                cluster.action(f"delete op {op} p{p} below {cluster.positions[p]}")
+            cluster.expire_produces()
+            continue
         roll = rng.random()
         if roll < 0.45:
             p = rng.choice(partitions)
@@ -186,8 +194,11 @@ def _heal(cluster: SimCluster, heal_ms: int = 6_000) -> None:
 def _check_recovered(cluster: SimCluster) -> None:
     """Liveness after healing: a partition that has a clean candidate (an
     ISR or ELR member) has a leader serving it, and its replicas hold the
-    same log with the same HW. (One whose ISR and ELR are both empty waits
-    for an unclean election: KIP-966's offline partition.)"""
+    same log with the same HW, each starting no lower than the leader's
+    (a follower raises its log start to the leader's from its fetch
+    answers; it may start higher, never going back). (One whose ISR and
+    ELR are both empty waits for an unclean election: KIP-966's offline
+    partition.)"""
     for p, replicas in sorted(cluster.assignments.items()):
         registration = cluster.controller.partitions[p]
         if not registration.isr and not registration.elr:
@@ -207,6 +218,17 @@ def _check_recovered(cluster: SimCluster) -> None:
             raise Violation(
                 "liveness",
                 f"p{p} replicas did not converge after healing: (LEO, HW) {ends}",
+                cluster.seed,
+                cluster.events,
+            )
+        leader = cluster.serving_leader(p)
+        assert leader is not None
+        starts = {b: log.log_start_offset for b, log in logs.items()}
+        if min(starts.values()) < starts[leader]:
+            raise Violation(
+                "liveness",
+                f"p{p} replicas did not follow leader {leader}'s log start after healing: "
+                f"log starts {starts}",
                 cluster.seed,
                 cluster.events,
             )

@@ -186,6 +186,14 @@ class PartitionReplica:
             )
         self._check_replica(registration)
         if self._is_stale(registration, Role.LEADER):
+            if (registration.leader_epoch, registration.partition_epoch) == (
+                self.leader_epoch,
+                self.partition_epoch,
+            ):
+                # The state an AlterPartition answer already committed here:
+                # the image adds its ELR, which the answer does not carry
+                # (KIP-966) and the low watermark waits for.
+                self.elr = registration.elr
             return False
         is_new_leader = self.role is not Role.LEADER
         if registration.leader_epoch > self.leader_epoch or is_new_leader:

@@ -161,6 +161,29 @@ def test_an_elr_member_on_a_fenced_broker_is_waited_for() -> None:
     assert leader.check_delete_records(3) == DeleteRecordsCheck(True, 3)
 
 
+def test_the_elr_comes_from_the_image_after_the_leaders_own_shrink() -> None:
+    # The leader commits its ISR shrink from the AlterPartition answer
+    # (partition epoch and all) before the image of that state arrives; the
+    # image, the same epochs again, still gives the ELR the answer lacks.
+    cluster = Cluster(3, min_isr=2, lag_ms=100)
+    cluster.produce(b"a")
+    cluster.replicate()
+    cluster.produce(b"b", acks=1)
+    cluster.tick(50)
+    cluster.fetch(1)
+    cluster.fetch(1)  # at the LEO; 2 stops fetching
+    cluster.tick(200)
+    p = cluster.partition
+    assert p.isr == (0, 1)
+    leader = cluster.leader.replica
+    assert (leader.partition_epoch, leader.elr) == (p.partition_epoch, ())
+    assert not leader.become_leader(replace(p, elr=(2,)), cluster.now_ms)
+    assert leader.elr == (2,)
+    # An older image changes nothing.
+    leader.become_leader(replace(p, elr=(), partition_epoch=p.partition_epoch - 1), 0)
+    assert leader.elr == (2,)
+
+
 def test_a_new_leader_waits_for_every_live_follower_to_fetch_again() -> None:
     # A new leader forgets what it knew of its followers (their log start
     # is unknown until they fetch in its epoch): -1 until then.

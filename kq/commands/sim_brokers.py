@@ -46,6 +46,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--partitions", type=_bounded("--partitions", 1, 64), default=2)
     parser.add_argument("--min-isr", type=_bounded("--min-isr", 1, 9), default=2)
     parser.add_argument(
+        "--delete-rate",
+        type=_rate,
+        default=0.0,
+        help="the chance that a workload step is a DeleteRecords below the consumer's "
+        "position (default 0: none, and the seeds' schedules of runs without deletes)",
+    )
+    parser.add_argument(
         "--bug",
         action="append",
         type=_bug,
@@ -84,6 +91,16 @@ def _bounded(flag: str, low: int, high: int) -> Any:
     return parse
 
 
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--delete-rate needs a number, got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"--delete-rate must be in [0, 1), got {value}")
+    return value
+
+
 def _bug(text: str) -> Bug:
     try:
         found = bugs.parse([text])
@@ -111,6 +128,7 @@ def _run_random(args: argparse.Namespace) -> int:
         replication_factor=args.brokers,
         partitions=args.partitions,
         min_insync_replicas=args.min_isr,
+        delete_rate=args.delete_rate,
     )
     failures = 0
     for seed in range(args.seed, args.seed + args.schedules):
@@ -185,6 +203,7 @@ def _write_run(
         "brokers": list(range(config.brokers)),
         "partitions": config.partitions,
         "min_insync_replicas": config.min_insync_replicas,
+        "delete_rate": config.delete_rate,
         "bugs": sorted(b.title for b in bugs.active()),
         "faults": [n.value for n in ALL_NEMESES],
         "seed": result.seed,

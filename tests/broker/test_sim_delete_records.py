@@ -19,6 +19,7 @@ from broker.replica.leader import low_watermark as kept_low_watermark
 from broker.sim import InvariantChecker, SimCluster, SimConfig, Violation, run_random
 from broker.sim.logs import batches
 from broker.sim.schedule import _check_recovered
+from kq.cli import main as kq_main
 
 DELETES = SimConfig(delete_rate=0.25)
 
@@ -181,3 +182,13 @@ def test_log_start_fires_when_a_replicas_log_start_goes_back() -> None:
 def test_config_refuses_a_bad_delete_rate() -> None:
     with pytest.raises(ValueError, match=r"delete_rate must be in \[0, 1\), not 1.0"):
         SimConfig(delete_rate=1.0)
+
+
+def test_kq_sim_brokers_with_deletes(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["sim", "brokers", "--seed", "1", "--steps", "800", "--delete-rate", "0.3"]
+    assert kq_main([*argv, "--trace"]) == 0
+    out = capsys.readouterr().out
+    assert "deletes records below" in out and ": NONE (low watermark" in out
+    with pytest.raises(SystemExit):
+        kq_main(["sim", "brokers", "--delete-rate", "1"])
+    assert "--delete-rate must be in [0, 1), got 1.0" in capsys.readouterr().err

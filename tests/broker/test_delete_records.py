@@ -288,3 +288,18 @@ def test_deleted_records_stay_deleted_when_a_follower_becomes_leader() -> None:
     cluster.replicate()
     assert starts(cluster) == [4, 4, 4]
     assert sorted(cluster.committed()) == [4, 5]
+
+
+def test_deleted_records_stay_deleted_when_the_leadership_moves_cleanly() -> None:
+    # The same with a preferred-leader style move: every replica alive, the
+    # old leader following the new one.
+    cluster = filled()
+    cluster.leader.replica.delete_records(4, cluster.now_ms)
+    cluster.replicate()
+    cluster.elect(1)
+    assert cluster.leader.log.log_start_offset == 4
+    cluster.produce(b"after")
+    cluster.replicate()
+    assert starts(cluster) == [4, 4, 4]
+    assert sorted(cluster.committed()) == [4, 5, 6]
+    assert cluster.inconsistent() == {}

@@ -72,6 +72,7 @@ from metadata.image import PartitionRegistration
 from metadata.records import NO_LEADER, LeaderRecoveryState
 from partition_log.errors import PartitionLogError
 from partition_log.log import AppendInfo
+from partition_log.log_config import CleanupPolicy
 
 __all__ = ["LeaderAppend", "PartitionReplica"]
 
@@ -604,6 +605,14 @@ class PartitionReplica:
             raise ReplicaError(
                 Errors.NOT_LEADER_OR_FOLLOWER,
                 f"broker {self.broker_id} does not lead this partition (leader {self.leader_id})",
+            )
+        if CleanupPolicy.DELETE not in self.log.config.cleanup_policy:
+            # Partition.deleteRecordsOnLeader: a compacted topic keeps every
+            # key's latest record; only its cleaner removes records.
+            raise ReplicaError(
+                Errors.POLICY_VIOLATION,
+                "records of this partition cannot be deleted: its topic's cleanup.policy "
+                "is compact, not delete",
             )
         if offset < UNKNOWN_OFFSET:
             raise ReplicaError(

@@ -17,6 +17,7 @@ from typing import Protocol
 from metadata.image import BrokerRegistration
 from partition_log.epoch_cache import LeaderEpochCache
 from partition_log.log import AppendInfo
+from partition_log.log_config import LogConfig
 
 __all__ = ["BrokerView", "MappingBrokerView", "ReplicaLog"]
 
@@ -35,6 +36,9 @@ class ReplicaLog(Protocol):
 
     @property
     def epoch_cache(self) -> LeaderEpochCache: ...
+
+    @property
+    def config(self) -> LogConfig: ...
 
     def append_as_leader(
         self, batch_bytes: bytes, leader_epoch: int, now_ms: int

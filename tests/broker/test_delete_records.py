@@ -29,6 +29,7 @@ from metadata.image import PartitionRegistration
 from partition_log.errors import PartitionLogError
 from partition_log.files import MemoryDirectory
 from partition_log.log import LogConfig, PartitionLog
+from partition_log.log_config import CleanupPolicy
 from tests.broker.cluster import Cluster, value_batch
 
 
@@ -104,6 +105,23 @@ def test_delete_above_the_hw_is_refused_and_moves_nothing() -> None:
         cluster.leader.replica.delete_records(-2, cluster.now_ms)
     assert negative.value.code is Errors.OFFSET_OUT_OF_RANGE
     assert starts(cluster) == [0, 0, 0]
+
+
+def test_a_compacted_topic_refuses_the_delete_and_moves_nothing() -> None:
+    cluster = filled()
+    for node in cluster.nodes:
+        node.log.config = replace(node.log.config, cleanup_policy=CleanupPolicy.COMPACT)
+    with pytest.raises(ReplicaError) as refused:
+        cluster.leader.replica.delete_records(4, cluster.now_ms)
+    assert refused.value.code is Errors.POLICY_VIOLATION
+    assert "cleanup.policy" in str(refused.value)
+    assert starts(cluster) == [0, 0, 0]
+    # compact,delete deletes as delete does (Kafka's LogConfig.delete).
+    for node in cluster.nodes:
+        node.log.config = replace(
+            node.log.config, cleanup_policy=CleanupPolicy.COMPACT | CleanupPolicy.DELETE
+        )
+    assert cluster.leader.replica.delete_records(4, cluster.now_ms).requested_offset == 4
 
 
 def test_delete_to_minus_one_deletes_up_to_the_hw() -> None:

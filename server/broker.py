@@ -60,6 +60,7 @@ from broker.os_log_dirs import OsLogDirectory
 from broker.producer_ids import BlockProducerIds, ProducerIdBlock, ProducerIdsError
 from broker.replica import AlterPartitionRequest, FetcherConfig
 from broker.replica import Role as ReplicaRole
+from broker.replica.follower import backs_off
 from broker.replica.types import AlterPartitionResult, Restart, Truncation
 from broker.replica_manager import ReplicaManager
 from broker.service import BrokerService, ServiceSettings
@@ -899,9 +900,8 @@ class BrokerProcess:
                 backoff = False
                 for key, request in requests.items():
                     answer = answers[key]
-                    if answer.error is not Errors.NONE:
-                        backoff = True
                     outcome = self.replicas.step_fetch_answer(key, request, answer, now)
+                    backoff = backoff or backs_off(answer.error, outcome)
                     if outcome is not None:
                         changed.append(key)
                         if outcome.truncation is not None:

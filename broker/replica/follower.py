@@ -20,12 +20,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker.replica.types import DivergingEpoch, FetchRequest
+from broker.errors import Errors
+from broker.replica.types import DivergingEpoch, FetchRequest, FollowerOutcome, FollowerStep
 from partition_log.divergence import TruncationStep, truncation_step
 from partition_log.epoch_cache import EpochEndOffset, LeaderEpochCache
 
 __all__ = [
     "OutOfRange",
+    "backs_off",
     "divergence_truncation",
     "follower_high_watermark",
     "follower_log_start",
@@ -108,3 +110,19 @@ def follower_log_start(leader_log_start_offset: int, high_watermark: int) -> int
     ``min(leader's HW, our LEO)``. The min keeps "never past the HW" for an
     answer that breaks that, without stopping the follower."""
     return min(leader_log_start_offset, high_watermark)
+
+
+def backs_off(error: Errors, outcome: FollowerOutcome | None) -> bool:
+    """Whether the fetcher waits ``replica.fetch.backoff.ms`` before its
+    next fetch, after an answer with ``error`` that the partition handled
+    with ``outcome`` (None: the partition is no longer fetched here).
+
+    Kafka's ``processFetchRequest`` delays the partitions it puts in
+    ``partitionsWithError``: an error answer it could not act on, and a
+    local failure to take the answer (the append refused,
+    ``handlePartitionsWithErrors``). An ``OFFSET_OUT_OF_RANGE`` that
+    ``handleOutOfRangeError`` resolved (a truncation or a restart of the
+    log) fetches on at once, as does a stale answer."""
+    if outcome is None:
+        return error is not Errors.NONE
+    return outcome.step in (FollowerStep.BACKOFF, FollowerStep.WAIT_FOR_METADATA)

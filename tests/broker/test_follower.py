@@ -15,7 +15,8 @@ from broker.replica import (
     Role,
     Truncation,
 )
-from broker.replica.follower import OutOfRange, out_of_range
+from broker.replica.follower import OutOfRange, backs_off, out_of_range
+from broker.replica.types import FollowerOutcome
 from metadata.image import PartitionRegistration
 from partition_log.batch import build_batch
 from partition_log.files import MemoryDirectory
@@ -212,3 +213,27 @@ def test_a_refused_append_backs_off_with_the_logs_code() -> None:
     assert outcome.step is FollowerStep.BACKOFF
     assert outcome.error is Errors.OFFSET_OUT_OF_RANGE
     assert replica.log.log_end_offset == 0
+
+
+def test_the_fetcher_backs_off_where_kafka_delays_the_partition() -> None:
+    # processFetchRequest: an error it could not act on, or a local refusal
+    # of the answer (partitionsWithError), waits replica.fetch.backoff.ms.
+    assert backs_off(Errors.NONE, FollowerOutcome(FollowerStep.BACKOFF))
+    assert backs_off(
+        Errors.NOT_LEADER_OR_FOLLOWER,
+        FollowerOutcome(FollowerStep.BACKOFF, error=Errors.NOT_LEADER_OR_FOLLOWER),
+    )
+    assert backs_off(
+        Errors.FENCED_LEADER_EPOCH,
+        FollowerOutcome(FollowerStep.WAIT_FOR_METADATA, error=Errors.FENCED_LEADER_EPOCH),
+    )
+    # A partition no longer fetched here: the answer's error decides.
+    assert backs_off(Errors.UNKNOWN_LEADER_EPOCH, None)
+    assert not backs_off(Errors.NONE, None)
+    # handleOutOfRangeError resolved it (a truncation or a restart): at once.
+    assert not backs_off(
+        Errors.OFFSET_OUT_OF_RANGE,
+        FollowerOutcome(FollowerStep.FETCH, error=Errors.OFFSET_OUT_OF_RANGE),
+    )
+    assert not backs_off(Errors.NONE, FollowerOutcome(FollowerStep.FETCH, appended_to=3))
+    assert not backs_off(Errors.NONE, FollowerOutcome(FollowerStep.STALE))

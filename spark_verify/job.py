@@ -335,6 +335,17 @@ def _verify_held(
             queue_ops, history.where(in_queue), folders, records=records
         ):
             checks[result.name] = result
+        # A queue op names its keys (topic-partitions) inside its value, not
+        # in the key column: a queue run's keys are those its sends and polls
+        # name.
+        named = records.sends.select("run", "key").unionByName(records.reads.select("run", "key"))
+        for row in (
+            named.where(F.col("key").isNotNull())
+            .groupBy("run")
+            .agg(F.countDistinct("key").alias("keys"))
+            .collect()
+        ):
+            counts.setdefault(row["run"], {"ops": 0, "keys": 0})["keys"] = int(row["keys"])
         say("checking the brokers' partition exports")
         partition_frames: PartitionFrames | None = load_partition_exports(spark, folders)
         for result in check_partition_runs(spark, folders, partition_frames):

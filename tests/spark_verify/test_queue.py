@@ -159,6 +159,17 @@ def test_spark_finds_what_the_reference_finds(spark: SparkSession, tmp_path: Pat
             assert "inconsistent-offsets" in {w[0] for w in want}
 
 
+def _named_keys(ops: list[Op]) -> set[str]:
+    keys: set[str] = set()
+    for op in ops:
+        for mop in op.value if isinstance(op.value, list) else ():
+            if mop[0] == "send":
+                keys.add(mop[1])
+            elif mop[0] == "poll" and len(mop) > 1 and isinstance(mop[1], dict):
+                keys.update(mop[1])
+    return keys
+
+
 def test_kq_verify_gives_a_queue_run_one_verdict(spark: SparkSession, tmp_path: Path) -> None:
     clean = write_run(tmp_path, "clean", simulated(3, None))
     bad = write_run(tmp_path, "bad", planted().ops)
@@ -166,6 +177,9 @@ def test_kq_verify_gives_a_queue_run_one_verdict(spark: SparkSession, tmp_path: 
     runs = {r["name"]: r for r in done.verdict["runs"]}
     assert runs["clean"]["verdict"] == "valid", runs["clean"]
     assert runs["bad"]["verdict"] == "invalid"
+    # A queue run's keys are the topic-partitions its sends and polls name.
+    assert runs["bad"]["keys"] == len(_named_keys(planted().ops)) > 1
+    assert runs["clean"]["keys"] == len(_named_keys(simulated(3, None))) > 0
     assert "no-loss" in runs["bad"]["failed"] and "G1a" in runs["bad"]["failed"]
     assert "int-send-skip" not in runs["bad"]["failed"]  # allowed
     checks = done.verdict["checks"]

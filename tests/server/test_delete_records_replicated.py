@@ -10,23 +10,23 @@ records from 0 again."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from broker.errors import Errors
-from kqproto import broker_pb2, broker_pb2_grpc
-from partition_log.batch import build_batch
+from kqproto import broker_pb2
 from partition_log.log_files import LOG_START_OFFSET_FILE, decode_offset
-from partition_log.records import Record
-from quorum.driver.tls import dial
-from server.local_cluster import load_state, process_alive
+from tests.server.one_partition import (
+    STEP_S,
+    kill_broker,
+    on_broker,
+    partition_dir,
+    produce_request,
+    wait_for_partition,
+)
 from tests.server.test_local_cluster_brokers import Up, cluster_up, kq
 
 pytestmark = pytest.mark.slow
@@ -34,8 +34,6 @@ pytestmark = pytest.mark.slow
 TOPIC = "deleted"
 RECORDS = 6
 DELETE_BELOW = 4
-# Each bound below is far above what the step takes on a quiet host.
-STEP_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -43,45 +41,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     yield from cluster_up(tmp_path_factory, "delete-records")
 
 
-def describe(cluster: Up) -> dict[str, Any]:
-    done = kq("topics", "describe", TOPIC, "--cluster-dir", cluster.dir, "--json")
-    assert done.returncode == 0, done.stderr
-    (topic,) = json.loads(done.stdout)["topics"]
-    (partition,) = topic["partitions"]
-    assert isinstance(partition, dict)
-    return partition
-
-
-def wait_for_partition(cluster: Up, what: str, ok: Any) -> dict[str, Any]:
-    deadline = time.monotonic() + STEP_S
-    while True:
-        partition = describe(cluster)
-        if ok(partition):
-            return partition
-        assert time.monotonic() < deadline, f"{what}: {partition}"
-        time.sleep(0.5)
-
-
-def address_of(cluster: Up, broker_id: int) -> str:
-    state = load_state(cluster.dir)
-    assert state is not None
-    (address,) = [b.address for b in state.brokers if b.node_id == broker_id]
-    return address
-
-
-async def on_leader(cluster: Up, leader: int, body: Any) -> Any:
-    state = load_state(cluster.dir)
-    assert state is not None
-    async with dial(address_of(cluster, leader), state.client_credentials()) as channel:
-        return await body(broker_pb2_grpc.BrokerServiceStub(channel))
-
-
 def log_start_checkpoint(cluster: Up, broker_id: int) -> int:
-    state = load_state(cluster.dir)
-    assert state is not None
-    (broker_state,) = [b for b in state.brokers if b.node_id == broker_id]
-    (log_dir,) = broker_state.log_dirs
-    checkpoint = Path(state.path(log_dir)) / f"{TOPIC}-0" / LOG_START_OFFSET_FILE
+    checkpoint = partition_dir(cluster, broker_id, TOPIC) / LOG_START_OFFSET_FILE
     return decode_offset(checkpoint.name, checkpoint.read_bytes())
 
 
@@ -93,30 +54,17 @@ def test_deleted_records_stay_deleted_after_the_leader_is_killed(cluster: Up) ->
     )  # fmt: skip
     assert created.returncode == 0, created.stderr
     first = wait_for_partition(
-        cluster, "a leader and a full ISR", lambda p: p["leader"] is not None and len(p["isr"]) == 3
+        cluster,
+        TOPIC,
+        "a leader and a full ISR",
+        lambda p: p["leader"] is not None and len(p["isr"]) == 3,
     )
     leader = int(first["leader"])
     replicas = sorted(int(b) for b in first["replicas"])
 
     async def produce_then_delete(stub: Any) -> Any:
         for i in range(RECORDS):
-            request = broker_pb2.ProduceRequest(
-                acks=-1,
-                timeout_ms=10_000,
-                topics=[
-                    broker_pb2.ProduceTopicData(
-                        name=TOPIC,
-                        partitions=[
-                            broker_pb2.ProducePartitionData(
-                                partition=0,
-                                records=build_batch(
-                                    [Record(0, int(time.time() * 1000), b"k", b"v%d" % i)]
-                                ),
-                            )
-                        ],
-                    )
-                ],
-            )
+            request = produce_request(TOPIC, b"v%d" % i, -1)
             answer = (await stub.Produce(request)).topics[0].partitions[0]
             assert (answer.error, answer.base_offset) == (Errors.NONE, i), answer
         deleted = await stub.DeleteRecords(
@@ -134,25 +82,17 @@ def test_deleted_records_stay_deleted_after_the_leader_is_killed(cluster: Up) ->
         )
         return deleted.topics[0].partitions[0]
 
-    answer = asyncio.run(on_leader(cluster, leader, produce_then_delete))
+    answer = asyncio.run(on_broker(cluster, leader, produce_then_delete))
     # Answered once the low watermark (every replica's log start) got there.
     assert (answer.error, answer.low_watermark) == (Errors.NONE, DELETE_BELOW), answer
     for broker_id in replicas:
         assert log_start_checkpoint(cluster, broker_id) == DELETE_BELOW, broker_id
 
     # The leader killed, by pid; another replica is elected.
-    state = load_state(cluster.dir)
-    assert state is not None
-    cluster.record()
-    (pid,) = [b.pid for b in state.brokers if b.node_id == leader]
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while process_alive(pid, cluster.pids.get(pid, "")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not process_alive(pid, cluster.pids.get(pid, "")), pid
+    kill_broker(cluster, leader)
     moved = wait_for_partition(
         cluster,
+        TOPIC,
         "another leader",
         lambda p: p["leader"] is not None and int(p["leader"]) != leader,
     )
@@ -196,7 +136,7 @@ def test_deleted_records_stay_deleted_after_the_leader_is_killed(cluster: Up) ->
     # the step's bound.
     deadline = time.monotonic() + STEP_S
     while True:
-        earliest, fetched = asyncio.run(on_leader(cluster, new_leader, read_from_zero))
+        earliest, fetched = asyncio.run(on_broker(cluster, new_leader, read_from_zero))
         if earliest.error == Errors.NONE and fetched.error != Errors.NOT_LEADER_OR_FOLLOWER:
             break
         assert time.monotonic() < deadline, (earliest, fetched)

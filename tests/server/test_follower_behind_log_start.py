@@ -11,24 +11,26 @@ before, it waited for ever (``OFFSET_OUT_OF_RANGE`` with nothing to do)."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import re
-import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from broker.errors import Errors
-from kqproto import broker_pb2, broker_pb2_grpc
-from partition_log.batch import build_batch
+from kqproto import broker_pb2
 from partition_log.log_files import LOG_START_OFFSET_FILE, decode_offset
-from partition_log.records import Record
-from quorum.driver.tls import dial
-from server.local_cluster import load_state, process_alive
+from server.local_cluster import load_state
+from tests.server.one_partition import (
+    STEP_S,
+    describe,
+    kill_broker,
+    on_broker,
+    partition_dir,
+    produce_request,
+    wait_for_partition,
+)
 from tests.server.test_local_cluster_brokers import Up, cluster_up, kq
 
 pytestmark = pytest.mark.slow
@@ -36,8 +38,6 @@ pytestmark = pytest.mark.slow
 TOPIC = "behind"
 # Records the follower holds when it is killed.
 BEFORE = 3
-# Each bound below is far above what the step takes on a quiet host.
-STEP_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -45,63 +45,19 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     yield from cluster_up(tmp_path_factory, "behind-log-start")
 
 
-def describe(cluster: Up) -> dict[str, Any]:
-    done = kq("topics", "describe", TOPIC, "--cluster-dir", cluster.dir, "--json")
-    assert done.returncode == 0, done.stderr
-    (topic,) = json.loads(done.stdout)["topics"]
-    (partition,) = topic["partitions"]
-    assert isinstance(partition, dict)
-    return partition
-
-
-def wait_for_partition(cluster: Up, what: str, ok: Any) -> dict[str, Any]:
-    deadline = time.monotonic() + STEP_S
-    while True:
-        partition = describe(cluster)
-        if ok(partition):
-            return partition
-        assert time.monotonic() < deadline, f"{what}: {partition}"
-        time.sleep(0.5)
-
-
-def produce_request(value: bytes, acks: int) -> broker_pb2.ProduceRequest:
-    return broker_pb2.ProduceRequest(
-        acks=acks,
-        timeout_ms=10_000,
-        topics=[
-            broker_pb2.ProduceTopicData(
-                name=TOPIC,
-                partitions=[
-                    broker_pb2.ProducePartitionData(
-                        partition=0,
-                        records=build_batch([Record(0, int(time.time() * 1000), b"k", value)]),
-                    )
-                ],
-            )
-        ],
-    )
-
-
-def broker_address(cluster: Up, broker_id: int) -> str:
-    state = load_state(cluster.dir)
-    assert state is not None
-    (address,) = [b.address for b in state.brokers if b.node_id == broker_id]
-    return address
-
-
 async def produce(
     cluster: Up, leader: int, values: list[bytes], acks: int
 ) -> list[broker_pb2.ProducePartitionResponse]:
-    state = load_state(cluster.dir)
-    assert state is not None
-    answers = []
-    async with dial(broker_address(cluster, leader), state.client_credentials()) as channel:
-        stub = broker_pb2_grpc.BrokerServiceStub(channel)
+    async def each(stub: Any) -> list[broker_pb2.ProducePartitionResponse]:
+        answers = []
         for value in values:
-            answer = (await stub.Produce(produce_request(value, acks))).topics[0].partitions[0]
+            request = produce_request(TOPIC, value, acks)
+            answer = (await stub.Produce(request)).topics[0].partitions[0]
             assert answer.error == Errors.NONE, answer
             answers.append(answer)
-    return answers
+        return answers
+
+    return await on_broker(cluster, leader, each)
 
 
 def test_a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins_the_isr(
@@ -122,7 +78,10 @@ def test_a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins_the_
     )  # fmt: skip
     assert created.returncode == 0, created.stderr
     first = wait_for_partition(
-        cluster, "a leader and a full ISR", lambda p: p["leader"] is not None and len(p["isr"]) == 3
+        cluster,
+        TOPIC,
+        "a leader and a full ISR",
+        lambda p: p["leader"] is not None and len(p["isr"]) == 3,
     )
     leader = int(first["leader"])
     follower = next(b for b in sorted(first["replicas"]) if b != leader)
@@ -132,16 +91,7 @@ def test_a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins_the_
     assert [a.base_offset for a in answers] == list(range(BEFORE))
 
     # The follower killed, by pid.
-    state = load_state(cluster.dir)
-    assert state is not None
-    cluster.record()
-    (pid,) = [b.pid for b in state.brokers if b.node_id == follower]
-    assert pid is not None
-    os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while process_alive(pid, cluster.pids.get(pid, "")) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not process_alive(pid, cluster.pids.get(pid, "")), pid
+    kill_broker(cluster, follower)
 
     # acks=1 produces until the leader's retention has moved its log start
     # past the follower's log end (its HW moves once the follower left the
@@ -158,12 +108,14 @@ def test_a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins_the_
             await asyncio.sleep(0.02)
 
     leader_start = asyncio.run(past_the_follower())
-    assert describe(cluster)["leader"] == leader
+    assert describe(cluster, TOPIC)["leader"] == leader
 
     started = kq("cluster", "start", str(follower), "--cluster-dir", cluster.dir)
     assert started.returncode == 0, started.stderr
     cluster.record()
-    wait_for_partition(cluster, "the follower back in the ISR", lambda p: follower in p["isr"])
+    wait_for_partition(
+        cluster, TOPIC, "the follower back in the ISR", lambda p: follower in p["isr"]
+    )
 
     # Its broker log says where its log restarted: at the leader's log
     # start then, at or past the one the produce saw, above its old end.
@@ -180,11 +132,10 @@ def test_a_follower_behind_the_leaders_log_start_restarts_there_and_rejoins_the_
     assert f"partition {TOPIC}-0 truncated" not in text
     # Its log starts there: no live segment below, the checkpoint at or
     # past it (its own retention may have moved it on since).
-    (log_dir,) = broker_state.log_dirs
-    partition_dir = Path(state.path(log_dir)) / f"{TOPIC}-0"
-    bases = [int(n.name[:20]) for n in partition_dir.iterdir() if n.name.endswith(".log")]
+    directory = partition_dir(cluster, follower, TOPIC)
+    bases = [int(n.name[:20]) for n in directory.iterdir() if n.name.endswith(".log")]
     assert bases and min(bases) >= at, (at, sorted(bases))
-    checkpoint = partition_dir / LOG_START_OFFSET_FILE
+    checkpoint = directory / LOG_START_OFFSET_FILE
     assert decode_offset(checkpoint.name, checkpoint.read_bytes()) >= at
     # And acks=all goes on with it in the ISR.
     (answer,) = asyncio.run(produce(cluster, leader, [b"after"], -1))

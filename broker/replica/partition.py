@@ -424,16 +424,22 @@ class PartitionReplica:
             FetchAnswer(error, current_leader=leader, current_leader_epoch=epoch, message=message)
         )
 
+    def _not_leader_message(self) -> str:
+        return f"broker {self.broker_id} does not lead this partition (leader {self.leader_id})"
+
+    def _require_leader(self) -> None:
+        """``Partition.leaderLogIfLocal``: ``NOT_LEADER_OR_FOLLOWER`` unless
+        this replica leads."""
+        if self.role is not Role.LEADER:
+            raise ReplicaError(Errors.NOT_LEADER_OR_FOLLOWER, self._not_leader_message())
+
     def step_fetch(self, request: FetchRequest, now_ms: int) -> LeaderFetchOutcome:
         """Answer a follower's fetch (``Partition.fetchRecords`` then
         ``updateFollowerFetchState``): epoch checks, the divergence check,
         a read up to the LEO, then the follower's state, an ISR expansion and
         the HW. The answer's HW is the one before this fetch moved it."""
         if self.role is not Role.LEADER:
-            return self._refusal(
-                Errors.NOT_LEADER_OR_FOLLOWER,
-                f"broker {self.broker_id} does not lead this partition (leader {self.leader_id})",
-            )
+            return self._refusal(Errors.NOT_LEADER_OR_FOLLOWER, self._not_leader_message())
         epoch_error = check_current_leader_epoch(request.current_leader_epoch, self.leader_epoch)
         if epoch_error is not Errors.NONE:
             return self._refusal(
@@ -533,11 +539,7 @@ class PartitionReplica:
         before anything is written (``NOT_ENOUGH_REPLICAS``, a definite
         failure); else the log appends it in our epoch, and the HW is
         re-checked (the ISR may be just us)."""
-        if self.role is not Role.LEADER:
-            raise ReplicaError(
-                Errors.NOT_LEADER_OR_FOLLOWER,
-                f"broker {self.broker_id} does not lead this partition (leader {self.leader_id})",
-            )
+        self._require_leader()
         if required_acks not in _ACKS:
             raise ReplicaError(
                 Errors.INVALID_REQUIRED_ACKS, f"acks {required_acks}: must be 0, 1 or -1 (all)"
@@ -586,11 +588,7 @@ class PartitionReplica:
         """``Partition.lowWatermarkIfLeader``, also over the ISR and ELR
         members on fenced brokers (see
         :func:`broker.replica.leader.low_watermark`)."""
-        if self.role is not Role.LEADER:
-            raise ReplicaError(
-                Errors.NOT_LEADER_OR_FOLLOWER,
-                f"broker {self.broker_id} does not lead this partition (leader {self.leader_id})",
-            )
+        self._require_leader()
         return self._low_watermark()
 
     def delete_records(self, offset: int, now_ms: int) -> DeleteRecordsResult:
@@ -601,11 +599,7 @@ class PartitionReplica:
         (:meth:`step_fetch_answer`), and the request waits until the low
         watermark reaches ``offset`` (:meth:`check_delete_records`,
         ``DelayedDeleteRecords``)."""
-        if self.role is not Role.LEADER:
-            raise ReplicaError(
-                Errors.NOT_LEADER_OR_FOLLOWER,
-                f"broker {self.broker_id} does not lead this partition (leader {self.leader_id})",
-            )
+        self._require_leader()
         if CleanupPolicy.DELETE not in self.log.config.cleanup_policy:
             # Partition.deleteRecordsOnLeader: a compacted topic keeps every
             # key's latest record; only its cleaner removes records.

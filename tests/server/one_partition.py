@@ -1,7 +1,8 @@
 """Helpers of the real-process tests that follow one topic of one partition
 on a ``kq cluster up`` cluster (:func:`tests.server.test_local_cluster_brokers.cluster_up`):
-its description, waits on it, produce requests to its leader, a broker
-killed by pid, and a broker's directory of the partition."""
+its description, waits on it, calls to a broker, a broker killed by pid,
+and a broker's directory of the partition (a produce request to it is
+:func:`tests.server.test_broker_process.produce`)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kqproto import broker_pb2, broker_pb2_grpc
-from partition_log.batch import build_batch
-from partition_log.records import Record
+from kqproto import broker_pb2_grpc
 from quorum.driver.tls import dial
 from server.local_cluster import load_state, process_alive
 from tests.server.test_local_cluster_brokers import Up, kq
@@ -55,25 +54,6 @@ def broker_address(cluster: Up, broker_id: int) -> str:
     assert state is not None
     (address,) = [b.address for b in state.brokers if b.node_id == broker_id]
     return address
-
-
-def produce_request(topic: str, value: bytes, acks: int) -> broker_pb2.ProduceRequest:
-    """One record ``value`` (key ``k``) to partition 0 of ``topic``."""
-    return broker_pb2.ProduceRequest(
-        acks=acks,
-        timeout_ms=10_000,
-        topics=[
-            broker_pb2.ProduceTopicData(
-                name=topic,
-                partitions=[
-                    broker_pb2.ProducePartitionData(
-                        partition=0,
-                        records=build_batch([Record(0, int(time.time() * 1000), b"k", value)]),
-                    )
-                ],
-            )
-        ],
-    )
 
 
 async def on_broker(

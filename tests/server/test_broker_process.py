@@ -82,9 +82,10 @@ async def stop_all(cluster: Controllers, *brokers: BrokerProcess | None) -> None
         await cluster.stop(node)
 
 
-def produce(value: bytes, topic: str = "t") -> broker_pb2.ProduceRequest:
+def produce(value: bytes, topic: str = "t", acks: int = -1) -> broker_pb2.ProduceRequest:
+    """One record ``value`` (key ``k``) to partition 0 of ``topic``."""
     return broker_pb2.ProduceRequest(
-        acks=-1,
+        acks=acks,
         timeout_ms=10_000,
         topics=[
             broker_pb2.ProduceTopicData(

@@ -24,9 +24,9 @@ from tests.server.one_partition import (
     kill_broker,
     on_broker,
     partition_dir,
-    produce_request,
     wait_for_partition,
 )
+from tests.server.test_broker_process import produce
 from tests.server.test_local_cluster_brokers import Up, cluster_up, kq
 
 pytestmark = pytest.mark.slow
@@ -64,7 +64,7 @@ def test_deleted_records_stay_deleted_after_the_leader_is_killed(cluster: Up) ->
 
     async def produce_then_delete(stub: Any) -> Any:
         for i in range(RECORDS):
-            request = produce_request(TOPIC, b"v%d" % i, -1)
+            request = produce(b"v%d" % i, TOPIC, -1)
             answer = (await stub.Produce(request)).topics[0].partitions[0]
             assert (answer.error, answer.base_offset) == (Errors.NONE, i), answer
         deleted = await stub.DeleteRecords(

@@ -28,9 +28,9 @@ from tests.server.one_partition import (
     kill_broker,
     on_broker,
     partition_dir,
-    produce_request,
     wait_for_partition,
 )
+from tests.server.test_broker_process import produce as produce_one
 from tests.server.test_local_cluster_brokers import Up, cluster_up, kq
 
 pytestmark = pytest.mark.slow
@@ -51,7 +51,7 @@ async def produce(
     async def each(stub: Any) -> list[broker_pb2.ProducePartitionResponse]:
         answers = []
         for value in values:
-            request = produce_request(TOPIC, value, acks)
+            request = produce_one(value, TOPIC, acks)
             answer = (await stub.Produce(request)).topics[0].partitions[0]
             assert answer.error == Errors.NONE, answer
             answers.append(answer)

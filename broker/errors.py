@@ -35,6 +35,16 @@ class Errors(enum.IntEnum):
     BROKER_NOT_AVAILABLE = 8
     REPLICA_NOT_AVAILABLE = 9
     MESSAGE_TOO_LARGE = 10
+    # OffsetCommit metadata longer than offset.metadata.max.bytes.
+    OFFSET_METADATA_TOO_LARGE = 12
+    # The group coordinator is rebuilding its groups from the offsets
+    # partition (CoordinatorRuntime's loading state).
+    COORDINATOR_LOAD_IN_PROGRESS = 14
+    # The offsets topic is not there yet, or a write to it could not reach
+    # its ISR in time (GroupCoordinatorService maps timeouts to this).
+    COORDINATOR_NOT_AVAILABLE = 15
+    # This broker does not lead the group's offsets partition.
+    NOT_COORDINATOR = 16
     # A topic name outside the rules (Kafka's InvalidTopicException).
     INVALID_TOPIC_EXCEPTION = 17
     RECORD_LIST_TOO_LARGE = 18
@@ -43,7 +53,11 @@ class Errors(enum.IntEnum):
     # Appended and committed, but the ISR shrank below min ISR meanwhile.
     NOT_ENOUGH_REPLICAS_AFTER_APPEND = 20
     INVALID_REQUIRED_ACKS = 21
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
     TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     INVALID_TIMESTAMP = 32
     UNSUPPORTED_VERSION = 35
@@ -57,6 +71,9 @@ class Errors(enum.IntEnum):
     OPERATION_NOT_ATTEMPTED = 55
     KAFKA_STORAGE_ERROR = 56
     UNKNOWN_PRODUCER_ID = 59
+    # DeleteGroups of a group that still has members.
+    NON_EMPTY_GROUP = 68
+    GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
     UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
@@ -64,6 +81,9 @@ class Errors(enum.IntEnum):
     # ListOffsets(latest) on a new leader whose HW is below its epoch start
     # (KIP-207).
     OFFSET_NOT_AVAILABLE = 78
+    GROUP_MAX_SIZE_REACHED = 81
+    # OffsetDelete of a partition whose topic the group still subscribes to.
+    GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89
     # A newer producer with the same transactional id took over.
@@ -74,6 +94,14 @@ class Errors(enum.IntEnum):
     INCONSISTENT_TOPIC_ID = 103
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
+    # KIP-848: a member whose epoch is ahead of or unknown to the group must
+    # give up its partitions and rejoin with epoch 0.
+    FENCED_MEMBER_EPOCH = 110
+    UNRELEASED_INSTANCE_ID = 111
+    UNSUPPORTED_ASSIGNOR = 112
+    # KIP-848: an OffsetCommit whose member epoch is not the member's
+    # current one (the member must refresh its epoch by a heartbeat).
+    STALE_MEMBER_EPOCH = 113
 
 
 class ReplicaError(Exception):

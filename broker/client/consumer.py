@@ -293,6 +293,24 @@ class ConsumerCore:
         position = self._state(tp).position
         return None if position is None else position.offset
 
+    def positions(self) -> dict[TopicPartition, int]:
+        """The position of every assigned partition that has one: the
+        offsets after the records ``poll`` returned (what a commit takes)."""
+        return {
+            tp: state.position.offset
+            for tp, state in self._states.items()
+            if state.position is not None
+        }
+
+    def committable(self) -> dict[TopicPartition, tuple[int, int]]:
+        """``positions`` with the leader epoch of the last record consumed
+        (KIP-320: committed with the offset; -1 if unknown)."""
+        return {
+            tp: (state.position.offset, state.position.epoch)
+            for tp, state in self._states.items()
+            if state.position is not None
+        }
+
     def pause(self, partitions: Iterable[TopicPartition]) -> None:
         for tp in partitions:
             self._state(tp).paused = True

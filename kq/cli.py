@@ -57,6 +57,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("produce", "kq.commands.produce:register"),
     ("consume", "kq.commands.consume:register"),
     ("offsets", "kq.commands.offsets:register"),
+    ("groups", "kq.commands.groups:register"),
 ]
 """Every subcommand: ``(name, "module:function")``, imported only when needed."""
 

@@ -1,0 +1,164 @@
+"""Finding and calling a group's coordinator (Kafka's
+``CoordinatorRequestManager`` and the admin client's coordinator lookup).
+
+A group's coordinator is the leader of its partition of the offsets topic.
+:class:`GroupCoordinatorClient` asks any broker with FindCoordinator, keeps
+the answer, and calls the coordinator; an answer ``NOT_COORDINATOR`` names
+the coordinator the answering broker knows (so no FindCoordinator round
+trip is needed), ``COORDINATOR_NOT_AVAILABLE`` (the offsets topic is being
+created, or its partition has no leader) and
+``COORDINATOR_LOAD_IN_PROGRESS`` (a new coordinator rebuilding its groups)
+are waited out with a back-off, and so is a lost connection, until the
+call's timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
+
+import grpc
+
+from broker.errors import Errors
+from broker.grpc_client.errors import BrokerClientError
+from broker.grpc_client.metadata_cache import MetadataCache, now_ms
+from kqproto import groups_pb2, groups_pb2_grpc
+
+__all__ = ["GroupCoordinatorClient", "GroupStub", "RETRIED"]
+
+if TYPE_CHECKING:
+    GroupStub: TypeAlias = groups_pb2_grpc.GroupServiceAsyncStub
+else:
+    GroupStub = groups_pb2_grpc.GroupServiceStub
+
+
+class _Answer(Protocol):
+    error: int
+    message: str
+
+    @property
+    def coordinator(self) -> groups_pb2.Coordinator: ...
+
+    def HasField(self, name: str) -> bool: ...
+
+
+R = TypeVar("R", bound=_Answer)
+
+# Answers after which the call is made again (at the coordinator the answer
+# names, or after a new FindCoordinator).
+RETRIED = frozenset(
+    {
+        Errors.NOT_COORDINATOR,
+        Errors.COORDINATOR_NOT_AVAILABLE,
+        Errors.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+# Lost answers: the coordinator may have moved or died.
+_LOST = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+class GroupCoordinatorClient:
+    """One group's coordinator, as last found."""
+
+    def __init__(self, cache: MetadataCache, group_id: str) -> None:
+        self.cache = cache
+        self.group_id = group_id
+        # host:port and node id of the coordinator, once found.
+        self.address: str | None = None
+        self.node_id = -1
+
+    def stub_at(self, address: str) -> GroupStub:
+        stub: GroupStub = groups_pb2_grpc.GroupServiceStub(self.cache.channel(address))
+        return stub
+
+    def forget(self) -> None:
+        """The coordinator is unknown until the next lookup."""
+        self.address, self.node_id = None, -1
+
+    def take_hint(self, answer: Any) -> None:
+        """A ``NOT_COORDINATOR`` answer names where the coordinator is."""
+        hint = answer.coordinator if answer.HasField("coordinator") else None
+        if hint is not None and hint.error == Errors.NONE and hint.node_id >= 0 and hint.host:
+            self.address, self.node_id = f"{hint.host}:{hint.port}", hint.node_id
+        else:
+            self.forget()
+
+    async def find(self, timeout_ms: int) -> str | None:
+        """Ask any broker where the coordinator is (FindCoordinator); None
+        if none is known yet (the offsets topic is being created, its
+        partition has no leader)."""
+        stub = self.stub_at(self._any_broker())
+        answer = await stub.FindCoordinator(
+            groups_pb2.FindCoordinatorRequest(group_ids=[self.group_id]),
+            timeout=timeout_ms / 1000,
+        )
+        if answer.error in RETRIED:
+            return None
+        if answer.error != Errors.NONE or not answer.coordinators:
+            # A refusal of the whole request has no coordinator to read.
+            raise BrokerClientError(
+                Errors(answer.error or Errors.UNKNOWN_SERVER_ERROR),
+                f"FindCoordinator for group {self.group_id}: "
+                f"{answer.message or 'no coordinator in the answer'}",
+            )
+        found = answer.coordinators[0]
+        if found.error == Errors.NONE:
+            self.address, self.node_id = f"{found.host}:{found.port}", found.node_id
+            return self.address
+        if found.error in RETRIED:
+            return None
+        raise BrokerClientError(
+            Errors(found.error), f"FindCoordinator for group {self.group_id}: {found.message}"
+        )
+
+    def _any_broker(self) -> str:
+        if self.cache.brokers:
+            return self.cache.brokers[min(self.cache.brokers)]
+        return self.cache.bootstrap[0]
+
+    async def call(
+        self, what: str, method: Callable[[GroupStub, float], Awaitable[R]], timeout_ms: int
+    ) -> R:
+        """``method(stub, timeout_s)`` at the coordinator, again after each
+        retriable answer or lost connection, until ``timeout_ms``; the last
+        retriable answer is returned when time runs out (its error says
+        why), a lost connection raises :class:`BrokerClientError`."""
+        deadline = now_ms() + timeout_ms
+        backoff_ms = self.cache.retry_backoff_ms
+        last: R | None = None
+        while True:
+            left = deadline - now_ms()
+            if left <= 0:
+                if last is not None:
+                    return last
+                raise BrokerClientError(
+                    Errors.REQUEST_TIMED_OUT,
+                    f"{what} for group {self.group_id}: no coordinator answered within "
+                    f"{timeout_ms} ms",
+                )
+            try:
+                address = self.address or await self.find(left)
+                if address is not None:
+                    answer = await method(self.stub_at(address), left / 1000)
+                    if Errors(answer.error) not in RETRIED:
+                        return answer
+                    last = answer
+                    if answer.error == Errors.NOT_COORDINATOR:
+                        self.take_hint(answer)
+                        if self.address is not None and self.address != address:
+                            continue  # straight to the one it names
+                        # No hint, or the broker just asked names itself (its
+                        # image is behind): look again after the back-off.
+                        self.forget()
+                    if answer.error == Errors.COORDINATOR_NOT_AVAILABLE:
+                        self.forget()
+            except grpc.aio.AioRpcError as error:
+                if error.code() not in _LOST:
+                    raise BrokerClientError(
+                        Errors.UNKNOWN_SERVER_ERROR,
+                        f"{what} for group {self.group_id}: {error.code().name} {error.details()}",
+                    ) from error
+                self.forget()
+            await asyncio.sleep(min(backoff_ms, max(0, deadline - now_ms())) / 1000)
+            backoff_ms = min(backoff_ms * 2, 1_000)

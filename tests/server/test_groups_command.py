@@ -21,6 +21,7 @@ import pytest
 
 from broker.client.producer_batch import TopicPartition
 from broker.errors import Errors
+from broker.group.placement import partition_for
 from broker.grpc_client.coordinator import GroupStub
 from broker.grpc_client.group_admin import GroupAdmin, GroupHasMembersError
 from kq.cli import main
@@ -173,6 +174,12 @@ def committed(cluster: GroupCluster, group_id: str) -> dict[int, int]:
     return {p.partition: p.offset for t in answer.topics for p in t.partitions}
 
 
+def coordinator_of(cluster: GroupCluster, group_id: str) -> int:
+    request = groups_pb2.FindCoordinatorRequest(group_ids=[group_id])
+    answer = at_coordinator(cluster, group_id, lambda stub: stub.FindCoordinator(request))
+    return answer.coordinators[0].node_id
+
+
 def heartbeat(
     cluster: GroupCluster, group_id: str, member_id: str = "", epoch: int = 0
 ) -> groups_pb2.ConsumerGroupHeartbeatResponse:
@@ -298,14 +305,24 @@ def test_a_group_with_a_member_is_neither_reset_nor_deleted(cluster: GroupCluste
 
 
 def test_list_delete_offsets_and_delete(cluster: GroupCluster) -> None:
+    # One group in each partition of the offsets topic, so that the
+    # listing needs the answers of several coordinators.
+    spread = {partition_for(f"spread-{i}", 3): f"spread-{i}" for i in range(30)}
+    assert sorted(spread) == [0, 1, 2]
+    coordinators = {}
+    for group_id in spread.values():
+        commit(cluster, group_id, {0: 1})
+        coordinators[group_id] = coordinator_of(cluster, group_id)
+    assert len(set(coordinators.values())) > 1, coordinators
     commit(cluster, "listed", {0: 1, 1: 1})
     status, out, err = groups(cluster, "--list")
     assert status == 0, err
-    assert "listed" in out.splitlines()
+    assert {"listed", *spread.values()} <= set(out.splitlines())
     status, out, err = groups(cluster, "--list", "--state", "Empty", "--json")
     assert status == 0, err
     found = {g["group"]: g for g in json.loads(out)}
     assert found["listed"]["state"] == "Empty"
+    assert {g: found[g]["coordinator"] for g in spread.values()} == coordinators
     status, out, err = groups(cluster, "--list", "--state", "Stable", "--json")
     assert status == 0, err
     assert "listed" not in {g["group"] for g in json.loads(out)}

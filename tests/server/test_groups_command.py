@@ -265,6 +265,12 @@ def test_a_group_with_a_member_is_neither_reset_nor_deleted(cluster: GroupCluste
     assert status == 0, err
     [member] = json.loads(out)
     assert (member["consumer_id"], member["client_id"]) == (joined.member_id, "raw-client")
+    status, out, err = groups(cluster, "--describe", "--group", "busy", "--json")
+    assert status == 0, err
+    held = sorted(p for t in joined.assignment.topics for p in t.partitions)
+    assert held == [0, 1]
+    assert [(r["partition"], r["current_offset"], r["lag"], r["consumer_id"]) for r in
+            json.loads(out)] == [(p, None, None, joined.member_id) for p in held]  # fmt: skip
     status, out, err = groups(cluster, "--describe", "--group", "busy", "--state")
     assert status == 0, err
     header, row = out.splitlines()

@@ -41,6 +41,12 @@ class Operation(enum.Enum):
     # A DeleteRecords waiting for the followers' log starts to reach its
     # offset (DelayedDeleteRecords).
     DELETE_RECORDS = "DeleteRecords"
+    # A group coordinator's write waiting for the offsets partition's high
+    # watermark (CoordinatorRuntime's deferred events).
+    GROUP_WRITE = "GroupWrite"
+    # A new group coordinator waiting for the earlier leaders' records to
+    # commit before it loads its groups.
+    GROUP_LOAD = "GroupLoad"
 
 
 class Purgatory:

@@ -47,8 +47,8 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import grpc
-
+from broker.access import Caller as _Caller
+from broker.access import broker_endpoint, caller_of, may
 from broker.codec import answer_to_proto
 from broker.errors import Errors, ReplicaError, from_partition_log_error
 from broker.metrics import BrokerMetrics, RequestKind
@@ -66,13 +66,13 @@ from broker.replica.types import NO_EPOCH
 from broker.replica_manager import NotLeaderError, ReplicaManager
 from kqproto import broker_pb2, broker_pb2_grpc
 from metadata.acls import CLUSTER_NAME, AclOperation, AclResourceType
-from metadata.authorizer import Action, AuthorizerSettings, authorize
-from metadata.image import MetadataImage, TopicIdPartition
+from metadata.authorizer import AuthorizerSettings
+from metadata.image import INTERNAL_TOPICS, MetadataImage, TopicIdPartition
 from metadata.records import NO_LEADER
 from partition_log.batch import BatchScanner, ScanEnd, verify
 from partition_log.errors import PartitionLogError
 from partition_log.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, PartitionLog
-from quorum.driver.plugin import Identity, IdentityRole, audit_refusal, peer_host, peer_identity
+from quorum.driver.plugin import IdentityRole
 
 __all__ = ["BrokerService", "ServiceSettings"]
 
@@ -102,17 +102,6 @@ class ServiceSettings:
     authorizer: AuthorizerSettings = field(default_factory=AuthorizerSettings)
 
 
-@dataclass(frozen=True, slots=True)
-class _Caller:
-    """A call's principal (None on a plaintext server) and address."""
-
-    identity: Identity | None
-    host: str
-
-    def describe(self) -> str:
-        return "an unauthenticated caller" if self.identity is None else self.identity.principal
-
-
 class _Invalid(Exception):
     """A malformed request: answered INVALID_REQUEST naming the field."""
 
@@ -136,18 +125,12 @@ def _error(code: int) -> Errors:
 def _endpoint(
     image: MetadataImage, listener: str, broker_id: int
 ) -> broker_pb2.NodeEndpoint | None:
-    registration = image.brokers.get(broker_id)
-    if registration is None:
+    found = broker_endpoint(image, listener, broker_id)
+    if found is None:
         return None
-    for endpoint in registration.endpoints:
-        if endpoint.name == listener:
-            return broker_pb2.NodeEndpoint(
-                node_id=broker_id,
-                host=endpoint.host,
-                port=endpoint.port,
-                rack=registration.rack or "",
-            )
-    return None
+    return broker_pb2.NodeEndpoint(
+        node_id=found.node_id, host=found.host, port=found.port, rack=found.rack
+    )
 
 
 def _leader(leader: int, epoch: int) -> broker_pb2.CurrentLeader:
@@ -252,14 +235,7 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     # -- identity and ACLs ----------------------------------------------------------
 
     async def _caller(self, context: Any) -> _Caller:
-        try:
-            identity = peer_identity(context)
-        except ValueError as error:
-            # IdentityError: a certificate the CA signed that names no kq
-            # identity.
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, f"bad client certificate: {error}")
-            raise AssertionError("unreachable") from None
-        return _Caller(identity, peer_host(context))
+        return await caller_of(context)
 
     def _may(
         self,
@@ -270,25 +246,7 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         name: str,
         method: str,
     ) -> bool:
-        if caller.identity is None:
-            return True
-        verdict = authorize(
-            image.acls,
-            self.settings.authorizer,
-            caller.identity.principal,
-            caller.host,
-            Action(operation, resource_type, name),
-        )
-        if not verdict.allowed:
-            audit_refusal(
-                caller.identity,
-                caller.host,
-                operation.name,
-                f"{resource_type.name} {name}",
-                method,
-                verdict.reason,
-            )
-        return verdict.allowed
+        return may(image, self.settings.authorizer, caller, operation, resource_type, name, method)
 
     def _may_topic(
         self,
@@ -467,6 +425,15 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
 
                 if not topic.name:
                     refuse(Errors.INVALID_REQUEST, f"topics[{t_index}].name is empty")
+                    continue
+                if topic.name in INTERNAL_TOPICS:
+                    # Only the group coordinator writes there, in its own
+                    # record format (ReplicaManager.appendToLocalLog's
+                    # "Cannot append to internal topic").
+                    refuse(
+                        Errors.INVALID_TOPIC_EXCEPTION,
+                        f"cannot produce to the internal topic {topic.name}",
+                    )
                     continue
                 if acks not in (0, 1, -1):
                     refuse(

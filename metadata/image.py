@@ -55,6 +55,15 @@ class TopicIdPartition:
     partition: int
 
 
+# The topic of consumer groups and their committed offsets (Kafka's
+# GROUP_METADATA_TOPIC_NAME): created on first use by a broker, written
+# only by group coordinators.
+OFFSETS_TOPIC = "__consumer_offsets"
+# Topics that belong to the cluster, not to users (Kafka's
+# Topic.INTERNAL_TOPICS): clients may not produce to them.
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+
+
 # (resource type number of metadata.configs.ResourceType, resource name)
 ConfigResource = tuple[int, str]
 # metadata.configs.ResourceType.TOPIC (a test keeps the two equal).

@@ -56,7 +56,7 @@ from metadata.controller import (
     RegisterRequest,
 )
 from metadata.errors import ApiError, Errors
-from metadata.image import MetadataImage, PartitionRegistration
+from metadata.image import INTERNAL_TOPICS, MetadataImage, PartitionRegistration
 from metadata.partition_change import Election
 from metadata.records import Endpoint, FeatureRange, LeaderRecoveryState
 from quorum.driver.plugin import (
@@ -500,9 +500,16 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
     async def CreateTopics(
         self, request: metadata_pb2.CreateTopicsRequest, context: Any
     ) -> metadata_pb2.CreateTopicsResponse:
-        await self._s.authorize_topics(
-            context, "CreateTopics", "CREATE", [t.name for t in request.topics], cluster_wide=True
-        )
+        caller = peer_identity(context)
+        names = [t.name for t in request.topics]
+        internal = bool(names) and all(name in INTERNAL_TOPICS for name in names)
+        if not (internal and caller is not None and caller.role is IdentityRole.BROKER):
+            # A broker creates the cluster's internal topics on first use
+            # (Kafka's AutoTopicCreationManager, under the broker's own
+            # principal); everything else needs CREATE.
+            await self._s.authorize_topics(
+                context, "CreateTopics", "CREATE", names, cluster_wide=True
+            )
 
         async def body() -> metadata_pb2.CreateTopicsResponse:
             twice = _repeated([t.name for t in request.topics])

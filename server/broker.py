@@ -49,6 +49,10 @@ from prometheus_client.core import GaugeMetricFamily
 
 from broker.codec import fetch_answers, replica_fetch_request
 from broker.errors import Errors, from_name
+from broker.group.placement import OFFSETS_TOPIC
+from broker.group.shard import GroupConfig
+from broker.group_coordinator import GroupCoordinator, OffsetsTopicSettings
+from broker.group_service import GroupService
 from broker.log_dirs import LogDirectory
 from broker.log_manager import (
     LogManager,
@@ -64,13 +68,14 @@ from broker.replica.follower import backs_off
 from broker.replica.types import AlterPartitionResult, Restart, Truncation
 from broker.replica_manager import ReplicaManager
 from broker.service import BrokerService, ServiceSettings
-from kqproto import broker_pb2, broker_pb2_grpc, metadata_pb2
+from kqproto import broker_pb2, broker_pb2_grpc, groups_pb2, groups_pb2_grpc, metadata_pb2
 from metadata.authorizer import AuthorizerSettings
 from metadata.client import (
     Endpoint,
     IndeterminateError,
     MetadataClient,
     MetadataClientError,
+    NewTopic,
     PartitionChange,
     SupportedFeature,
 )
@@ -159,6 +164,9 @@ class BrokerSettings:
     hw_checkpoint_interval_ms: int = HW_CHECKPOINT_INTERVAL_MS
     controlled_shutdown_timeout_s: float = 30.0
     metrics_listen: str = ""
+    # The group coordinator's settings and its offsets topic's.
+    groups: GroupConfig = field(default_factory=GroupConfig)
+    offsets_topic: OffsetsTopicSettings = field(default_factory=OffsetsTopicSettings)
 
 
 def _error_name(code: int) -> Errors:
@@ -196,16 +204,20 @@ class _ControllerBlocks:
 
 
 class _BrokerPlugin:
-    """The broker service on the observer node's gRPC server."""
+    """The broker's services (the data plane's and the groups') on the
+    observer node's gRPC server."""
 
-    def __init__(self, service: BrokerService) -> None:
+    def __init__(self, service: BrokerService, groups: GroupService) -> None:
         self.service = service
+        self.groups = groups
         self.service_names: Sequence[str] = (
             broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name,
+            groups_pb2.DESCRIPTOR.services_by_name["GroupService"].full_name,
         )
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.service, server)
+        groups_pb2_grpc.add_GroupServiceServicer_to_server(self.groups, server)
 
     async def start(self) -> None:
         return None
@@ -322,6 +334,19 @@ class BrokerProcess:
             on_alter_partition=self._queue_alter,
             controller_id=self._controller_id,
         )
+        self.groups = GroupCoordinator(
+            settings.node_id,
+            self.replicas,
+            self.service.purgatory,
+            config=settings.groups,
+            topic=settings.offsets_topic,
+            now_ms=_now_ms,
+            create_offsets_topic=self._create_offsets_topic,
+            metrics=self.broker_metrics,
+        )
+        self.group_service = GroupService(
+            self.groups, listener=settings.listener_name, authorizer=settings.authorizer
+        )
         self.node = NodeServer(
             NodeConfig(
                 settings.node_id,
@@ -339,7 +364,7 @@ class BrokerProcess:
             if lose_unsynced
             else None,
             state_machine=SharedLog([("metadata", self.metadata)]),
-            plugins=[lambda host: _BrokerPlugin(self.service)],
+            plugins=[lambda host: _BrokerPlugin(self.service, self.group_service)],
         )
         self._metrics()
         self.metadata.add_listener(self._on_commit)
@@ -397,6 +422,7 @@ class BrokerProcess:
         node = str(self.settings.node_id)
         registry.register(self.broker_metrics.registry)
         self.broker_metrics.track(self.service)
+        self.broker_metrics.track_groups(self.groups)
 
         def gauge(name: str, doc: str, value: Callable[[], float]) -> None:
             Gauge(name, doc, ["node"], registry=registry).labels(node=node).set_function(value)
@@ -526,6 +552,7 @@ class BrokerProcess:
             log.error("broker %d: partition %s is offline: %s", self.settings.node_id, key, why)
         self._plan_fetchers()
         self.service.wake()
+        self.groups.on_image(image)
 
     def _log_recoveries(self) -> None:
         """What recovery cut from each log loaded after an unclean shutdown
@@ -966,6 +993,30 @@ class BrokerProcess:
 
     # -- stop -------------------------------------------------------------------------
 
+    async def _create_offsets_topic(self) -> None:
+        """Ask the controller for the offsets topic (Kafka's broker creates
+        its internal topics on first use: AutoTopicCreationManager): a
+        compacted topic, ``offsets.partitions`` of
+        ``offsets.replication_factor`` replicas."""
+        topic = self.settings.offsets_topic
+        answer = await self.client.create_topics(
+            [
+                NewTopic(
+                    OFFSETS_TOPIC,
+                    topic.partitions,
+                    topic.replication_factor,
+                    configs={
+                        "cleanup.policy": "compact",
+                        "segment.bytes": str(topic.segment_bytes),
+                    },
+                )
+            ]
+        )
+        for result in answer.topics:
+            if result.error not in (0, MetadataErrors.TOPIC_ALREADY_EXISTS):
+                raise MetadataClientError(MetadataErrors(result.error), result.message)
+        log.info("broker %d: created the offsets topic %s", self.settings.node_id, OFFSETS_TOPIC)
+
     async def controlled_shutdown(self) -> bool:
         """Heartbeat with ``want_shutdown`` until the controller says the
         broker may go (it leads nothing); False at the timeout."""
@@ -1008,6 +1059,7 @@ class BrokerProcess:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._fetchers.clear()
+        await self.groups.stop()
         await self.node.stop(resign=False)
         await self.client.close()
         if not self.replicas.shut_down:
@@ -1062,6 +1114,8 @@ def broker_config(settings: Settings) -> BrokerSettings:
         tick_interval_ms=int(str(values["tick_interval_ms"])),
         controlled_shutdown_timeout_s=int(str(values["controlled_shutdown_timeout_ms"])) / 1000,
         metrics_listen=node.metrics_listen,
+        groups=GroupConfig(**_section(settings, "group")),  # type: ignore[arg-type]
+        offsets_topic=OffsetsTopicSettings(**_section(settings, "offsets")),  # type: ignore[arg-type]
     )
 
 

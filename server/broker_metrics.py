@@ -19,12 +19,18 @@ from functools import partial
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from broker.errors import Errors
+from broker.group_coordinator import GroupCoordinator
 from broker.metrics import RequestKind, is_failure
 from broker.purgatory import Operation
 from broker.replica.leader import ChangeKind
 from broker.service import BrokerService
 
 __all__ = ["LATENCY_BUCKETS", "PrometheusBrokerMetrics"]
+
+
+def _count(coordinator: GroupCoordinator, state: str) -> float:
+    return float(coordinator.group_counts().get(state, 0))
+
 
 # From 0.5 ms to 10 s: a produce to the local log, an acks=all produce a
 # follower fetch away, and a long poll up to its max wait all fall in a
@@ -116,6 +122,30 @@ class PrometheusBrokerMetrics:
             ["node", "operation"],
             registry=r,
         )
+        self._rebalances = counter(
+            "kq_broker_group_rebalances",
+            "Group epochs bumped by the group coordinators here (KIP-848: each is a rebalance).",
+        )
+        self._commit_latency = Histogram(
+            "kq_broker_group_commit_latency_seconds",
+            "From an OffsetCommit's arrival at its coordinator to its answer (the records "
+            "below the offsets partition's high watermark).",
+            ["node"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        ).labels(node=node)
+        self._commit_errors = Counter(
+            "kq_broker_group_commits",
+            "OffsetCommits answered by the group coordinators here, by error code.",
+            ["node", "error"],
+            registry=r,
+        )
+        self._groups = Gauge(
+            "kq_broker_groups",
+            "Groups coordinated here, by state (Empty, Assigning, Reconciling, Stable).",
+            ["node", "state"],
+            registry=r,
+        )
         # Every series exists from the start (a rate needs a first sample),
         # each kind's bound once: labels() is a lock and a lookup, paid here
         # rather than on every request answered.
@@ -167,7 +197,23 @@ class PrometheusBrokerMetrics:
         elif request is RequestKind.FETCH_FOLLOWER:
             self._replication_bytes_out.inc(records_size)
 
+    # -- GroupMetrics ---------------------------------------------------------------
+
+    def rebalanced(self, count: int) -> None:
+        self._rebalances.inc(count)
+
+    def commit_answered(self, seconds: float, error: Errors) -> None:
+        self._commit_latency.observe(seconds)
+        self._commit_errors.labels(node=self.node, error=error.name).inc()
+
     # -- gauges ---------------------------------------------------------------------
+
+    def track_groups(self, coordinator: GroupCoordinator) -> None:
+        """Read the coordinator's groups by state when scraped."""
+        for state in ("Empty", "Assigning", "Reconciling", "Stable"):
+            self._groups.labels(node=self.node, state=state).set_function(
+                partial(_count, coordinator, state)
+            )
 
     def track(self, service: BrokerService) -> None:
         """Read ``service``'s requests in flight and its purgatory when scraped."""

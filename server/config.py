@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from broker.group.shard import GroupConfig
+from broker.group_coordinator import OffsetsTopicSettings
 from metadata.active import ControllerSettings
 from metadata.authorizer import AuthorizerSettings
 from quorum.config import QuorumConfig
@@ -213,6 +215,30 @@ SETTINGS: dict[str, Setting] = {
     + _core_settings("quorum", QuorumConfig, minimums={"check_quorum_factor": 1.0})
     + _core_settings("node", NodeOptions, skip=("quorum",), minimums={"max_batch_records": 1})
     + _core_settings(
+        "group",
+        GroupConfig,
+        skip=("assignors",),
+        minimums={
+            "session_timeout_ms": 1,
+            "heartbeat_interval_ms": 1,
+            "max_size": 1,
+            "offset_metadata_max_bytes": 0,
+            "offsets_retention_ms": 1,
+            "offsets_retention_check_interval_ms": 1,
+        },
+    )
+    + _core_settings(
+        "offsets",
+        OffsetsTopicSettings,
+        minimums={
+            "partitions": 1,
+            "replication_factor": 1,
+            "segment_bytes": 14,
+            "commit_timeout_ms": 1,
+            "tick_interval_ms": 1,
+        },
+    )
+    + _core_settings(
         "controller",
         ControllerSettings,
         minimums={
@@ -224,7 +250,7 @@ SETTINGS: dict[str, Setting] = {
 }
 """Every setting, by key."""
 
-_SECTIONS = ("quorum", "node", "controller", "tls", "authorizer", "broker")
+_SECTIONS = ("quorum", "node", "controller", "tls", "authorizer", "broker", "group", "offsets")
 
 
 def env_name(key: str) -> str:

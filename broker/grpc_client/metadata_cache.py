@@ -143,6 +143,10 @@ class MetadataCache:
         )
         return stub
 
+    def channel(self, address: str) -> grpc.aio.Channel:
+        """The pooled channel to ``address`` (for the brokers' other services)."""
+        return self._channels.get(address)
+
     def any_stub(self) -> broker_pb2_grpc.BrokerServiceAsyncStub:
         """A broker for a request any broker answers (InitProducerId)."""
         if self.brokers:

@@ -1,0 +1,216 @@
+"""What the group coordinator's core takes and answers: the requests of
+KIP-848's ``ConsumerGroupHeartbeat`` and of the offset and group admin
+APIs, already checked for shape by the service, and their answers.
+
+Errors are :class:`broker.errors.Errors`; a refusal carries a message
+naming what was wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from broker.errors import Errors
+from broker.group.records import CoordinatorRecord
+from broker.group.types import Partitions
+
+__all__ = [
+    "CommitPartition",
+    "DeleteGroupResult",
+    "GroupDescription",
+    "GroupError",
+    "GroupListing",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "MemberDescription",
+    "OffsetCommitRequest",
+    "OffsetCommitResponse",
+    "OffsetFetchRequest",
+    "OffsetFetchResponse",
+    "PartitionError",
+    "PartitionOffset",
+    "Result",
+    "TopicMetadata",
+    "TopicsView",
+]
+
+T = TypeVar("T")
+
+
+class GroupError(Exception):
+    """A refusal of a whole request: ``code`` and a message naming why."""
+
+    def __init__(self, code: Errors, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Result(Generic[T]):
+    """A decision: the records to write (in order) and the answer to give
+    once they have committed.  Deciding changes no group."""
+
+    records: tuple[CoordinatorRecord, ...]
+    response: T
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    topic_id: str
+    name: str
+    partitions: int
+
+
+class TopicsView(Protocol):
+    """The topics of the metadata image, as the coordinator needs them."""
+
+    def topic(self, name: str) -> TopicMetadata | None: ...
+
+    def names(self) -> Iterable[str]: ...
+
+    def name_of(self, topic_id: str) -> str | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatRequest:
+    """``ConsumerGroupHeartbeatRequest``: ``None`` is "unchanged since the
+    last heartbeat" for the fields a member sends only when they change."""
+
+    group_id: str
+    member_id: str
+    # 0 joins, -1 leaves, otherwise the member's current epoch.
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    # -1: unchanged.
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    # "" clears the pattern.
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    # The partitions the member holds now, or None if it did not say.
+    owned: Partitions | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    error: Errors = Errors.NONE
+    message: str = ""
+    member_id: str = ""
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    # The partitions the member is to own now (its assignment less what it
+    # must revoke); None with an error.
+    assignment: Partitions | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CommitPartition:
+    topic: str
+    partition: int
+    # The next offset to read.
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitRequest:
+    group_id: str
+    # "" and -1 for a commit outside group membership (an admin's reset,
+    # a consumer that assigns itself partitions): the group must have no
+    # members.
+    member_id: str
+    member_epoch: int
+    partitions: tuple[CommitPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionError:
+    topic: str
+    partition: int
+    error: Errors = Errors.NONE
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommitResponse:
+    error: Errors = Errors.NONE
+    message: str = ""
+    partitions: tuple[PartitionError, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchRequest:
+    group_id: str
+    # None: every partition the group has an offset for.
+    partitions: tuple[tuple[str, int], ...] | None = None
+    # A member's fetch is checked as its commits are (KIP-848); "" and -1
+    # for anyone else's.
+    member_id: str = ""
+    member_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffset:
+    topic: str
+    partition: int
+    # -1 if the group has no offset for it.
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp_ms: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetFetchResponse:
+    error: Errors = Errors.NONE
+    message: str = ""
+    offsets: tuple[PartitionOffset, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    state: str
+    group_type: str = "consumer"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    member_epoch: int
+    state: str
+    assignment: Partitions
+    pending_revocation: Partitions
+    target: Partitions
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    group_id: str
+    error: Errors = Errors.NONE
+    message: str = ""
+    state: str = "Dead"
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor: str = ""
+    members: tuple[MemberDescription, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroupResult:
+    group_id: str
+    error: Errors = Errors.NONE
+    message: str = ""

@@ -1,0 +1,167 @@
+"""A group coordinator shard driven as its driver drives it (replay a
+decision's records at once), with clients that follow KIP-848's member
+protocol: hold what the last answer gave, give up what it took away."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from broker.errors import Errors
+from broker.group.api import HeartbeatRequest, HeartbeatResponse, Result, TopicMetadata
+from broker.group.assignors import ASSIGNORS
+from broker.group.records import CoordinatorRecord
+from broker.group.shard import GroupConfig, GroupCoordinatorShard
+from broker.group.state import Groups
+from broker.group.types import Partitions
+
+
+class MapTopics:
+    """A :class:`broker.group.api.TopicsView` over a dict."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self.by_name = {
+            name: TopicMetadata(f"id-{name}", name, count) for name, count in counts.items()
+        }
+
+    def set(self, name: str, count: int) -> None:
+        self.by_name[name] = TopicMetadata(f"id-{name}", name, count)
+
+    def topic(self, name: str) -> TopicMetadata | None:
+        return self.by_name.get(name)
+
+    def names(self) -> Iterable[str]:
+        return list(self.by_name)
+
+    def name_of(self, topic_id: str) -> str | None:
+        for topic in self.by_name.values():
+            if topic.topic_id == topic_id:
+                return topic.name
+        return None
+
+
+def new_shard(seed: int = 0, **config: int) -> GroupCoordinatorShard:
+    return GroupCoordinatorShard(GroupConfig(**config), ASSIGNORS, random.Random(seed))  # type: ignore[arg-type]
+
+
+@dataclass
+class Log:
+    """The offsets partition as the shard wrote it."""
+
+    records: list[CoordinatorRecord] = field(default_factory=list)
+
+    def apply(self, shard: GroupCoordinatorShard, result: Result[Any]) -> None:
+        for record in result.records:
+            self.records.append(record)
+            shard.replay(record)
+
+
+def rebuilt(records: Iterable[CoordinatorRecord]) -> Groups:
+    groups = Groups()
+    for record in records:
+        groups.replay(record)
+    return groups
+
+
+def compacted(records: list[CoordinatorRecord]) -> list[CoordinatorRecord]:
+    """The last record of each key, in log order (tombstones kept)."""
+    last = {record.key: i for i, record in enumerate(records)}
+    return [r for i, r in enumerate(records) if last[r.key] == i]
+
+
+def dump(groups: Groups) -> dict[str, object]:
+    """Everything a group is, comparable."""
+    out: dict[str, object] = {}
+    for group in groups:
+        out[group.group_id] = (
+            group.epoch,
+            group.assignment_epoch,
+            group.subscription,
+            sorted((m.member_id, m.metadata, m.target, m.current) for m in group.members.values()),
+            sorted(group.offsets.items()),
+            sorted(group.owners.items()),
+        )
+    return out
+
+
+@dataclass
+class Client:
+    """A member's client: joins, holds what it is given, revokes what is
+    taken away (at once, or when told to)."""
+
+    group_id: str
+    topics: tuple[str, ...]
+    member_id: str = ""
+    epoch: int = 0
+    held: Partitions = frozenset()
+    # Partitions the coordinator took away that this client still holds
+    # (it revokes them on its next heartbeat if revoke_at_once is False).
+    to_revoke: Partitions = frozenset()
+    revoke_at_once: bool = True
+    fenced: bool = False
+    rebalance_timeout_ms: int = 60_000
+
+    def request(self) -> HeartbeatRequest:
+        if self.epoch == 0:
+            return HeartbeatRequest(
+                group_id=self.group_id,
+                member_id=self.member_id,
+                member_epoch=0,
+                rebalance_timeout_ms=self.rebalance_timeout_ms,
+                subscribed_topic_names=self.topics,
+                owned=frozenset(),
+            )
+        return HeartbeatRequest(
+            group_id=self.group_id,
+            member_id=self.member_id,
+            member_epoch=self.epoch,
+            owned=self.held,
+        )
+
+    def step_response(self, response: HeartbeatResponse) -> None:
+        if response.error in (Errors.FENCED_MEMBER_EPOCH, Errors.UNKNOWN_MEMBER_ID):
+            # Give everything up and rejoin (KIP-848).
+            self.held, self.epoch, self.to_revoke = frozenset(), 0, frozenset()
+            self.fenced = True
+            return
+        assert response.error is Errors.NONE, response
+        assert response.assignment is not None
+        self.member_id = response.member_id
+        self.epoch = response.member_epoch
+        taken = self.held - response.assignment
+        if self.revoke_at_once:
+            self.held = response.assignment
+        else:
+            # Hold on to what was taken until the next heartbeat.
+            self.to_revoke = taken
+            self.held = response.assignment | taken
+
+    def revoke(self) -> None:
+        self.held = self.held - self.to_revoke
+        self.to_revoke = frozenset()
+
+
+def heartbeat(
+    shard: GroupCoordinatorShard, log: Log, client: Client, topics: MapTopics, now_ms: int
+) -> HeartbeatResponse:
+    if not client.revoke_at_once:
+        client.revoke()
+    result = shard.consumer_group_heartbeat(client.request(), topics, now_ms)
+    log.apply(shard, result)
+    client.step_response(result.response)
+    return result.response
+
+
+def owners_disjoint(groups: Groups) -> None:
+    """No partition is owned (assigned or pending revocation) by two members."""
+    for group in groups:
+        seen: dict[tuple[str, int], str] = {}
+        for member in group.members.values():
+            for partition in member.owned():
+                assert partition not in seen, (
+                    f"{partition} owned by {seen[partition]} and {member.member_id}"
+                )
+                seen[partition] = member.member_id
+        assert seen == group.owners

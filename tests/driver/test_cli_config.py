@@ -212,10 +212,11 @@ def test_the_example_config_documents_every_key() -> None:
             keys |= {f"{name}.{sub}" for sub in value}
         else:
             keys.add(name)
-    # The broker's own section is in the broker's example.
+    # The broker's own sections are in the broker's example.
     broker_path = REPO / "docs" / "broker.example.toml"
     broker_doc = tomllib.loads(broker_path.read_text())
-    keys |= {f"broker.{sub}" for sub in broker_doc["broker"]}
+    for section in ("broker", "group", "offsets"):
+        keys |= {f"{section}.{sub}" for sub in broker_doc[section]}
     assert keys == set(SETTINGS)
     config = controller_config(load_settings(path, {}))
     broker = load_settings(broker_path, {})
@@ -224,7 +225,7 @@ def test_the_example_config_documents_every_key() -> None:
         if key.startswith(("quorum.", "node.", "controller.")):
             # The example shows the defaults.
             assert config.settings.get(key) == setting.default, key
-        if key.startswith("broker.") and setting.default is not None:
+        if key.startswith(("broker.", "group.", "offsets.")) and setting.default is not None:
             assert broker.get(key) == setting.default, key
 
 

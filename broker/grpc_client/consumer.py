@@ -16,15 +16,21 @@ Leadership errors (``NOT_LEADER_OR_FOLLOWER``, ``FENCED_LEADER_EPOCH``, ...)
 move the partition to the leader the answer names (KIP-951) or refresh the
 metadata, and the partition is fetched again from the same position.
 ``OFFSET_OUT_OF_RANGE`` resets it by ``auto.offset.reset``; with ``none``
-``poll`` raises ``OffsetOutOfRangeError`` naming it. Groups, ``subscribe``
-and committed offsets come with consumer groups.
+``poll`` raises ``OffsetOutOfRangeError`` naming it.
+
+With a ``group_id`` the consumer may ``subscribe`` instead (KIP-848's
+consumer group protocol, ``broker.grpc_client.group``): the coordinator
+assigns the partitions, the rebalance listener runs inside ``poll``, new
+partitions start at their committed offsets, and ``commit``,
+``commit_async``, ``committed`` and auto-commit store offsets in the group
+(docs/clients.md, "Consumer groups").
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Self
 
 import grpc
@@ -38,10 +44,17 @@ from broker.client.consumer import (
     LeaderInfo,
     OffsetResetStrategy,
 )
+from broker.client.membership import AutoCommitTimer, Membership, MembershipConfig, MemberState
 from broker.client.producer_batch import TopicPartition
 from broker.errors import Errors
 from broker.grpc_client.admin import OffsetSpec
 from broker.grpc_client.errors import BrokerClientError, NoBrokerError
+from broker.grpc_client.group import (
+    GroupDriver,
+    IllegalStateError,
+    OffsetAndEpoch,
+    RebalanceListener,
+)
 from broker.grpc_client.metadata_cache import PERMANENT_REFUSALS, MetadataCache, now_ms
 from kqproto import broker_pb2
 from quorum.driver.tls import TlsFiles
@@ -84,6 +97,13 @@ class Consumer:
         request_timeout_ms: int = 30_000,
         retry_backoff_ms: int = 100,
         metadata: MetadataCache | None = None,
+        group_id: str | None = None,
+        group_instance_id: str | None = None,
+        client_id: str = "kq-consumer",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5_000,
+        max_poll_interval_ms: int = 300_000,
+        group_remote_assignor: str | None = None,
     ) -> None:
         self.core = ConsumerCore(config)
         self.config = self.core.config
@@ -102,6 +122,27 @@ class Consumer:
         # An error an answer raised, given to the caller by the next poll.
         self._error: BaseException | None = None
         self._closed = False
+        # Groups: None without a group_id.
+        self.group_id = group_id
+        self.enable_auto_commit = enable_auto_commit and group_id is not None
+        self._auto_commit = AutoCommitTimer(auto_commit_interval_ms, now_ms())
+        self._group: GroupDriver | None = None
+        self.last_auto_commit_error: BrokerClientError | None = None
+        self._manual = False  # assign() was called (Kafka: USER_ASSIGNED)
+        if group_id is not None:
+            member = Membership(
+                MembershipConfig(
+                    group_id,
+                    client_id=client_id,
+                    rebalance_timeout_ms=max_poll_interval_ms,
+                    max_poll_interval_ms=max_poll_interval_ms,
+                    server_assignor=group_remote_assignor,
+                    instance_id=group_instance_id,
+                    retry_backoff_ms=retry_backoff_ms,
+                )
+            )
+            self._group = GroupDriver(self.metadata, member, self.core, request_timeout_ms)
+            self._group.auto_commit = self.enable_auto_commit
 
     async def __aenter__(self) -> Self:
         return self
@@ -113,7 +154,167 @@ class Consumer:
 
     def assign(self, partitions: Iterable[TopicPartition | tuple[str, int]]) -> None:
         """Consume exactly these partitions (kept ones keep their positions)."""
-        self.core.assign([_tp(p) for p in partitions])
+        if self._group is not None and self._group.member.is_subscribed:
+            raise IllegalStateError(
+                "assign() on a consumer subscribed to topics: call unsubscribe() first "
+                "(a consumer either assigns itself partitions or subscribes, not both)"
+            )
+        chosen = [_tp(p) for p in partitions]
+        self._manual = bool(chosen)
+        self.core.assign(chosen)
+
+    # -- groups -----------------------------------------------------------------------
+
+    def subscribe(
+        self,
+        topics: Iterable[str] | None = None,
+        *,
+        pattern: str | None = None,
+        listener: RebalanceListener | None = None,
+    ) -> None:
+        """Join the group with these topics or this pattern (Python re,
+        matched in full by the coordinator); the coordinator assigns the
+        partitions, ``poll`` runs ``listener``'s callbacks."""
+        if self._group is None:
+            raise ValueError("subscribe needs a group_id: Consumer(..., group_id=...)")
+        if self._manual:
+            raise IllegalStateError(
+                "subscribe() on a consumer with assigned partitions: call assign([]) or "
+                "unsubscribe() first (a consumer either assigns itself partitions or "
+                "subscribes, not both)"
+            )
+        if self._closed:
+            raise BrokerClientError(-1, "the consumer is closed")
+        self._group.member.subscribe(
+            None if topics is None else list(topics), pattern, now_ms=now_ms()
+        )
+        if listener is not None:
+            self._group.listener = listener
+        self._group.wake()
+
+    def subscription(self) -> tuple[str, ...] | str | None:
+        """The topic names or the pattern subscribed to, None if none."""
+        if self._group is None:
+            return None
+        member = self._group.member
+        return member.topics if member.topics is not None else member.pattern
+
+    async def unsubscribe(self, timeout_ms: int = 30_000) -> None:
+        """Leave the group (commit with auto-commit, revoke, epoch -1) or
+        drop a manual assignment."""
+        if self._group is not None and self._group.member.is_subscribed:
+            await self._leave(timeout_ms)
+        self._manual = False
+        self.core.assign([])
+
+    async def _leave(self, timeout_ms: int) -> None:
+        assert self._group is not None
+        group = self._group
+        group.start()
+        group.member.leave()
+        deadline = now_ms() + timeout_ms
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0, deadline - now_ms()) / 1000):
+                await group.run_steps()
+                group.wake()
+                while not group.member.left():
+                    group.changed.clear()
+                    if group.member.left():
+                        break
+                    await group.changed.wait()
+        await group.stop()
+
+    async def commit(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndEpoch] | None = None,
+    ) -> None:
+        """Commit ``offsets`` (next offset to read, or (offset, leader epoch))
+        and wait for the answer; None commits the positions of every
+        assigned partition. Raises ``CommitFailedError`` if the coordinator
+        refused because this member no longer owns them."""
+        await self._commit_group().commit(self._offsets(offsets))
+
+    def commit_async(
+        self,
+        offsets: Mapping[TopicPartition, int | OffsetAndEpoch] | None = None,
+        callback: Callable[[dict[TopicPartition, OffsetAndEpoch], BaseException | None], object]
+        | None = None,
+    ) -> asyncio.Task[None]:
+        """``commit`` without waiting: the task's result is the outcome, and
+        ``callback(offsets, error)`` is called with it if given. The offsets
+        are taken now."""
+        group = self._commit_group()
+        chosen = self._offsets(offsets)
+
+        async def run() -> None:
+            try:
+                await group.commit(chosen)
+            except BaseException as error:
+                if callback is not None:
+                    callback(chosen, error)
+                raise
+            if callback is not None:
+                callback(chosen, None)
+
+        return asyncio.ensure_future(run())
+
+    async def committed(
+        self, partitions: Iterable[TopicPartition | tuple[str, int]]
+    ) -> dict[TopicPartition, OffsetAndEpoch | None]:
+        """The group's committed (offset, leader epoch) of each partition,
+        None where it has none (OffsetFetch)."""
+        chosen = {_tp(p) for p in partitions}
+        found = await self._commit_group().committed(chosen)
+        return {tp: found.get(tp) for tp in sorted(chosen)}
+
+    def _commit_group(self) -> GroupDriver:
+        if self._group is None:
+            raise ValueError("committing offsets needs a group_id: Consumer(..., group_id=...)")
+        return self._group
+
+    def _offsets(
+        self, offsets: Mapping[TopicPartition, int | OffsetAndEpoch] | None
+    ) -> dict[TopicPartition, OffsetAndEpoch]:
+        if offsets is None:
+            return self.core.committable()
+        out: dict[TopicPartition, OffsetAndEpoch] = {}
+        for item, value in offsets.items():
+            tp = _tp(item)
+            at = (value, -1) if isinstance(value, int) else value
+            if not isinstance(at[0], int) or at[0] < 0:
+                raise ValueError(f"cannot commit offset {value!r} for {tp}: an offset >= 0")
+            out[tp] = (at[0], at[1])
+        return out
+
+    async def _group_poll_start(self) -> None:
+        """The group's part of ``poll``: the auto-commit of what earlier
+        polls returned, FIRST (ConsumerCoordinator.maybeAutoCommitOffsetsAsync),
+        then the rebalance steps due."""
+        group = self._group
+        assert group is not None
+        group.start()
+        member = group.member
+        member.on_poll(now_ms())
+        if self.enable_auto_commit and self._auto_commit.maybe_due(now_ms()):
+            try:
+                await group.commit(self.core.committable())
+            except BrokerClientError as error:
+                # KafkaConsumer logs a failed auto-commit; the next one retries.
+                self.last_auto_commit_error = error
+        await self._group_steps()
+
+    async def _group_steps(self) -> None:
+        group = self._group
+        assert group is not None
+        await group.run_steps()
+        await group.maybe_fetch_positions()
+        if group.member.state is MemberState.FATAL:
+            error = group.member.error
+            raise BrokerClientError(
+                int(error or Errors.UNKNOWN_SERVER_ERROR),
+                f"group {group.group_id}: the coordinator refused this member: "
+                f"{error.name if error else ''} {group.member.error_message}",
+            )
 
     def assignment(self) -> frozenset[TopicPartition]:
         return self.core.assignment()
@@ -173,11 +374,34 @@ class Consumer:
         each once; an empty list if none came within ``timeout_ms``."""
         if self._closed:
             raise BrokerClientError(-1, "the consumer is closed")
-        if not self.assignment():
-            raise ValueError("poll with no partitions assigned: call assign() first")
+        subscribed = self._group is not None and self._group.member.is_subscribed
+        if not subscribed and not self.assignment():
+            raise ValueError("poll with no partitions assigned: call assign() or subscribe() first")
         deadline = now_ms() + timeout_ms
+        if subscribed:
+            await self._group_poll_start()
+        elif (
+            self._group is not None
+            and self.enable_auto_commit
+            and self.assignment()
+            and self._auto_commit.maybe_due(now_ms())
+        ):
+            with contextlib.suppress(BrokerClientError):
+                await self._group.commit(self.core.committable())
         while True:
             self._raise_pending()
+            if subscribed:
+                await self._group_steps()
+                if not self.assignment():
+                    # Nothing assigned yet: wait for the coordinator's answer.
+                    assert self._group is not None
+                    left = deadline - now_ms()
+                    if left <= 0:
+                        return []
+                    self._group.changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._group.changed.wait(), left / 1000)
+                    continue
             try:
                 await self._update_positions()
             except BrokerClientError as error:
@@ -196,20 +420,38 @@ class Consumer:
             if left <= 0:
                 return []
             self._arrived.clear()
+            if self._group is not None:
+                # A rebalance must not wait for the long poll's end.
+                self._group.changed.clear()
             if not self._fetches:
                 # Nothing to fetch yet (no leader known): wait a little.
                 left = min(left, self.retry_backoff_ms)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._arrived.wait(), left / 1000)
+            waits = [asyncio.ensure_future(self._arrived.wait())]
+            if self._group is not None:
+                waits.append(asyncio.ensure_future(self._group.changed.wait()))
+            _, pending = await asyncio.wait(waits, timeout=left / 1000,
+                                            return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            for waiter in pending:
+                waiter.cancel()
 
     def _raise_pending(self) -> None:
         error, self._error = self._error, None
         if error is not None:
             raise error
 
-    async def close(self) -> None:
+    async def close(self, timeout_ms: int = 30_000) -> None:
+        """Commit (auto-commit), revoke and leave the group (epoch -1)
+        within ``timeout_ms``, then stop."""
         if self._closed:
             return
+        if self._group is not None:
+            if self._group.member.is_subscribed:
+                await self._leave(timeout_ms)
+            elif self.enable_auto_commit and self.assignment():
+                with contextlib.suppress(BrokerClientError, TimeoutError):
+                    async with asyncio.timeout(timeout_ms / 1000):
+                        await self._group.commit(self.core.committable())
+            await self._group.stop()
         self._closed = True
         for task in list(self._fetches):
             task.cancel()
@@ -224,7 +466,13 @@ class Consumer:
         (``Fetcher.resetOffsetsIfNeeded``)."""
         topics = {tp.topic for tp in self.assignment()}
         await self.metadata.maybe_refresh(topics)
-        resets = self.core.partitions_to_reset()
+        waiting = self._group.awaiting_committed if self._group is not None else set()
+        # Partitions waiting for their committed offsets are not reset.
+        resets = {
+            tp: strategy
+            for tp, strategy in self.core.partitions_to_reset().items()
+            if tp not in waiting
+        }
         if not resets:
             return
         by_node: dict[int, list[tuple[TopicPartition, OffsetResetStrategy, int]]] = {}

@@ -34,8 +34,11 @@ else:
 
 
 class _Answer(Protocol):
-    error: int
-    message: str
+    @property
+    def error(self) -> int: ...
+
+    @property
+    def message(self) -> str: ...
 
     @property
     def coordinator(self) -> groups_pb2.Coordinator: ...

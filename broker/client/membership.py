@@ -221,7 +221,10 @@ class Membership:
         if self.state in (MemberState.UNSUBSCRIBED, MemberState.FATAL):
             return
         if self.state is MemberState.STALE:
-            self.state = MemberState.UNSUBSCRIBED
+            # Already out of the group: only the listener is still to be
+            # told its partitions are lost (the next rebalance step).
+            if not self.held and self._in_step is None:
+                self._left()
             return
         if self.member_epoch == JOIN_EPOCH and not self.held and not self.member_id:
             self.state = MemberState.UNSUBSCRIBED  # never joined: nothing to leave
@@ -234,7 +237,10 @@ class Membership:
         stale member rejoins once its partitions are lost."""
         self._last_poll_ms = now_ms
         if self.state is MemberState.STALE and not self.held and self._in_step is None:
-            self._join()
+            if self._after_leave is MemberState.STALE:
+                self._join()
+            else:
+                self._left()  # closed meanwhile: no rejoin
 
     def tick(self, now_ms: int) -> None:
         """Leave proactively if the application stopped polling
@@ -413,8 +419,12 @@ class Membership:
             self._maybe_rejoin()
         elif self.state is MemberState.PREPARE_LEAVING:
             self._maybe_leave_now()
-        elif self.state is MemberState.STALE and self._last_poll_ms is not None:
-            self.on_poll(self._last_poll_ms)
+        elif self.state is MemberState.STALE and not self.held:
+            if self._after_leave is MemberState.STALE:
+                if self._last_poll_ms is not None:
+                    self.on_poll(self._last_poll_ms)
+            else:
+                self._left()
 
     def _maybe_acknowledge(self, now_ms: int) -> None:
         # Reconciled once the held set is the (resolved) target: tell the

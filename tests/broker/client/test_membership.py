@@ -201,6 +201,25 @@ def test_max_poll_interval_leaves_then_the_next_poll_rejoins() -> None:
     assert rejoin is not None and rejoin.member_epoch == 0 and rejoin.member_id == "m1"
 
 
+def test_closing_a_stale_member_loses_its_partitions_and_does_not_rejoin() -> None:
+    m = member(max_poll_interval_ms=1000)
+    m.on_poll(0)
+    m.heartbeat_to_send(0)
+    m.step_heartbeat_response(ok(1, 0), 0)
+    run_steps(m, [])
+    m.tick(1001)
+    m.heartbeat_to_send(1001)
+    m.step_heartbeat_response(HeartbeatAnswer(), 1002)
+    assert m.state is MemberState.STALE
+    m.leave()  # close before the application polls again
+    assert not m.left()
+    log: list[tuple[RebalanceKind, frozenset[TopicPartition]]] = []
+    run_steps(m, log)
+    assert log == [(RebalanceKind.LOSE, frozenset({tp(0)}))]
+    assert m.state is MemberState.UNSUBSCRIBED and m.left()
+    assert m.heartbeat_to_send(5000) is None
+
+
 def records(offsets: range, epoch: int = 4) -> bytes:
     return build_batch(
         [Record(o, 0, None, b"v%d" % o) for o in offsets],

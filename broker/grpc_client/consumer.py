@@ -354,6 +354,9 @@ class Consumer:
             found = self.core.position(tp)
             if found is not None:
                 return found
+            if self._group is not None:
+                # A new partition of the group's starts at its committed offset.
+                await self._group.maybe_fetch_positions()
             await self._update_positions()
             found = self.core.position(tp)
             if found is not None:

@@ -175,23 +175,34 @@ class GroupDriver:
 
     async def _heartbeats(self) -> None:
         while True:
-            now = now_ms()
-            self.member.tick(now)
-            request = self.member.heartbeat_to_send(now)
-            if request is None:
-                wait_ms = max(1, min(self.member.next_heartbeat_ms() - now, 500))
-                self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
-                continue
             try:
-                response = await self._heartbeat(_pb_request(self.group_id, request))
-            except BrokerClientError as error:
-                log.info("heartbeat of group %s failed: %s", self.group_id, error)
-                self.member.step_heartbeat_failure(now_ms())
-            else:
-                self.member.step_heartbeat_response(_answer(response), now_ms())
-            self.changed.set()
+                await self._heartbeat_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                # A bug must not silently end the membership: the session
+                # would expire with nobody noticing.
+                log.exception("heartbeat task of group %s", self.group_id)
+                await asyncio.sleep(self.member.config.retry_backoff_ms / 1000)
+
+    async def _heartbeat_once(self) -> None:
+        now = now_ms()
+        self.member.tick(now)
+        request = self.member.heartbeat_to_send(now)
+        if request is None:
+            wait_ms = max(1, min(self.member.next_heartbeat_ms() - now, 500))
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), wait_ms / 1000)
+            return
+        try:
+            response = await self._heartbeat(_pb_request(self.group_id, request))
+        except BrokerClientError as error:
+            log.info("heartbeat of group %s failed: %s", self.group_id, error)
+            self.member.step_heartbeat_failure(now_ms())
+        else:
+            self.member.step_heartbeat_response(_answer(response), now_ms())
+        self.changed.set()
 
     async def _heartbeat(self, message: Any) -> Any:
         return await self.coordinator.call(

@@ -1,7 +1,8 @@
 """The consumer's group calls without brokers: auto-commit at the start of
 poll commits what earlier polls returned, never the records the same poll
 returns; close commits; assign and subscribe exclude each other; subscribe
-needs a group id."""
+needs a group id; a commit refused for ownership raises CommitFailedError
+(to commit_async's callback too); committed reads offsets and epochs."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ import pytest
 from broker.client.consumer import FetchAnswer, LeaderInfo
 from broker.client.membership import AutoCommitTimer
 from broker.client.producer_batch import TopicPartition
+from broker.errors import Errors
 from broker.grpc_client.consumer import Consumer
-from broker.grpc_client.group import IllegalStateError, OffsetAndEpoch
+from broker.grpc_client.errors import BrokerClientError
+from broker.grpc_client.group import CommitFailedError, IllegalStateError, OffsetAndEpoch
+from kqproto import groups_pb2
 from tests.broker.client.test_membership import records
+from tests.broker.grpc_client.test_coordinator import pb
 
 TP = TopicPartition("t", 0)
 
@@ -90,5 +95,89 @@ def test_subscribe_needs_a_group_id_and_excludes_assign() -> None:
             other.subscribe(["t"], pattern="t.*")
         for consumer in (plain, grouped, other):
             await consumer.close()
+
+    asyncio.run(body())
+
+
+def answering(consumer: Consumer, answer: object) -> list[object]:
+    """The coordinator answers every call with ``answer``; requests kept."""
+    group = consumer._group
+    assert group is not None
+    sent: list[object] = []
+
+    async def call(what: str, method: object, timeout_ms: int) -> object:
+        class Stub:
+            async def OffsetCommit(self, request: object, timeout: float) -> object:
+                sent.append(request)
+                return answer
+
+            OffsetFetch = OffsetCommit
+
+        return await method(Stub(), 1.0)  # type: ignore[operator]
+
+    group.coordinator.call = call  # type: ignore[assignment,method-assign]
+    return sent
+
+
+def test_a_refused_commit_raises_commit_failed_and_reaches_the_async_callback() -> None:
+    async def body() -> None:
+        consumer = Consumer(["127.0.0.1:1"], group_id="g")
+        refused = groups_pb2.OffsetCommitResponse(error=pb(Errors.STALE_MEMBER_EPOCH))
+        sent = answering(consumer, refused)
+        with pytest.raises(CommitFailedError, match="no longer owns"):
+            await consumer.commit({TP: 7})
+        request = sent[-1]
+        assert isinstance(request, groups_pb2.OffsetCommitRequest)
+        # Outside membership: no member id, epoch -1.
+        assert (request.member_id, request.member_epoch) == ("", -1)
+        assert [(t.name, p.partition, p.offset, p.leader_epoch) for t in request.topics
+                for p in t.partitions] == [("t", 0, 7, -1)]  # fmt: skip
+        seen: list[tuple[object, BaseException | None]] = []
+        task = consumer.commit_async({TP: (8, 3)}, lambda o, e: seen.append((o, e)))
+        with pytest.raises(CommitFailedError):
+            await task
+        assert seen[0][0] == {TP: (8, 3)} and isinstance(seen[0][1], CommitFailedError)
+        partly = groups_pb2.OffsetCommitResponse(
+            topics=[
+                groups_pb2.TopicResult(
+                    name="t",
+                    partitions=[groups_pb2.PartitionResult(
+                        partition=0, error=pb(Errors.TOPIC_AUTHORIZATION_FAILED))],
+                )
+            ]
+        )  # fmt: skip
+        answering(consumer, partly)
+        with pytest.raises(BrokerClientError, match="t-0") as raised:
+            await consumer.commit({TP: 9})
+        assert not isinstance(raised.value, CommitFailedError)
+        answering(consumer, groups_pb2.OffsetCommitResponse())
+        ok: list[tuple[object, BaseException | None]] = []
+        await consumer.commit_async({TP: 9}, lambda o, e: ok.append((o, e)))
+        assert ok == [({TP: (9, -1)}, None)]
+        await consumer.close()
+
+    asyncio.run(body())
+
+
+def test_committed_reads_offset_and_epoch_and_none_where_absent() -> None:
+    async def body() -> None:
+        consumer = Consumer(["127.0.0.1:1"], group_id="g")
+        answering(
+            consumer,
+            groups_pb2.OffsetFetchResponse(
+                topics=[
+                    groups_pb2.OffsetFetchTopic(
+                        name="t",
+                        partitions=[
+                            groups_pb2.OffsetFetchPartition(partition=0, offset=42, leader_epoch=2),
+                            groups_pb2.OffsetFetchPartition(partition=1, offset=-1),
+                        ],
+                    )
+                ]
+            ),
+        )
+        found = await consumer.committed([TP, ("t", 1)])
+        assert found == {TP: (42, 2), TopicPartition("t", 1): None}
+        await consumer.close()
 
     asyncio.run(body())

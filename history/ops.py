@@ -24,11 +24,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from history.queue import QUEUE_FS, queue_op_problems, sent_values
+from history.queue import QUEUE_FS, group_field_problems, queue_op_problems, sent_values
 
 __all__ = [
     "COMPLETIONS",
     "FIELDS",
+    "GROUP_FIELDS",
     "MODELS",
     "NEMESIS",
     "NEMESIS_ENDS",
@@ -69,6 +70,12 @@ FIELDS: Final = (
     "epoch",
 )
 """Every field of a history line, in the order they are written."""
+
+GROUP_FIELDS: Final = ("assigned", "revoked")
+"""The consumer-group fields of a ``queue`` poll's ``ok`` completion
+(``docs/history-format.md``, the ``queue`` model), written after
+:data:`FIELDS` and only when set: ``assigned`` ``{"k": [start, time]}``,
+``revoked`` ``[k, ...]``."""
 
 REQUIRED: Final = ("index", "time", "type", "process", "f")
 
@@ -150,6 +157,8 @@ class Op:
     node: int | None = None
     offset: int | None = None
     epoch: int | None = None
+    assigned: dict[str, Any] | None = None
+    revoked: list[Any] | None = None
 
     @property
     def is_invoke(self) -> bool:
@@ -172,7 +181,7 @@ class Op:
         if self.key is not None:
             obj["key"] = self.key
         obj["value"] = self.value
-        for name in ("error", "node", "offset", "epoch"):
+        for name in ("error", "node", "offset", "epoch", *GROUP_FIELDS):
             v = getattr(self, name)
             if v is not None:
                 obj[name] = v
@@ -190,10 +199,10 @@ class Op:
         missing = [name for name in REQUIRED if name not in obj]
         if missing:
             raise ValueError(f"missing field(s) {', '.join(missing)}")
-        unknown = sorted(set(obj) - set(FIELDS))
+        unknown = sorted(set(obj) - set(FIELDS) - set(GROUP_FIELDS))
         if unknown:
             raise ValueError(f"unknown field(s) {', '.join(unknown)}")
-        fields: dict[str, Any] = {name: obj.get(name) for name in FIELDS}
+        fields: dict[str, Any] = {name: obj.get(name) for name in (*FIELDS, *GROUP_FIELDS)}
         op = cls(**fields)
         problems = op_problems(op)
         if problems:
@@ -254,6 +263,8 @@ def op_problems(op: Op) -> list[str]:
         out.append(f"a {op.type} needs an error saying why")
     if op.type == "invoke" and (op.offset is not None or op.epoch is not None):
         out.append("an invoke carries no offset or epoch (versions come with completions)")
+    if op.type != "ok" and (op.assigned is not None or op.revoked is not None):
+        out.append(f"only an ok completion carries assigned or revoked, not an {op.type}")
     if op.process == NEMESIS:
         if op.key is not None or op.offset is not None or op.epoch is not None:
             out.append("a nemesis op carries no key, offset or epoch")
@@ -366,8 +377,11 @@ class HistoryRecorder:
         node: int | None = None,
         offset: int | None = None,
         epoch: int | None = None,
+        assigned: dict[str, Any] | None = None,
+        revoked: list[Any] | None = None,
     ) -> Op:
-        """Complete ``process``'s op; ``value`` defaults to the invoke's."""
+        """Complete ``process``'s op; ``value`` defaults to the invoke's;
+        ``assigned`` and ``revoked`` are a queue poll's group fields."""
         if type not in COMPLETIONS:
             raise HistoryError(f"a completion is ok, fail or info, not {type!r}")
         with self._lock:
@@ -375,7 +389,9 @@ class HistoryRecorder:
             if inv is None:
                 raise HistoryError(f"process {process!r} has no op in flight to complete")
             out = inv.value if value is SAME else value
-            op = self._emit(type, process, inv.f, inv.key, out, error, node, offset, epoch)
+            op = self._emit(
+                type, process, inv.f, inv.key, out, error, node, offset, epoch, assigned, revoked
+            )
             del self._open[process]
             if type == "info" and process != NEMESIS:
                 self._retired.add(process)
@@ -389,8 +405,19 @@ class HistoryRecorder:
         node: int | None = None,
         offset: int | None = None,
         epoch: int | None = None,
+        assigned: dict[str, Any] | None = None,
+        revoked: list[Any] | None = None,
     ) -> Op:
-        return self.complete(process, "ok", value=value, node=node, offset=offset, epoch=epoch)
+        return self.complete(
+            process,
+            "ok",
+            value=value,
+            node=node,
+            offset=offset,
+            epoch=epoch,
+            assigned=assigned,
+            revoked=revoked,
+        )
 
     def fail(
         self,
@@ -439,11 +466,27 @@ class HistoryRecorder:
         node: int | None,
         offset: int | None,
         epoch: int | None,
+        assigned: dict[str, Any] | None = None,
+        revoked: list[Any] | None = None,
     ) -> Op:
         now = self._clock() - self._start
         if now < self._last_time:
             raise HistoryError(f"the clock went back from {self._last_time} to {now} ns")
-        op = Op(self._next_index, now, type, process, f, key, value, error, node, offset, epoch)
+        op = Op(
+            self._next_index,
+            now,
+            type,
+            process,
+            f,
+            key,
+            value,
+            error,
+            node,
+            offset,
+            epoch,
+            assigned,
+            revoked,
+        )
         problems = op_problems(op)
         if problems:
             raise HistoryError("; ".join(problems))
@@ -608,6 +651,8 @@ def _model_problems(ops: Sequence[Op], model: str) -> list[Problem]:
             continue
         if op.key is None:
             add("model-value", f"a {model} op needs a key", op)
+        if op.assigned is not None or op.revoked is not None:
+            add("model-value", "only a queue poll carries assigned or revoked", op)
         if op.type == "invoke":
             invokes[op.process] = op
         else:
@@ -677,6 +722,8 @@ def _queue_problems(ops: Sequence[Op]) -> list[Problem]:
             op.type, op.f, op.value, inv.value if inv is not None else None
         ):
             out.append(Problem(kind, message, op.index))
+        for message in group_field_problems(op.f, op.assigned, op.revoked):
+            out.append(Problem("model-value", message, op.index))
         if op.type == "invoke" and op.f == "send":
             for _, v in sent_values(op.value):
                 first = sent.get(v)

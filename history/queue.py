@@ -4,8 +4,10 @@
 micro-ops ``["send", k, v]`` completing as ``["send", k, [offset, v]]``; a
 ``poll`` carries ``[["poll"]]`` completing as ``[["poll", {"k": [[offset, v],
 ...]}]]``; ``assign`` takes ``{"keys": [...], "seek_to_beginning": bool}``;
-``crash`` is always ``info``.  Keys are integers naming topic-partitions
-(:class:`KeyMap`); values are integers unique over the run.
+``crash`` is always ``info``; with consumer groups, ``subscribe`` takes
+``{"keys": [...]}``, ``commit`` carries ``[["commit", {"k": offset, ...}]]``
+and an ``ok`` poll may carry ``assigned`` and ``revoked``.  Keys are
+integers naming topic-partitions (:class:`KeyMap`); values are integers unique over the run.
 
 This module builds those values (for the workload) and checks them (for
 :func:`history.ops.check_well_formed`), so writer and checker share one
@@ -22,6 +24,8 @@ __all__ = [
     "QUEUE_FS",
     "KeyMap",
     "assign_value",
+    "commit_value",
+    "group_field_problems",
     "poll_invoke_value",
     "poll_ok_value",
     "queue_op_problems",
@@ -29,11 +33,12 @@ __all__ = [
     "send_completion_value",
     "send_invoke_value",
     "sent_values",
+    "subscribe_value",
 ]
 
-QUEUE_FS: Final = frozenset({"send", "poll", "assign", "crash"})
-"""The ``f`` values a queue history has today (``subscribe``, ``commit`` and
-``txn`` are reserved for consumer groups and transactions)."""
+QUEUE_FS: Final = frozenset({"send", "poll", "assign", "subscribe", "commit", "crash"})
+"""The ``f`` values a queue history has today (``txn`` is reserved for
+transactions)."""
 
 
 def _is_int(v: object) -> bool:
@@ -140,6 +145,16 @@ def assign_value(keys: Iterable[int], seek_to_beginning: bool) -> dict[str, Any]
     return {"keys": sorted(keys), "seek_to_beginning": bool(seek_to_beginning)}
 
 
+def subscribe_value(keys: Iterable[int]) -> dict[str, Any]:
+    return {"keys": sorted(keys)}
+
+
+def commit_value(offsets: Mapping[int, int]) -> list[list[Any]]:
+    """``[["commit", {"k": offset, ...}]]``, keys in decimal text, each
+    offset the next one to read (as Kafka commits)."""
+    return [["commit", {str(k): o for k, o in sorted(offsets.items())}]]
+
+
 def sent_values(value: object) -> list[tuple[int, int]]:
     """``(key, value)`` of each micro-op of a send's invoke or completion
     value (empty if it is not one)."""
@@ -233,6 +248,68 @@ def _assign_problem(value: object) -> str | None:
     )
 
 
+def _subscribe_problem(value: object) -> str | None:
+    if (
+        isinstance(value, dict)
+        and set(value) == {"keys"}
+        and isinstance(value["keys"], list)
+        and all(_is_count(k) for k in value["keys"])
+    ):
+        return None
+    return f"a subscribe's value is {{keys: [integer >= 0]}}, got {value!r}"
+
+
+def _decimal_key(k: object) -> bool:
+    return isinstance(k, str) and k.isdigit() and str(int(k)) == k
+
+
+def _commit_problem(value: object) -> str | None:
+    if not (
+        isinstance(value, list)
+        and len(value) == 1
+        and isinstance(value[0], list)
+        and len(value[0]) == 2
+        and value[0][0] == "commit"
+        and isinstance(value[0][1], dict)
+        and value[0][1]
+    ):
+        return f'a commit\'s value is [["commit", {{key: offset}}]] naming a key, got {value!r}'
+    for k, o in value[0][1].items():
+        if not _decimal_key(k):
+            return f"a commit's key is the decimal text of an integer >= 0, got {k!r}"
+        if not _is_count(o):
+            return f"a committed offset is an integer >= 0, got {o!r} (key {k})"
+    return None
+
+
+def group_field_problems(f: str, assigned: object, revoked: object) -> list[str]:
+    """Shape problems of an ``ok`` completion's ``assigned`` and ``revoked``
+    (None: absent): only a poll carries them; ``assigned`` maps each key's
+    decimal text to ``[start, time]``, ``revoked`` lists keys."""
+    if assigned is None and revoked is None:
+        return []
+    if f != "poll":
+        return [f"only an ok poll carries assigned or revoked, not a {f}"]
+    out: list[str] = []
+    if assigned is not None:
+        if not isinstance(assigned, dict):
+            out.append(f"a poll's assigned is {{key: [start, time]}}, got {assigned!r}")
+        else:
+            for k, at in assigned.items():
+                if not _decimal_key(k):
+                    out.append(f"an assigned key is the decimal text of an integer >= 0, got {k!r}")
+                elif not (isinstance(at, list) and len(at) == 2 and all(_is_count(x) for x in at)):
+                    out.append(
+                        f"an assignment is [start offset, time ns], both integers >= 0, "
+                        f"got {at!r} (key {k})"
+                    )
+    if revoked is not None and not (
+        isinstance(revoked, list) and all(_is_count(k) for k in revoked)
+    ):
+        out.append(f"a poll's revoked is a list of keys (integers >= 0), got {revoked!r}")
+    return out
+
+
 def queue_op_problems(
     op_type: str, f: str, value: object, invoke_value: object
 ) -> list[tuple[str, str]]:
@@ -262,6 +339,18 @@ def queue_op_problems(
             out.append((VALUE, wrong))
         elif op_type != "invoke" and invoke_value is not None and value != invoke_value:
             out.append((VALUE, "an assign's completion repeats its invoke's value"))
+    elif f == "subscribe":
+        wrong = _subscribe_problem(value)
+        if wrong:
+            out.append((VALUE, wrong))
+        elif op_type != "invoke" and invoke_value is not None and value != invoke_value:
+            out.append((VALUE, "a subscribe's completion repeats its invoke's value"))
+    elif f == "commit":
+        wrong = _commit_problem(value)
+        if wrong:
+            out.append((VALUE, wrong))
+        elif op_type != "invoke" and invoke_value is not None and value != invoke_value:
+            out.append((VALUE, "a commit's completion repeats its invoke's offsets"))
     elif f == "crash":
         if value is not None:
             out.append((VALUE, f"a crash's value is null, got {value!r}"))

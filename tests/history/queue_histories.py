@@ -44,13 +44,25 @@ class Queue:
         return inv.index
 
     def poll(
-        self, process: int, reads: Mapping[str, Sequence[tuple[int, Any]]], type: str = "ok"
+        self,
+        process: int,
+        reads: Mapping[str, Sequence[tuple[int, Any]]],
+        type: str = "ok",
+        *,
+        assigned: Mapping[str, tuple[int, int]] | None = None,
+        revoked: Sequence[int] | None = None,
     ) -> int:
+        """A poll; an ok one may carry the group's ``assigned`` (key ->
+        (start, time)) and ``revoked`` keys."""
         inv = self.rec.invoke(process, "poll", value=[["poll"]])
         if type == "ok":
             self.rec.ok(
                 process,
                 value=[["poll", {k: [[o, v] for o, v in rs] for k, rs in reads.items()}]],
+                assigned=(
+                    None if assigned is None else {k: [s, t] for k, (s, t) in assigned.items()}
+                ),
+                revoked=None if revoked is None else list(revoked),
             )
         elif type == "info":
             self.rec.info(process, "timeout")
@@ -67,6 +79,25 @@ class Queue:
         inv = self.rec.invoke(process, f, value=value)
         self.rec.ok(process)
         return inv.index
+
+    def commit(
+        self, process: int, offsets: Mapping[str, int], type: str = "ok", *, error: str = "timeout"
+    ) -> int:
+        """A commit of ``offsets`` (key -> the next offset to read); returns
+        its invoke index (its invoke's time is that index too)."""
+        inv = self.rec.invoke(process, "commit", value=[["commit", dict(offsets)]])
+        if type == "ok":
+            self.rec.ok(process)
+        elif type == "info":
+            self.rec.info(process, error)
+        else:
+            self.rec.fail(process, error)
+        return inv.index
+
+    @property
+    def now(self) -> int:
+        """The time the next op will be recorded at (one tick per op)."""
+        return len(self.ops)
 
     def crash(self, process: int) -> int:
         inv = self.rec.invoke(process, "crash", value=None)

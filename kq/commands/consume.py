@@ -3,9 +3,15 @@
 kq consume --topic T [--from-beginning] [--partition P [--offset O|earliest|latest]]
            [--max-messages N] [--timeout-ms MS]
            [--print-key] [--print-offset] [--print-partition] [--key-separator SEP]
+kq consume --group G (--topic T | --include REGEX) [--from-beginning] ...
 
 Every partition of the topic, or ``--partition``'s, from the end (records
-produced from now on) unless ``--from-beginning`` or ``--offset``. Each record
+produced from now on) unless ``--from-beginning`` or ``--offset``.  With
+``--group`` it is a member of that consumer group instead (docs/clients.md):
+it reads the partitions the group gives it, from the group's committed
+offsets (``--from-beginning``: the earliest record where the group has
+none, as Kafka's console consumer), commits what it printed as it goes
+(auto-commit) and when it stops, and leaves the group. Each record
 prints as its value, preceded by ``Partition:P``, ``Offset:O`` and its key
 when asked (tab-separated as Kafka's ``DefaultMessageFormatter``); ``--json``
 prints one object per line. It stops after ``--max-messages`` records, after
@@ -58,7 +64,13 @@ def register(subparsers: Subparsers) -> None:
             "partitions, or --partition's; from the end unless --from-beginning or --offset."
         ),
     )
-    parser.add_argument("--topic", required=True)
+    parser.add_argument("--topic", help="the topic (required unless --include)")
+    parser.add_argument("--group", metavar="G", help="consume as a member of this consumer group")
+    parser.add_argument(
+        "--include",
+        metavar="REGEX",
+        help="with --group: every topic whose whole name matches (Python re)",
+    )
     parser.add_argument(
         "--from-beginning",
         action="store_true",
@@ -113,8 +125,29 @@ def _start(args: argparse.Namespace) -> int | str | None:
     return offset
 
 
+def _check_group_flags(args: argparse.Namespace) -> None:
+    if args.group is None:
+        if args.include is not None:
+            raise CommandError("--include needs --group", EXIT_USAGE)
+        if args.topic is None:
+            raise CommandError("--topic is required", EXIT_USAGE)
+        return
+    if not args.group:
+        raise CommandError("--group must not be empty", EXIT_USAGE)
+    if (args.topic is None) == (args.include is None):
+        raise CommandError("--group needs exactly one of --topic and --include", EXIT_USAGE)
+    for flag, value in (("--partition", args.partition), ("--offset", args.offset)):
+        if value is not None:
+            raise CommandError(
+                f"{flag} cannot be given with --group (the group assigns partitions and "
+                "its committed offsets say where to start)",
+                EXIT_USAGE,
+            )
+
+
 @command("consume")
 def _consume(args: argparse.Namespace) -> int:
+    _check_group_flags(args)
     start = _start(args)
     if args.max_messages is not None and args.max_messages < 1:
         raise CommandError(f"--max-messages must be >= 1, not {args.max_messages}", EXIT_USAGE)
@@ -139,6 +172,9 @@ async def _run(
     start: int | str | None,
     printed: list[int],
 ) -> None:
+    if args.group is not None:
+        await _run_group(args, addresses, credentials, printed)
+        return
     async with Admin(addresses, credentials=credentials, timeout_ms=10_000) as admin:
         partitions = await admin.topic(args.topic)
     chosen = chosen_partitions(args, len(partitions))
@@ -152,23 +188,49 @@ async def _run(
             consumer.seek_to_beginning()
         else:
             consumer.seek_to_end()
-        loop = asyncio.get_running_loop()
-        idle_since = loop.time()
-        while args.max_messages is None or printed[0] < args.max_messages:
-            wait = 1_000
-            if args.timeout_ms is not None:
-                left = args.timeout_ms - (loop.time() - idle_since) * 1000
-                if left <= 0:
-                    return
-                wait = int(min(wait, left)) or 1
-            left_to_print = None if args.max_messages is None else args.max_messages - printed[0]
-            records = await consumer.poll(wait, left_to_print)
-            if records:
-                idle_since = loop.time()
-            for record in records:
-                _print(args, record)
-                printed[0] += 1
-            sys.stdout.flush()
+        await _print_polls(args, consumer, printed)
+
+
+async def _run_group(
+    args: argparse.Namespace, addresses: list[str], credentials: Any, printed: list[int]
+) -> None:
+    reset = OffsetResetStrategy.EARLIEST if args.from_beginning else OffsetResetStrategy.LATEST
+    consumer = Consumer(
+        addresses,
+        ConsumerConfig(auto_offset_reset=reset),
+        credentials=credentials,
+        group_id=args.group,
+        client_id="kq-console-consumer",
+    )
+    try:
+        if args.include is not None:
+            consumer.subscribe(pattern=args.include)
+        else:
+            consumer.subscribe([args.topic])
+        await _print_polls(args, consumer, printed)
+    finally:
+        # Commits what was printed and leaves the group (a Ctrl-C too).
+        await consumer.close()
+
+
+async def _print_polls(args: argparse.Namespace, consumer: Consumer, printed: list[int]) -> None:
+    loop = asyncio.get_running_loop()
+    idle_since = loop.time()
+    while args.max_messages is None or printed[0] < args.max_messages:
+        wait = 1_000
+        if args.timeout_ms is not None:
+            left = args.timeout_ms - (loop.time() - idle_since) * 1000
+            if left <= 0:
+                return
+            wait = int(min(wait, left)) or 1
+        left_to_print = None if args.max_messages is None else args.max_messages - printed[0]
+        records = await consumer.poll(wait, left_to_print)
+        if records:
+            idle_since = loop.time()
+        for record in records:
+            _print(args, record)
+            printed[0] += 1
+        sys.stdout.flush()
 
 
 def _text(data: bytes | None) -> str:

@@ -287,3 +287,46 @@ def test_a_bad_bootstrap_address_is_bad_usage(
     status = run(["offsets", "--topic", "t", "--bootstrap-server", "nowhere"], monkeypatch)
     assert status == 2
     assert "nowhere" in capsys.readouterr().err
+
+
+def test_consume_as_a_group_resumes_from_its_commits(
+    cluster: BrokerCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.create_topic("grouped", 1, 3)
+    assert run(["produce", "--topic", "grouped", "--sync", *flags(cluster)], monkeypatch,
+               b"a\nb\nc\nd\ne\n") == 0  # fmt: skip
+    capsys.readouterr()
+    group = ["consume", "--group", "cg", "--topic", "grouped", "--from-beginning", *flags(cluster)]
+    assert run([*group, "--max-messages", "3"], monkeypatch) == 0
+    assert capsys.readouterr().out.split() == ["a", "b", "c"]
+    # A new member of the group starts where the first one's commits say.
+    assert run([*group, "--max-messages", "2", "--timeout-ms", "20000"], monkeypatch) == 0
+    assert capsys.readouterr().out.split() == ["d", "e"]
+    assert (
+        run(["groups", "--describe", "--group", "cg", "--json", *flags(cluster)], monkeypatch) == 0
+    )
+    described = json.loads(capsys.readouterr().out)
+    text = json.dumps(described)
+    assert '"lag": 0' in text and '"current_offset": 5' in text, text
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--group", "g", "--topic", "t", "--partition", "0"], "--partition cannot"),
+        (["--group", "g", "--topic", "t", "--offset", "3"], "--offset cannot"),
+        (["--include", "t.*", "--topic", "t"], "--include needs --group"),
+        (["--group", "g", "--topic", "t", "--include", "t.*"], "exactly one"),
+        (["--group", "g"], "exactly one"),
+        (["--group", "", "--topic", "t"], "must not be empty"),
+        ([], "--topic is required"),
+    ],
+)
+def test_bad_group_flags(
+    argv: list[str],
+    words: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run(["consume", *argv, "--bootstrap-server", "127.0.0.1:1"], monkeypatch) == 2
+    assert words in capsys.readouterr().err

@@ -83,7 +83,7 @@ def _valid_current(
         keep = []
         for topic_id, partition in sorted(spec.members[member_id].current):
             if (
-                topic_id in spec.topics
+                topic_id in subscribed
                 and 0 <= partition < spec.topics[topic_id]
                 and (topic_id, partition) not in claimed
             ):

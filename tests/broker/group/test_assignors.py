@@ -10,7 +10,8 @@ deleted topic or a partition beyond the count, some claimed twice).
   subscriptions no partition can move to another subscriber of its topic
   with two or more fewer partitions (Kafka's general builder's balance);
   sticky: a member keeps its quota of its current, a second run on the
-  first's answer changes nothing, a member joining takes partitions only
+  first's answer changes nothing, nor does a run on a balanced current
+  that is not its own answer, a member joining takes partitions only
   from those above the new quota, a member leaving moves only its own;
 - range: each topic split in contiguous ranges over its subscribers in id
   order, n // m each and one more for the first n % m.
@@ -224,6 +225,22 @@ def test_uniform_one_subscription_each_member_keeps_its_quota_of_current(
 def test_uniform_a_second_run_on_the_first_answer_changes_nothing(spec: AssignmentSpec) -> None:
     first = UNIFORM.assign(spec)
     assert UNIFORM.assign(with_current(spec, first)) == first
+
+
+@given(spec=st.one_of(specs(), specs(homogeneous=True)))
+def test_uniform_keeps_a_balanced_current_that_is_not_its_own_answer(spec: AssignmentSpec) -> None:
+    """The answer for the same group with its member ids swapped in reverse
+    order is balanced and covers every partition but differs from this
+    group's own answer: as a current assignment it must stay as it is."""
+    ids = sorted(spec.members)
+    swap = dict(zip(ids, reversed(ids), strict=True))
+    swapped = AssignmentSpec(
+        members={swap[m]: MemberSpec(topic_ids=s.topic_ids) for m, s in spec.members.items()},
+        topics=spec.topics,
+    )
+    other = UNIFORM.assign(swapped)
+    current = {m: other[swap[m]] for m in spec.members}
+    assert UNIFORM.assign(with_current(spec, current)) == current
 
 
 @given(spec=specs(homogeneous=True))

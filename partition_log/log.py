@@ -986,9 +986,14 @@ class PartitionLog:
 
     def append_as_follower(self, batch_bytes: bytes, now_ms: int = 0) -> AppendInfo:
         """Append the leader's batches as they are (``UnifiedLog.appendAsFollower``):
-        each whole, with a valid CRC, the first starting at the log end and
-        each following the previous. A refusal names the offsets and changes
-        nothing."""
+        each whole, with a valid CRC, the first at or past the log end and
+        each past the previous. A refusal names the offsets and changes
+        nothing.
+
+        Past, not only at: a compacted leader's log has gaps where the
+        cleaner removed whole batches, so the batch after a follower's log
+        end may start later (Kafka refuses only a first offset below the log
+        end: ``UnexpectedAppendOffsetException``)."""
         self._live()
         scanner = BatchScanner(batch_bytes, max_batch_bytes=self.config.max_batch_bytes)
         headers = [batch.header for batch in scanner]
@@ -1000,12 +1005,15 @@ class PartitionLog:
             )
         expected = self.log_end_offset
         for header in headers:
-            if header.base_offset != expected:
+            if header.base_offset < expected:
                 raise PartitionLogError(
                     Errors.OFFSET_OUT_OF_RANGE,
-                    f"follower append: batch at base offset {header.base_offset}, expected "
-                    f"the log end offset {expected}"
-                    + ("" if header is headers[0] else " (following the previous batch)"),
+                    f"follower append: batch at base offset {header.base_offset}, below "
+                    + (
+                        f"the log end offset {expected}"
+                        if header is headers[0]
+                        else f"the end {expected} of the previous batch"
+                    ),
                 )
             expected = header.next_offset
             try:
@@ -1018,7 +1026,7 @@ class PartitionLog:
                     f"follower append: batch at base offset {header.base_offset}: {error}",
                 ) from None
         self._maybe_roll(len(batch_bytes), headers[-1].last_offset, now_ms)
-        self._active.append(batch_bytes)
+        self._active.append(batch_bytes, allow_gaps=True)
         self._after_append(headers, now_ms)
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset, -1)
 

@@ -205,14 +205,15 @@ def test_retriable_errors_back_off() -> None:
 
 
 def test_a_refused_append_backs_off_with_the_logs_code() -> None:
-    replica = follower_with([])
-    misplaced = build_batch([Record(5, 1, b"k", b"v")], base_offset=5, partition_leader_epoch=1)
+    # A batch below the log end (past it is a compacted leader's gap, taken).
+    replica = follower_with([1, 1, 1])
+    misplaced = build_batch([Record(1, 1, b"k", b"v")], base_offset=1, partition_leader_epoch=1)
     outcome = replica.step_fetch_answer(
         request_of(replica), FetchAnswer(Errors.NONE, 0, 0, 6, records=misplaced), 0
     )
     assert outcome.step is FollowerStep.BACKOFF
     assert outcome.error is Errors.OFFSET_OUT_OF_RANGE
-    assert replica.log.log_end_offset == 0
+    assert replica.log.log_end_offset == 3
 
 
 def test_the_fetcher_backs_off_where_kafka_delays_the_partition() -> None:

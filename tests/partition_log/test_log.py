@@ -226,19 +226,34 @@ def test_follower_keeps_the_leaders_offsets_and_epochs() -> None:
     assert follower.producer_state.producers == derived_producers(follower).producers
 
 
-def test_follower_refuses_a_batch_not_at_the_end_naming_offsets() -> None:
+def test_follower_refuses_a_batch_below_the_end_naming_offsets() -> None:
     directory = MemoryDirectory()
     log = PartitionLog.open(directory, SMALL, now_ms=0)
     log.append_as_follower(batch(2, base=0, epoch=1))
     before = snapshot(directory)
     for bad, words in (
-        (batch(1, base=5, epoch=1), ["base offset 5", "log end offset 2"]),
-        (batch(1, base=2, epoch=1) + batch(1, base=4, epoch=1), ["base offset 4"]),
+        (batch(1, base=1, epoch=1), ["base offset 1", "below the log end offset 2"]),
+        (
+            batch(2, base=2, epoch=1) + batch(1, base=3, epoch=1),
+            ["base offset 3", "below the end 4 of the previous batch"],
+        ),
     ):
         with pytest.raises(PartitionLogError) as error:
             log.append_as_follower(bad)
         assert all(word in str(error.value) for word in words), str(error.value)
         assert snapshot(directory) == before and log.log_end_offset == 2
+
+
+def test_follower_takes_batches_past_a_gap_a_compacted_leader_left() -> None:
+    """The cleaner removes whole batches: the leader's next batch after a
+    follower's log end may start later (UnifiedLog refuses only a first
+    offset below the log end)."""
+    log = PartitionLog.open(MemoryDirectory(), SMALL, now_ms=0)
+    log.append_as_follower(batch(2, base=0, epoch=1))
+    info = log.append_as_follower(batch(1, base=5, epoch=1) + batch(1, base=9, epoch=1))
+    assert (info.first_offset, info.last_offset, log.log_end_offset) == (5, 9, 10)
+    assert [b.base_offset for b in all_batches(log)] == [0, 5, 9]
+    assert log.read(2, 1000).startswith(log.read(5, 1000)[:61])
 
 
 def test_follower_refuses_malformed_and_corrupt_batches() -> None:

@@ -188,6 +188,7 @@ class Membership:
         self.heartbeat_interval_ms = 0
         self._next_heartbeat_ms = 0
         self._in_flight = False
+        self._leave_in_flight = False
         self._in_step: RebalanceStep | None = None
         self._last_poll_ms: int | None = None
         # Leave then stop (close, unsubscribe) or leave then rejoin (stale).
@@ -281,6 +282,9 @@ class Membership:
             return None
         self._in_flight = True
         leaving = self.state is MemberState.LEAVING
+        # Which heartbeat the next answer is for: a leave decided while a
+        # heartbeat was in flight still has to be sent.
+        self._leave_in_flight = leaving
         epoch = LEAVE_EPOCH if leaving else self.member_epoch
         owned: dict[str, list[int]] = {}
         for tp in self.held:
@@ -311,14 +315,22 @@ class Membership:
         back-off."""
         self._in_flight = False
         self._next_heartbeat_ms = now_ms + self.config.retry_backoff_ms
-        if self.state is MemberState.LEAVING:
+        if self.state is MemberState.LEAVING and self._leave_in_flight:
             # Kafka does not retry a leave: the session timeout removes it.
             self._left()
+        elif self.state is MemberState.LEAVING:
+            self._next_heartbeat_ms = 0  # the leave itself is still to go
 
     def step_heartbeat_response(self, answer: HeartbeatAnswer, now_ms: int) -> None:
         self._in_flight = False
         if self.state is MemberState.LEAVING:
-            self._left()
+            if self._leave_in_flight:
+                self._left()
+            else:
+                # The answer to a heartbeat sent before the leave: send the
+                # leave now (treating this as its answer left the member in
+                # the group until its session ended).
+                self._next_heartbeat_ms = 0
             return
         if self.state in (
             MemberState.UNSUBSCRIBED,
@@ -345,9 +357,22 @@ class Membership:
         self.heartbeat_interval_ms = answer.heartbeat_interval_ms
         self._next_heartbeat_ms = now_ms + answer.heartbeat_interval_ms
         if answer.assignment is not None:
+            previous = self.target
             self._take_assignment(answer.assignment)
-            self.state = MemberState.RECONCILING
-            self._maybe_acknowledge(now_ms)
+            if (
+                self.target == previous
+                and self.state is not MemberState.RECONCILING
+                and self._in_step is None
+                and self.held == self._resolved_target()
+            ):
+                # The assignment it holds, said again (the coordinator
+                # answers it on every heartbeat): nothing to reconcile or
+                # acknowledge, so the next heartbeat waits for the interval
+                # instead of going at once, every round trip, for ever.
+                self.state = MemberState.STABLE
+            else:
+                self.state = MemberState.RECONCILING
+                self._maybe_acknowledge(now_ms)
         elif self.state in (MemberState.JOINING, MemberState.ACKNOWLEDGING):
             self.state = MemberState.STABLE
 

@@ -343,3 +343,65 @@ def test_random_answers_keep_owned_within_the_assignment_and_callbacks_legal(
             m.step_heartbeat_response(HeartbeatAnswer(member_id="m1", member_epoch=same), now)
     do_steps()
     assert m.held == told
+
+
+def stable_member() -> Membership:
+    m = member()
+    assert m.heartbeat_to_send(0) is not None
+    m.step_heartbeat_response(ok(1, 0, 1), 0)
+    run_steps(m, [])
+    assert m.heartbeat_to_send(0) is not None  # the acknowledgement
+    m.step_heartbeat_response(ok(1, 0, 1), 0)
+    assert m.state is MemberState.STABLE
+    return m
+
+
+def test_the_same_assignment_said_again_waits_for_the_interval() -> None:
+    """The coordinator answers the assignment on every heartbeat: one that
+    is already held is not a reconciliation, and the next heartbeat waits
+    for the interval (acknowledging it at once heartbeated every round trip)."""
+    m = stable_member()
+    assert m.heartbeat_to_send(999) is None
+    assert m.heartbeat_to_send(1000) is not None
+    m.step_heartbeat_response(ok(1, 0, 1), 1000)
+    assert m.state is MemberState.STABLE
+    assert m.rebalance_step() is None
+    assert m.heartbeat_to_send(1000) is None
+    assert m.heartbeat_to_send(1999) is None
+    assert m.heartbeat_to_send(2000) is not None
+
+
+def test_a_join_answered_with_nothing_yet_is_stable_and_waits() -> None:
+    m = member()
+    assert m.heartbeat_to_send(0) is not None
+    m.step_heartbeat_response(ok(2), 0)  # every partition still owned by others
+    assert m.state is MemberState.STABLE and m.member_epoch == 2
+    assert m.heartbeat_to_send(1) is None
+
+
+def test_a_leave_decided_while_a_heartbeat_is_in_flight_is_still_sent() -> None:
+    m = stable_member()
+    beat = m.heartbeat_to_send(1000)
+    assert beat is not None and beat.member_epoch == 1
+    m.leave()
+    run_steps(m, [])  # revoked: the leave is due
+    assert m.state is MemberState.LEAVING
+    m.step_heartbeat_response(ok(1, 0, 1), 1001)  # the earlier heartbeat's answer
+    assert not m.left()
+    leave = m.heartbeat_to_send(1001)
+    assert leave is not None and leave.member_epoch == LEAVE_EPOCH
+    m.step_heartbeat_response(HeartbeatAnswer(member_id="m1", member_epoch=-1), 1002)
+    assert m.left()
+
+
+def test_a_heartbeat_lost_before_the_leave_still_sends_the_leave() -> None:
+    m = stable_member()
+    assert m.heartbeat_to_send(1000) is not None
+    m.leave()
+    run_steps(m, [])
+    m.step_heartbeat_failure(1001)
+    assert not m.left()
+    leave = m.heartbeat_to_send(1001)
+    assert leave is not None and leave.member_epoch == LEAVE_EPOCH
+    m.step_heartbeat_failure(1002)  # a leave is not retried
+    assert m.left()

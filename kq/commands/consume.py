@@ -11,7 +11,7 @@ produced from now on) unless ``--from-beginning`` or ``--offset``.  With
 it reads the partitions the group gives it, from the group's committed
 offsets (``--from-beginning``: the earliest record where the group has
 none, as Kafka's console consumer), commits what it printed as it goes
-(auto-commit) and when it stops, and leaves the group. Each record
+(auto-commit) and when it stops (Ctrl-C or SIGTERM), and leaves the group. Each record
 prints as its value, preceded by ``Partition:P``, ``Offset:O`` and its key
 when asked (tab-separated as Kafka's ``DefaultMessageFormatter``); ``--json``
 prints one object per line. It stops after ``--max-messages`` records, after
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import sys
 from typing import Any
 
@@ -202,13 +203,30 @@ async def _run_group(
         group_id=args.group,
         client_id="kq-console-consumer",
     )
+    # SIGTERM stops it as Ctrl-C does, so that it still commits and leaves
+    # (Kafka's console consumer closes its consumer in a shutdown hook).
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    terminated = []
+
+    def on_sigterm() -> None:
+        terminated.append(True)
+        task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
     try:
         if args.include is not None:
             consumer.subscribe(pattern=args.include)
         else:
             consumer.subscribe([args.topic])
         await _print_polls(args, consumer, printed)
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+        task.uncancel()
     finally:
+        loop.remove_signal_handler(signal.SIGTERM)
         # Commits what was printed and leaves the group (a Ctrl-C too).
         await consumer.close()
 

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -330,3 +333,38 @@ def test_bad_group_flags(
 ) -> None:
     assert run(["consume", *argv, "--bootstrap-server", "127.0.0.1:1"], monkeypatch) == 2
     assert words in capsys.readouterr().err
+
+
+def test_sigterm_makes_a_group_consumer_commit_and_leave(
+    cluster: BrokerCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.create_topic("terminated", 2, 3)
+    assert run(["produce", "--topic", "terminated", "--sync", *flags(cluster)], monkeypatch,
+               b"x\ny\n") == 0  # fmt: skip
+    argv = [sys.executable, "-m", "kq.cli", "consume", "--group", "tg", "--topic", "terminated"]
+    child = subprocess.Popen(
+        [*argv, "--from-beginning", *flags(cluster)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert child.stdout is not None
+        got = sorted(child.stdout.readline().strip() for _ in range(2))
+        assert got == [b"x", b"y"]
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    assert b"Processed a total of 2 messages" in err
+    capsys.readouterr()
+    assert (
+        run(["groups", "--describe", "--group", "tg", "--json", *flags(cluster)], monkeypatch) == 0
+    )
+    text = capsys.readouterr().out
+    # It left (no member holds a partition) and committed what it printed.
+    assert '"consumer_id": null' in text and '"consumer_id": "' not in text, text
+    assert '"lag": 0' in text and '"lag": 1' not in text, text

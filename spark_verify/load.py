@@ -42,6 +42,7 @@ from spark_verify.ops import JEPSEN_MODELS, KNOWN_MODELS
 
 __all__ = [
     "CHANGES_COLUMNS",
+    "GROUP_FIELDS",
     "HISTORY_COLUMNS",
     "KNOWN_MODELS",
     "LOG_COLUMNS",
@@ -58,6 +59,10 @@ __all__ = [
     "spark_path",
 ]
 
+
+GROUP_FIELDS: Final = ("assigned", "revoked")
+"""Optional fields of a ``queue`` poll's ``ok`` line (``history.ops.GROUP_FIELDS``),
+kept in the raw ``line`` only (Parquet histories do not carry them)."""
 
 HISTORY_COLUMNS: Final = (
     ("index", "bigint"),
@@ -536,7 +541,9 @@ def history_problems(df: DataFrame) -> DataFrame:
             F.concat(where, F.lit(": not a JSON object")),
         )
     )
-    known = F.array(*[F.lit(n) for n, _ in HISTORY_COLUMNS])
+    # A queue poll's consumer-group fields (docs/history-format.md, `queue`),
+    # read from the line by spark_verify.groups, not columns of their own.
+    known = F.array(*[F.lit(n) for n, _ in HISTORY_COLUMNS], *[F.lit(n) for n in GROUP_FIELDS])
     keys = F.map_keys(F.try_variant_get(v, "$", "map<string,variant>"))
     unknown = F.array_except(keys, known)
     messages: list[Column] = [

@@ -17,6 +17,10 @@ DataFrame work over the PAIRED table of ``queue`` runs:
   over each (run, process, key) in completion order, where an ``assign`` or
   ``subscribe`` that does not name the key resets it.
 
+The consumer-group checks of runs that subscribe (``commit-lost``,
+``reassign-skip``, ``commit-backwards``: :mod:`spark_verify.groups`) add
+their rows to the same anomaly table.
+
 Only each check's count and first anomalies come back to the driver.
 """
 
@@ -32,6 +36,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from spark_verify.groups import GROUP_CHECKS, group_anomaly_rows, group_message
 from spark_verify.verdict import MAX_ANOMALIES, Anomaly, CheckResult, result_of
 
 __all__ = [
@@ -50,7 +55,8 @@ __all__ = [
     "sends_of",
 ]
 
-# As history.queue_checks (spark_verify reads the same files without importing it).
+# As history.queue_checks (spark_verify reads the same files without importing
+# it), then the consumer-group checks (spark_verify.groups).
 QUEUE_CHECKS: Final = (
     "inconsistent-offsets",
     "duplicate",
@@ -65,6 +71,7 @@ QUEUE_CHECKS: Final = (
     "int-send-skip",
     "int-nonmonotonic-send",
     "no-loss",
+    *GROUP_CHECKS,
 )
 ALWAYS_ALLOWED: Final = frozenset({"int-send-skip"})
 SUBSCRIBE_ALLOWED: Final = frozenset({"poll-skip", "nonmonotonic-poll"})
@@ -741,6 +748,8 @@ def queue_anomaly_rows(
             F.lit(""),
         )
     )
+    log_start = {run: starts for run, (starts, _) in (cleanup or {}).items()}
+    out.append(group_anomaly_rows(ops, history, log_start))
     result = out[0]
     for df in out[1:]:
         result = result.unionByName(df)
@@ -767,6 +776,8 @@ def _message(
     ops: Sequence[int],
     extra: str | None,
 ) -> str:
+    if check in GROUP_CHECKS:
+        return group_message(check, key, offsets, ops, (extra or "").split(","))
     v = ", ".join(values)
     if check == "inconsistent-offsets":
         return f"key {key} offset {offsets[0]} holds {len(values)} values: {v}"
@@ -897,6 +908,11 @@ def check_queue_runs(
                             "values": values,
                             "offsets": list(r.offsets),
                             "ops": list(r.ops),
+                            **(
+                                {"processes": (r.extra or "").split(",")}
+                                if r.check in GROUP_CHECKS
+                                else {}
+                            ),
                         },
                     ),
                 )

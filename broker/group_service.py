@@ -105,6 +105,19 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
     ) -> bool:
         return self._may(caller, operation, AclResourceType.GROUP, group_id, method)
 
+    def _refused(
+        self, response: Any, caller: Caller, operation: AclOperation, group_id: str, method: str
+    ) -> bool:
+        """Whether the ACLs refuse ``operation`` on the group: if so the
+        response says so (``GROUP_AUTHORIZATION_FAILED``)."""
+        if self._may_group(caller, operation, group_id, method):
+            return False
+        response.error = _pb(Errors.GROUP_AUTHORIZATION_FAILED)
+        response.message = (
+            f"{caller.describe()} is not allowed {operation.name} on group {group_id}"
+        )
+        return True
+
     def _coordinator(self, group_id: str) -> groups_pb2.Coordinator:
         """Where the image says ``group_id``'s coordinator is."""
         image = self._image()
@@ -198,13 +211,9 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
         except _Invalid as error:
             response.error, response.message = _pb(Errors.INVALID_REQUEST), str(error)
             return response
-        if not self._may_group(
-            caller, AclOperation.READ, request.group_id, "ConsumerGroupHeartbeat"
+        if self._refused(
+            response, caller, AclOperation.READ, request.group_id, "ConsumerGroupHeartbeat"
         ):
-            response.error = _pb(Errors.GROUP_AUTHORIZATION_FAILED)
-            response.message = (
-                f"{caller.describe()} is not allowed READ on group {request.group_id}"
-            )
             return response
         for name in names or ():
             if name and not self._may(
@@ -258,11 +267,7 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
         except _Invalid as error:
             response.error, response.message = _pb(Errors.INVALID_REQUEST), str(error)
             return response
-        if not self._may_group(caller, AclOperation.READ, request.group_id, "OffsetCommit"):
-            response.error = _pb(Errors.GROUP_AUTHORIZATION_FAILED)
-            response.message = (
-                f"{caller.describe()} is not allowed READ on group {request.group_id}"
-            )
+        if self._refused(response, caller, AclOperation.READ, request.group_id, "OffsetCommit"):
             return response
         # (topic, partition) -> (error, message) of partitions refused here
         refused: dict[tuple[str, int], tuple[Errors, str]] = {}
@@ -315,11 +320,7 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
     ) -> groups_pb2.OffsetFetchResponse:
         caller = await caller_of(context)
         response = groups_pb2.OffsetFetchResponse()
-        if not self._may_group(caller, AclOperation.DESCRIBE, request.group_id, "OffsetFetch"):
-            response.error = _pb(Errors.GROUP_AUTHORIZATION_FAILED)
-            response.message = (
-                f"{caller.describe()} is not allowed DESCRIBE on group {request.group_id}"
-            )
+        if self._refused(response, caller, AclOperation.DESCRIBE, request.group_id, "OffsetFetch"):
             return response
         wanted: tuple[tuple[str, int], ...] | None = None
         if request.topics:
@@ -371,11 +372,7 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
     ) -> groups_pb2.OffsetDeleteResponse:
         caller = await caller_of(context)
         response = groups_pb2.OffsetDeleteResponse()
-        if not self._may_group(caller, AclOperation.DELETE, request.group_id, "OffsetDelete"):
-            response.error = _pb(Errors.GROUP_AUTHORIZATION_FAILED)
-            response.message = (
-                f"{caller.describe()} is not allowed DELETE on group {request.group_id}"
-            )
+        if self._refused(response, caller, AclOperation.DELETE, request.group_id, "OffsetDelete"):
             return response
         refused: set[str] = set()
         partitions: list[tuple[str, int]] = []
@@ -440,9 +437,7 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
         response = groups_pb2.DescribeGroupsResponse()
         for group_id in request.group_ids:
             out = response.groups.add(group_id=group_id)
-            if not self._may_group(caller, AclOperation.DESCRIBE, group_id, "DescribeGroups"):
-                out.error = _pb(Errors.GROUP_AUTHORIZATION_FAILED)
-                out.message = f"{caller.describe()} is not allowed DESCRIBE on group {group_id}"
+            if self._refused(out, caller, AclOperation.DESCRIBE, group_id, "DescribeGroups"):
                 continue
             try:
                 description = await self.coordinator.describe_group(group_id)

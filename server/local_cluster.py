@@ -695,6 +695,9 @@ def write_broker_configs(
             "broker.log_dirs": tuple(
                 os.path.relpath(state.path(d), path.parent) for d in b.log_dirs
             ),
+            # Kafka's default of 3 replicas, or every broker of a smaller
+            # cluster (a one-broker cluster could not create the topic).
+            "offsets.replication_factor": min(3, len(state.brokers)),
         }
         if b.metrics_address:
             values["metrics_listen"] = b.metrics_address

@@ -106,6 +106,7 @@ def test_broker_configs_load_format_and_carry_their_certificates(tmp_path: Path)
     assert config.metadata_dir == state.path(b.data_dir)
     assert list(config.log_dirs) == [state.path("broker-4/logs")]
     assert config.rack is None and config.heartbeat_interval_ms == 200
+    assert config.offsets_topic.replication_factor == 3
     # The admin user produces and consumes, the brokers replicate: super users.
     assert config.authorizer.super_users == frozenset(
         {"User:admin", "Broker:4", "Broker:5", "Broker:6"}
@@ -219,3 +220,12 @@ def test_status_of_a_cluster_made_before_brokers(
     assert status["brokers"] == [] and [n["alive"] for n in status["nodes"]] == [False]
     assert main(["cluster", "status", "--cluster-dir", str(tmp_path)]) == 0
     assert "BrokerId" not in capsys.readouterr().out
+
+
+def test_a_one_broker_cluster_keeps_its_offsets_topic_on_that_broker(tmp_path: Path) -> None:
+    state = local_cluster_state(tmp_path, 9091, nodes=1, brokers=1)
+    write_configs(state, {})
+    write_broker_configs(state, {})
+    (b,) = state.brokers
+    config = broker_config(load_settings(state.path(b.config), {}))
+    assert config.offsets_topic.replication_factor == 1

@@ -100,6 +100,16 @@ def test_a_group_commits_and_keeps_its_offset_through_a_coordinator_crash(
                     await asyncio.sleep(0.05)
                 raise AssertionError("the coordinator never loaded")
 
+            # Any other broker answers NOT_COORDINATOR naming the coordinator.
+            other = brokers[next(b for b in BROKERS if b != found.node_id)]
+            elsewhere = await groups_pb2_grpc.GroupServiceStub(
+                dial(other.address, admin_tls.channel_credentials())
+            ).OffsetFetch(groups_pb2.OffsetFetchRequest(group_id="g"))
+            assert elsewhere.error == Errors.NOT_COORDINATOR, elsewhere
+            assert (elsewhere.coordinator.node_id, elsewhere.coordinator.port) == (
+                found.node_id,
+                found.port,
+            )
             joined = await join()
             assert joined.error == Errors.NONE, joined.message
             assert joined.member_epoch == 1

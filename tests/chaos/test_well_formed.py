@@ -283,7 +283,7 @@ def histories(draw: st.DrawFn, model: str) -> list[Op]:
         serial[0] += 1
         return f"v{process}-{serial[0]}"
 
-    def version() -> dict[str, int]:
+    def version() -> dict[str, Any]:
         return {"offset": draw(st.integers(0, 99)), "epoch": draw(st.integers(0, 9))}
 
     def step_nemesis() -> None:

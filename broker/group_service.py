@@ -13,7 +13,8 @@ groups the caller may describe (all of them with Describe on the cluster).
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
+from collections.abc import Awaitable
+from typing import Any, Protocol, TypeVar, cast
 
 from broker.access import Caller, broker_endpoint, caller_of, may
 from broker.errors import Errors
@@ -38,6 +39,17 @@ log = logging.getLogger("kq.broker.groups")
 
 # Kafka's limits on strings it stores (group ids, member ids are UUIDs).
 _MAX_ID = 255
+
+
+class _Answered(Protocol):
+    @property
+    def error(self) -> Errors: ...
+
+    @property
+    def message(self) -> str: ...
+
+
+_A = TypeVar("_A", bound=_Answered)
 
 
 def _pb(code: Errors) -> broker_pb2.BrokerError:
@@ -150,6 +162,20 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
             port=endpoint.port,
             partition=partition,
         )
+
+    async def _ask(self, response: Any, group_id: str, call: Awaitable[_A]) -> _A | None:
+        """The coordinator's answer, or None once ``response`` says why there
+        is none: this broker cannot serve the group (with the coordinator's
+        whereabouts), or the coordinator refused the whole request."""
+        try:
+            answer = await call
+        except CoordinatorFailure as failure:
+            self._failure(response, failure, group_id)
+            return None
+        if answer.error is not Errors.NONE:
+            response.error, response.message = _pb(answer.error), answer.message
+            return None
+        return answer
 
     def _failure(self, out: Any, failure: CoordinatorFailure, group_id: str) -> None:
         out.error, out.message = _pb(failure.code), failure.message
@@ -293,13 +319,10 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
         commit = OffsetCommitRequest(
             request.group_id, request.member_id, request.member_epoch, tuple(partitions)
         )
-        try:
-            answer = await self.coordinator.commit_offsets(commit)
-        except CoordinatorFailure as failure:
-            self._failure(response, failure, request.group_id)
-            return response
-        if answer.error is not Errors.NONE:
-            response.error, response.message = _pb(answer.error), answer.message
+        answer = await self._ask(
+            response, request.group_id, self.coordinator.commit_offsets(commit)
+        )
+        if answer is None:
             return response
         results = iter(answer.partitions)
         by_topic_out: dict[str, groups_pb2.TopicResult] = {}
@@ -331,13 +354,8 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
             request.member_id,
             request.member_epoch if request.member_id else -1,
         )
-        try:
-            answer = await self.coordinator.fetch_offsets(fetch)
-        except CoordinatorFailure as failure:
-            self._failure(response, failure, request.group_id)
-            return response
-        if answer.error is not Errors.NONE:
-            response.error, response.message = _pb(answer.error), answer.message
+        answer = await self._ask(response, request.group_id, self.coordinator.fetch_offsets(fetch))
+        if answer is None:
             return response
         allowed: dict[str, bool] = {}
         topics_out: dict[str, groups_pb2.OffsetFetchTopic] = {}
@@ -383,13 +401,12 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
                 refused.add(topic.name)
                 continue
             partitions.extend((topic.name, p) for p in topic.partitions)
-        try:
-            answer = await self.coordinator.delete_offsets(request.group_id, partitions)
-        except CoordinatorFailure as failure:
-            self._failure(response, failure, request.group_id)
-            return response
-        if answer.error is not Errors.NONE:
-            response.error, response.message = _pb(answer.error), answer.message
+        answer = await self._ask(
+            response,
+            request.group_id,
+            self.coordinator.delete_offsets(request.group_id, partitions),
+        )
+        if answer is None:
             return response
         results = {(r.topic, r.partition): r for r in answer.partitions}
         for topic in request.topics:

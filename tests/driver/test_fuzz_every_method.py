@@ -139,8 +139,9 @@ def _proto_modules() -> Iterator[Any]:
 
 
 # Services that controller nodes do not serve: the brokers' data plane
-# (tests/broker/test_service_fuzz.py fuzzes it on a broker's servicer).
-SERVED_ELSEWHERE = frozenset({"kq.broker.BrokerService"})
+# (tests/broker/test_service_fuzz.py fuzzes it on a broker's servicer) and
+# their group coordinators' (tests/broker/test_group_service_fuzz.py).
+SERVED_ELSEWHERE = frozenset({"kq.broker.BrokerService", "kq.groups.GroupService"})
 
 
 def _methods() -> list[Method]:

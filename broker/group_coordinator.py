@@ -48,7 +48,6 @@ from broker.group.api import (
     OffsetCommitResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
-    PartitionError,
     Result,
     TopicMetadata,
 )
@@ -154,10 +153,6 @@ class ImageTopics:
 
     def names(self) -> Iterable[str]:
         return (topic.name for topic in self._image.topics.values())
-
-    def name_of(self, topic_id: str) -> str | None:
-        topic = self._image.topics.get(topic_id)
-        return None if topic is None else topic.name
 
 
 @dataclass(eq=False)
@@ -359,13 +354,6 @@ class GroupCoordinator:
 
     # -- finding a group's shard ------------------------------------------------------
 
-    def offsets_partition(self, group_id: str) -> int:
-        """The group's partition, by the topic's partition count in the
-        image (the configured one until the topic exists)."""
-        topic = self.replicas.image.topic_by_name(OFFSETS_TOPIC)
-        count = self.topic.partitions if topic is None else len(topic.partitions)
-        return partition_for(group_id, count)
-
     def _context_for(self, group_id: str) -> _Context:
         image = self.replicas.image
         topic = image.topic_by_name(OFFSETS_TOPIC)
@@ -543,7 +531,7 @@ class GroupCoordinator:
 
     async def describe_group(self, group_id: str) -> GroupDescription:
         context = self._context_for(group_id)
-        answer = context.shard.describe_group(group_id, ImageTopics(self.replicas.image))
+        answer = context.shard.describe_group(group_id)
         return await self._write(context, Result((), answer))
 
     async def delete_groups(self, group_ids: Sequence[str]) -> list[DeleteGroupResult]:
@@ -625,9 +613,3 @@ class GroupCoordinator:
                 await task
         for context in list(self._contexts.values()):
             self._resign(context)
-
-
-def partition_errors(
-    partitions: Iterable[tuple[str, int]], code: Errors, message: str
-) -> tuple[PartitionError, ...]:
-    return tuple(PartitionError(topic, partition, code, message) for topic, partition in partitions)

@@ -71,8 +71,6 @@ class TopicsView(Protocol):
 
     def names(self) -> Iterable[str]: ...
 
-    def name_of(self, topic_id: str) -> str | None: ...
-
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatRequest:

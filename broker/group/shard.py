@@ -62,7 +62,7 @@ from broker.group.records import (
     TargetAssignmentMetadataKey,
     TargetAssignmentMetadataValue,
 )
-from broker.group.state import ConsumerGroup, Groups, GroupState, Member
+from broker.group.state import ConsumerGroup, Groups, Member
 from broker.group.types import (
     LEAVE_EPOCH,
     NO_EPOCH,
@@ -702,8 +702,7 @@ class GroupCoordinatorShard:
                 out.append(GroupListing(group.group_id, state))
         return out
 
-    def describe_group(self, group_id: str, topics: TopicsView) -> GroupDescription:
-        del topics  # names are resolved by the caller, from the same image
+    def describe_group(self, group_id: str) -> GroupDescription:
         group = self.groups.get(group_id)
         if group is None:
             return GroupDescription(
@@ -769,10 +768,6 @@ class GroupCoordinatorShard:
             records.extend(_group_tombstones(group))
             results.append(DeleteGroupResult(group_id))
         return Result(tuple(records), results)
-
-    def group_state(self, group_id: str) -> GroupState:
-        group = self.groups.get(group_id)
-        return GroupState.DEAD if group is None else group.state()
 
 
 def _group_tombstones(group: ConsumerGroup) -> list[CoordinatorRecord]:

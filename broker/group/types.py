@@ -11,7 +11,7 @@ does (``OffsetCommitKey``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,7 +24,6 @@ __all__ = [
     "MemberState",
     "Partitions",
     "by_topic",
-    "partitions_of",
 ]
 
 # (topic id, partition)
@@ -87,10 +86,6 @@ class Assignor(Protocol):
         an empty set if it gets nothing); each partition of a subscribed
         topic goes to exactly one member subscribed to its topic."""
         ...
-
-
-def partitions_of(pairs: Iterable[tuple[str, int]]) -> Partitions:
-    return frozenset(pairs)
 
 
 def by_topic(partitions: Partitions) -> dict[str, tuple[int, ...]]:

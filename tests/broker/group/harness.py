@@ -35,12 +35,6 @@ class MapTopics:
     def names(self) -> Iterable[str]:
         return list(self.by_name)
 
-    def name_of(self, topic_id: str) -> str | None:
-        for topic in self.by_name.values():
-            if topic.topic_id == topic_id:
-                return topic.name
-        return None
-
 
 def new_shard(seed: int = 0, **config: int) -> GroupCoordinatorShard:
     return GroupCoordinatorShard(GroupConfig(**config), ASSIGNORS, random.Random(seed))  # type: ignore[arg-type]

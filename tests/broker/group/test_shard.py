@@ -345,10 +345,10 @@ def test_list_and_describe() -> None:
         ("h", "Empty"),
     ]
     assert [g.group_id for g in shard.list_groups(["empty"])] == ["h"]
-    description = shard.describe_group("g", topics)
+    description = shard.describe_group("g")
     assert description.state == "Stable" and description.assignor == "uniform"
     assert description.members[0].assignment == parts(0, 1, 2)
-    assert shard.describe_group("x", topics).error is Errors.GROUP_ID_NOT_FOUND
+    assert shard.describe_group("x").error is Errors.GROUP_ID_NOT_FOUND
 
 
 def test_a_new_partition_bumps_the_group_epoch_and_is_assigned() -> None:

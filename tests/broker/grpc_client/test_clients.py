@@ -425,7 +425,9 @@ def test_a_delivery_failure_says_whether_the_record_may_be_in_the_log(
 ) -> None:
     """min.insync.replicas 3 with a broker down: the leader refuses before
     appending (NOT_ENOUGH_REPLICAS), retried until delivery.timeout.ms: the
-    record is definitely not in the log."""
+    record is definitely not in the log. The retry backoff outlasts the
+    delivery timeout, so the batch expires between attempts, never while an
+    attempt awaits its answer (which would make it ``info``, rightly)."""
     cluster.create_topic("strict", 1, 3, {"min.insync.replicas": "3"})
     registration = cluster.partition("strict")
     follower = next(b for b in registration.replicas if b != registration.leader)
@@ -438,7 +440,13 @@ def test_a_delivery_failure_says_whether_the_record_may_be_in_the_log(
         )
 
         async def body() -> None:
-            config = ProducerConfig(linger_ms=0, request_timeout_ms=500, delivery_timeout_ms=1_500)
+            config = ProducerConfig(
+                linger_ms=0,
+                request_timeout_ms=2_000,
+                delivery_timeout_ms=3_000,
+                retry_backoff_ms=10_000,
+                retry_backoff_max_ms=10_000,
+            )
             async with Producer(cluster.addresses, config, tls=tls(cluster)) as producer:
                 future = await producer.send("strict", b"x")
                 with pytest.raises(DeliveryFailedError) as failed:

@@ -242,8 +242,9 @@ def register(subparsers: Subparsers) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a quorum.*, node.* or log_level setting for every controller's and broker's "
-        "config, controller.* for the controllers', broker.* for the brokers' (new cluster "
-        "only; edit DIR/node-N/config.toml and DIR/broker-N/config.toml later)",
+        "config, controller.* for the controllers', broker.*, group.* and offsets.* for the "
+        "brokers' (new cluster only; edit DIR/node-N/config.toml and DIR/broker-N/config.toml "
+        "later)",
     )
     up.add_argument(
         "--timeout",
@@ -357,6 +358,11 @@ def _new_state(args: argparse.Namespace) -> ClusterState:
     return state
 
 
+# The sections only brokers read: a group's coordinator and its offsets
+# topic run on brokers, so the controllers' configs do not get them.
+_BROKER_ONLY = ("broker.", "group.", "offsets.")
+
+
 def _extra_settings(items: Sequence[str]) -> dict[str, object]:
     """The --set values of `cluster up`, checked."""
     flags = []
@@ -366,11 +372,12 @@ def _extra_settings(items: Sequence[str]) -> dict[str, object]:
         if not eq or not key:
             raise CommandError(f"--set {item!r} is not KEY=VALUE", EXIT_USAGE)
         if key == "broker.log_dirs" or not (
-            key.startswith(("quorum.", "node.", "controller.", "broker.")) or key == "log_level"
+            key.startswith(("quorum.", "node.", "controller.", *_BROKER_ONLY)) or key == "log_level"
         ):
             raise CommandError(
                 f"--set {item}: only quorum.*, node.*, controller.*, broker.* (but "
-                "broker.log_dirs) and log_level can be set for every node of a local cluster",
+                "broker.log_dirs), group.*, offsets.* and log_level can be set for every node "
+                "of a local cluster",
                 EXIT_USAGE,
             )
         flags.append((key, text, f"flag --set {item}"))
@@ -381,9 +388,9 @@ def _extra_settings(items: Sequence[str]) -> dict[str, object]:
     return dict(settings.values)
 
 
-def _for(extra: dict[str, object], skip: str) -> dict[str, object]:
-    """The settings of ``extra`` but those of section ``skip``."""
-    return {k: v for k, v in extra.items() if not k.startswith(skip + ".")}
+def _for(extra: dict[str, object], *skip: str) -> dict[str, object]:
+    """The settings of ``extra`` but those of the sections ``skip``."""
+    return {k: v for k, v in extra.items() if not k.startswith(tuple(s + "." for s in skip))}
 
 
 @command("cluster up")
@@ -403,7 +410,7 @@ def _up(args: argparse.Namespace) -> int:
         state.dir.mkdir(parents=True, exist_ok=True)
         if state.tls:
             make_certs(state)
-        write_configs(state, _for(extra, "broker"))
+        write_configs(state, _for(extra, "broker", "group", "offsets"))
         write_broker_configs(state, _for(extra, "controller"))
         state.save()
     else:

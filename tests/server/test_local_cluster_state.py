@@ -229,3 +229,38 @@ def test_a_one_broker_cluster_keeps_its_offsets_topic_on_that_broker(tmp_path: P
     (b,) = state.brokers
     config = broker_config(load_settings(state.path(b.config), {}))
     assert config.offsets_topic.replication_factor == 1
+
+
+def test_up_puts_group_and_offsets_settings_in_the_brokers_configs_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kq cluster up --set group.*=... --set offsets.*=...`: the brokers
+    (which coordinate groups) get them, the controllers do not.  A busy
+    port makes `up` stop after writing the configs, before starting
+    anything."""
+    import socket
+
+    from kq.cli import main
+
+    d = tmp_path / "c"
+    base = free_base_port(1, brokers=1)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", base))
+        busy.listen()
+        code = main(
+            ["cluster", "up", "--cluster-dir", str(d), "--nodes", "1", "--brokers", "1",
+             "--base-port", str(base), "--insecure",
+             "--set", "group.session_timeout_ms=6000",
+             "--set", "group.heartbeat_interval_ms=500",
+             "--set", "offsets.commit_timeout_ms=2000"]
+        )  # fmt: skip
+    assert code == 1 and "(node 1)" in capsys.readouterr().err
+    state = load_state(d)
+    assert state is not None
+    (b,) = state.brokers
+    config = broker_config(load_settings(state.path(b.config), {}))
+    assert config.groups.session_timeout_ms == 6000
+    assert config.groups.heartbeat_interval_ms == 500
+    assert config.offsets_topic.commit_timeout_ms == 2000
+    controller = load_settings(state.path(state.node(1).config), {})
+    assert not any(k.startswith(("group.", "offsets.")) for k in controller.values)

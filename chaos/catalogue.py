@@ -39,7 +39,7 @@ from typing import Any, Final
 
 from bugs import Bug
 from chaos.runner import RunConfig, RunResult, expand_nemesis, run_chaos
-from chaos.workloads.queue_setup import QueueOptions
+from chaos.workloads.queue_setup import GROUP_ID, QueueOptions
 
 __all__ = [
     "RECIPES",
@@ -120,6 +120,8 @@ class Recipe:
     record_keys: int = 0
     # The cluster's replica.fetch.max.bytes (QueueOptions); None: Kafka's.
     replica_fetch_max_bytes: int | None = None
+    # queue: the consumers subscribe in one consumer group (QueueOptions.group).
+    group: bool = False
     benign: str = ""
 
     def __post_init__(self) -> None:
@@ -166,6 +168,7 @@ class Recipe:
             segment_bytes=self.segment_bytes,
             record_keys=self.record_keys,
             replica_fetch_max_bytes=self.replica_fetch_max_bytes,
+            group=GROUP_ID if self.group else None,
         )
 
     def config(

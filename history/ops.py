@@ -335,6 +335,12 @@ class HistoryRecorder:
         """How many ops were recorded."""
         return self._next_index
 
+    def now(self) -> int:
+        """The history's clock now (ns since the start): the ``time`` an op
+        recorded now would get (a queue poll's ``assigned`` times)."""
+        with self._lock:
+            return max(self._clock() - self._start, self._last_time)
+
     def in_flight(self) -> dict[Process, Op]:
         """The invoke of each process that has an op in flight."""
         with self._lock:

@@ -319,6 +319,12 @@ class Consumer:
     def assignment(self) -> frozenset[TopicPartition]:
         return self.core.assignment()
 
+    def committable(self) -> dict[TopicPartition, OffsetAndEpoch]:
+        """What ``commit()`` with no offsets commits: the position of each
+        assigned partition that has one (after the records polls returned)
+        and the leader epoch of the last record consumed (KIP-320)."""
+        return self.core.committable()
+
     def seek(self, partition: TopicPartition | tuple[str, int], offset: int) -> None:
         """The next record of ``partition`` returned is at ``offset`` (or the
         first after it)."""
@@ -330,6 +336,11 @@ class Consumer:
         """Start from the log start offset (all assigned partitions by default)."""
         chosen = self.assignment() if partitions is None else [_tp(p) for p in partitions]
         self.core.seek_to_beginning(chosen)
+
+    def known_position(self, partition: TopicPartition | tuple[str, int]) -> int | None:
+        """The partition's position if the consumer has one now (no lookup:
+        None while its committed offset or its reset is still to come)."""
+        return self.core.position(_tp(partition))
 
     def log_start_offset(self, partition: TopicPartition | tuple[str, int]) -> int:
         """The partition's log start offset as the last fetch answer gave it
@@ -442,18 +453,21 @@ class Consumer:
         if error is not None:
             raise error
 
-    async def close(self, timeout_ms: int = 30_000) -> None:
+    async def close(self, timeout_ms: int = 30_000, *, leave_group: bool = True) -> None:
         """Commit (auto-commit), revoke and leave the group (epoch -1)
-        within ``timeout_ms``, then stop."""
+        within ``timeout_ms``, then stop. ``leave_group`` False stops
+        without committing or leaving (KIP-1092's ``REMAIN_IN_GROUP``): the
+        member stays until its session expires, as a crashed one."""
         if self._closed:
             return
-        if self._group is not None:
+        if self._group is not None and leave_group:
             if self._group.member.is_subscribed:
                 await self._leave(timeout_ms)
             elif self.enable_auto_commit and self.assignment():
                 with contextlib.suppress(BrokerClientError, TimeoutError):
                     async with asyncio.timeout(timeout_ms / 1000):
                         await self._group.commit(self.core.committable())
+        if self._group is not None:
             await self._group.stop()
         self._closed = True
         for task in list(self._fetches):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar
 
 import grpc
@@ -25,7 +26,7 @@ from broker.grpc_client.errors import BrokerClientError
 from broker.grpc_client.metadata_cache import MetadataCache, now_ms
 from kqproto import groups_pb2, groups_pb2_grpc
 
-__all__ = ["GroupCoordinatorClient", "GroupStub", "RETRIED"]
+__all__ = ["CallTrace", "GroupCoordinatorClient", "GroupStub", "MAY_HAVE_WRITTEN", "RETRIED"]
 
 if TYPE_CHECKING:
     GroupStub: TypeAlias = groups_pb2_grpc.GroupServiceAsyncStub
@@ -59,6 +60,27 @@ RETRIED = frozenset(
 )
 # Lost answers: the coordinator may have moved or died.
 _LOST = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+# Answers a coordinator may give a write after appending its records
+# (broker.group_coordinator: leadership lost, or the ISR too slow, before the
+# high watermark passed them): the write may yet be committed.
+MAY_HAVE_WRITTEN = frozenset(
+    {
+        Errors.NOT_COORDINATOR,
+        Errors.COORDINATOR_NOT_AVAILABLE,
+        Errors.REQUEST_TIMED_OUT,
+        Errors.UNKNOWN_SERVER_ERROR,
+    }
+)
+
+
+@dataclass(slots=True)
+class CallTrace:
+    """What the attempts of one :meth:`GroupCoordinatorClient.call` may have
+    done: ``uncertain`` once an attempt's answer was lost after sending, or
+    was one of :data:`MAY_HAVE_WRITTEN` (a commit is then stored or not; the
+    client cannot tell, as a producer's ``info``)."""
+
+    uncertain: bool = False
 
 
 class GroupCoordinatorClient:
@@ -121,12 +143,17 @@ class GroupCoordinatorClient:
         return self.cache.bootstrap[0]
 
     async def call(
-        self, what: str, method: Callable[[GroupStub, float], Awaitable[R]], timeout_ms: int
+        self,
+        what: str,
+        method: Callable[[GroupStub, float], Awaitable[R]],
+        timeout_ms: int,
+        trace: CallTrace | None = None,
     ) -> R:
         """``method(stub, timeout_s)`` at the coordinator, again after each
         retriable answer or lost connection, until ``timeout_ms``; the last
         retriable answer is returned when time runs out (its error says
-        why), a lost connection raises :class:`BrokerClientError`."""
+        why), a lost connection raises :class:`BrokerClientError`.
+        ``trace`` learns whether an attempt may have written."""
         deadline = now_ms() + timeout_ms
         backoff_ms = self.cache.retry_backoff_ms
         last: R | None = None
@@ -144,6 +171,8 @@ class GroupCoordinatorClient:
                 address = self.address or await self.find(left)
                 if address is not None:
                     answer = await method(self.stub_at(address), left / 1000)
+                    if trace is not None and answer.error in MAY_HAVE_WRITTEN:
+                        trace.uncertain = True
                     if Errors(answer.error) not in RETRIED:
                         return answer
                     last = answer
@@ -157,6 +186,9 @@ class GroupCoordinatorClient:
                     if answer.error == Errors.COORDINATOR_NOT_AVAILABLE:
                         self.forget()
             except grpc.aio.AioRpcError as error:
+                if trace is not None:
+                    # Sent, perhaps handled: the answer is what was lost.
+                    trace.uncertain = True
                 if error.code() not in _LOST:
                     raise BrokerClientError(
                         Errors.UNKNOWN_SERVER_ERROR,

@@ -31,12 +31,13 @@ from broker.client.membership import (
 )
 from broker.client.producer_batch import TopicPartition
 from broker.errors import Errors
-from broker.grpc_client.coordinator import GroupCoordinatorClient
+from broker.grpc_client.coordinator import MAY_HAVE_WRITTEN, CallTrace, GroupCoordinatorClient
 from broker.grpc_client.errors import BrokerClientError
 from broker.grpc_client.metadata_cache import MetadataCache, now_ms
 from kqproto import groups_pb2
 
 __all__ = [
+    "CommitError",
     "CommitFailedError",
     "GroupDriver",
     "IllegalStateError",
@@ -55,7 +56,17 @@ _NOT_OWNER = frozenset(
 )
 
 
-class CommitFailedError(BrokerClientError):
+class CommitError(BrokerClientError):
+    """A commit that failed: ``definite`` if its offsets were certainly not
+    stored (every attempt was refused before the coordinator wrote), else
+    they may have been, as a producer's ``info`` (docs/clients.md)."""
+
+    def __init__(self, code: int, message: str, *, definite: bool) -> None:
+        super().__init__(code, f"{message} ({'fail' if definite else 'info'})")
+        self.definite = definite
+
+
+class CommitFailedError(CommitError):
     """A commit the coordinator refused because this consumer no longer
     owns the partitions at that member epoch (Kafka's
     ``CommitFailedException``)."""
@@ -305,33 +316,58 @@ class GroupDriver:
             member_epoch=epoch,
             topics=[groups_pb2.OffsetCommitTopic(name=t, partitions=p) for t, p in topics.items()],
         )
-        response = await self.coordinator.call(
-            "OffsetCommit",
-            lambda stub, t: stub.OffsetCommit(request, timeout=t),
-            self.request_timeout_ms,
-        )
-        self._check_commit(int(response.error), response.message, "", member_id, epoch)
-        for topic in response.topics:
-            for part in topic.partitions:
-                where = f" of {topic.name}-{part.partition}"
-                self._check_commit(int(part.error), part.message, where, member_id, epoch)
+        trace = CallTrace()
+        try:
+            response = await self.coordinator.call(
+                "OffsetCommit",
+                lambda stub, t: stub.OffsetCommit(request, timeout=t),
+                self.request_timeout_ms,
+                trace,
+            )
+        except BrokerClientError as error:
+            # No answer in time (or an unexpected status): stored only if an
+            # attempt reached the coordinator.
+            raise CommitError(
+                error.code, f"commit to group {self.group_id}: {error.message}",
+                definite=not trace.uncertain,
+            ) from error  # fmt: skip
+        self._check_commit(int(response.error), response.message, "", member_id, epoch, trace)
+        failed = [
+            (f" of {topic.name}-{part.partition}", part)
+            for topic in response.topics
+            for part in topic.partitions
+            if part.error != Errors.NONE
+        ]
+        written = sum(len(t.partitions) for t in response.topics) > len(failed)
+        for where, part in failed:
+            # Some partitions stored and others not is no definite failure.
+            trace.uncertain |= written
+            self._check_commit(int(part.error), part.message, where, member_id, epoch, trace)
 
-    def _check_commit(self, code: int, message: str, where: str, member: str, epoch: int) -> None:
+    def _check_commit(
+        self, code: int, message: str, where: str, member: str, epoch: int, trace: CallTrace
+    ) -> None:
         if code == Errors.NONE:
             return
         try:
             error = Errors(code)
         except ValueError:
             error = Errors.UNKNOWN_SERVER_ERROR
+        # A refusal is definite unless this or an earlier attempt may have
+        # written (NOT_COORDINATOR after the append, a lost answer).
+        definite = not trace.uncertain and error not in MAY_HAVE_WRITTEN
         if error in _NOT_OWNER:
             raise CommitFailedError(
                 code,
                 f"commit{where} to group {self.group_id} refused ({error.name}): member "
                 f"{member or '(none)'} at epoch {epoch} no longer owns the partitions "
                 f"(a rebalance moved them, or the member was fenced); {message}",
+                definite=definite,
             )
-        raise BrokerClientError(
-            code, f"commit{where} to group {self.group_id} failed: {error.name} {message}"
+        raise CommitError(
+            code,
+            f"commit{where} to group {self.group_id} failed: {error.name} {message}",
+            definite=definite,
         )
 
     async def committed(

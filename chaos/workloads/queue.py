@@ -22,6 +22,25 @@ the ``queue`` model of ``docs/history-format.md`` says:
   (Jepsen's rule), so the worker goes on as a new process with new
   clients, which assigns before it polls again.
 
+With ``group`` (``config.json``'s ``queue.group``) the consumers share a
+consumer group instead of assigning themselves keys (:class:`GroupTracker`):
+
+- a ``subscribe`` joins the group with every key's topic (always ``ok``);
+  the group's coordinator decides which keys the consumer reads, and each
+  ``ok`` poll says what changed since the previous one: ``assigned`` (each
+  new key with the offset the consumer starts it from and when) and
+  ``revoked``;
+- a ``commit`` commits, as Kafka's consumer does, the position of each key
+  the consumer holds (one past the last record its polls returned): ``ok``
+  once the coordinator acknowledged it, ``fail`` if the client knows it was
+  not stored (:class:`broker.grpc_client.group.CommitError`'s ``definite``),
+  ``info`` otherwise;
+- a ``crash`` drops the consumer without leaving the group (a crashed
+  member's keys move once its session expires).
+
+Nothing else commits (no auto-commit, no commit on revocation), so every
+offset the group stores is a ``commit`` op of the history.
+
 An ``info`` op retires its process (``history.ops.next_process``).  After
 the final heal, :meth:`QueueWorkload.final` runs the final polls: each
 worker crashes its consumer, assigns every key from the beginning and polls
@@ -41,27 +60,33 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 import bugs
 from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError
+from broker.grpc_client.group import CommitError
 from bugs import Bug
 from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, error_word, run_workers
 from history.ops import HistoryRecorder, Op, next_process
 from history.queue import (
     KeyMap,
     assign_value,
+    commit_value,
     poll_invoke_value,
     poll_ok_value,
     record_key,
     send_completion_value,
     send_invoke_value,
+    subscribe_value,
 )
 from history.queue_checks import NO_CLEANUP, Cleanup
 
 __all__ = [
     "FS",
+    "GROUP_FS",
     "ConsumerLike",
+    "GroupConsumerLike",
+    "GroupTracker",
     "ProducerLike",
     "QueueWorkload",
     "RecordOutcome",
@@ -73,6 +98,10 @@ __all__ = [
 
 FS: Final = ("send", "poll", "assign", "crash")
 DEFAULT_WEIGHTS: Final = {"send": 4.0, "poll": 3.0, "assign": 0.5, "crash": 0.1}
+GROUP_FS: Final = ("send", "poll", "subscribe", "commit", "crash")
+"""The ops of a run whose consumers share a group (``subscribe`` in place
+of ``assign``; a worker subscribes once per process, before its first poll)."""
+GROUP_WEIGHTS: Final = {"send": 4.0, "poll": 3.0, "subscribe": 0.0, "commit": 1.0, "crash": 0.1}
 # A final reader's pause after a failed poll before it polls again: a
 # consumer's ``retry.backoff.ms`` (100 ms in Kafka).  A failure (no leader,
 # a broker down) comes back at once, and without the pause the final polls
@@ -105,7 +134,22 @@ class ConsumerLike(Protocol):
 
     def log_start_offset(self, partition: Any) -> int: ...
 
-    async def close(self) -> None: ...
+    async def close(self, timeout_ms: int = 30_000, *, leave_group: bool = True) -> None: ...
+
+
+class GroupConsumerLike(ConsumerLike, Protocol):
+    """What a ``group`` run uses more of a consumer (``open_consumer``
+    gives these then)."""
+
+    def subscribe(
+        self, topics: Any = None, *, pattern: Any = None, listener: Any = None
+    ) -> None: ...
+
+    def known_position(self, partition: Any) -> int | None: ...
+
+    def committable(self) -> dict[Any, tuple[int, int]]: ...
+
+    async def commit(self, offsets: Any = None) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +218,75 @@ def send_outcome(records: Sequence[RecordOutcome]) -> tuple[str, str | None]:
     return "info", error or "indeterminate"
 
 
+# -- consumer groups ---------------------------------------------------------------
+
+
+class GroupTracker:
+    """A subscribed consumer's rebalance listener (Kafka's
+    ``ConsumerRebalanceListener``, called inside its polls): keeps the keys
+    the group gave and took since the last :meth:`take`, which a poll's
+    ``assigned`` and ``revoked`` report (``docs/history-format.md``).
+
+    A key's start is the consumer's position when the assigned callback
+    runs (after the committed offsets were fetched); without one (no commit,
+    so ``auto.offset.reset`` will place it, or the fetch failed and is
+    retried) it is learned by a later poll: the first record the poll
+    returned of the key, or the position the consumer found.  The time is
+    the callback's, on the history's clock."""
+
+    def __init__(
+        self, keymap: KeyMap, consumer: GroupConsumerLike, clock: Callable[[], int]
+    ) -> None:
+        self.keymap = keymap
+        self.consumer = consumer
+        self.clock = clock
+        # key -> (start if known, time): given, not yet reported.
+        self.pending: dict[int, tuple[int | None, int]] = {}
+        self.revoked: set[int] = set()
+
+    def on_partitions_assigned(self, partitions: Sequence[Any]) -> None:
+        now = self.clock()
+        for tp in partitions:
+            k = self.keymap.key(tp.topic, tp.partition)
+            self.pending[k] = (self.consumer.known_position(tp), now)
+
+    def on_partitions_revoked(self, partitions: Sequence[Any]) -> None:
+        for tp in partitions:
+            k = self.keymap.key(tp.topic, tp.partition)
+            self.pending.pop(k, None)
+            self.revoked.add(k)
+
+    def on_partitions_lost(self, partitions: Sequence[Any]) -> None:
+        # Fenced: taken without a revocation; reported as taken all the same.
+        self.on_partitions_revoked(partitions)
+
+    def take(
+        self, found: Mapping[int, Sequence[tuple[int, Any]]]
+    ) -> tuple[dict[str, list[int]] | None, list[int] | None]:
+        """``assigned`` and ``revoked`` of an ``ok`` poll that returned
+        ``found`` (records per key, in offset order)."""
+        assigned: dict[str, list[int]] = {}
+        for k, (start, at) in sorted(self.pending.items()):
+            if start is None:
+                records = found.get(k)
+                start = (
+                    records[0][0]
+                    if records
+                    else self.consumer.known_position(self.keymap.topic_partition(k))
+                )
+            if start is not None:
+                assigned[str(k)] = [start, at]
+                del self.pending[k]
+        revoked = sorted(self.revoked)
+        self.revoked.clear()
+        return assigned or None, revoked or None
+
+
+def _grouped(worker: _Worker) -> GroupConsumerLike:
+    """The worker's consumer in a ``group`` run (``open_consumer``'s kind)."""
+    return cast(GroupConsumerLike, worker.consumer)
+
+
 # -- the workload ----------------------------------------------------------------
 
 
@@ -184,6 +297,8 @@ class _Worker:
     producer: ProducerLike
     consumer: ConsumerLike
     assigned: list[int] = field(default_factory=list)
+    # Group runs: the consumer's listener once it subscribed.
+    tracker: GroupTracker | None = None
 
 
 class QueueWorkload:
@@ -200,7 +315,10 @@ class QueueWorkload:
     ``record_keys`` the record keys values cycle through
     (:func:`history.queue.record_key`); ``compacts`` and ``retains``: the
     topics are compacted, or delete by a retention limit, so that the final
-    check lets records they removed go (:class:`history.queue_checks.Cleanup`).
+    check lets records they removed go (:class:`history.queue_checks.Cleanup`);
+    ``group``: the consumers subscribe in a consumer group (``open_consumer``
+    gives consumers of that group, without auto-commit) and commit, and
+    ``weights`` name ``subscribe`` and ``commit`` instead of ``assign``.
     """
 
     def __init__(
@@ -223,6 +341,7 @@ class QueueWorkload:
         record_keys: int = 0,
         compacts: bool = False,
         retains: bool = False,
+        group: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -232,9 +351,12 @@ class QueueWorkload:
             raise ValueError("max_send must be at least 1")
         if record_keys < 0:
             raise ValueError("record_keys must be 0 or more")
-        w = {**DEFAULT_WEIGHTS, **(weights or {})}
-        if set(w) != set(FS) or any(v < 0 for v in w.values()) or w["send"] + w["poll"] <= 0:
-            raise ValueError(f"weights are non-negative numbers for {', '.join(FS)}")
+        fs = GROUP_FS if group else FS
+        w = {**(GROUP_WEIGHTS if group else DEFAULT_WEIGHTS), **(weights or {})}
+        if set(w) != set(fs) or any(v < 0 for v in w.values()) or w["send"] + w["poll"] <= 0:
+            raise ValueError(f"weights are non-negative numbers for {', '.join(fs)}")
+        self.group = group
+        self.fs = fs
         self.recorder = recorder
         self.open_producer = open_producer
         self.open_consumer = open_consumer
@@ -242,7 +364,7 @@ class QueueWorkload:
         self.keymap = keymap
         self.concurrency = concurrency
         self.rate = rate
-        self.weights = [w[f] for f in FS]
+        self.weights = [w[f] for f in fs]
         self.max_send = max_send
         self.poll_ms = poll_ms
         self.op_timeout_s = op_timeout_s
@@ -279,14 +401,15 @@ class QueueWorkload:
     def processes(self) -> list[int]:
         return [w.process for w in self._workers]
 
-    def _close_later(self, worker: _Worker) -> None:
+    def _close_later(self, worker: _Worker, *, leave_group: bool = True) -> None:
         """Close the worker's clients without waiting: records still queued
-        in its producer fail (their op was already completed)."""
+        in its producer fail (their op was already completed); the consumer
+        leaves its group unless ``leave_group`` is false (a crash)."""
         producer, consumer = worker.producer, worker.consumer
 
         async def close() -> None:
             with contextlib.suppress(Exception):
-                await consumer.close()
+                await consumer.close(leave_group=leave_group)
             with contextlib.suppress(Exception):
                 await producer.close(0)
 
@@ -294,14 +417,15 @@ class QueueWorkload:
         self._closing.add(task)
         task.add_done_callback(self._closing.discard)
 
-    def _retire(self, worker: _Worker) -> None:
+    def _retire(self, worker: _Worker, *, crashed: bool = False) -> None:
         """The process got info: the worker goes on as a new process with
-        new clients and no assignment."""
-        self._close_later(worker)
+        new clients and no assignment (or subscription)."""
+        self._close_later(worker, leave_group=not crashed)
         worker.process = next_process(worker.process, self.concurrency)
         worker.producer = self.open_producer()
         worker.consumer = self.open_consumer()
         worker.assigned = []
+        worker.tracker = None
         self.stats.retired += 1
 
     def _note(self, op: Op) -> Op:
@@ -395,7 +519,12 @@ class QueueWorkload:
             k = self.keymap.key(r.topic, r.partition)
             found.setdefault(k, []).append((r.offset, _decode(r.value)))
             self._learn(k, r.offset)
-        op = self._note(self.recorder.ok(process, value=poll_ok_value(found)))
+        assigned, revoked = worker.tracker.take(found) if worker.tracker else (None, None)
+        op = self._note(
+            self.recorder.ok(
+                process, value=poll_ok_value(found), assigned=assigned, revoked=revoked
+            )
+        )
         self.stats.completions["ok"] += 1
         return op
 
@@ -409,7 +538,46 @@ class QueueWorkload:
         self.stats.invokes += 1
         op = self._note(self.recorder.info(worker.process, "crash", value=None))
         self.stats.completions["info"] += 1
-        self._retire(worker)
+        self._retire(worker, crashed=True)
+        return op
+
+    async def subscribe(self, worker: _Worker) -> Op:
+        """Join the group with every key's topic (module docstring)."""
+        value = subscribe_value(self.keymap.keys)
+        self._note_invoke(worker.process, "subscribe", value=value)
+        self.stats.invokes += 1
+        consumer = _grouped(worker)
+        tracker = GroupTracker(self.keymap, consumer, self.recorder.now)
+        consumer.subscribe([name for name, _ in self.keymap.topics], listener=tracker)
+        worker.tracker = tracker
+        op = self._note(self.recorder.ok(worker.process, value=value))
+        self.stats.completions["ok"] += 1
+        return op
+
+    async def commit(self, worker: _Worker) -> Op:
+        """Commit the position of every key the consumer holds (module
+        docstring); the caller checks there is one."""
+        consumer = _grouped(worker)
+        held = consumer.committable()
+        offsets = {self.keymap.key(tp.topic, tp.partition): at[0] for tp, at in held.items()}
+        process = worker.process
+        self._note_invoke(process, "commit", value=commit_value(offsets))
+        self.stats.invokes += 1
+        type_, error = "ok", None
+        try:
+            await asyncio.wait_for(consumer.commit(held), self.op_timeout_s)
+        except TimeoutError:
+            type_, error = "info", "timeout"
+        except CommitError as exc:
+            type_, error = ("fail" if exc.definite else "info"), error_word(exc.name)
+        except BrokerClientError as exc:
+            # Not the commit's own answer (a consumer that was closed, ...):
+            # nothing says it was not sent.
+            type_, error = "info", error_word(exc.name)
+        op = self._note(self.recorder.complete(process, type_, error=error))  # type: ignore[arg-type]
+        self.stats.completions[type_] += 1
+        if type_ == "info":
+            self._retire(worker)
         return op
 
     def _new_values(self, n: int) -> list[int]:
@@ -418,11 +586,19 @@ class QueueWorkload:
         return out
 
     async def _one(self, worker: _Worker) -> None:
-        f = self.rng.choices(FS, weights=self.weights)[0]
+        f = self.rng.choices(self.fs, weights=self.weights)[0]
         keys = self.keymap.keys
-        if f == "poll" and not worker.assigned:
+        if f == "poll" and not worker.assigned and not self.group:
             f = "assign"
-        if f == "send":
+        if f in ("poll", "commit") and self.group and worker.tracker is None:
+            f = "subscribe"
+        if f == "commit" and not _grouped(worker).committable():
+            f = "poll"
+        if f == "subscribe":
+            await self.subscribe(worker)
+        elif f == "commit":
+            await self.commit(worker)
+        elif f == "send":
             n = self.rng.randint(1, self.max_send)
             ks = [self.rng.choice(keys) for _ in range(n)]
             await self.send(worker, list(zip(ks, self._new_values(n), strict=True)))

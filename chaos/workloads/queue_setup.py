@@ -22,13 +22,21 @@ from history.ops import HistoryRecorder
 from history.queue import KeyMap
 from metadata.client import ConfigOp, ConfigResource, MetadataClient, NewTopic
 
-__all__ = ["ACKS", "CLEANUP_POLICIES", "QueueOptions", "make_queue_workload"]
+__all__ = ["ACKS", "CLEANUP_POLICIES", "GROUP_ID", "QueueOptions", "make_queue_workload"]
 
 ACKS: Final = {"all": Acks.ALL, "1": Acks.LEADER, "0": Acks.NONE}
 """``--acks`` values."""
 
 CLEANUP_POLICIES: Final = ("delete", "compact", "compact,delete")
 """``--cleanup-policy`` values (the topics' ``cleanup.policy``)."""
+
+GROUP_ID: Final = "kq-queue"
+"""The consumer group of the catalogue's subscribing runs."""
+
+GROUP_MAX_POLL_INTERVAL_MS: Final = 15_000
+"""A subscribed worker's ``max.poll.interval.ms`` (its rebalance timeout):
+long enough for an op cut short by the longest op timeout, short enough
+that a stuck member's keys move within a run."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +74,9 @@ class QueueOptions:
     # The cluster's replica.fetch.max.bytes (None: Kafka's 1 MiB): small, a
     # follower back from a cut catches up over many fetches, not one.
     replica_fetch_max_bytes: int | None = None
+    # The consumer group the workers' consumers subscribe in (None: they
+    # assign themselves keys, Jepsen's ``assign``).
+    group: str | None = None
 
     def check(self) -> None:
         """:class:`ValueError` naming the first bad option."""
@@ -110,6 +121,8 @@ class QueueOptions:
             raise ValueError(f"segment_bytes must be at least 14, got {self.segment_bytes}")
         if self.record_keys < 0:
             raise ValueError(f"record_keys must be 0 or more, got {self.record_keys}")
+        if self.group is not None and not self.group.strip():
+            raise ValueError("group must be a non-empty group id")
 
     @property
     def compacts(self) -> bool:
@@ -156,6 +169,8 @@ class QueueOptions:
                 out += f" {flag} {value}"
         if self.record_keys:
             out += f" --record-keys {self.record_keys}"
+        if self.group is not None:
+            out += f" --group {self.group}"
         return out
 
     @property
@@ -179,6 +194,7 @@ class QueueOptions:
             "segment_bytes": self.segment_bytes,
             "record_keys": self.record_keys,
             "replica_fetch_max_bytes": self.replica_fetch_max_bytes,
+            "group": self.group,
         }
 
 
@@ -281,8 +297,21 @@ def make_queue_workload(
         )
 
     def open_consumer() -> Consumer:
+        if options.group is None:
+            return Consumer(
+                bootstrap, consumer_config, credentials=credentials, request_timeout_ms=request_ms
+            )
+        # Every commit is an op of its own (no auto-commit); a member that
+        # stops polling (a worker stuck in a long send) is fenced after
+        # GROUP_MAX_POLL_INTERVAL_MS rather than Kafka's five minutes.
         return Consumer(
-            bootstrap, consumer_config, credentials=credentials, request_timeout_ms=request_ms
+            bootstrap,
+            consumer_config,
+            credentials=credentials,
+            request_timeout_ms=request_ms,
+            group_id=options.group,
+            enable_auto_commit=False,
+            max_poll_interval_ms=GROUP_MAX_POLL_INTERVAL_MS,
         )
 
     async def prepare() -> None:
@@ -303,4 +332,5 @@ def make_queue_workload(
         record_keys=options.record_keys,
         compacts=options.compacts,
         retains=options.retains,
+        group=options.group is not None,
     )

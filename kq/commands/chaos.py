@@ -129,6 +129,15 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _group_id(text: str) -> str:
+    # A run's replay command repeats it as one word.
+    if not text or not text.isprintable() or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a group id: printable characters, no spaces"
+        )
+    return text
+
+
 def _bugs(text: str) -> frozenset[bugs.Bug]:
     try:
         found = bugs.parse(text)
@@ -328,6 +337,14 @@ def register(subparsers: Subparsers) -> None:
         help="queue workload: record keys the values cycle through (value mod N), so that "
         "compaction has records to remove; 0: each partition's records share one "
         "(default: %(default)s)",
+    )
+    run.add_argument(
+        "--group",
+        type=_group_id,
+        metavar="GROUP",
+        help="queue workload: the consumers subscribe in this consumer group and commit "
+        "offsets (ops subscribe and commit) instead of assigning themselves keys "
+        "(default: they assign)",
     )
     defaults = RunConfig()
     run.add_argument(
@@ -584,6 +601,7 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
             segment_bytes=args.segment_bytes,
             record_keys=args.record_keys,
             replica_fetch_max_bytes=args.replica_fetch_max_bytes,
+            group=args.group,
         ),
     )
     try:

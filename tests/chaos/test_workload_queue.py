@@ -262,7 +262,7 @@ class _Consumer:
     def log_start_offset(self, partition: Any) -> int:
         return self.broker.log_start.get((partition[0], partition[1]), 0)
 
-    async def close(self) -> None:
+    async def close(self, timeout_ms: int = 30_000, *, leave_group: bool = True) -> None:
         return None
 
 

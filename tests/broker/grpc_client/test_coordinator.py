@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from broker.errors import Errors
-from broker.grpc_client.coordinator import GroupCoordinatorClient, GroupStub
+from broker.grpc_client.coordinator import CallTrace, GroupCoordinatorClient, GroupStub
 from broker.grpc_client.errors import BrokerClientError
 from broker.grpc_client.metadata_cache import MetadataCache
 from kqproto import broker_pb2, groups_pb2
@@ -159,3 +159,39 @@ def test_a_refused_lookup_raises_naming_the_group() -> None:
     world.finds = [groups_pb2.FindCoordinatorResponse(error=pb(Errors.INVALID_REQUEST))]
     with pytest.raises(BrokerClientError, match="group g"):
         asyncio.run(fetch(client(world)))
+
+
+@pytest.mark.parametrize(
+    ("answers", "uncertain"),
+    [
+        ([fetch_answer(Errors.STALE_MEMBER_EPOCH)], False),
+        ([fetch_answer(Errors.COORDINATOR_LOAD_IN_PROGRESS), fetch_answer()], False),
+        ([fetch_answer(Errors.NOT_COORDINATOR), fetch_answer(Errors.STALE_MEMBER_EPOCH)], True),
+        ([fetch_answer(Errors.COORDINATOR_NOT_AVAILABLE), fetch_answer()], True),
+        ([lost(), fetch_answer(Errors.STALE_MEMBER_EPOCH)], True),
+    ],
+    ids=["refused", "loading-then-ok", "not-coordinator", "not-available", "lost"],
+)
+def test_the_trace_says_whether_an_attempt_may_have_written(
+    answers: list[Any], uncertain: bool
+) -> None:
+    """A write answered NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE may have
+    been appended before the coordinator lost its partition or waited out its
+    ISR; a lost answer may follow a write: the call's outcome is uncertain
+    whatever the last answer says. LOAD_IN_PROGRESS comes before any write."""
+    world = World()
+    world.finds = [found(2)] * 3
+    world.answers = list(answers)
+    trace = CallTrace()
+    c = client(world)
+    asyncio.run(
+        c.call(
+            "OffsetFetch",
+            lambda stub, t: stub.OffsetFetch(
+                groups_pb2.OffsetFetchRequest(group_id="g"), timeout=t
+            ),
+            5_000,
+            trace,
+        )
+    )
+    assert trace.uncertain is uncertain

@@ -16,7 +16,12 @@ from broker.client.producer_batch import TopicPartition
 from broker.errors import Errors
 from broker.grpc_client.consumer import Consumer
 from broker.grpc_client.errors import BrokerClientError
-from broker.grpc_client.group import CommitFailedError, IllegalStateError, OffsetAndEpoch
+from broker.grpc_client.group import (
+    CommitError,
+    CommitFailedError,
+    IllegalStateError,
+    OffsetAndEpoch,
+)
 from kqproto import groups_pb2
 from tests.broker.client.test_membership import records
 from tests.broker.grpc_client.test_coordinator import pb
@@ -105,7 +110,7 @@ def answering(consumer: Consumer, answer: object) -> list[object]:
     assert group is not None
     sent: list[object] = []
 
-    async def call(what: str, method: object, timeout_ms: int) -> object:
+    async def call(what: str, method: object, timeout_ms: int, trace: object = None) -> object:
         class Stub:
             async def OffsetCommit(self, request: object, timeout: float) -> object:
                 sent.append(request)
@@ -124,8 +129,9 @@ def test_a_refused_commit_raises_commit_failed_and_reaches_the_async_callback() 
         consumer = Consumer(["127.0.0.1:1"], group_id="g")
         refused = groups_pb2.OffsetCommitResponse(error=pb(Errors.STALE_MEMBER_EPOCH))
         sent = answering(consumer, refused)
-        with pytest.raises(CommitFailedError, match="no longer owns"):
+        with pytest.raises(CommitFailedError, match="no longer owns") as stale:
             await consumer.commit({TP: 7})
+        assert stale.value.definite  # refused before anything was written
         request = sent[-1]
         assert isinstance(request, groups_pb2.OffsetCommitRequest)
         # Outside membership: no member id, epoch -1.
@@ -150,6 +156,31 @@ def test_a_refused_commit_raises_commit_failed_and_reaches_the_async_callback() 
         with pytest.raises(BrokerClientError, match="t-0") as raised:
             await consumer.commit({TP: 9})
         assert not isinstance(raised.value, CommitFailedError)
+        assert isinstance(raised.value, CommitError) and raised.value.definite
+        # One partition stored, the other refused: not a definite failure.
+        two = {TP: 9, TopicPartition("t", 1): 4}
+        mixed = groups_pb2.OffsetCommitResponse(
+            topics=[
+                groups_pb2.TopicResult(
+                    name="t",
+                    partitions=[
+                        groups_pb2.PartitionResult(partition=0),
+                        groups_pb2.PartitionResult(
+                            partition=1, error=pb(Errors.TOPIC_AUTHORIZATION_FAILED)
+                        ),
+                    ],
+                )
+            ]
+        )
+        answering(consumer, mixed)
+        with pytest.raises(CommitError, match="t-1") as partial:
+            await consumer.commit(two)
+        assert not partial.value.definite
+        # Appended, then the leadership moved before the HW passed it.
+        answering(consumer, groups_pb2.OffsetCommitResponse(error=pb(Errors.NOT_COORDINATOR)))
+        with pytest.raises(CommitError) as moved:
+            await consumer.commit({TP: 9})
+        assert not moved.value.definite
         answering(consumer, groups_pb2.OffsetCommitResponse())
         ok: list[tuple[object, BaseException | None]] = []
         await consumer.commit_async({TP: 9}, lambda o, e: ok.append((o, e)))

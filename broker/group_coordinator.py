@@ -36,6 +36,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+import bugs
 from broker.errors import Errors, ReplicaError
 from broker.group import codec
 from broker.group.api import (
@@ -58,6 +59,7 @@ from broker.group.shard import GroupConfig, GroupCoordinatorShard
 from broker.purgatory import Operation, Purgatory
 from broker.replica import Role
 from broker.replica_manager import NotLeaderError, ReplicaManager
+from bugs import Bug
 from metadata.image import MetadataImage, TopicIdPartition
 from partition_log import BatchHeader, Record, build_batch, decode_records
 from partition_log.batch import split_batches
@@ -199,6 +201,9 @@ class GroupCoordinator:
         # Why the last attempt to create the offsets topic failed, if it did.
         self._create_error = ""
         self._contexts: dict[int, _Context] = {}
+        # B19 only: the shards of earlier leaderships, by partition (a
+        # correct coordinator drops a shard with its leadership).
+        self._remembered: dict[int, GroupCoordinatorShard] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._stopped = False
 
@@ -233,6 +238,14 @@ class GroupCoordinator:
             )
 
     def _become_coordinator(self, partition: int, key: TopicIdPartition, epoch: int) -> None:
+        remembered = self._remembered.pop(partition, None)
+        if remembered is not None and bugs.on(Bug.GROUP_STATE_FROM_MEMORY):
+            # B19, Redpanda CORE-16998: the groups this broker held when it
+            # last led the partition, not the log below the HW; what other
+            # leaders wrote since (and what was truncated from under it) is
+            # not in its answers.
+            self._reuse(partition, key, epoch, remembered)
+            return
         shard = GroupCoordinatorShard(self.config, ASSIGNORS, random.Random(self._rng.random()))
         context = _Context(partition, key, epoch, shard)
         self._contexts[partition] = context
@@ -247,8 +260,28 @@ class GroupCoordinator:
             epoch,
         )
 
+    def _reuse(
+        self, partition: int, key: TopicIdPartition, epoch: int, shard: GroupCoordinatorShard
+    ) -> None:
+        replica = self.replicas.replicas[key]
+        context = _Context(partition, key, epoch, shard, ShardState.ACTIVE)
+        # Reads wait for the HW to reach the log end found, as a load does.
+        context.last_written = replica.log.log_end_offset
+        shard.become_loaded(self.now_ms())
+        self._contexts[partition] = context
+        log.info(
+            "broker %d: coordinates %s-%d again at leader epoch %d with the groups it held",
+            self.broker_id,
+            OFFSETS_TOPIC,
+            partition,
+            epoch,
+        )
+
     def _resign(self, context: _Context) -> None:
         del self._contexts[context.partition]
+        if bugs.on(Bug.GROUP_STATE_FROM_MEMORY) and context.state is ShardState.ACTIVE:
+            # B19: kept for the next leadership of the partition.
+            self._remembered[context.partition] = context.shard
         if context.loader is not None and not context.loader.done():
             context.loader.cancel()
         log.info(
@@ -509,7 +542,14 @@ class GroupCoordinator:
             if result.response.error is not Errors.NONE:
                 error = result.response.error
                 return result.response
-            answer = await self._write(context, result)
+            if bugs.on(Bug.COMMIT_BEFORE_HW):
+                # B17, KAFKA-20634: answered at the append, before the HW
+                # passes the commit; a leader change that truncates it loses
+                # what was acknowledged.
+                self._append(context, result.records)
+                answer = result.response
+            else:
+                answer = await self._write(context, result)
             error = Errors.NONE
             return answer
         except CoordinatorFailure as failure:

@@ -123,6 +123,23 @@ class Bug(enum.Enum):
     # B16: compaction renumbers the records it keeps; inconsistent-offsets
     # and nonmonotonic-poll.
     COMPACTION_RENUMBERS = ("B16", "compaction-renumbers")
+
+    # -- consumer groups (brokers.md §4) --------------------------------------------------------
+    # B17, KAFKA-20634: an OffsetCommit is answered as soon as its records
+    # are in the coordinator's log, before the offsets partition's HW passes
+    # them; a leader change loses an acknowledged commit (commit-lost).
+    COMMIT_BEFORE_HW = ("B17", "commit-before-hw")
+    # B19, Redpanda CORE-16998: a broker that leads an offsets partition
+    # again reuses the groups it held in memory from its earlier leadership
+    # instead of rebuilding them from the log below the HW; the commits made
+    # at the other leader meanwhile are gone from its answers (commit-lost,
+    # commit-backwards).
+    GROUP_STATE_FROM_MEMORY = ("B19", "group-state-from-memory")
+    # B20, KIP-848 (CurrentAssignmentBuilder): reconciliation gives a
+    # partition to its new owner while the old owner still holds it
+    # (assigned, or pending revocation); two consumers read and commit one
+    # partition at once (commit-backwards, commit-lost).
+    ASSIGN_BEFORE_REVOKE = ("B20", "assign-before-revoke")
     # R2, KIP-101 scenario 2 (KIP-595's check removed): the leader answers a
     # follower's fetch at its offset without checking the last fetched
     # epoch; replicas diverge below the HW after a double power loss.

@@ -21,7 +21,8 @@ protocol: no check can rightly fire on it, so it is left out of the
 default selection, and when chosen its runs are negative controls, where a
 check firing (or no verdict) is a finding too.  The reference's list of
 bugs and their expected anomalies is
-Jepsen's Kafka workload and the brokers' notes (§5.7, B1-B18); the quorum's
+Jepsen's Kafka workload and the brokers' notes (§5.7, B1-B18; §4 for the
+consumer groups' B17, B19 and B20); the quorum's
 bugs break Raft's rules (§3.4, §3.6.2, §3.8, §6.4 of Ongaro's thesis).
 
 A library: ``kq chaos catalogue`` (:mod:`kq.commands.chaos`) adapts it.
@@ -573,6 +574,66 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         note="a compacted topic of segments of a few batches, values cycling through 16 "
         "record keys: the cleaner removes a batch's superseded records and the bug gives "
         "the ones it keeps the offsets of those before them",
+    ),
+    # -- consumer groups: the queue workload's consumers subscribe in one
+    # group and commit (QueueOptions.group); the Spark group checks judge
+    # each key's commits against where the group later starts a consumer.
+    "B17": Recipe(  # commit-before-hw
+        "queue",
+        ("isolate-one",),
+        ("commit-lost",),
+        group=True,
+        rate=50.0,
+        concurrency=6,
+        brokers=2,
+        replication_factor=2,
+        note="KAFKA-20634: commits answered at the append, before the offsets partition's "
+        "HW passes them.  The group's coordinator cut off from every other node (the "
+        "clients still reach it) goes on acknowledging commits that no follower fetches, "
+        "while the controllers fence it and elect its follower, which loads the group "
+        "without them; the keys of members that stay with the cut-off coordinator move "
+        "when their sessions end at the new one, starting below what was acknowledged, "
+        "and the healed broker truncates the commits.  B5's cuts: 5 to 15 s, one "
+        "controller and two brokers, so that a cut hits the coordinator one time in "
+        "three.  A kill rarely catches it: a follower fetches a commit within "
+        "milliseconds of its append",
+        time_limit_s=40.0,
+        fault_interval_s=10.0,
+        fault_period_s=30.0,
+        **_ONE_CONTROLLER,
+    ),
+    "B19": Recipe(  # group-state-from-memory
+        "queue",
+        ("elect-leader",),
+        ("commit-lost", "commit-backwards"),
+        group=True,
+        note="Redpanda CORE-16998: a broker that leads an offsets partition again answers "
+        "from the groups it held when it last led it, not from the log.  Preferred "
+        "elections every 0.25 to 0.75 s, in a group run of the queue partitions and of "
+        "the offsets topic's (chaos.runner.fault_topics), move the group's coordinator "
+        "among the three brokers, all up, so that it soon comes back to one that led it "
+        "before: the commits made at the others meanwhile are missing there, and "
+        "the members that joined or moved since are unknown or fenced there and rejoin, "
+        "their keys starting at the remembered offsets.  A kill would not: a restarted "
+        "broker has no memory",
+        **_FAST_ELECTIONS,
+    ),
+    "B20": Recipe(  # assign-before-revoke
+        "queue",
+        ("kill-partition-leader",),
+        ("commit-backwards", "commit-lost"),
+        group=True,
+        rate=60.0,
+        concurrency=6,
+        time_limit_s=30.0,
+        note="KIP-848: a partition given to its new owner while the old owner still holds "
+        "it.  Six members of one group on two partitions rebalance whenever a worker "
+        "crashes (its member's session ends 6 s later) or subscribes again; with the bug "
+        "the member the target gives a key to starts it at the last commit at once, while "
+        "the old owner reads on and commits until its next heartbeat (every second) tells "
+        "it to revoke, so both commit the key, the new owner's offsets below the old "
+        "one's.  Leaders of queue and offsets partitions killed now and then; the faults "
+        "matter less here than the rebalances",
     ),
     "R2": Recipe(  # no-divergence-check
         "queue",

@@ -41,6 +41,7 @@ from typing import Any, Final, Literal, Protocol
 import grpc
 
 import bugs
+from broker.group.placement import OFFSETS_TOPIC
 from bugs import Bug
 from chaos.backend import TOPOLOGIES, ClusterBackend, isolate
 from chaos.leader_moves import ELECT, LeaderMoves, Move
@@ -101,6 +102,7 @@ __all__ = [
     "bug_environment",
     "current_leader",
     "expand_nemesis",
+    "fault_topics",
     "run_chaos",
     "storage_environment",
     "summary_of",
@@ -1288,6 +1290,19 @@ class PartitionReplicas:
     isr: tuple[int, ...]
 
 
+def fault_topics(queue: QueueOptions) -> list[str]:
+    """The topics whose partitions the faults aimed at partitions draw from
+    (a partition's leader or follower, strands, severs, leadership moves):
+    the queue's, and in a run whose consumers share a group the offsets
+    topic's too, so that they move the group's coordinator (a lost or
+    rolled-back commit needs its leadership to move: KAFKA-20634, Redpanda
+    CORE-16998, brokers.md §4)."""
+    topics = [name for name, _ in queue.keymap.topics]
+    if queue.group is not None:
+        topics.append(OFFSETS_TOPIC)
+    return topics
+
+
 async def partition_replicas(
     backend: ClusterBackend, topics: Sequence[str], timeout_s: float = 5.0
 ) -> list[PartitionReplicas]:
@@ -1509,7 +1524,7 @@ async def _run_chaos(config: RunConfig, progress: ProgressFn | None) -> RunResul
         # Its own stream: the schedule of a seed stays what it was.
         nemesis.rng = random.Random(seed ^ 0x5EED)
         if config.brokers:
-            topics = [name for name, _ in config.queue.keymap.topics]
+            topics = fault_topics(config.queue)
             live = backend
             nemesis.replicas = lambda: partition_replicas(live, topics)
             nemesis.moves = LeaderMoves(

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import bugs
 from broker.group.records import CurrentAssignmentValue
 from broker.group.types import MemberState, Partitions
+from bugs import Bug
 
 __all__ = ["next_assignment", "owns_any"]
 
@@ -71,7 +73,13 @@ def next_assignment(
         owner = owner_of(partition)
         # The member's own pending revocation is released by this very
         # step (it has revoked: we are past the check above).
-        if owner is None or (owner == member_id and partition in current.pending_revocation):
+        if (
+            owner is None
+            or (owner == member_id and partition in current.pending_revocation)
+            # B20: given while another member still holds it (assigned, or
+            # pending revocation): two owners.
+            or bugs.on(Bug.ASSIGN_BEFORE_REVOKE)
+        ):
             assigned.add(partition)
         else:
             unreleased = True

@@ -441,8 +441,9 @@ def register(subparsers: Subparsers) -> None:
         help="run every deliberate bug under the faults that expose it, verify each run "
         "with Spark, then clean runs",
         description="The proof that the checks can fail: each bug of the catalogue "
-        "(bugs.Bug: Q1-Q5 in the quorum, B1-B18 in the brokers and the harness) is turned "
-        "on in a local cluster and run with its recipe (workload, faults, flags) until a "
+        "(bugs.Bug: Q1-Q5 in the quorum, B1-B20 in the brokers, their consumer groups and "
+        "the harness) is turned on in a local cluster and run with its recipe (workload, "
+        "faults, flags) until a "
         "check of the Spark verification (kq chaos run --verify) fires or its budget of "
         "runs is spent; then the same recipes run with no bug. Prints a table: bug, "
         "recipe, the checks that fired, runs until the first detection, time. A bug no "

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import bugs
+from broker.group.placement import OFFSETS_TOPIC
 from bugs import Bug
 from chaos.backend import ClusterBackend
 from chaos.catalogue import (
@@ -40,8 +41,10 @@ from chaos.runner import (
     RunResult,
     bug_environment,
     expand_nemesis,
+    fault_topics,
     run_chaos,
 )
+from chaos.workloads.queue_setup import GROUP_ID
 from history.runs import RunDir
 from kq.cli import main
 from tests.chaos.test_runner import BrokenBackend
@@ -62,6 +65,17 @@ def test_each_recipe_makes_a_run_the_runner_accepts(bug: Bug) -> None:
     assert config.bugs == frozenset({bug}) and config.faults
     if recipe.workload == "queue":
         assert config.brokers == recipe.brokers and config.queue.replica_lag_ms <= 2_000
+
+
+def test_group_recipes_aim_partition_faults_at_the_offsets_topic_too() -> None:
+    grouped = [b for b in Bug if RECIPES[b].group]
+    assert {b.id for b in grouped} == {"B17", "B19", "B20"}
+    for bug in grouped:
+        config = RECIPES[bug].config(name="g", bugs=frozenset({bug}), seed=1, runs_dir="r")
+        assert config.queue.group == GROUP_ID
+        assert fault_topics(config.queue) == ["queue", OFFSETS_TOPIC]
+    plain = RECIPES[Bug.HW_AT_LEADER_LEO].config(name="p", bugs=frozenset(), seed=1, runs_dir="r")
+    assert fault_topics(plain.queue) == ["queue"]
 
 
 # -- fake runs ---------------------------------------------------------------------------

@@ -623,17 +623,20 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         ("kill-partition-leader",),
         ("commit-backwards", "commit-lost"),
         group=True,
+        partitions=6,
         rate=60.0,
-        concurrency=6,
+        concurrency=4,
         time_limit_s=30.0,
         note="KIP-848: a partition given to its new owner while the old owner still holds "
-        "it.  Six members of one group on two partitions rebalance whenever a worker "
-        "crashes (its member's session ends 6 s later) or subscribes again; with the bug "
-        "the member the target gives a key to starts it at the last commit at once, while "
-        "the old owner reads on and commits until its next heartbeat (every second) tells "
-        "it to revoke, so both commit the key, the new owner's offsets below the old "
-        "one's.  Leaders of queue and offsets partitions killed now and then; the faults "
-        "matter less here than the rebalances",
+        "it.  Four members of one group on six partitions: a crashed worker's new process "
+        "joins at once, while the crashed member keeps its partitions until its session "
+        "ends 6 s later, so the target gives the newcomer a partition of a live member; "
+        "with the bug the newcomer starts it at the last commit at once, while the old "
+        "owner reads on and commits until its next heartbeat (every second) tells it to "
+        "revoke, so both commit the key and its commits go back.  With fewer partitions "
+        "than members a join moves nothing from a live member (the holders keep theirs). "
+        "Leaders of queue and offsets partitions killed now and then; the rebalances "
+        "matter more here than the faults",
     ),
     "R2": Recipe(  # no-divergence-check
         "queue",

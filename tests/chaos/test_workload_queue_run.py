@@ -131,3 +131,51 @@ def test_a_queue_run_under_partitions_and_follower_isolation_stays_whole(
     done = [op for op in ops if op.process == NEMESIS and op.type == "ok"]
     assert any(op.f == "partition" for op in done)
     assert processes_under(scratch) == []
+
+
+def test_a_group_run_with_kills_commits_and_hands_keys_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--group``: the consumers subscribe in one group while any node may
+    be killed (a broker leading an offsets partition among them); the
+    history is well formed, commits are acknowledged, keys are handed on
+    (each ``assigned`` starting at or above every ``ok`` commit of the key
+    that completed before it: the group checks' ``commit-lost`` rule), and
+    the final polls find every acknowledged record."""
+    scratch = scratch_tempdir(tmp_path, monkeypatch)
+    config = RunConfig(
+        name="queue-group",
+        workload="queue",
+        faults=("kill",),
+        time_limit_s=16,
+        rate=30,
+        concurrency=4,
+        seed=11,
+        fault_interval_s=2.0,
+        fault_period_s=10.0,
+        quiet_s=2.0,
+        runs_dir=str(tmp_path / "runs"),
+        queue=QueueOptions(partitions=4, final_time_s=30, group="queue-ci"),
+    )
+    result = asyncio.run(asyncio.wait_for(run_chaos(config), 240))
+    assert result.completed, result.error
+    assert result.recovered and result.final_ok, result.final_check
+    assert check_run(result.path) == []
+    run = RunDir(result.path)
+    assert json.loads(run.config.read_text())["queue"]["group"] == "queue-ci"
+    ops = read_history(run.history)
+    assert any(op.f == "subscribe" for op in ops)
+    assert sum(op.f == "commit" and op.type == "ok" for op in ops) >= 3
+    committed: dict[str, list[tuple[int, int]]] = {}  # key -> (completed at, offset)
+    assignments = 0
+    for op in ops:
+        if op.f == "commit" and op.type == "ok":
+            for k, offset in op.value[0][1].items():
+                committed.setdefault(k, []).append((op.time, offset))
+        if op.f == "poll" and op.type == "ok" and op.assigned:
+            for k, (start, at) in op.assigned.items():
+                before = [o for t, o in committed.get(k, []) if t < at]
+                assert start >= max(before, default=0), (k, start, before)
+                assignments += 1
+    assert assignments >= 4
+    assert processes_under(scratch) == []

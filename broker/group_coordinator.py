@@ -558,6 +558,30 @@ class GroupCoordinator:
         finally:
             self.metrics.commit_answered(time.monotonic() - started, error)
 
+    def lags(self) -> list[tuple[str, str, int, int]]:
+        """``(group, topic, partition, lag)`` of each committed offset of the
+        groups coordinated here, whose partition has a replica on this
+        broker: its high watermark (the leader's, or the one a follower last
+        learned, a little behind) less the committed offset, at least 0 (a
+        gauge; ``kq groups --describe`` asks the leaders for the others)."""
+        image = self.replicas.image
+        out: list[tuple[str, str, int, int]] = []
+        for context in list(self._contexts.values()):
+            if context.state is not ShardState.ACTIVE or not self._leads(context):
+                continue
+            for group in context.shard.groups:
+                for (name, partition), committed in sorted(group.offsets.items()):
+                    topic = image.topic_by_name(name)
+                    log = (
+                        None
+                        if topic is None
+                        else self.replicas.logs.log(TopicIdPartition(topic.topic_id, partition))
+                    )
+                    if log is not None:
+                        lag = max(0, log.high_watermark - committed.offset)
+                        out.append((group.group_id, name, partition, lag))
+        return out
+
     def group_counts(self) -> dict[str, int]:
         """Groups by state over the shards loaded here (a gauge)."""
         counts: dict[str, int] = {}

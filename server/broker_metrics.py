@@ -13,10 +13,12 @@ requests being handled and operations parked in the purgatory).
 from __future__ import annotations
 
 from collections import Counter as Tally
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from broker.errors import Errors
 from broker.group_coordinator import GroupCoordinator
@@ -30,6 +32,27 @@ __all__ = ["LATENCY_BUCKETS", "PrometheusBrokerMetrics"]
 
 def _count(coordinator: GroupCoordinator, state: str) -> float:
     return float(coordinator.group_counts().get(state, 0))
+
+
+class _GroupLag(Collector):
+    """``kq_broker_group_lag``: one series per (group, topic, partition)
+    committed at a coordinator here, read when scraped (the series come and
+    go with groups and their commits, so no fixed ``Gauge`` children)."""
+
+    def __init__(self, node: str, coordinator: GroupCoordinator) -> None:
+        self.node = node
+        self.coordinator = coordinator
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "kq_broker_group_lag",
+            "Records between a group's committed offset and the partition's high watermark, "
+            "for the groups coordinated here and the partitions with a replica here.",
+            labels=["node", "group", "topic", "partition"],
+        )
+        for group, topic, partition, lag in self.coordinator.lags():
+            family.add_metric([self.node, group, topic, str(partition)], lag)
+        yield family
 
 
 # From 0.5 ms to 10 s: a produce to the local log, an acks=all produce a
@@ -209,11 +232,12 @@ class PrometheusBrokerMetrics:
     # -- gauges ---------------------------------------------------------------------
 
     def track_groups(self, coordinator: GroupCoordinator) -> None:
-        """Read the coordinator's groups by state when scraped."""
+        """Read the coordinator's groups by state, and their lag, when scraped."""
         for state in ("Empty", "Assigning", "Reconciling", "Stable"):
             self._groups.labels(node=self.node, state=state).set_function(
                 partial(_count, coordinator, state)
             )
+        self.registry.register(_GroupLag(self.node, coordinator))
 
     def track(self, service: BrokerService) -> None:
         """Read ``service``'s requests in flight and its purgatory when scraped."""

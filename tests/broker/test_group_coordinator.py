@@ -22,7 +22,7 @@ from broker.group_coordinator import (
 from broker.purgatory import Purgatory
 from metadata.image import TopicIdPartition
 from tests.broker.images import change, topic
-from tests.broker.test_replica_manager import Cluster
+from tests.broker.test_replica_manager import Cluster, batch
 
 T = TypeVar("T")
 KEY = TopicIdPartition("id-offsets", 0)
@@ -203,5 +203,31 @@ def test_a_read_waits_for_every_earlier_write() -> None:
         brokers.replicate_and_wake()
         await write
         assert [o.offset for o in (await read).offsets] == [7]
+
+    run(body)
+
+
+def test_the_lag_of_each_commit_is_the_partitions_hw_less_the_committed_offset() -> None:
+    """``lags()`` (the ``kq_broker_group_lag`` gauge): per group and
+    partition committed at this coordinator, the high watermark the broker
+    knows of it less the committed offset; nothing for groups coordinated
+    elsewhere or partitions of topics it does not know."""
+
+    async def body(brokers: Brokers) -> None:
+        brokers.step_and_publish(*topic("t", "id-t", (1, 2, 3)))
+        t0 = TopicIdPartition("id-t", 0)
+        for value in (b"a", b"b", b"c", b"d"):
+            brokers.brokers[1].append(t0, batch(value), -1, brokers.now)
+        brokers.replicate_and_wake()
+        await brokers.loaded(1)
+        task = asyncio.create_task(brokers.coordinators[1].commit_offsets(commit(1)))
+        other = asyncio.create_task(brokers.coordinators[1].commit_offsets(commit(9, "late")))
+        ghost = OffsetCommitRequest("g", "", -1, (CommitPartition("gone", 0, 2),))
+        missing = asyncio.create_task(brokers.coordinators[1].commit_offsets(ghost))
+        await turns()
+        brokers.replicate_and_wake()
+        await asyncio.gather(task, other, missing)
+        assert brokers.coordinators[1].lags() == [("g", "t", 0, 3), ("late", "t", 0, 0)]
+        assert brokers.coordinators[2].lags() == []  # not the coordinator
 
     run(body)

@@ -157,6 +157,9 @@ def test_a_group_commits_and_keeps_its_offset_through_a_coordinator_crash(
             assert metrics.value("kq_broker_group_rebalances_total") == 1
             assert metrics.value("kq_broker_groups", state="Stable") == 1
             assert metrics.value("kq_broker_group_commit_latency_seconds_count") == 2
+            # Committed past the (empty) partition's high watermark: lag 0.
+            lag = {"node": str(found.node_id), "group": "g", "topic": "t", "partition": "2"}
+            assert metrics.registry.get_sample_value("kq_broker_group_lag", lag) == 0
             # The coordinator's broker crashes; another takes the partition.
             crashed = found.node_id
             await brokers[crashed].stop(controlled=False)

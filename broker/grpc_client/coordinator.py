@@ -23,7 +23,7 @@ import grpc
 
 from broker.errors import Errors
 from broker.grpc_client.errors import BrokerClientError
-from broker.grpc_client.metadata_cache import MetadataCache, now_ms
+from broker.grpc_client.metadata_cache import METADATA_TIMEOUT_MS, MetadataCache, now_ms
 from kqproto import groups_pb2, groups_pb2_grpc
 
 __all__ = ["CallTrace", "GroupCoordinatorClient", "GroupStub", "MAY_HAVE_WRITTEN", "RETRIED"]
@@ -92,6 +92,8 @@ class GroupCoordinatorClient:
         # host:port and node id of the coordinator, once found.
         self.address: str | None = None
         self.node_id = -1
+        # The broker that last answered a FindCoordinator: asked first.
+        self._answered: str | None = None
 
     def stub_at(self, address: str) -> GroupStub:
         stub: GroupStub = groups_pb2_grpc.GroupServiceStub(self.cache.channel(address))
@@ -110,14 +112,31 @@ class GroupCoordinatorClient:
             self.forget()
 
     async def find(self, timeout_ms: int) -> str | None:
-        """Ask any broker where the coordinator is (FindCoordinator); None
-        if none is known yet (the offsets topic is being created, its
-        partition has no leader)."""
-        stub = self.stub_at(self._any_broker())
-        answer = await stub.FindCoordinator(
-            groups_pb2.FindCoordinatorRequest(group_ids=[self.group_id]),
-            timeout=timeout_ms / 1000,
-        )
+        """Ask a broker where the coordinator is (FindCoordinator); None if
+        none is known yet (the offsets topic is being created, its partition
+        has no leader). The broker that answered last is asked first, else
+        the lowest id known; one whose answer is lost (dead, or paused past
+        ``METADATA_TIMEOUT_MS``) is passed over for the next, as Kafka's
+        ``leastLoadedNode`` skips a disconnected node: asking only the
+        lowest id, a client whose metadata still named a killed broker asked
+        it again and again and found no coordinator until its metadata aged
+        out (5 minutes)."""
+        request = groups_pb2.FindCoordinatorRequest(group_ids=[self.group_id])
+        deadline = now_ms() + timeout_ms
+        candidates = self._brokers_to_ask()
+        for i, address in enumerate(candidates):
+            left = max(0, deadline - now_ms())
+            last = i == len(candidates) - 1
+            try:
+                answer = await self.stub_at(address).FindCoordinator(
+                    request, timeout=(left if last else min(left, METADATA_TIMEOUT_MS)) / 1000
+                )
+            except grpc.aio.AioRpcError as error:
+                if last or error.code() not in _LOST or deadline <= now_ms():
+                    raise
+                continue
+            self._answered = address
+            break
         if answer.error in RETRIED:
             return None
         if answer.error != Errors.NONE or not answer.coordinators:
@@ -137,10 +156,14 @@ class GroupCoordinatorClient:
             Errors(found.error), f"FindCoordinator for group {self.group_id}: {found.message}"
         )
 
-    def _any_broker(self) -> str:
-        if self.cache.brokers:
-            return self.cache.brokers[min(self.cache.brokers)]
-        return self.cache.bootstrap[0]
+    def _brokers_to_ask(self) -> list[str]:
+        known = [self.cache.brokers[n] for n in sorted(self.cache.brokers)]
+        if not known:
+            return [self.cache.bootstrap[0]]
+        if self._answered in known:
+            known.remove(self._answered)
+            known.insert(0, self._answered)
+        return known
 
     async def call(
         self,

@@ -50,7 +50,10 @@ class FakeStub:
 
     async def FindCoordinator(self, request: Any, timeout: float) -> Any:
         self.world.calls.append(("find", self.address))
-        return self.world.finds.pop(0)
+        answer = self.world.finds.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
 
     async def OffsetFetch(self, request: Any, timeout: float) -> Any:
         self.world.calls.append(("fetch", self.address))
@@ -63,7 +66,7 @@ class FakeStub:
 class World:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
-        self.finds: list[groups_pb2.FindCoordinatorResponse] = []
+        self.finds: list[groups_pb2.FindCoordinatorResponse | BaseException] = []
         self.answers: list[Any] = []
         self.forever: Any = None
 
@@ -195,3 +198,27 @@ def test_the_trace_says_whether_an_attempt_may_have_written(
         )
     )
     assert trace.uncertain is uncertain
+
+
+def test_a_dead_broker_is_passed_over_for_the_next_to_find_the_coordinator() -> None:
+    """The lowest broker id is dead (its metadata still names it): the
+    lookup asks the next one in the same call, and later lookups start at
+    the broker that answered."""
+    world = World()
+    world.finds = [lost(), found(3), found(3)]
+    world.answers = [fetch_answer(), lost(), fetch_answer()]
+    c = client(world)
+    assert asyncio.run(fetch(c)).error == Errors.NONE
+    assert world.calls == [("find", "b1:1"), ("find", "b2:2"), ("fetch", "b3:3")]
+    world.calls.clear()
+    assert asyncio.run(fetch(c)).error == Errors.NONE
+    assert world.calls == [("fetch", "b3:3"), ("find", "b2:2"), ("fetch", "b3:3")]
+
+
+def test_a_lookup_no_broker_answers_raises_the_last_loss() -> None:
+    world = World()
+    world.finds = [lost(), lost(), lost()]
+    c = client(world)
+    with pytest.raises(grpc.aio.AioRpcError):
+        asyncio.run(c.find(5_000))
+    assert world.calls == [("find", "b1:1"), ("find", "b2:2"), ("find", "b3:3")]

@@ -17,8 +17,13 @@ prints one JSON line with what it measured.
   send was *scheduled* by the open-loop producer, so the latency is from
   the scheduled send to the record's arrival here (OpenMessaging
   Benchmark's end-to-end latency, without coordinated omission).
+* ``member``: one member of consumer group ``--group`` subscribed to
+  ``--topic`` (auto-commit off, for the groups' benchmark,
+  ``bench/groups.py``); it polls and prints ``{"assigned": [partition,
+  ...]}`` each time its assignment changes, until its stdin closes (then it
+  leaves the group) or it is killed (then its session expires).
 
-Both find the cluster's brokers and the admin's certificate in the local
+All find the cluster's brokers and the admin's certificate in the local
 cluster's folder (``--cluster-dir``).
 """
 
@@ -157,6 +162,25 @@ async def consume(args: argparse.Namespace) -> dict[str, Any]:
     return summary
 
 
+async def member(args: argparse.Namespace) -> dict[str, Any]:
+    brokers, credentials = _cluster(args.cluster_dir)
+    consumer = Consumer(brokers, credentials=credentials, group_id=args.group,
+                        enable_auto_commit=False)  # fmt: skip
+    consumer.subscribe([args.topic])
+    closed = asyncio.ensure_future(asyncio.to_thread(sys.stdin.readline))
+    shown: list[int] | None = None
+    try:
+        while not closed.done():
+            await consumer.poll(timeout_ms=100)
+            owned = sorted(tp.partition for tp in consumer.assignment() if tp.topic == args.topic)
+            if owned != shown:
+                print(json.dumps({"assigned": owned}), flush=True)
+                shown = owned
+    finally:
+        await consumer.close(timeout_ms=10_000)
+    return {"left": True}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -175,8 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--expect", type=int, required=True)
     c.add_argument("--until", type=float, required=True)
     c.add_argument("--fetch-max-wait-ms", type=int, default=500)
+    m = sub.add_parser("member")
+    m.add_argument("--cluster-dir", required=True)
+    m.add_argument("--group", required=True)
+    m.add_argument("--topic", required=True)
     args = parser.parse_args(argv)
-    run = produce if args.what == "produce" else consume
+    run = {"produce": produce, "consume": consume, "member": member}[args.what]
     print(json.dumps(asyncio.run(run(args))), flush=True)
     return 0
 

@@ -58,7 +58,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -284,12 +284,19 @@ def fully_replicated(p: PartitionInfo) -> bool:
 
 
 @contextlib.asynccontextmanager
-async def local_cluster(directory: Path, session_timeout_ms: int) -> AsyncIterator[Cluster]:
+async def local_cluster(
+    directory: Path, session_timeout_ms: int, settings: Mapping[str, object] | None = None
+) -> AsyncIterator[Cluster]:
+    """3 controllers and 3 brokers (mutual TLS) with the controllers'
+    ``broker_session_timeout_ms`` and ``settings`` (``kq cluster up --set``
+    keys, e.g. ``group.session_timeout_ms``)."""
+    extra = [a for key, value in (settings or {}).items() for a in ("--set", f"{key}={value}")]
     up = await asyncio.to_thread(
         run_kq,
         "cluster", "up", "--dir", str(directory), "--nodes", "3", "--brokers", "3",
         "--base-port", str(free_base_port(3, brokers=3)),
         "--set", f"controller.broker_session_timeout_ms={session_timeout_ms}",
+        *extra,
         "--timeout", "90", "--json",
         timeout_s=300,
     )  # fmt: skip
@@ -763,11 +770,29 @@ async def run(
     preset = PRESETS[preset_name]
     if fence_partitions is not None:
         preset = dataclasses.replace(preset, fence_partitions=fence_partitions)
+    return await run_sections(
+        "brokers", preset_name, preset, RUNNERS, only, directory, preset.session_timeout_ms
+    )
+
+
+async def run_sections(
+    benchmark: str,
+    preset_name: str,
+    preset: Any,
+    runners: Mapping[str, Callable[[Cluster, Any], Awaitable[dict[str, Any]]]],
+    only: Sequence[str],
+    directory: Path | None,
+    session_timeout_ms: int,
+    settings: Mapping[str, object] | None = None,
+) -> dict[str, Any]:
+    """The sections ``only`` of ``runners`` on one local cluster (in
+    ``directory``, or a temporary folder removed after), each one's figures
+    or its error, under the run's header (commit, machine, preset, load)."""
     owned = directory is None
-    root = Path(tempfile.mkdtemp(prefix="kq-bench-brokers-")) if owned else directory
+    root = Path(tempfile.mkdtemp(prefix=f"kq-bench-{benchmark}-")) if owned else directory
     assert root is not None
     doc: dict[str, Any] = {
-        "benchmark": "brokers",
+        "benchmark": benchmark,
         "date_utc": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "git_commit": _git_commit(),
         "machine": {
@@ -781,11 +806,11 @@ async def run(
         "sections": {},
     }
     try:
-        async with local_cluster(root / "cluster", preset.session_timeout_ms) as cluster:
+        async with local_cluster(root / "cluster", session_timeout_ms, settings) as cluster:
             for name in only:
                 t0 = now()
                 try:
-                    doc["sections"][name] = await RUNNERS[name](cluster, preset)
+                    doc["sections"][name] = await runners[name](cluster, preset)
                 except Exception as error:
                     # The other sections' figures are kept; this one says why.
                     doc["sections"][name] = {"error": f"{type(error).__name__}: {error}"}
@@ -861,15 +886,24 @@ def format_text(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def parse_only(text: str) -> list[str]:
-    chosen = [w.strip() for w in text.split(",") if w.strip()]
-    unknown = [w for w in chosen if w not in SECTIONS]
-    if unknown or not chosen:
-        raise argparse.ArgumentTypeError(
-            f"unknown section(s) {', '.join(unknown) or '(none given)'}; known: "
-            + ", ".join(SECTIONS)
-        )
-    return [s for s in SECTIONS if s in chosen]
+def only_parser(sections: Sequence[str]) -> Callable[[str], list[str]]:
+    """``--only``'s type: a comma-separated choice of ``sections``, in
+    their order."""
+
+    def parse(text: str) -> list[str]:
+        chosen = [w.strip() for w in text.split(",") if w.strip()]
+        unknown = [w for w in chosen if w not in sections]
+        if unknown or not chosen:
+            raise argparse.ArgumentTypeError(
+                f"unknown section(s) {', '.join(unknown) or '(none given)'}; known: "
+                + ", ".join(sections)
+            )
+        return [s for s in sections if s in chosen]
+
+    return parse
+
+
+parse_only = only_parser(SECTIONS)
 
 
 def positive(text: str) -> int:
@@ -882,26 +916,46 @@ def positive(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", choices=sorted(PRESETS), default="small")
-    parser.add_argument("--only", type=parse_only, default=list(SECTIONS))
+def bench_parser(
+    description: str, presets: Sequence[str], sections: Sequence[str]
+) -> argparse.ArgumentParser:
+    """The arguments every cluster benchmark takes: ``--preset``,
+    ``--only``, ``--dir``, ``--json``, ``--out``."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--preset", choices=sorted(presets), default="small")
+    parser.add_argument("--only", type=only_parser(sections), default=list(sections))
     parser.add_argument("--dir", type=Path, help="the cluster's folder (default: a temporary one)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--out", type=Path, help="also write the JSON document here")
+    return parser
+
+
+def parse_bench_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> Any:
+    args = parser.parse_args(argv)
+    if args.dir is not None and args.dir.exists() and any(args.dir.iterdir()):
+        parser.error(f"--dir {args.dir} is not empty: give a new or empty folder")
+    return args
+
+
+def report(args: Any, doc: dict[str, Any], text: Callable[[dict[str, Any]], str]) -> int:
+    """Print the run (JSON with ``--json``, else ``text(doc)``), write it to
+    ``--out``; the exit status: 1 if a section failed."""
+    if args.out is not None:
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps(doc, indent=2) if args.json else text(doc))
+    return 1 if any("error" in section for section in doc["sections"].values()) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = bench_parser(__doc__.split("\n\n")[0], list(PRESETS), SECTIONS)
     parser.add_argument(
         "--fence-partitions",
         type=positive,
         help="partitions the fenced broker leads (default: the preset's)",
     )
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--out", type=Path, help="also write the JSON document here")
-    args = parser.parse_args(argv)
-    if args.dir is not None and args.dir.exists() and any(args.dir.iterdir()):
-        parser.error(f"--dir {args.dir} is not empty: give a new or empty folder")
+    args = parse_bench_args(parser, argv)
     doc = asyncio.run(run(args.preset, args.only, args.dir, args.fence_partitions))
-    if args.out is not None:
-        args.out.write_text(json.dumps(doc, indent=2) + "\n")
-    print(json.dumps(doc, indent=2) if args.json else format_text(doc))
-    return 1 if any("error" in section for section in doc["sections"].values()) else 0
+    return report(args, doc, format_text)
 
 
 if __name__ == "__main__":

@@ -1221,7 +1221,10 @@ class PartitionLog:
         (``UnifiedLog.truncateFullyAndStartAt``: a follower whose leader's
         log starts past its whole log, which it can then fetch from there;
         a truncation inside the log is :meth:`truncate_to`'s job and an
-        offset below the log end is refused). Every segment is replaced by
+        offset below the log end is refused, unless the log holds no bytes: a
+        follower restarted at a leader's log start that lies inside a batch
+        is served that whole batch and restarts again at its first offset,
+        ``Partition.appendRecordsToFollowerOrFutureReplica``). Every segment is replaced by
         one empty segment at ``offset``; the epoch cache is cleared, the
         producer state emptied and its snapshots removed, and the log start,
         recovery point and high watermark are ``offset``, the new log end.
@@ -1237,7 +1240,7 @@ class PartitionLog:
         later (their readers, as retention's)."""
         self._live()
         end = self.log_end_offset
-        if offset < end:
+        if offset < end and self.size:
             raise PartitionLogError(
                 Errors.OFFSET_OUT_OF_RANGE,
                 f"cannot restart the log at offset {offset}: it is below the log end offset "

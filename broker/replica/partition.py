@@ -70,6 +70,8 @@ from broker.replica.types import (
 from bugs import Bug
 from metadata.image import PartitionRegistration
 from metadata.records import NO_LEADER, LeaderRecoveryState
+from partition_log.batch import BatchHeader
+from partition_log.errors import Errors as LogErrors
 from partition_log.errors import PartitionLogError
 from partition_log.log import AppendInfo
 from partition_log.log_config import CleanupPolicy
@@ -683,6 +685,34 @@ class PartitionReplica:
         log.truncate_fully_and_start_at(offset, now_ms)
         return before
 
+    def _append_as_follower(self, records: bytes, now_ms: int) -> Restart | None:
+        """Append the leader's batches; if the log is empty and the first
+        batch starts below its end but reaches it, restart the log at
+        that batch's first offset and append it (``Partition.
+        appendRecordsToFollowerOrFutureReplica``'s answer to
+        ``UnexpectedAppendOffsetException``): a DeleteRecords put the
+        leader's log start inside a batch, and a follower that restarted at
+        that start (or fetches its first offset) is served the whole batch,
+        which starts earlier. The restart, or None."""
+        log = self.log
+        try:
+            log.append_as_follower(records, now_ms)
+            return None
+        except PartitionLogError as refusal:
+            if refusal.code is not LogErrors.OFFSET_OUT_OF_RANGE:
+                raise
+            # The batches scanned whole before this refusal. Kafka asks for
+            # log end == log start; no bytes is the same, and also covers a
+            # restart a crash cut short (an empty segment left beside the
+            # empty old one).
+            first = BatchHeader.parse(records)
+            end = log.log_end_offset
+            if log.size or not first.base_offset < end <= first.last_offset:
+                raise
+        restart = self._restart(first.base_offset, now_ms)
+        log.append_as_follower(records, now_ms)
+        return restart
+
     def _follow_log_start(self, leader_log_start_offset: int, now_ms: int) -> int | None:
         """After the HW, the log start follows the leader's
         (``ReplicaFetcherThread.processPartitionData``:
@@ -725,9 +755,10 @@ class PartitionReplica:
             return FollowerOutcome(FollowerStep.FETCH, self._truncate(step.offset, step.completed))
         if error is Errors.NONE:
             appended_to = None
+            restart = None
             if answer.records:
                 try:
-                    log.append_as_follower(answer.records, now_ms)
+                    restart = self._append_as_follower(answer.records, now_ms)
                 except PartitionLogError as refusal:
                     return FollowerOutcome(
                         FollowerStep.BACKOFF, error=from_partition_log_error(refusal)
@@ -751,6 +782,7 @@ class PartitionReplica:
                 FollowerStep.FETCH,
                 appended_to=appended_to,
                 high_watermark_moved=moved,
+                restart=restart,
                 log_start_moved_to=started_at,
             )
         if error is Errors.OFFSET_OUT_OF_RANGE:

@@ -38,6 +38,9 @@ class ReplicaLog(Protocol):
     def epoch_cache(self) -> LeaderEpochCache: ...
 
     @property
+    def size(self) -> int: ...
+
+    @property
     def config(self) -> LogConfig: ...
 
     def append_as_leader(

@@ -314,3 +314,52 @@ def test_an_empty_swap_at_or_above_the_last_segment_restarts_the_log() -> None:
     assert reopened.recovery.interrupted.restarted_at == 70
     assert Seen.of(reopened) == restarted(70) and reopened.high_watermark == 70
     check_restarted_files(directory, 70)
+
+
+def test_an_empty_log_may_restart_below_its_end() -> None:
+    """A follower restarted at a leader's log start inside a batch is served
+    the whole batch: with nothing in the log, it restarts at the batch's
+    first offset (below its end), and that survives a reopen; a log that
+    holds records still refuses (above)."""
+    directory = MemoryDirectory()
+    log = filled(directory)
+    log.truncate_fully_and_start_at(log.log_end_offset + 5, now_ms=0)
+    start = log.log_start_offset
+    log.truncate_fully_and_start_at(start - 3, now_ms=0)
+    assert Seen.of(log) == restarted(start - 3)
+    log.close()
+    reopened = PartitionLog.open(directory, CONFIG, now_ms=0)
+    assert (reopened.log_start_offset, reopened.log_end_offset) == (start - 3, start - 3)
+
+
+def test_a_crash_at_every_step_of_a_restart_of_an_empty_log_below_its_end() -> None:
+    """The old log is empty (restarted at 60), the new start 55 below it: a
+    power loss before each change leaves an empty log, at 60 or at 55 (or,
+    the new empty segment kept beside the old, empty at 60 with its start
+    where the small files say), never a record; a second restart at 55
+    then gives exactly the new log, and the leader's batch appends."""
+    budget = 0
+    while True:
+        memory = MemoryDirectory()
+        crashing = CrashingDirectory(memory)
+        log = filled(crashing)
+        log.truncate_fully_and_start_at(60, now_ms=0)
+        crashing.arm(budget)
+        try:
+            log.truncate_fully_and_start_at(55, now_ms=0)
+            done = True
+        except Crash:
+            done = False
+        memory.crash(None)
+        reopened = PartitionLog.open(memory, CONFIG, now_ms=0)
+        got = Seen.of(reopened)
+        assert got.batches == () and got.end in (55, 60), f"budget {budget}: {got}"
+        assert operation_files(memory) == [], f"budget {budget}"
+        if got != restarted(55):
+            reopened.truncate_fully_and_start_at(55, now_ms=0)
+        assert Seen.of(reopened) == restarted(55), f"budget {budget}"
+        reopened.append_as_follower(batch(base=55, epoch=4))
+        assert reopened.log_end_offset == 56
+        if done:
+            return
+        budget += 1

@@ -190,9 +190,11 @@ class GroupCoordinatorClient:
                     f"{what} for group {self.group_id}: no coordinator answered within "
                     f"{timeout_ms} ms",
                 )
+            sent = False
             try:
                 address = self.address or await self.find(left)
                 if address is not None:
+                    sent = True
                     answer = await method(self.stub_at(address), left / 1000)
                     if trace is not None and answer.error in MAY_HAVE_WRITTEN:
                         trace.uncertain = True
@@ -209,8 +211,9 @@ class GroupCoordinatorClient:
                     if answer.error == Errors.COORDINATOR_NOT_AVAILABLE:
                         self.forget()
             except grpc.aio.AioRpcError as error:
-                if trace is not None:
-                    # Sent, perhaps handled: the answer is what was lost.
+                if trace is not None and sent:
+                    # Sent, perhaps handled: the answer is what was lost (a
+                    # lost FindCoordinator wrote nothing).
                     trace.uncertain = True
                 if error.code() not in _LOST:
                     raise BrokerClientError(

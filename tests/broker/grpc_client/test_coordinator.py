@@ -222,3 +222,36 @@ def test_a_lookup_no_broker_answers_raises_the_last_loss() -> None:
     with pytest.raises(grpc.aio.AioRpcError):
         asyncio.run(c.find(5_000))
     assert world.calls == [("find", "b1:1"), ("find", "b2:2"), ("find", "b3:3")]
+
+
+def test_a_lost_lookup_leaves_the_trace_certain() -> None:
+    """FindCoordinator writes nothing: its lost answers, then a refusal of
+    the call itself, make a definite outcome."""
+    world = World()
+    world.finds = [found(2)]
+    world.answers = [fetch_answer(Errors.STALE_MEMBER_EPOCH)]
+    c = client(world)
+    lookups = 0
+    real_find = c.find
+
+    async def flaky_find(timeout_ms: int) -> str | None:
+        nonlocal lookups
+        lookups += 1
+        if lookups < 3:
+            raise lost()
+        return await real_find(timeout_ms)
+
+    c.find = flaky_find  # type: ignore[method-assign]
+    trace = CallTrace()
+    answer = asyncio.run(
+        c.call(
+            "OffsetFetch",
+            lambda stub, t: stub.OffsetFetch(
+                groups_pb2.OffsetFetchRequest(group_id="g"), timeout=t
+            ),
+            5_000,
+            trace,
+        )
+    )
+    assert answer.error == Errors.STALE_MEMBER_EPOCH and lookups == 3
+    assert trace.uncertain is False

@@ -85,10 +85,12 @@ def assignments_of(ops: DataFrame, history: DataFrame) -> DataFrame:
     )
 
 
-def _best_before(commits: DataFrame, at: Column, assigned: DataFrame) -> DataFrame:
-    """Each assignment with ``best``: the highest (offset, op, process) of
-    ``commits`` whose time ``at`` is strictly before the assignment's time."""
-    events = assigned.select(
+def _best_before(commits: DataFrame, at: Column, probes: DataFrame) -> DataFrame:
+    """Each probe (run, key, time, op, process, start: an assignment, or a
+    commit at its invoke) with ``best``: the highest (offset, op, process)
+    of ``commits`` whose time ``at`` is strictly before the probe's time;
+    the probe's op and process as ``aop`` and ``aprocess``."""
+    events = probes.select(
         "run",
         "key",
         F.col("time").alias("t"),
@@ -194,45 +196,20 @@ def group_anomaly_rows(
     )
 
     # commit-backwards: an ok commit invoked after an ok commit of a higher
-    # offset completed.
-    events = ok.select(
-        "run",
-        "key",
-        F.col("call").alias("t"),
-        F.lit(0).alias("kind"),
-        F.col("op").alias("op2"),
-        F.col("process").alias("process2"),
-        F.col("offset").alias("offset2"),
-        F.lit(None).cast(_COMMIT_TYPE).alias("c"),
-    ).unionByName(
-        ok.select(
-            "run",
-            "key",
-            F.col("ret").alias("t"),
-            F.lit(1).alias("kind"),
-            F.lit(None).cast("bigint").alias("op2"),
-            F.lit(None).cast("string").alias("process2"),
-            F.lit(None).cast("bigint").alias("offset2"),
-            _commit().alias("c"),
-        )
+    # offset completed (each ok commit a probe at its invoke).
+    invoked = ok.select(
+        "run", "key", F.col("call").alias("time"), "op", "process", F.col("offset").alias("start")
     )
-    w = (
-        Window.partitionBy("run", "key")
-        .orderBy("t", "kind", "op2")
-        .rowsBetween(Window.unboundedPreceding, Window.currentRow)
-    )
-    back = (
-        events.select("*", F.max("c").over(w).alias("best"))
-        .where(F.col("kind") == 0)
-        .where(F.col("best").isNotNull() & (F.col("offset2") < F.col("best.offset")))
+    back = _best_before(ok, F.col("ret"), invoked).where(
+        F.col("best").isNotNull() & (F.col("start") < F.col("best.offset"))
     )
     out.append(
         _rows(
             "commit-backwards",
             back,
-            F.array("best.offset", "offset2"),
-            F.array("best.op", "op2"),
-            F.array("best.process", "process2"),
+            F.array("best.offset", "start"),
+            F.array("best.op", "aop"),
+            F.array("best.process", "aprocess"),
         )
     )
     result = out[0]

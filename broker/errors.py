@@ -82,6 +82,8 @@ class Errors(enum.IntEnum):
     # (KIP-207).
     OFFSET_NOT_AVAILABLE = 78
     GROUP_MAX_SIZE_REACHED = 81
+    # A static member's instance id now belongs to another member id.
+    FENCED_INSTANCE_ID = 82
     # OffsetDelete of a partition whose topic the group still subscribes to.
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87

@@ -69,10 +69,15 @@ __all__ = [
     "RETRIABLE",
     "JOIN_EPOCH",
     "LEAVE_EPOCH",
+    "LEAVE_STATIC_EPOCH",
 ]
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
+# A static member (with an instance id) leaves for now: the coordinator keeps
+# its partitions until its session ends or its instance joins again
+# (MembershipManagerImpl.leaveGroupEpoch).
+LEAVE_STATIC_EPOCH = -2
 
 # The member's partitions went to others: lose them and rejoin.
 FENCED = frozenset({Errors.FENCED_MEMBER_EPOCH, Errors.UNKNOWN_MEMBER_ID})
@@ -217,7 +222,9 @@ class Membership:
         self._next_heartbeat_ms = now_ms  # the new subscription at once
 
     def leave(self) -> None:
-        """Close or unsubscribe: revoke what is held, then leave (epoch -1)."""
+        """Close or unsubscribe: revoke what is held, then leave (epoch -1;
+        -2 for a static member, which the coordinator keeps for its
+        session)."""
         self._after_leave = MemberState.UNSUBSCRIBED
         if self.state in (MemberState.UNSUBSCRIBED, MemberState.FATAL):
             return
@@ -285,7 +292,10 @@ class Membership:
         # Which heartbeat the next answer is for: a leave decided while a
         # heartbeat was in flight still has to be sent.
         self._leave_in_flight = leaving
-        epoch = LEAVE_EPOCH if leaving else self.member_epoch
+        if leaving:
+            epoch = LEAVE_EPOCH if self.config.instance_id is None else LEAVE_STATIC_EPOCH
+        else:
+            epoch = self.member_epoch
         owned: dict[str, list[int]] = {}
         for tp in self.held:
             owned.setdefault(self.ids[tp.topic], []).append(tp.partition)

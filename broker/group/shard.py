@@ -65,6 +65,7 @@ from broker.group.records import (
 from broker.group.state import ConsumerGroup, Groups, Member
 from broker.group.types import (
     LEAVE_EPOCH,
+    LEAVE_STATIC_EPOCH,
     NO_EPOCH,
     AssignmentSpec,
     Assignor,
@@ -171,6 +172,8 @@ class GroupCoordinatorShard:
             self._check_heartbeat(request)
             if request.member_epoch == LEAVE_EPOCH:
                 return self._leave(request)
+            if request.member_epoch == LEAVE_STATIC_EPOCH:
+                return self._leave_static(request)
             return self._heartbeat(request, topics, now_ms)
         except GroupError as error:
             return Result(
@@ -187,11 +190,16 @@ class GroupCoordinatorShard:
         """``throwIfConsumerGroupHeartbeatRequestIsInvalid``."""
         if not request.group_id:
             raise GroupError(Errors.INVALID_REQUEST, "group_id is empty")
-        if request.member_epoch < LEAVE_EPOCH:
+        if request.member_epoch < LEAVE_STATIC_EPOCH:
             raise GroupError(
                 Errors.INVALID_REQUEST,
-                f"member_epoch {request.member_epoch}: must be 0 (join), -1 (leave) or the "
-                "member's epoch",
+                f"member_epoch {request.member_epoch}: must be 0 (join), -1 (leave), -2 (a "
+                "static member's leave for now) or the member's epoch",
+            )
+        if request.member_epoch == LEAVE_STATIC_EPOCH and request.instance_id is None:
+            raise GroupError(
+                Errors.INVALID_REQUEST,
+                "member_epoch -2 (a static member's leave) needs the member's instance_id",
             )
         if request.member_epoch != NO_EPOCH and not request.member_id:
             raise GroupError(Errors.INVALID_REQUEST, "member_id is empty")
@@ -251,23 +259,39 @@ class GroupCoordinatorShard:
         group_id = request.group_id
         group = self.groups.get(group_id) or ConsumerGroup(group_id)
         records: list[CoordinatorRecord] = []
+        # A static member's earlier instance this join takes over.
+        replaced: Member | None = None
         if request.member_epoch == NO_EPOCH:
             member_id = request.member_id or self._new_member_id()
             member = group.member(member_id)
-            if member is None:
+            if request.instance_id is not None and member is None:
+                replaced = self._released_instance(group, request.instance_id, member_id)
+            if member is None and replaced is None:
                 self._check_new_member(group, request)
             owned: Partitions | None = frozenset()
         else:
             group, member = self._known_member(group_id, request.member_id)
             member_id = member.member_id
+            if request.instance_id is not None:
+                self._check_instance(group, member, request.instance_id)
             self._check_member_epoch(group_id, member, request)
             owned = request.owned
-        old = None if member is None else member.metadata
+        if replaced is not None:
+            records.extend(self._replace(group, replaced))
+            gone = _member_key(group_id, replaced.member_id)
+            self._sessions.pop(gone, None)
+            self._revocations.pop(gone, None)
+        if member is not None:
+            old = member.metadata
+        else:
+            old = None if replaced is None else replaced.metadata
         metadata = self._member_metadata(old, request)
-        if metadata != old:
+        if metadata != old or replaced is not None:
             records.append(CoordinatorRecord(MemberMetadataKey(group_id, member_id), metadata))
         subscriptions = {
-            m.member_id: m.metadata for m in group.live_members() if m.metadata is not None
+            m.member_id: m.metadata
+            for m in group.live_members()
+            if m.metadata is not None and m is not replaced
         }
         subscriptions[member_id] = metadata
         bump = old is None or (
@@ -291,7 +315,19 @@ class GroupCoordinatorShard:
             records.append(
                 CoordinatorRecord(GroupMetadataKey(group_id), GroupMetadataValue(group_epoch))
             )
-        targets = {m.member_id: m.target or frozenset() for m in group.live_members()}
+        targets = {
+            m.member_id: m.target or frozenset() for m in group.live_members() if m is not replaced
+        }
+        if replaced is not None:
+            # The new instance takes the old one's target and partitions:
+            # no rebalance (KIP-848's static membership).
+            targets[member_id] = replaced.target or frozenset()
+            records.append(
+                CoordinatorRecord(
+                    TargetAssignmentMemberKey(group_id, member_id),
+                    TargetAssignmentMemberValue(targets[member_id]),
+                )
+            )
         assignment_epoch = group.assignment_epoch
         if group_epoch > assignment_epoch:
             spec = AssignmentSpec(
@@ -309,7 +345,8 @@ class GroupCoordinatorShard:
             new_targets = self._assignor_for(subscriptions).assign(spec)
             for mid in sorted(new_targets):
                 had = group.members.get(mid)
-                if had is None or had.target != new_targets[mid]:
+                had_target = targets.get(mid) if had is None else had.target
+                if had_target != new_targets[mid]:
                     records.append(
                         CoordinatorRecord(
                             TargetAssignmentMemberKey(group_id, mid),
@@ -324,7 +361,20 @@ class GroupCoordinatorShard:
             )
             assignment_epoch = group_epoch
             targets = {mid: frozenset(parts) for mid, parts in new_targets.items()}
-        current = _NO_ASSIGNMENT if member is None or member.current is None else member.current
+        if replaced is not None:
+            # The old instance's partitions, at epoch 0 as any join; the
+            # step below moves it to the target's epoch.
+            current = CurrentAssignmentValue(
+                member_epoch=NO_EPOCH,
+                previous_member_epoch=NO_EPOCH,
+                state=MemberState.STABLE,
+                assigned=replaced.assigned,
+                pending_revocation=frozenset(),
+            )
+        elif member is None or member.current is None:
+            current = _NO_ASSIGNMENT
+        else:
+            current = member.current
         updated = next_assignment(
             current,
             assignment_epoch,
@@ -353,6 +403,86 @@ class GroupCoordinatorShard:
                 heartbeat_interval_ms=self.config.heartbeat_interval_ms,
                 assignment=updated.assigned,
             ),
+        )
+
+    # -- static membership (KIP-848: group.instance.id) ------------------------------
+
+    @staticmethod
+    def _static_member(group: ConsumerGroup, instance_id: str) -> Member | None:
+        for m in group.live_members():
+            if m.metadata is not None and m.metadata.instance_id == instance_id:
+                return m
+        return None
+
+    def _released_instance(
+        self, group: ConsumerGroup, instance_id: str, member_id: str
+    ) -> Member | None:
+        """The earlier member of ``instance_id`` that a join replaces, if
+        any; only one that left for now (epoch -2) may be
+        (``throwIfInstanceIdIsUnreleased``)."""
+        holder = self._static_member(group, instance_id)
+        if holder is None or holder.member_id == member_id:
+            return None
+        if holder.member_epoch != LEAVE_STATIC_EPOCH:
+            raise GroupError(
+                Errors.UNRELEASED_INSTANCE_ID,
+                f"instance id {instance_id!r} of group {group.group_id!r} is held by member "
+                f"{holder.member_id!r}, which has not left: it leaves with epoch -2, or its "
+                "session ends",
+            )
+        return holder
+
+    def _check_instance(self, group: ConsumerGroup, member: Member, instance_id: str) -> None:
+        """``throwIfStaticMemberIsUnknown`` and ``throwIfInstanceIdIsFenced``."""
+        holder = self._static_member(group, instance_id)
+        if holder is None:
+            raise GroupError(
+                Errors.UNKNOWN_MEMBER_ID,
+                f"no member of group {group.group_id!r} has instance id {instance_id!r}",
+            )
+        if holder is not member:
+            raise GroupError(
+                Errors.FENCED_INSTANCE_ID,
+                f"instance id {instance_id!r} of group {group.group_id!r} belongs to member "
+                f"{holder.member_id!r}, not {member.member_id!r}: a newer instance took it over",
+            )
+
+    @staticmethod
+    def _replace(group: ConsumerGroup, replaced: Member) -> list[CoordinatorRecord]:
+        """The old instance's records removed, with no bump of the group
+        epoch (``replaceMember``); the new member's follow."""
+        gid, mid = group.group_id, replaced.member_id
+        return [
+            CoordinatorRecord(CurrentAssignmentKey(gid, mid), None),
+            CoordinatorRecord(TargetAssignmentMemberKey(gid, mid), None),
+            CoordinatorRecord(MemberMetadataKey(gid, mid), None),
+        ]
+
+    def _leave_static(self, request: HeartbeatRequest) -> Result[HeartbeatResponse]:
+        """A static member leaves for now (``consumerGroupStaticMemberGroupLeave``):
+        it stays in the group at epoch -2 with the partitions it was
+        assigned (those it was revoking are released), until its session
+        ends or its instance joins again and takes them over."""
+        group, member = self._known_member(request.group_id, request.member_id)
+        assert request.instance_id is not None  # _check_heartbeat
+        self._check_instance(group, member, request.instance_id)
+        current = member.current or _NO_ASSIGNMENT
+        left = CurrentAssignmentValue(
+            member_epoch=LEAVE_STATIC_EPOCH,
+            previous_member_epoch=current.member_epoch,
+            state=MemberState.STABLE,
+            assigned=current.assigned,
+            pending_revocation=frozenset(),
+        )
+        self._revocations.pop(_member_key(group.group_id, member.member_id), None)
+        records: tuple[CoordinatorRecord, ...] = ()
+        if left != member.current:
+            records = (
+                CoordinatorRecord(CurrentAssignmentKey(group.group_id, member.member_id), left),
+            )
+        return Result(
+            records,
+            HeartbeatResponse(member_id=member.member_id, member_epoch=LEAVE_STATIC_EPOCH),
         )
 
     def _check_new_member(self, group: ConsumerGroup, request: HeartbeatRequest) -> None:

@@ -18,6 +18,7 @@ from typing import Protocol
 __all__ = [
     "NO_EPOCH",
     "LEAVE_EPOCH",
+    "LEAVE_STATIC_EPOCH",
     "AssignmentSpec",
     "Assignor",
     "MemberSpec",
@@ -33,6 +34,10 @@ Partitions = frozenset[tuple[str, int]]
 NO_EPOCH = 0
 # -1 leaves the group.
 LEAVE_EPOCH = -1
+# -2: a static member (one with an instance id) leaves for now, keeping its
+# partitions until its session ends or its instance joins again
+# (KIP-848's LEAVE_GROUP_STATIC_MEMBER_EPOCH).
+LEAVE_STATIC_EPOCH = -2
 
 
 class MemberState(enum.IntEnum):

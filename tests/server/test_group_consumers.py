@@ -183,3 +183,77 @@ def test_three_consumers_share_a_topic_and_take_over_a_leaving_members_partition
             await stop_all(cluster, *brokers.values())
 
     asyncio.run(asyncio.wait_for(body(), 150))
+
+
+def test_a_static_members_next_instance_takes_its_partitions_back_without_a_rebalance(
+    tmp_path: Path,
+) -> None:
+    """Two members, one static (``group_instance_id``): when the static one
+    closes (epoch -2) the other is not given its partitions; the next
+    consumer with the same instance id gets exactly them back, the other's
+    untouched; when that one closes too and its session ends, the other
+    takes every partition."""
+
+    async def body() -> None:
+        cluster = Controllers(tmp_path, voters=3, options=OPTIONS, tls=True)
+        brokers: dict[int, BrokerProcess] = {}
+        admin_tls = cluster.tls_files(Identity.user(CLUSTER_ID, "admin"))
+        consumers: list[Consumer] = []
+        try:
+            for node in cluster.voters:
+                await cluster.start(node)
+            session_ms = 4_000
+            for broker_id, port in zip(BROKERS, free_ports(len(BROKERS)), strict=True):
+                process = group_broker(cluster, broker_id, port)
+                fast = GroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=100)
+                process.settings = dataclasses.replace(process.settings, groups=fast)
+                process.groups.config = fast
+                brokers[broker_id] = process
+                await process.start()
+            await wait_for(lambda: all(not b.fenced for b in brokers.values()))
+            async with MetadataClient(
+                list(cluster.voters.values()), credentials=admin_tls.channel_credentials()
+            ) as admin:
+                await admin.create_topics([NewTopic("t", 4, 3)])
+            addresses = [b.address for b in brokers.values()]
+
+            def consumer(instance: str | None) -> Consumer:
+                made = Consumer(
+                    addresses,
+                    tls=admin_tls,
+                    group_id="static",
+                    group_instance_id=instance,
+                    enable_auto_commit=False,
+                )
+                made.subscribe(["t"])
+                consumers.append(made)
+                return made
+
+            async def poll_until(check: object, timeout_s: float, *polled: Consumer) -> None:
+                deadline = asyncio.get_running_loop().time() + timeout_s
+                while not check():  # type: ignore[operator]
+                    assert asyncio.get_running_loop().time() < deadline, "timed out"
+                    await asyncio.gather(*(c.poll(100) for c in polled))
+
+            a, b = consumer("a-1"), consumer(None)
+
+            def split() -> bool:
+                return len(a.assignment()) == 2 and len(b.assignment()) == 2
+
+            await poll_until(split, 60, a, b)
+            held_a, held_b = a.assignment(), b.assignment()
+            await a.close()  # static: leaves for now, keeping its partitions
+            for _ in range(10):  # about a second, well inside the session
+                await b.poll(100)
+            assert b.assignment() == held_b
+            again = consumer("a-1")
+            await poll_until(lambda: bool(again.assignment()), 30, again, b)
+            assert again.assignment() == held_a and b.assignment() == held_b
+            await again.close()
+            await poll_until(lambda: len(b.assignment()) == 4, 30, b)
+        finally:
+            for c in consumers:
+                await c.close(timeout_ms=2_000)
+            await stop_all(cluster, *brokers.values())
+
+    asyncio.run(asyncio.wait_for(body(), 150))

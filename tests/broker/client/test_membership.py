@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from broker.client.consumer import ConsumerCore, FetchAnswer, LeaderInfo
 from broker.client.membership import (
     LEAVE_EPOCH,
+    LEAVE_STATIC_EPOCH,
     AssignedTopic,
     AutoCommitTimer,
     HeartbeatAnswer,
@@ -176,6 +177,23 @@ def test_leave_revokes_then_sends_epoch_minus_one() -> None:
     assert leave is not None and leave.member_epoch == LEAVE_EPOCH and leave.member_id == "m1"
     m.step_heartbeat_response(HeartbeatAnswer(member_id="m1", member_epoch=-1), 1)
     assert m.state is MemberState.UNSUBSCRIBED and m.left()
+
+
+def test_a_static_member_leaves_with_epoch_minus_two() -> None:
+    """KIP-848: with an instance id the leave is -2, so that the
+    coordinator keeps its partitions for its next instance."""
+    m = member(instance_id="i-1")
+    first = m.heartbeat_to_send(0)
+    assert first is not None and first.instance_id == "i-1"
+    m.step_heartbeat_response(ok(1, 0, 1), 0)
+    run_steps(m, [])
+    m.leave()
+    run_steps(m, [])
+    leave = m.heartbeat_to_send(0)
+    assert leave is not None and leave.member_epoch == LEAVE_STATIC_EPOCH
+    assert leave.instance_id == "i-1"
+    m.step_heartbeat_response(HeartbeatAnswer(member_id="m1", member_epoch=-2), 1)
+    assert m.left()
 
 
 def test_max_poll_interval_leaves_then_the_next_poll_rejoins() -> None:

@@ -96,6 +96,8 @@ class Client:
     revoke_at_once: bool = True
     fenced: bool = False
     rebalance_timeout_ms: int = 60_000
+    # A static member's (group.instance.id).
+    instance_id: str | None = None
 
     def request(self) -> HeartbeatRequest:
         if self.epoch == 0:
@@ -103,6 +105,7 @@ class Client:
                 group_id=self.group_id,
                 member_id=self.member_id,
                 member_epoch=0,
+                instance_id=self.instance_id,
                 rebalance_timeout_ms=self.rebalance_timeout_ms,
                 subscribed_topic_names=self.topics,
                 owned=frozenset(),
@@ -111,6 +114,7 @@ class Client:
             group_id=self.group_id,
             member_id=self.member_id,
             member_epoch=self.epoch,
+            instance_id=self.instance_id,
             owned=self.held,
         )
 

@@ -1,6 +1,7 @@
 """Properties of the group coordinator under random members: joins,
-heartbeats, slow revocations, lost answers, leaves, ended sessions and
-new partitions.  After every step no partition has two owners, and each
+heartbeats, slow revocations, lost answers, leaves, static members that
+leave for now and come back under a new member id, ended sessions and new
+partitions.  After every step no partition has two owners, and each
 client holds only what the coordinator counts as its member's; once the
 members heartbeat undisturbed the group is stable, every subscribed
 partition has exactly one owner and the assignment is balanced.  The log
@@ -44,11 +45,22 @@ def run(seed: int) -> None:
     shard, log = new_shard(seed, session_timeout_ms=SESSION_MS), Log()
     topics = MapTopics({"t": rng.randint(1, 8), "u": rng.randint(0, 4)})
     clients: list[Client] = []
+    # Instance ids of static members that left for now (epoch -2).
+    away: list[str] = []
+    instances = 0
     now = 0
     for _ in range(rng.randint(10, 80)):
         event = rng.random()
         if event < 0.15 and len(clients) < 6:
-            clients.append(Client("g", ("t", "u"), revoke_at_once=rng.random() < 0.6))
+            instance = None
+            if away and rng.random() < 0.5:
+                instance = away.pop(rng.randrange(len(away)))
+            elif rng.random() < 0.3:
+                instances += 1
+                instance = f"i-{instances}"
+            clients.append(
+                Client("g", ("t", "u"), revoke_at_once=rng.random() < 0.6, instance_id=instance)
+            )
         elif event < 0.75 and clients:
             client = rng.choice(clients)
             if rng.random() < 0.1 and client.epoch:
@@ -61,10 +73,19 @@ def run(seed: int) -> None:
         elif event < 0.82 and clients:
             client = clients.pop(rng.randrange(len(clients)))
             if client.epoch:
+                static = client.instance_id is not None
                 result = shard.consumer_group_heartbeat(
-                    HeartbeatRequest("g", client.member_id, -1), topics, now
+                    HeartbeatRequest(
+                        "g", client.member_id, -2 if static else -1, instance_id=client.instance_id
+                    ),
+                    topics,
+                    now,
                 )
                 log.apply(shard, result)
+            if client.instance_id is not None:
+                # Its instance comes back later (one that never joined, or
+                # whose join is still to come, included).
+                away.append(client.instance_id)
         elif event < 0.95:
             now += rng.choice([10, 100, SESSION_MS // 2, SESSION_MS])
             log.apply(shard, shard.tick(now))
@@ -74,7 +95,10 @@ def run(seed: int) -> None:
             topics.set(name, count + rng.randint(1, 3))
         owners_disjoint(shard.groups)
         clients_within_owners(shard, clients)
-    # Undisturbed: every client heartbeats, revoking at once.
+    # Every static member away comes back (or its session ended: it joins
+    # as a new member); then, undisturbed, every client heartbeats,
+    # revoking at once.
+    clients.extend(Client("g", ("t", "u"), instance_id=instance) for instance in away)
     for client in clients:
         client.revoke()
         client.revoke_at_once = True

@@ -104,6 +104,7 @@ class Consumer:
         auto_commit_interval_ms: int = 5_000,
         max_poll_interval_ms: int = 300_000,
         group_remote_assignor: str | None = None,
+        on_commit: Callable[[dict[TopicPartition, OffsetAndEpoch]], object] | None = None,
     ) -> None:
         self.core = ConsumerCore(config)
         self.config = self.core.config
@@ -143,6 +144,9 @@ class Consumer:
             )
             self._group = GroupDriver(self.metadata, member, self.core, request_timeout_ms)
             self._group.auto_commit = self.enable_auto_commit
+            self._group.on_commit = on_commit
+        elif on_commit is not None:
+            raise ValueError("on_commit needs a group_id: Consumer(..., group_id=...)")
 
     async def __aenter__(self) -> Self:
         return self

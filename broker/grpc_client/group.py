@@ -164,6 +164,10 @@ class GroupDriver:
         # New partitions waiting for their committed offsets.
         self.awaiting_committed: set[TopicPartition] = set()
         self.auto_commit = False
+        # Told the partitions each commit stored (Kafka's
+        # ConsumerInterceptor.onCommit): what the application may report as
+        # acknowledged.
+        self.on_commit: Callable[[dict[TopicPartition, OffsetAndEpoch]], object] | None = None
         self.changed = asyncio.Event()  # an answer the poll path may act on
         self._wake = asyncio.Event()  # something for the heartbeat task
         self._task: asyncio.Task[None] | None = None
@@ -332,6 +336,7 @@ class GroupDriver:
                 definite=not trace.uncertain,
             ) from error  # fmt: skip
         self._check_commit(int(response.error), response.message, "", member_id, epoch, trace)
+        self._acknowledged(offsets, response)
         failed = [
             (f" of {topic.name}-{part.partition}", part)
             for topic in response.topics
@@ -343,6 +348,29 @@ class GroupDriver:
             # Some partitions stored and others not is no definite failure.
             trace.uncertain |= written
             self._check_commit(int(part.error), part.message, where, member_id, epoch, trace)
+
+    def _acknowledged(
+        self, offsets: Mapping[TopicPartition, OffsetAndEpoch], response: Any
+    ) -> None:
+        """``on_commit`` with the partitions the coordinator answered NONE
+        (stored: the answer comes once the offsets partition's high
+        watermark passed them); its errors are logged, as Kafka's
+        interceptors', and never fail the commit."""
+        if self.on_commit is None:
+            return
+        stored = {
+            tp: offsets[tp]
+            for topic in response.topics
+            for part in topic.partitions
+            if part.error == Errors.NONE
+            and (tp := TopicPartition(topic.name, part.partition)) in offsets
+        }
+        if not stored:
+            return
+        try:
+            self.on_commit(stored)
+        except Exception:
+            log.exception("on_commit of group %s", self.group_id)
 
     def _check_commit(
         self, code: int, message: str, where: str, member: str, epoch: int, trace: CallTrace

@@ -3,7 +3,7 @@
 kq consume --topic T [--from-beginning] [--partition P [--offset O|earliest|latest]]
            [--max-messages N] [--timeout-ms MS]
            [--print-key] [--print-offset] [--print-partition] [--key-separator SEP]
-kq consume --group G (--topic T | --include REGEX) [--from-beginning] ...
+kq consume --group G (--topic T | --include REGEX) [--from-beginning] [--print-commits] ...
 
 Every partition of the topic, or ``--partition``'s, from the end (records
 produced from now on) unless ``--from-beginning`` or ``--offset``.  With
@@ -11,7 +11,9 @@ produced from now on) unless ``--from-beginning`` or ``--offset``.  With
 it reads the partitions the group gives it, from the group's committed
 offsets (``--from-beginning``: the earliest record where the group has
 none, as Kafka's console consumer), commits what it printed as it goes
-(auto-commit) and when it stops (Ctrl-C or SIGTERM), and leaves the group. Each record
+(auto-commit) and when it stops (Ctrl-C or SIGTERM), and leaves the group;
+``--print-commits`` prints each commit the coordinator acknowledged, after
+the records it covers. Each record
 prints as its value, preceded by ``Partition:P``, ``Offset:O`` and its key
 when asked (tab-separated as Kafka's ``DefaultMessageFormatter``); ``--json``
 prints one object per line. It stops after ``--max-messages`` records, after
@@ -33,8 +35,10 @@ from broker.client.consumer import (
     ConsumerRecord,
     OffsetResetStrategy,
 )
+from broker.client.producer_batch import TopicPartition
 from broker.grpc_client.admin import Admin
 from broker.grpc_client.consumer import Consumer
+from broker.grpc_client.group import OffsetAndEpoch
 from kq.commands.client_flags import (
     add_client_flags,
     broker_bootstrap,
@@ -71,6 +75,13 @@ def register(subparsers: Subparsers) -> None:
         "--include",
         metavar="REGEX",
         help="with --group: every topic whose whole name matches (Python re)",
+    )
+    parser.add_argument(
+        "--print-commits",
+        action="store_true",
+        help="with --group: print each partition's commit once the coordinator acknowledged "
+        "it, as Committed<TAB>Topic:T<TAB>Partition:P<TAB>Offset:O (the next offset to read; "
+        'with --json {"committed": {"topic", "partition", "offset", "leader_epoch"}})',
     )
     parser.add_argument(
         "--from-beginning",
@@ -130,6 +141,10 @@ def _check_group_flags(args: argparse.Namespace) -> None:
     if args.group is None:
         if args.include is not None:
             raise CommandError("--include needs --group", EXIT_USAGE)
+        if args.print_commits:
+            raise CommandError(
+                "--print-commits needs --group (only a group's member commits)", EXIT_USAGE
+            )
         if args.topic is None:
             raise CommandError("--topic is required", EXIT_USAGE)
         return
@@ -202,6 +217,7 @@ async def _run_group(
         credentials=credentials,
         group_id=args.group,
         client_id="kq-console-consumer",
+        on_commit=(lambda offsets: _print_commits(args, offsets)) if args.print_commits else None,
     )
     # SIGTERM stops it as Ctrl-C does, so that it still commits and leaves
     # (Kafka's console consumer closes its consumer in a shutdown hook).
@@ -249,6 +265,23 @@ async def _print_polls(args: argparse.Namespace, consumer: Consumer, printed: li
             _print(args, record)
             printed[0] += 1
         sys.stdout.flush()
+
+
+def _print_commits(args: argparse.Namespace, offsets: dict[TopicPartition, OffsetAndEpoch]) -> None:
+    """The partitions a commit stored, once the coordinator acknowledged them
+    (records printed before are below each offset)."""
+    for tp, (offset, leader_epoch) in sorted(offsets.items()):
+        if args.json:
+            committed = {
+                "topic": tp.topic,
+                "partition": tp.partition,
+                "offset": offset,
+                "leader_epoch": leader_epoch,
+            }
+            print(json.dumps({"committed": committed}))
+        else:
+            print(f"Committed\tTopic:{tp.topic}\tPartition:{tp.partition}\tOffset:{offset}")
+    sys.stdout.flush()
 
 
 def _text(data: bytes | None) -> str:

@@ -313,6 +313,41 @@ def test_consume_as_a_group_resumes_from_its_commits(
     assert '"lag": 0' in text and '"current_offset": 5' in text, text
 
 
+def test_print_commits_shows_each_acknowledged_commit_after_its_records(
+    cluster: BrokerCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster.create_topic("reported", 2, 3)
+    assert run(["produce", "--topic", "reported", "--partition", "1", "--sync", *flags(cluster)],
+               monkeypatch, b"a\nb\nc\n") == 0  # fmt: skip
+    capsys.readouterr()
+    group = ["consume", "--group", "pc", "--topic", "reported", "--from-beginning",
+             "--print-commits", *flags(cluster)]  # fmt: skip
+    assert run([*group, "--max-messages", "3", "--json"], monkeypatch) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["value"] for line in lines[:3]] == ["a", "b", "c"]
+    # Stopping commits what was printed; the coordinator acknowledged it.
+    committed = [line["committed"] for line in lines[3:]]
+    assert committed and all("value" not in line for line in lines[3:]), lines
+    assert {c["topic"] for c in committed} == {"reported"}
+    last = {c["partition"]: (c["offset"], c["leader_epoch"]) for c in committed}
+    # Partition 1 past its 3 records, with the epoch they were written in;
+    # the empty partition 0 (if committed) at 0.
+    assert last[1] == (3, 0) and last.get(0, (0, -1))[0] == 0, committed
+    # The group has what was acknowledged.
+    assert run(["groups", "--describe", "--group", "pc", "--json", *flags(cluster)],
+               monkeypatch) == 0  # fmt: skip
+    text = capsys.readouterr().out
+    assert '"current_offset": 3' in text, text
+    # As text: after the records, each commit on its own line.
+    assert run(["produce", "--topic", "reported", "--partition", "1", "--sync", *flags(cluster)],
+               monkeypatch, b"d\n") == 0  # fmt: skip
+    capsys.readouterr()
+    assert run([*group, "--max-messages", "1"], monkeypatch) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "d"
+    assert out[-1] == "Committed\tTopic:reported\tPartition:1\tOffset:4", out
+
+
 @pytest.mark.parametrize(
     ("argv", "words"),
     [
@@ -322,6 +357,7 @@ def test_consume_as_a_group_resumes_from_its_commits(
         (["--group", "g", "--topic", "t", "--include", "t.*"], "exactly one"),
         (["--group", "g"], "exactly one"),
         (["--group", "", "--topic", "t"], "must not be empty"),
+        (["--topic", "t", "--print-commits"], "--print-commits needs --group"),
         ([], "--topic is required"),
     ],
 )

@@ -2,7 +2,8 @@
 poll commits what earlier polls returned, never the records the same poll
 returns; close commits; assign and subscribe exclude each other; subscribe
 needs a group id; a commit refused for ownership raises CommitFailedError
-(to commit_async's callback too); committed reads offsets and epochs."""
+(to commit_async's callback too); on_commit hears only what was stored;
+committed reads offsets and epochs."""
 
 from __future__ import annotations
 
@@ -186,6 +187,54 @@ def test_a_refused_commit_raises_commit_failed_and_reaches_the_async_callback() 
         await consumer.commit_async({TP: 9}, lambda o, e: ok.append((o, e)))
         assert ok == [({TP: (9, -1)}, None)]
         await consumer.close()
+
+    asyncio.run(body())
+
+
+def test_on_commit_is_told_only_the_partitions_the_coordinator_stored() -> None:
+    async def body() -> None:
+        told: list[dict[TopicPartition, OffsetAndEpoch]] = []
+        consumer = Consumer(["127.0.0.1:1"], group_id="g", on_commit=told.append)
+        one = TopicPartition("t", 1)
+        answering(consumer, groups_pb2.OffsetCommitResponse(error=pb(Errors.NOT_COORDINATOR)))
+        with pytest.raises(CommitError):
+            await consumer.commit({TP: 9})
+        assert told == []  # a refusal of the whole request stores nothing
+        mixed = groups_pb2.OffsetCommitResponse(
+            topics=[
+                groups_pb2.TopicResult(
+                    name="t",
+                    partitions=[
+                        groups_pb2.PartitionResult(partition=0),
+                        groups_pb2.PartitionResult(
+                            partition=1, error=pb(Errors.TOPIC_AUTHORIZATION_FAILED)
+                        ),
+                    ],
+                )
+            ]
+        )
+        answering(consumer, mixed)
+        with pytest.raises(CommitError, match="t-1"):
+            await consumer.commit({TP: (9, 2), one: 4})
+        assert told == [{TP: (9, 2)}]  # partition 0 was stored, 1 was not
+        answering(consumer, groups_pb2.OffsetCommitResponse(topics=[
+            groups_pb2.TopicResult(name="t", partitions=[
+                groups_pb2.PartitionResult(partition=0), groups_pb2.PartitionResult(partition=1)
+            ])
+        ]))  # fmt: skip
+        await consumer.commit({TP: 10, one: 5})
+        assert told[-1] == {TP: (10, -1), one: (5, -1)}
+
+        # The callback's own failure does not fail the commit.
+        def broken(offsets: dict[TopicPartition, OffsetAndEpoch]) -> None:
+            raise RuntimeError("the application's bug")
+
+        assert consumer._group is not None
+        consumer._group.on_commit = broken
+        await consumer.commit({TP: 11, one: 6})
+        await consumer.close()
+        with pytest.raises(ValueError, match="on_commit needs a group_id"):
+            Consumer(["127.0.0.1:1"], on_commit=told.append)
 
     asyncio.run(body())
 

@@ -66,6 +66,16 @@ class Errors(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    # A transactional request in a state that does not allow it (EndTxn's
+    # commit of an aborting transaction, ...).
+    INVALID_TXN_STATE = 48
+    # The producer id is not the transactional id's current one.
+    INVALID_PRODUCER_ID_MAPPING = 49
+    # InitProducerId's timeout is not in (0, transaction.max.timeout.ms].
+    INVALID_TRANSACTION_TIMEOUT = 50
+    # The transactional id's last transaction is still being completed
+    # (retriable: the client backs off and retries).
+    CONCURRENT_TRANSACTIONS = 51
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     # AlterPartition: the controller promises it did not apply the change.
     OPERATION_NOT_ATTEMPTED = 55
@@ -94,6 +104,8 @@ class Errors(enum.IntEnum):
     UNKNOWN_TOPIC_ID = 100
     # A fetch naming a topic id other than the topic's current one.
     INCONSISTENT_TOPIC_ID = 103
+    # DescribeTransactions of a transactional id the coordinator does not have.
+    TRANSACTIONAL_ID_NOT_FOUND = 105
     INELIGIBLE_REPLICA = 107
     NEW_LEADER_ELECTED = 108
     # KIP-848: a member whose epoch is ahead of or unknown to the group must

@@ -40,6 +40,7 @@ __all__ = [
     "EMPTY_IMAGE",
     "AclImage",
     "TOPIC_RESOURCE",
+    "TRANSACTION_STATE_TOPIC",
     "BrokerRegistration",
     "ConfigResource",
     "MetadataImage",
@@ -59,9 +60,12 @@ class TopicIdPartition:
 # GROUP_METADATA_TOPIC_NAME): created on first use by a broker, written
 # only by group coordinators.
 OFFSETS_TOPIC = "__consumer_offsets"
+# The transaction log (Kafka's TRANSACTION_STATE_TOPIC_NAME): written only
+# by transaction coordinators.
+TRANSACTION_STATE_TOPIC = "__transaction_state"
 # Topics that belong to the cluster, not to users (Kafka's
 # Topic.INTERNAL_TOPICS): clients may not produce to them.
-INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC})
+INTERNAL_TOPICS = frozenset({OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 # (resource type number of metadata.configs.ResourceType, resource name)

@@ -1,0 +1,150 @@
+"""What the transaction coordinator's core takes and answers: the answers
+of ``InitProducerId``, ``AddPartitionsToTxn``, ``AddOffsetsToTxn``,
+``EndTxn`` and the admin reads, the markers the runtime must write, and
+the producer-id source it draws new ids from.
+
+Errors are :class:`broker.errors.Errors`; a refusal carries a message
+naming what was wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from broker.errors import Errors
+from broker.txn.records import TxnRecord
+from broker.txn.types import Partitions, TransactionState
+
+__all__ = [
+    "AddPartitionsResponse",
+    "CompleteTxnResponse",
+    "EndTxnResponse",
+    "InitProducerIdResponse",
+    "PendingMarkers",
+    "ProducerIdSource",
+    "Result",
+    "TransactionDescription",
+    "TransactionListing",
+    "TxnError",
+    "TxnMarker",
+]
+
+T = TypeVar("T")
+
+
+class TxnError(Exception):
+    """A refusal of a whole request: ``code`` and a message naming why."""
+
+    def __init__(self, code: Errors, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Result(Generic[T]):
+    """A decision: the records to write (in order) and the answer to give
+    once they have committed.  Deciding changes nothing."""
+
+    records: tuple[TxnRecord, ...]
+    response: T
+
+
+class ProducerIdSource(Protocol):
+    """One new producer id per call, never one given before (the broker's
+    block of ids from the controller, KIP-730).  The runtime keeps ids at
+    hand so that deciding never waits; an id drawn for a decision whose
+    records are never written is skipped, as Kafka skips it."""
+
+    def next_producer_id(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A COMMIT or ABORT control batch to write to one partition of a
+    transaction (``WriteTxnMarkersRequest``'s ``TxnMarkerEntry``, one
+    partition): with the transaction's bumped epoch, so that the partition
+    fences the ended epoch's late writes (KIP-890 part 2)."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PendingMarkers:
+    """A transaction in PREPARE_COMMIT or PREPARE_ABORT: the markers the
+    runtime must write, after which it calls
+    :meth:`~broker.txn.coordinator.TransactionCoordinatorShard.complete_txn`
+    with this transaction's id, producer id and epoch (Kafka's
+    ``TransactionMarkerChannelManager.addTxnMarkersToSend`` and its
+    completion)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    # Sorted by (topic, partition); empty for the abort of a transaction
+    # with no partitions (complete it at once).
+    markers: tuple[TxnMarker, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResponse:
+    error: Errors
+    message: str = ""
+    producer_id: int = -1
+    producer_epoch: int = -1
+    # The fence of an ongoing transaction: its abort's markers.
+    pending: PendingMarkers | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AddPartitionsResponse:
+    error: Errors
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnResponse:
+    """``EndTxnResponse`` v5 (KIP-890 part 2): the producer id and epoch the
+    producer continues with."""
+
+    error: Errors
+    message: str = ""
+    producer_id: int = -1
+    producer_epoch: int = -1
+    pending: PendingMarkers | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteTxnResponse:
+    error: Errors
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    """``ListTransactionsResponse.TransactionState``."""
+
+    transactional_id: str
+    producer_id: int
+    state: TransactionState
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """``DescribeTransactionsResponse.TransactionState``."""
+
+    error: Errors
+    transactional_id: str
+    message: str = ""
+    state: TransactionState | None = None
+    producer_id: int = -1
+    producer_epoch: int = -1
+    timeout_ms: int = 0
+    start_ms: int = -1
+    partitions: Partitions = frozenset()

@@ -128,6 +128,27 @@ def _value_bytes() -> bytes:
             "partitions['a']",
             50,
         ),
+        # Topics out of order ("b" before "a").
+        (
+            lambda b: (
+                b[:35]
+                + struct.pack(">ih", 2, 1)
+                + b"b"
+                + struct.pack(">ii", 1, 0)
+                + struct.pack(">h", 1)
+                + b"a"
+                + struct.pack(">ii", 1, 0)
+                + b[-18:]
+            ),
+            "partitions",
+            50,
+        ),
+        # A topic with no partitions.
+        (
+            lambda b: b[:35] + struct.pack(">ih", 1, 1) + b"a" + struct.pack(">i", 0) + b[-18:],
+            "partitions['a']",
+            42,
+        ),
         # A producer epoch below -1.
         (lambda b: b[:26] + struct.pack(">h", -2) + b[28:], "producer_epoch", 26),
         # A count larger than the bytes left.

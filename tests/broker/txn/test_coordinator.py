@@ -11,7 +11,7 @@ import pytest
 from broker.errors import Errors
 from broker.group.placement import partition_for as offsets_partition_for
 from broker.txn.api import PendingMarkers, Result, TxnMarker
-from broker.txn.coordinator import TransactionCoordinatorShard
+from broker.txn.coordinator import IllegalTransitionError, TransactionCoordinatorShard
 from broker.txn.records import TransactionLogKey, TxnRecord
 from broker.txn.state import TransactionMetadata
 from broker.txn.types import TopicPartition, TransactionState
@@ -461,3 +461,22 @@ def _set(shard: TransactionCoordinatorShard, **change: int) -> Result[None]:
     """A record that puts ``tx`` in the given state directly (as if the log
     held it), for states that take thousands of steps to reach."""
     return Result((dataclasses.replace(meta(shard), **change).record(),), None)  # type: ignore[arg-type]
+
+
+def test_a_decision_that_breaks_a_transition_rule_raises() -> None:
+    shard, log, _ = new_shard()
+    pid, epoch = ongoing(shard, log)
+    current = meta(shard)
+    transit = TransactionCoordinatorShard._transit
+    with pytest.raises(IllegalTransitionError, match="ONGOING -> COMPLETE_COMMIT"):
+        transit(current, dataclasses.replace(current, state=S.COMPLETE_COMMIT))
+    with pytest.raises(IllegalTransitionError, match="EMPTY -> PREPARE_COMMIT"):
+        transit(None, dataclasses.replace(current, state=S.PREPARE_COMMIT))
+    with pytest.raises(IllegalTransitionError, match="ONGOING -> PREPARE_EPOCH_FENCE"):
+        transit(current, dataclasses.replace(current, state=S.PREPARE_EPOCH_FENCE))
+    with pytest.raises(IllegalTransitionError, match="ONGOING -> DEAD"):
+        transit(current, None)
+    with pytest.raises(IllegalTransitionError, match=f"epoch {epoch} -> {epoch - 1}"):
+        transit(current, dataclasses.replace(current, producer_epoch=epoch - 1))
+    assert transit(current, dataclasses.replace(current, state=S.PREPARE_ABORT)).value is not None
+    assert pid == current.producer_id

@@ -4,9 +4,10 @@ ends, the runtime's completions (some stale), timeouts, expiry, lost
 answers and zombies that keep sending with an old epoch.  After every
 step: each record's transition is one Kafka allows; an id's epoch never
 decreases under one producer id, and a new producer id is never one given
-before; a fenced epoch's AddPartitions and EndTxn are refused and write
-nothing; the log written, replayed whole or compacted, rebuilds the same
-state."""
+before; every end bumps the epoch by one, and a new instance's
+InitProducerId answers an epoch no producer had; a fenced epoch's
+AddPartitions and EndTxn are refused and write nothing; the log written,
+replayed whole or compacted, rebuilds the same state."""
 
 from __future__ import annotations
 
@@ -42,8 +43,10 @@ class Checked:
     producer_ids: set[int] = field(default_factory=set)
     pending: list[PendingMarkers] = field(default_factory=list)
 
-    def apply(self, result: Result[Any]) -> None:
-        """Replays ``result``'s records, checking each transition."""
+    def apply(self, result: Result[Any], *, fences: bool = False) -> None:
+        """Replays ``result``'s records, checking each transition.
+        ``fences``: the decision was an InitProducerId or a timeout, whose
+        records fence every earlier (producer id, epoch) of their id."""
         for record in result.records:
             tid = record.key.transactional_id
             old = self.shard.transactions.get(tid)
@@ -60,10 +63,13 @@ class Checked:
                 elif old is None or old.producer_id != new.producer_id:
                     assert new.producer_id not in self.producer_ids, (tid, new)
                     self.producer_ids.add(new.producer_id)
-                if new.state is S.EMPTY or (
-                    new.state is S.PREPARE_ABORT and new.last_producer_epoch == -1
-                ):
-                    # An InitProducerId or a fence: every earlier pair is fenced.
+                if new.state.is_prepare and old is not None and not old.state.is_prepare:
+                    # KIP-890 part 2: every end bumps the epoch by one.
+                    assert (new.producer_id, new.producer_epoch) == (
+                        old.producer_id,
+                        old.producer_epoch + 1,
+                    ), (tid, old, new)
+                if fences:
                     current = (new.producer_id, new.producer_epoch)
                     self.fenced.setdefault(tid, set()).update(handed - {current})
             self.log.records.append(record)
@@ -107,14 +113,19 @@ def run(seed: int) -> None:
             result: Result[Any] = shard.init_producer_id(
                 producer.tid, timeout, producer.pid, producer.epoch, now_ms=now
             )
-            checked.apply(result)
+            checked.apply(result, fences=True)
             response = result.response
             if response.pending is not None:
                 checked.pending.append(response.pending)
             if response.error is Errors.NONE:
-                checked.hand(producer.tid, response.producer_id, response.producer_epoch)
+                answer = (response.producer_id, response.producer_epoch)
+                if producer.pid == -1:
+                    # A new instance's epoch is one no producer had: it
+                    # fences them all.
+                    assert answer not in checked.handed.get(producer.tid, set()), answer
+                checked.hand(producer.tid, *answer)
                 if not lost:
-                    producer.pid, producer.epoch = response.producer_id, response.producer_epoch
+                    producer.pid, producer.epoch = answer
         elif event < 0.45:
             producer = rng.choice(producers)
             pair = (producer.pid, producer.epoch)
@@ -167,7 +178,7 @@ def run(seed: int) -> None:
         else:
             now += rng.choice([0, timeout // 2, timeout, 10 * timeout])
             ticked = shard.tick(now)
-            checked.apply(ticked)
+            checked.apply(ticked, fences=True)
             checked.pending.extend(ticked.response)
     # Whatever is still prepared is what a new coordinator must finish.
     loaded, _, _ = new_shard()

@@ -72,6 +72,29 @@ class Tracking(RebalanceListener):
             self.world.owner.pop(tp, None)
 
 
+async def start(
+    cluster: Controllers, brokers: dict[int, BrokerProcess], session_ms: int, partitions: int
+) -> None:
+    """The controllers, then the brokers (into ``brokers``) with a short
+    group session and heartbeat, unfenced; then topic "t" of
+    ``partitions``, replication factor 3."""
+    for node in cluster.voters:
+        await cluster.start(node)
+    for broker_id, port in zip(BROKERS, free_ports(len(BROKERS)), strict=True):
+        process = group_broker(cluster, broker_id, port)
+        fast = GroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=100)
+        process.settings = dataclasses.replace(process.settings, groups=fast)
+        process.groups.config = fast
+        brokers[broker_id] = process
+        await process.start()
+    await wait_for(lambda: all(not b.fenced for b in brokers.values()))
+    admin_tls = cluster.tls_files(Identity.user(CLUSTER_ID, "admin"))
+    async with MetadataClient(
+        list(cluster.voters.values()), credentials=admin_tls.channel_credentials()
+    ) as admin:
+        await admin.create_topics([NewTopic("t", partitions, 3)])
+
+
 async def commit(consumer: Consumer, world: World, positions: dict[TopicPartition, int]) -> None:
     try:
         await consumer.commit(positions)
@@ -91,20 +114,7 @@ def test_three_consumers_share_a_topic_and_take_over_a_leaving_members_partition
         consumers: dict[str, Consumer] = {}
         loops: dict[str, asyncio.Task[None]] = {}
         try:
-            for node in cluster.voters:
-                await cluster.start(node)
-            for broker_id, port in zip(BROKERS, free_ports(len(BROKERS)), strict=True):
-                process = group_broker(cluster, broker_id, port)
-                fast = GroupConfig(session_timeout_ms=6_000, heartbeat_interval_ms=100)
-                process.settings = dataclasses.replace(process.settings, groups=fast)
-                process.groups.config = fast
-                brokers[broker_id] = process
-                await process.start()
-            await wait_for(lambda: all(not b.fenced for b in brokers.values()))
-            async with MetadataClient(
-                list(cluster.voters.values()), credentials=admin_tls.channel_credentials()
-            ) as admin:
-                await admin.create_topics([NewTopic("t", PARTITIONS, 3)])
+            await start(cluster, brokers, 6_000, PARTITIONS)
             addresses = [b.address for b in brokers.values()]
 
             async def produce(phase: int) -> None:
@@ -200,21 +210,7 @@ def test_a_static_members_next_instance_takes_its_partitions_back_without_a_reba
         admin_tls = cluster.tls_files(Identity.user(CLUSTER_ID, "admin"))
         consumers: list[Consumer] = []
         try:
-            for node in cluster.voters:
-                await cluster.start(node)
-            session_ms = 4_000
-            for broker_id, port in zip(BROKERS, free_ports(len(BROKERS)), strict=True):
-                process = group_broker(cluster, broker_id, port)
-                fast = GroupConfig(session_timeout_ms=session_ms, heartbeat_interval_ms=100)
-                process.settings = dataclasses.replace(process.settings, groups=fast)
-                process.groups.config = fast
-                brokers[broker_id] = process
-                await process.start()
-            await wait_for(lambda: all(not b.fenced for b in brokers.values()))
-            async with MetadataClient(
-                list(cluster.voters.values()), credentials=admin_tls.channel_credentials()
-            ) as admin:
-                await admin.create_topics([NewTopic("t", 4, 3)])
+            await start(cluster, brokers, 4_000, 4)
             addresses = [b.address for b in brokers.values()]
 
             def consumer(instance: str | None) -> Consumer:

@@ -65,7 +65,6 @@ exception.
 from __future__ import annotations
 
 import enum
-import struct
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Final
@@ -91,6 +90,17 @@ from broker.group.records import (
     Value,
 )
 from broker.group.types import MemberState, Partitions
+from broker.record_bytes import (
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    STRING_MAX,
+    IntType,
+    Reader,
+    Writer,
+    as_bytes,
+)
 
 __all__ = [
     "VALUE_VERSION",
@@ -103,13 +113,6 @@ __all__ = [
 
 # The only value version there is (every type's).
 VALUE_VERSION: Final = 0
-
-_INT8: Final = struct.Struct(">b")
-_INT16: Final = struct.Struct(">h")
-_INT32: Final = struct.Struct(">i")
-_INT64: Final = struct.Struct(">q")
-_INT16_MAX: Final = 2**15 - 1
-_NULL_LENGTH: Final = -1
 
 
 class GroupRecordError(ValueError):
@@ -229,59 +232,35 @@ _MIN_ELEMENT_BYTES: Final = {
     _Kind.PARTITIONS: 2 + 4 + 4,  # a topic has at least one partition
 }
 
-_INT_RANGES: Final = {
-    _Kind.INT32: (-(2**31), 2**31 - 1),
-    _Kind.COUNT: (0, 2**31 - 1),
-    _Kind.PARTITION: (0, 2**31 - 1),
-    _Kind.INT64: (-(2**63), 2**63 - 1),
+# The int kinds, named in messages by their kind ("negative int32 count -1").
+_INT_TYPES: Final = {
+    _Kind.INT32: IntType(INT32, -(2**31), _Kind.INT32.value),
+    _Kind.COUNT: IntType(INT32, 0, _Kind.COUNT.value),
+    _Kind.PARTITION: IntType(INT32, 0, _Kind.PARTITION.value),
+    _Kind.INT64: IntType(INT64, -(2**63), _Kind.INT64.value),
 }
+_COUNT: Final = _INT_TYPES[_Kind.COUNT]
 
 
 # -- encoding -----------------------------------------------------------------
 
 
-class _Writer:
+class _Writer(Writer):
     """Appends fields to a bytearray; ``where`` names the record type and
     part (key or value) for errors."""
 
-    __slots__ = ("out", "where")
+    __slots__ = ()
+
+    # The offsets topic's messages say which limit ("a string's 32767").
+    string_limit = f"a string's {STRING_MAX}"
 
     def __init__(self, where: str) -> None:
-        self.out = bytearray()
-        self.where = where
-
-    def fail(self, field: str, problem: str) -> GroupRecordError:
-        return GroupRecordError(f"{self.where}, field {field!r}: {problem}")
-
-    def int_(self, field: str, kind: _Kind, value: object) -> None:
-        # bool is an int to Python but never a field of these records.
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self.fail(field, f"{value!r} is not an int ({kind.value})")
-        low, high = _INT_RANGES[kind]
-        if not low <= value <= high:
-            raise self.fail(field, f"{value} is out of range of {kind.value} [{low}, {high}]")
-        self.out += (_INT64 if kind is _Kind.INT64 else _INT32).pack(value)
-
-    def string(self, field: str, value: object, *, nullable: bool = False) -> None:
-        if value is None and nullable:
-            self.out += _INT16.pack(_NULL_LENGTH)
-            return
-        if not isinstance(value, str):
-            wanted = "a string or None" if nullable else "a string"
-            raise self.fail(field, f"{value!r} is not {wanted}")
-        try:
-            data = value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise self.fail(field, f"not encodable as UTF-8 ({e.reason})") from None
-        if len(data) > _INT16_MAX:
-            raise self.fail(field, f"{len(data)} bytes of UTF-8, more than a string's {_INT16_MAX}")
-        self.out += _INT16.pack(len(data))
-        self.out += data
+        super().__init__(GroupRecordError, where)
 
     def sequence(self, field: str, value: object) -> tuple[object, ...]:
         if not isinstance(value, tuple | list):
             raise self.fail(field, f"{value!r} is not a tuple")
-        self.int_(field, _Kind.COUNT, len(value))
+        self.int_(field, _COUNT, len(value))
         return tuple(value)
 
     def partitions(self, field: str, value: object) -> None:
@@ -296,25 +275,25 @@ class _Writer:
             ):
                 raise self.fail(field, f"{element!r} is not a (topic id, partition) pair")
             by_topic.setdefault(element[0], []).append(element[1])
-        self.int_(field, _Kind.COUNT, len(by_topic))
+        self.int_(field, _COUNT, len(by_topic))
         for topic_id in sorted(by_topic):
             self.string(f"{field}[{topic_id!r}]", topic_id)
             numbers = by_topic[topic_id]
-            self.int_(f"{field}[{topic_id!r}]", _Kind.COUNT, len(numbers))
+            self.int_(f"{field}[{topic_id!r}]", _COUNT, len(numbers))
             for number in numbers:
                 # Checked before sorting: a non-int cannot be compared.
-                self._check_int(f"{field}[{topic_id!r}]", _Kind.PARTITION, number)
+                self._check_int(f"{field}[{topic_id!r}]", _INT_TYPES[_Kind.PARTITION], number)
             for number in sorted(numbers):
-                self.out += _INT32.pack(number)
+                self.out += INT32.pack(number)
 
-    def _check_int(self, field: str, kind: _Kind, value: object) -> None:
+    def _check_int(self, field: str, kind: IntType, value: object) -> None:
         mark = len(self.out)
         self.int_(field, kind, value)
         del self.out[mark:]
 
     def field(self, field: str, kind: _Kind, value: object) -> None:
-        if kind in _INT_RANGES:
-            self.int_(field, kind, value)
+        if kind in _INT_TYPES:
+            self.int_(field, _INT_TYPES[kind], value)
         elif kind is _Kind.STRING:
             self.string(field, value)
         elif kind is _Kind.NULLABLE_STRING:
@@ -326,7 +305,7 @@ class _Writer:
                 state = MemberState(value)
             except ValueError:
                 raise self.fail(field, f"{value} is not a MemberState") from None
-            self.out += _INT8.pack(state)
+            self.out += INT8.pack(state)
         elif kind is _Kind.STRINGS:
             for i, name in enumerate(self.sequence(field, value)):
                 self.string(f"{field}[{i}]", name)
@@ -340,7 +319,7 @@ class _Writer:
                 topic_id, name, count = entry
                 self.string(f"{field}[{i}].topic_id", topic_id)
                 self.string(f"{field}[{i}].topic_name", name)
-                self.int_(f"{field}[{i}].partition_count", _Kind.COUNT, count)
+                self.int_(f"{field}[{i}].partition_count", _COUNT, count)
         else:
             assert kind is _Kind.PARTITIONS, kind
             self.partitions(field, value)
@@ -358,7 +337,7 @@ def encode_key(key: Key) -> bytes:
     if record_type is None:
         raise GroupRecordError(f"record key: {type(key).__name__} is not a key type")
     writer = _Writer(f"{record_type.name} key")
-    writer.out += _INT16.pack(record_type)
+    writer.out += INT16.pack(record_type)
     return _write_fields(writer, key, _SCHEMAS[record_type].key_fields)
 
 
@@ -369,7 +348,7 @@ def encode_value(value: Value) -> bytes:
     if record_type is None:
         raise GroupRecordError(f"record value: {type(value).__name__} is not a value type")
     writer = _Writer(f"{record_type.name} value")
-    writer.out += _INT16.pack(VALUE_VERSION)
+    writer.out += INT16.pack(VALUE_VERSION)
     return _write_fields(writer, value, _SCHEMAS[record_type].value_fields)
 
 
@@ -393,72 +372,25 @@ def encode(record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
 # -- decoding -----------------------------------------------------------------
 
 
-class _Reader:
+class _Reader(Reader):
     """Reads fields from ``data`` from the start; every failure is a
     :class:`GroupRecordError` naming ``where``, the field and the offset."""
 
-    __slots__ = ("data", "pos", "where")
+    __slots__ = ()
+
+    # Some of its strings are nullable: a -1 length elsewhere says why not.
+    not_nullable_note = " (the field is not nullable)"
 
     def __init__(self, data: bytes, where: str) -> None:
-        self.data = data
-        self.pos = 0
-        self.where = where
+        super().__init__(GroupRecordError, data, where)
 
-    def fail(self, field: str, problem: str, at: int | None = None) -> GroupRecordError:
-        offset = self.pos if at is None else at
-        return GroupRecordError(f"{self.where}, field {field!r}: {problem} at byte {offset}")
-
-    def take(self, field: str, size: int) -> bytes:
-        left = len(self.data) - self.pos
-        if size > left:
-            raise self.fail(field, f"truncated ({size} bytes needed, {left} left)")
-        out = self.data[self.pos : self.pos + size]
-        self.pos += size
-        return out
-
-    def fixed(self, field: str, codec: struct.Struct) -> int:
-        value: int = codec.unpack(self.take(field, codec.size))[0]
-        return value
-
-    def int_(self, field: str, kind: _Kind) -> int:
-        at = self.pos
-        value = self.fixed(field, _INT64 if kind is _Kind.INT64 else _INT32)
-        low, _ = _INT_RANGES[kind]
-        if value < low:
-            raise self.fail(field, f"negative {kind.value} {value}", at)
-        return value
-
-    def string(self, field: str, *, nullable: bool = False) -> str | None:
-        at = self.pos
-        length = self.fixed(field, _INT16)
-        if length == _NULL_LENGTH and nullable:
-            return None
-        if length < 0:
-            what = "length" if nullable else "length (the field is not nullable)"
-            raise self.fail(field, f"negative string {what} {length}", at)
-        data = self.take(field, length)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise self.fail(field, f"invalid UTF-8 ({e.reason})", at + 2 + e.start) from None
-
-    def text(self, field: str) -> str:
-        value = self.string(field)
-        assert value is not None  # not nullable: None was refused
-        return value
-
-    def count(self, field: str, kind: _Kind) -> int:
-        at = self.pos
-        count = self.int_(field, _Kind.COUNT)
-        left = len(self.data) - self.pos
-        if count * _MIN_ELEMENT_BYTES[kind] > left:
-            raise self.fail(field, f"count {count} is more than the {left} bytes left can hold", at)
-        return count
+    def count_of(self, field: str, kind: _Kind) -> int:
+        return self.count(field, _COUNT, _MIN_ELEMENT_BYTES[kind])
 
     def partitions(self, field: str) -> Partitions:
         out: list[tuple[str, int]] = []
         previous_topic: str | None = None
-        for _ in range(self.count(field, _Kind.PARTITIONS)):
+        for _ in range(self.count_of(field, _Kind.PARTITIONS)):
             at = self.pos
             topic_id = self.text(f"{field}[topic id]")
             if previous_topic is not None and topic_id <= previous_topic:
@@ -467,20 +399,13 @@ class _Reader:
             previous_topic = topic_id
             where = f"{field}[{topic_id!r}]"
             at = self.pos
-            count = self.int_(where, _Kind.COUNT)
+            count = self.count(where, _COUNT, 4)
             if count == 0:
                 raise self.fail(where, "a topic with no partitions", at)
-            if count * 4 > len(self.data) - self.pos:
-                raise self.fail(
-                    where,
-                    f"count {count} is more than the {len(self.data) - self.pos} bytes left "
-                    "can hold",
-                    at,
-                )
             previous = -1
             for _ in range(count):
                 at = self.pos
-                number = self.int_(where, _Kind.PARTITION)
+                number = self.int_(where, _INT_TYPES[_Kind.PARTITION])
                 if number <= previous:
                     raise self.fail(where, f"partition {number} is not after {previous}", at)
                 previous = number
@@ -488,30 +413,30 @@ class _Reader:
         return frozenset(out)
 
     def field(self, field: str, kind: _Kind) -> object:
-        if kind in _INT_RANGES:
-            return self.int_(field, kind)
+        if kind in _INT_TYPES:
+            return self.int_(field, _INT_TYPES[kind])
         if kind is _Kind.STRING:
             return self.text(field)
         if kind is _Kind.NULLABLE_STRING:
             return self.string(field, nullable=True)
         if kind is _Kind.STATE:
             at = self.pos
-            raw = self.fixed(field, _INT8)
+            raw = self.fixed(field, INT8)
             try:
                 return MemberState(raw)
             except ValueError:
                 states = ", ".join(f"{s.value} {s.name}" for s in MemberState)
                 raise self.fail(field, f"{raw} is not a MemberState ({states})", at) from None
         if kind is _Kind.STRINGS:
-            count = self.count(field, kind)
+            count = self.count_of(field, kind)
             return tuple(self.text(f"{field}[{i}]") for i in range(count))
         if kind is _Kind.TOPICS:
-            count = self.count(field, kind)
+            count = self.count_of(field, kind)
             return tuple(
                 (
                     self.text(f"{field}[{i}].topic_id"),
                     self.text(f"{field}[{i}].topic_name"),
-                    self.int_(f"{field}[{i}].partition_count", _Kind.COUNT),
+                    self.int_(f"{field}[{i}].partition_count", _COUNT),
                 )
                 for i in range(count)
             )
@@ -520,29 +445,16 @@ class _Reader:
 
     def record(self, cls: Callable[..., Any], layout: tuple[tuple[str, _Kind], ...]) -> Any:
         values = {name: self.field(name, kind) for name, kind in layout}
-        left = len(self.data) - self.pos
-        if left:
-            raise GroupRecordError(
-                f"{self.where}: {left} trailing bytes at byte {self.pos} "
-                "(the bytes do not fit the record type's layout)"
-            )
+        self.end("the bytes do not fit the record type's layout")
         return cls(**values)
-
-
-def _as_bytes(data: object, what: str) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise GroupRecordError(f"record {what}: {type(data).__name__} is not bytes")
 
 
 def decode(key: bytes, value: bytes | None) -> CoordinatorRecord:
     """The record of a key's and value's bytes (``value`` ``None`` for a
     tombstone).  Raises :class:`GroupRecordError` for anything
     :func:`encode` would not have written."""
-    key_reader = _Reader(_as_bytes(key, "key"), "record key")
-    raw_type = key_reader.fixed("record type", _INT16)
+    key_reader = _Reader(as_bytes(key, GroupRecordError, "record key"), "record key")
+    raw_type = key_reader.fixed("record type", INT16)
     try:
         record_type = RecordType(raw_type)
     except ValueError:
@@ -555,8 +467,10 @@ def decode(key: bytes, value: bytes | None) -> CoordinatorRecord:
     decoded_key: Key = key_reader.record(schema.key_class, schema.key_fields)
     if value is None:
         return CoordinatorRecord(decoded_key, None)
-    value_reader = _Reader(_as_bytes(value, "value"), f"{record_type.name} value")
-    version = value_reader.fixed("version", _INT16)
+    value_reader = _Reader(
+        as_bytes(value, GroupRecordError, "record value"), f"{record_type.name} value"
+    )
+    version = value_reader.fixed("version", INT16)
     if version != VALUE_VERSION:
         raise value_reader.fail(
             "version", f"unknown value version {version} (known: {VALUE_VERSION})", 0

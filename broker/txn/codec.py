@@ -34,9 +34,9 @@ exception.
 
 from __future__ import annotations
 
-import struct
 from typing import Final
 
+from broker.record_bytes import INT8, INT16, INT32, INT64, IntType, Reader, Writer, as_bytes
 from broker.txn.records import TransactionLogKey, TransactionLogValue, TxnRecord
 from broker.txn.types import TopicPartition, TransactionState
 
@@ -53,28 +53,23 @@ __all__ = [
 KEY_VERSION: Final = 0
 VALUE_VERSION: Final = 0
 
-_INT8: Final = struct.Struct(">b")
-_INT16: Final = struct.Struct(">h")
-_INT32: Final = struct.Struct(">i")
-_INT64: Final = struct.Struct(">q")
-_STRING_MAX: Final = 2**15 - 1
-
-# (field, struct, lowest allowed value) of the value's integers, in order,
-# around the partitions (which come between timeout/state and the
-# timestamps).
+# (field, its int type) of the value's integers, in order, around the
+# partitions (which come between timeout/state and the timestamps).
 _BEFORE_PARTITIONS: Final = (
-    ("producer_id", _INT64, -1),
-    ("previous_producer_id", _INT64, -1),
-    ("next_producer_id", _INT64, -1),
-    ("producer_epoch", _INT16, -1),
-    ("last_producer_epoch", _INT16, -1),
-    ("timeout_ms", _INT32, 0),
+    ("producer_id", IntType(INT64, -1)),
+    ("previous_producer_id", IntType(INT64, -1)),
+    ("next_producer_id", IntType(INT64, -1)),
+    ("producer_epoch", IntType(INT16, -1)),
+    ("last_producer_epoch", IntType(INT16, -1)),
+    ("timeout_ms", IntType(INT32, 0)),
 )
 _AFTER_PARTITIONS: Final = (
-    ("last_update_ms", _INT64, -1),
-    ("start_ms", _INT64, -1),
-    ("client_transaction_version", _INT16, 0),
+    ("last_update_ms", IntType(INT64, -1)),
+    ("start_ms", IntType(INT64, -1)),
+    ("client_transaction_version", IntType(INT16, 0)),
 )
+# Counts and partition numbers: int32s, never negative.
+_NATURAL: Final = IntType(INT32, 0)
 
 
 class TxnRecordError(ValueError):
@@ -86,44 +81,12 @@ class TxnRecordError(ValueError):
 # -- encoding -----------------------------------------------------------------
 
 
-class _Writer:
-    __slots__ = ("out", "where")
-
-    def __init__(self, where: str) -> None:
-        self.out = bytearray()
-        self.where = where
-
-    def fail(self, field: str, problem: str) -> TxnRecordError:
-        return TxnRecordError(f"transaction log {self.where}, field {field!r}: {problem}")
-
-    def int_(self, field: str, codec: struct.Struct, low: int, value: object) -> None:
-        # bool is an int to Python but never a field of these records.
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self.fail(field, f"{value!r} is not an int")
-        high = 2 ** (8 * codec.size - 1) - 1
-        if not low <= value <= high:
-            raise self.fail(field, f"{value} is out of range [{low}, {high}]")
-        self.out += codec.pack(value)
-
-    def string(self, field: str, value: object) -> None:
-        if not isinstance(value, str):
-            raise self.fail(field, f"{value!r} is not a string")
-        try:
-            data = value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            raise self.fail(field, f"not encodable as UTF-8 ({e.reason})") from None
-        if len(data) > _STRING_MAX:
-            raise self.fail(field, f"{len(data)} bytes of UTF-8, more than {_STRING_MAX}")
-        self.out += _INT16.pack(len(data))
-        self.out += data
-
-
 def encode_key(key: TransactionLogKey) -> bytes:
     """The key's bytes: :data:`KEY_VERSION` (int16), the transactional id."""
     if not isinstance(key, TransactionLogKey):
         raise TxnRecordError(f"transaction log key: {type(key).__name__} is not a key")
-    writer = _Writer("key")
-    writer.out += _INT16.pack(KEY_VERSION)
+    writer = Writer(TxnRecordError, "transaction log key")
+    writer.out += INT16.pack(KEY_VERSION)
     writer.string("transactional_id", key.transactional_id)
     return bytes(writer.out)
 
@@ -132,14 +95,14 @@ def encode_value(value: TransactionLogValue) -> bytes:
     """The value's bytes: :data:`VALUE_VERSION` (int16), then its fields."""
     if not isinstance(value, TransactionLogValue):
         raise TxnRecordError(f"transaction log value: {type(value).__name__} is not a value")
-    writer = _Writer("value")
-    writer.out += _INT16.pack(VALUE_VERSION)
-    for name, codec, low in _BEFORE_PARTITIONS:
-        writer.int_(name, codec, low, getattr(value, name))
+    writer = Writer(TxnRecordError, "transaction log value")
+    writer.out += INT16.pack(VALUE_VERSION)
+    for name, kind in _BEFORE_PARTITIONS:
+        writer.int_(name, kind, getattr(value, name))
     state = value.state
     if not isinstance(state, TransactionState):
         raise writer.fail("state", f"{state!r} is not a TransactionState")
-    writer.out += _INT8.pack(state)
+    writer.out += INT8.pack(state)
     partitions = value.partitions
     if not isinstance(partitions, frozenset | set):
         raise writer.fail("partitions", f"{partitions!r} is not a set of TopicPartition")
@@ -148,7 +111,7 @@ def encode_value(value: TransactionLogValue) -> bytes:
         if not isinstance(tp, TopicPartition) or not isinstance(tp.topic, str):
             raise writer.fail("partitions", f"{tp!r} is not a TopicPartition of a topic name")
         topics.setdefault(tp.topic, []).append(tp.partition)
-    writer.int_("partitions", _INT32, 0, len(topics))
+    writer.int_("partitions", _NATURAL, len(topics))
     for topic in sorted(topics):
         where = f"partitions[{topic!r}]"
         writer.string(where, topic)
@@ -157,11 +120,11 @@ def encode_value(value: TransactionLogValue) -> bytes:
             # Checked before sorting: a non-int cannot be compared.
             if not isinstance(number, int) or isinstance(number, bool) or number < 0:
                 raise writer.fail(where, f"partition {number!r} is not an int >= 0")
-        writer.int_(where, _INT32, 0, len(numbers))
+        writer.int_(where, _NATURAL, len(numbers))
         for number in sorted(numbers):
-            writer.int_(where, _INT32, 0, number)
-    for name, codec, low in _AFTER_PARTITIONS:
-        writer.int_(name, codec, low, getattr(value, name))
+            writer.int_(where, _NATURAL, number)
+    for name, kind in _AFTER_PARTITIONS:
+        writer.int_(name, kind, getattr(value, name))
     return bytes(writer.out)
 
 
@@ -174,84 +137,21 @@ def encode(record: TxnRecord) -> tuple[bytes, bytes | None]:
 # -- decoding -----------------------------------------------------------------
 
 
-class _Reader:
-    __slots__ = ("data", "pos", "where")
-
-    def __init__(self, data: bytes, where: str) -> None:
-        self.data = data
-        self.pos = 0
-        self.where = where
-
-    def fail(self, field: str, problem: str, at: int | None = None) -> TxnRecordError:
-        offset = self.pos if at is None else at
-        return TxnRecordError(
-            f"transaction log {self.where}, field {field!r}: {problem} at byte {offset}"
-        )
-
-    def take(self, field: str, size: int) -> bytes:
-        left = len(self.data) - self.pos
-        if size > left:
-            raise self.fail(field, f"truncated ({size} bytes needed, {left} left)")
-        out = self.data[self.pos : self.pos + size]
-        self.pos += size
-        return out
-
-    def int_(self, field: str, codec: struct.Struct, low: int) -> int:
-        at = self.pos
-        value: int = codec.unpack(self.take(field, codec.size))[0]
-        if value < low:
-            raise self.fail(field, f"{value} is below {low}", at)
-        return value
-
-    def string(self, field: str) -> str:
-        at = self.pos
-        length = self.int_(field, _INT16, -(2**15))
-        if length < 0:
-            raise self.fail(field, f"negative string length {length}", at)
-        data = self.take(field, length)
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise self.fail(field, f"invalid UTF-8 ({e.reason})", at + 2 + e.start) from None
-
-    def count(self, field: str, min_element_bytes: int) -> int:
-        at = self.pos
-        count = self.int_(field, _INT32, 0)
-        left = len(self.data) - self.pos
-        if count * min_element_bytes > left:
-            raise self.fail(field, f"count {count} is more than the {left} bytes left can hold", at)
-        return count
-
-    def end(self) -> None:
-        left = len(self.data) - self.pos
-        if left:
-            raise TxnRecordError(
-                f"transaction log {self.where}: {left} trailing bytes at byte {self.pos}"
-            )
-
-
-def _as_bytes(data: object, what: str) -> bytes:
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise TxnRecordError(f"transaction log {what}: {type(data).__name__} is not bytes")
-
-
-def _version(reader: _Reader, known: int) -> None:
-    version = reader.int_("version", _INT16, -(2**15))
+def _version(reader: Reader, known: int) -> None:
+    version = reader.fixed("version", INT16)
     if version != known:
         raise reader.fail("version", f"unknown version {version} (known: {known})", 0)
 
 
 def decode_value(data: bytes) -> TransactionLogValue:
-    reader = _Reader(_as_bytes(data, "value"), "value")
+    where = "transaction log value"
+    reader = Reader(TxnRecordError, as_bytes(data, TxnRecordError, where), where)
     _version(reader, VALUE_VERSION)
     fields: dict[str, object] = {}
-    for name, codec, low in _BEFORE_PARTITIONS:
-        fields[name] = reader.int_(name, codec, low)
+    for name, kind in _BEFORE_PARTITIONS:
+        fields[name] = reader.int_(name, kind)
     at = reader.pos
-    raw_state = reader.int_("state", _INT8, -(2**7))
+    raw_state = reader.fixed("state", INT8)
     try:
         fields["state"] = TransactionState(raw_state)
     except ValueError:
@@ -260,36 +160,37 @@ def decode_value(data: bytes) -> TransactionLogValue:
     partitions: list[TopicPartition] = []
     previous_topic: str | None = None
     # A topic is at least its empty name, a count and one partition.
-    for _ in range(reader.count("partitions", 2 + 4 + 4)):
+    for _ in range(reader.count("partitions", _NATURAL, 2 + 4 + 4)):
         at = reader.pos
-        topic = reader.string("partitions[topic]")
+        topic = reader.text("partitions[topic]")
         if previous_topic is not None and topic <= previous_topic:
             raise reader.fail("partitions", f"topic {topic!r} is not after {previous_topic!r}", at)
         previous_topic = topic
         where = f"partitions[{topic!r}]"
         at = reader.pos
-        count = reader.count(where, 4)
+        count = reader.count(where, _NATURAL, 4)
         if count == 0:
             raise reader.fail(where, "a topic with no partitions", at)
         previous = -1
         for _ in range(count):
             at = reader.pos
-            number = reader.int_(where, _INT32, 0)
+            number = reader.int_(where, _NATURAL)
             if number <= previous:
                 raise reader.fail(where, f"partition {number} is not after {previous}", at)
             previous = number
             partitions.append(TopicPartition(topic, number))
     fields["partitions"] = frozenset(partitions)
-    for name, codec, low in _AFTER_PARTITIONS:
-        fields[name] = reader.int_(name, codec, low)
+    for name, kind in _AFTER_PARTITIONS:
+        fields[name] = reader.int_(name, kind)
     reader.end()
     return TransactionLogValue(**fields)  # type: ignore[arg-type]
 
 
 def decode_key(data: bytes) -> TransactionLogKey:
-    reader = _Reader(_as_bytes(data, "key"), "key")
+    where = "transaction log key"
+    reader = Reader(TxnRecordError, as_bytes(data, TxnRecordError, where), where)
     _version(reader, KEY_VERSION)
-    key = TransactionLogKey(reader.string("transactional_id"))
+    key = TransactionLogKey(reader.text("transactional_id"))
     reader.end()
     return key
 

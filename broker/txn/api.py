@@ -1,7 +1,7 @@
 """What the transaction coordinator's core takes and answers: the answers
 of ``InitProducerId``, ``AddPartitionsToTxn``, ``AddOffsetsToTxn``,
 ``EndTxn`` and the admin reads, the markers the runtime must write, and
-the producer-id source it draws new ids from.
+the producer-id allocator it draws new ids from.
 
 Errors are :class:`broker.errors.Errors`; a refusal carries a message
 naming what was wrong.
@@ -22,7 +22,7 @@ __all__ = [
     "EndTxnResponse",
     "InitProducerIdResponse",
     "PendingMarkers",
-    "ProducerIdSource",
+    "ProducerIdAllocator",
     "Result",
     "TransactionDescription",
     "TransactionListing",
@@ -51,11 +51,13 @@ class Result(Generic[T]):
     response: T
 
 
-class ProducerIdSource(Protocol):
+class ProducerIdAllocator(Protocol):
     """One new producer id per call, never one given before (the broker's
     block of ids from the controller, KIP-730).  The runtime keeps ids at
     hand so that deciding never waits; an id drawn for a decision whose
-    records are never written is skipped, as Kafka skips it."""
+    records are never written is skipped, as Kafka skips it.  Synchronous,
+    unlike :class:`broker.producer_ids.ProducerIdSource`, the async seam a
+    runtime would draw its ids at hand from."""
 
     def next_producer_id(self) -> int: ...
 

@@ -35,7 +35,7 @@ from broker.txn.api import (
     EndTxnResponse,
     InitProducerIdResponse,
     PendingMarkers,
-    ProducerIdSource,
+    ProducerIdAllocator,
     Result,
     TransactionDescription,
     TransactionListing,
@@ -79,7 +79,7 @@ class TransactionCoordinatorShard:
     """The transactional ids of one transaction log partition and the
     decisions on them."""
 
-    def __init__(self, config: TxnConfig, producer_ids: ProducerIdSource) -> None:
+    def __init__(self, config: TxnConfig, producer_ids: ProducerIdAllocator) -> None:
         self.config = config
         self.transactions = Transactions()
         self._producer_ids = producer_ids

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
+from broker.coordinator_result import CoordinatorRefusal, CoordinatorResult
 from broker.errors import Errors
 from broker.group.records import CoordinatorRecord
 from broker.group.types import Partitions
@@ -39,22 +40,13 @@ __all__ = [
 T = TypeVar("T")
 
 
-class GroupError(Exception):
-    """A refusal of a whole request: ``code`` and a message naming why."""
-
-    def __init__(self, code: Errors, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class GroupError(CoordinatorRefusal):
+    """A refusal of a whole group request: ``code`` and a message naming why."""
 
 
 @dataclass(frozen=True, slots=True)
-class Result(Generic[T]):
-    """A decision: the records to write (in order) and the answer to give
-    once they have committed.  Deciding changes no group."""
-
-    records: tuple[CoordinatorRecord, ...]
-    response: T
+class Result(CoordinatorResult[CoordinatorRecord, T]):
+    """A decision of the group coordinator: its records and its answer."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ naming what was wrong.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
+from broker.coordinator_result import CoordinatorRefusal, CoordinatorResult
 from broker.errors import Errors
 from broker.txn.records import TxnRecord
 from broker.txn.types import Partitions, TransactionState
@@ -33,22 +34,14 @@ __all__ = [
 T = TypeVar("T")
 
 
-class TxnError(Exception):
-    """A refusal of a whole request: ``code`` and a message naming why."""
-
-    def __init__(self, code: Errors, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+class TxnError(CoordinatorRefusal):
+    """A refusal of a whole transactional request: ``code`` and a message
+    naming why."""
 
 
 @dataclass(frozen=True, slots=True)
-class Result(Generic[T]):
-    """A decision: the records to write (in order) and the answer to give
-    once they have committed.  Deciding changes nothing."""
-
-    records: tuple[TxnRecord, ...]
-    response: T
+class Result(CoordinatorResult[TxnRecord, T]):
+    """A decision of the transaction coordinator: its records and its answer."""
 
 
 class ProducerIdAllocator(Protocol):

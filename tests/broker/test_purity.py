@@ -1,7 +1,8 @@
 """The replica state machine is pure: no clock, no I/O, no threads, no global
 random (the rule of tests/quorum/test_purity.py). Every module of
-``broker/replica/``, ``broker/errors.py`` and ``broker/record_bytes.py`` (the
-coordinator records' byte primitives) is checked; time enters as
+``broker/replica/``, ``broker/errors.py``, ``broker/record_bytes.py`` (the
+coordinator records' byte primitives) and ``broker/coordinator_result.py``
+(their decisions) is checked; time enters as
 ``now_ms`` arguments."""
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ def pure_modules() -> list[Path]:
         *sorted(PACKAGE.rglob("*.py")),
         ROOT / "broker" / "errors.py",
         ROOT / "broker" / "record_bytes.py",
+        ROOT / "broker" / "coordinator_result.py",
     ]
 
 
 def test_pure_modules_found() -> None:
     names = {p.name for p in pure_modules()}
     assert {"__init__.py", "leader.py", "follower.py", "partition.py", "seam.py"} <= names
-    assert {"types.py", "errors.py", "record_bytes.py"} <= names
+    assert {"types.py", "errors.py", "record_bytes.py", "coordinator_result.py"} <= names
 
 
 @pytest.mark.parametrize("path", pure_modules(), ids=lambda p: str(p.relative_to(ROOT)))

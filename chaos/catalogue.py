@@ -584,19 +584,26 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         ("commit-lost",),
         group=True,
         rate=50.0,
-        concurrency=6,
+        concurrency=4,
         brokers=2,
         replication_factor=2,
+        min_isr=1,
         note="KAFKA-20634: commits answered at the append, before the offsets partition's "
         "HW passes them.  The group's coordinator cut off from every other node (the "
         "clients still reach it) goes on acknowledging commits that no follower fetches, "
         "while the controllers fence it and elect its follower, which loads the group "
-        "without them; the keys of members that stay with the cut-off coordinator move "
-        "when their sessions end at the new one, starting below what was acknowledged, "
-        "and the healed broker truncates the commits.  B5's cuts: 5 to 15 s, one "
-        "controller and two brokers, so that a cut hits the coordinator one time in "
-        "three.  A kill rarely catches it: a follower fetches a commit within "
-        "milliseconds of its append",
+        "without them; members that stay with the cut-off coordinator (the broker of "
+        "lowest id answers FindCoordinator, and while cut off it names itself) see their "
+        "sessions end at the new one, and rejoin after the heal at offsets below what was "
+        "acknowledged.  B5's cuts: 5 to 15 s, one controller and two brokers, so that a "
+        "cut hits the coordinator one time in three; min ISR 1, so that the other "
+        "broker's partition goes on taking sends (its ISR shrunk to it) and its consumer "
+        "on reading and committing new offsets during the cut (with min ISR 2 nothing new "
+        "is written, every commit repeats the last: 1 run, not caught).  A kill rarely "
+        "catches it: a follower fetches a commit within milliseconds of its append.  Not "
+        "caught yet on a real cluster: this recipe's 2 runs each cut off only the "
+        "controller; a fault aimed at the coordinator's broker would not leave it to a "
+        "draw of one node in three",
         time_limit_s=40.0,
         fault_interval_s=10.0,
         fault_period_s=30.0,
@@ -607,20 +614,27 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         ("elect-leader",),
         ("commit-lost", "commit-backwards"),
         group=True,
+        rate=60.0,
+        concurrency=6,
+        time_limit_s=40.0,
+        fault_interval_s=1.5,
+        fault_period_s=18.0,
+        quiet_s=1.0,
         note="Redpanda CORE-16998: a broker that leads an offsets partition again answers "
         "from the groups it held when it last led it, not from the log.  Preferred "
-        "elections every 0.25 to 0.75 s, in a group run of the queue partitions and of "
+        "elections every 0.75 to 2.25 s, in a group run of the queue partitions and of "
         "the offsets topic's (chaos.runner.fault_topics), move the group's coordinator "
-        "among the three brokers, all up, so that it soon comes back to one that led it "
-        "before: the commits made at the others meanwhile are missing there, and "
-        "the members that joined or moved since are unknown or fenced there and rejoin, "
-        "their keys starting at the remembered offsets.  A kill would not: a restarted "
-        "broker has no memory",
-        **_FAST_ELECTIONS,
+        "among the three brokers, all up, every 7 s or so, and soon back to one that led "
+        "it before: the commits made at the others meanwhile are missing there, and the "
+        "members that joined or moved since are unknown or fenced there and rejoin, their "
+        "keys starting at the remembered offsets.  Elections every 0.25 to 0.75 s (1 run, "
+        "not caught) moved the coordinator faster than the 6 s session: every load "
+        "restarts the sessions, so crashed members kept their keys and the group stopped "
+        "assigning.  A kill would not show it: a restarted broker has no memory",
     ),
     "B20": Recipe(  # assign-before-revoke
         "queue",
-        ("kill-partition-leader",),
+        ("elect-leader",),
         ("commit-backwards", "commit-lost"),
         group=True,
         partitions=6,
@@ -635,8 +649,11 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "owner reads on and commits until its next heartbeat (every second) tells it to "
         "revoke, so both commit the key and its commits go back.  With fewer partitions "
         "than members a join moves nothing from a live member (the holders keep theirs). "
-        "Leaders of queue and offsets partitions killed now and then; the rebalances "
-        "matter more here than the faults",
+        "Preferred elections every 1.5 s or so, which stop no process: with kills of "
+        "partition leaders (1 run, not caught) the workers waited out sends to the killed "
+        "broker and made 14 commits in 30 s; the run had newcomers given keys a second "
+        "before their old owner revoked them, but no commit of the old owner in between",
+        fault_interval_s=1.5,
     ),
     "R2": Recipe(  # no-divergence-check
         "queue",

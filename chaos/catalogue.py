@@ -601,9 +601,9 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "on reading and committing new offsets during the cut (with min ISR 2 nothing new "
         "is written, every commit repeats the last: 1 run, not caught).  A kill rarely "
         "catches it: a follower fetches a commit within milliseconds of its append.  Not "
-        "caught yet on a real cluster: this recipe's 2 runs each cut off only the "
-        "controller; a fault aimed at the coordinator's broker would not leave it to a "
-        "draw of one node in three",
+        "caught yet on a real cluster: this recipe's 3 runs each cut off the controller "
+        "and not the coordinator in time; a fault aimed at the coordinator's broker "
+        "would not leave it to a draw of one node in three",
         time_limit_s=40.0,
         fault_interval_s=10.0,
         fault_period_s=30.0,

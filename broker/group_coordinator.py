@@ -92,6 +92,11 @@ class OffsetsTopicSettings:
     partitions: int = 50
     # offsets.topic.replication.factor
     replication_factor: int = 3
+    # The topic's min.insync.replicas (at most its replication factor): a
+    # commit is answered only once this many replicas hold it, so that an
+    # acknowledged commit survives the loss of its coordinator (Kafka's
+    # topic takes the brokers' default, 1).
+    min_insync_replicas: int = 2
     # offsets.topic.segment.bytes
     segment_bytes: int = 100 * 1024 * 1024
     # offsets.commit.timeout.ms: how long a write waits for the ISR.

@@ -997,7 +997,8 @@ class BrokerProcess:
         """Ask the controller for the offsets topic (Kafka's broker creates
         its internal topics on first use: AutoTopicCreationManager): a
         compacted topic, ``offsets.partitions`` of
-        ``offsets.replication_factor`` replicas."""
+        ``offsets.replication_factor`` replicas, ``min.insync.replicas``
+        ``offsets.min_insync_replicas`` (at most the replication factor)."""
         topic = self.settings.offsets_topic
         answer = await self.client.create_topics(
             [
@@ -1008,6 +1009,9 @@ class BrokerProcess:
                     configs={
                         "cleanup.policy": "compact",
                         "segment.bytes": str(topic.segment_bytes),
+                        "min.insync.replicas": str(
+                            min(topic.min_insync_replicas, topic.replication_factor)
+                        ),
                     },
                 )
             ]

@@ -233,6 +233,7 @@ SETTINGS: dict[str, Setting] = {
         minimums={
             "partitions": 1,
             "replication_factor": 1,
+            "min_insync_replicas": 1,
             "segment_bytes": 14,
             "commit_timeout_ms": 1,
             "tick_interval_ms": 1,

@@ -14,6 +14,7 @@ from broker.errors import Errors
 from broker.group_coordinator import OffsetsTopicSettings
 from kqproto import groups_pb2, groups_pb2_grpc
 from metadata.client import MetadataClient, NewTopic
+from metadata.image import OFFSETS_TOPIC
 from quorum.driver.identity import Identity
 from quorum.driver.tls import dial
 from server.broker import BrokerProcess
@@ -78,6 +79,13 @@ def test_a_group_commits_and_keeps_its_offset_through_a_coordinator_crash(
             first = await stub.FindCoordinator(groups_pb2.FindCoordinatorRequest(group_ids=["g"]))
             assert first.coordinators[0].error == Errors.COORDINATOR_NOT_AVAILABLE
             found = await await_coordinator()
+            # The offsets topic was made with offsets.min_insync_replicas (2).
+            leader = brokers[found.node_id]
+            offsets_topic = leader.image.topic_by_name(OFFSETS_TOPIC)
+            assert offsets_topic is not None
+            mins = {r.min_isr for k, r in leader.replicas.replicas.items()
+                    if k.topic_id == offsets_topic.topic_id}  # fmt: skip
+            assert mins == {2}
             host = f"{found.host}:{found.port}"
             group_stub = groups_pb2_grpc.GroupServiceStub(
                 dial(host, admin_tls.channel_credentials())

@@ -828,15 +828,21 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def format_text(doc: dict[str, Any]) -> str:
-    s = {k: v for k, v in doc["sections"].items() if "error" not in v}
+def text_head(benchmark: str, doc: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """A benchmark's text report's first lines (what ran where, the sections
+    that failed) and the sections that did not fail, by name."""
     lines = [
-        f"brokers benchmark, preset {doc['preset']}, commit {doc['git_commit']}, "
+        f"{benchmark} benchmark, preset {doc['preset']}, commit {doc['git_commit']}, "
         f"load average {doc['load_average_start']} -> {doc['load_average_end']}"
     ]
     for name, section in doc["sections"].items():
         if "error" in section:
             lines.append(f"== {name}: failed: {section['error']}")
+    return lines, {k: v for k, v in doc["sections"].items() if "error" not in v}
+
+
+def format_text(doc: dict[str, Any]) -> str:
+    lines, s = text_head("brokers", doc)
     if "sequential" in s:
         lines.append("== sequential produce (p50 / p99 ms), peer: the quorum's KV put")
         for name, r in s["sequential"].items():

@@ -535,14 +535,7 @@ def _x(value: float | None) -> str:
 
 
 def format_text(doc: dict[str, Any]) -> str:
-    s = {k: v for k, v in doc["sections"].items() if "error" not in v}
-    lines = [
-        f"groups benchmark, preset {doc['preset']}, commit {doc['git_commit']}, "
-        f"load average {doc['load_average_start']} -> {doc['load_average_end']}"
-    ]
-    for name, section in doc["sections"].items():
-        if "error" in section:
-            lines.append(f"== {name}: failed: {section['error']}")
+    lines, s = bench.text_head("groups", doc)
     if "rebalance" in s:
         r = s["rebalance"]
         lines.append(

@@ -74,6 +74,7 @@ from partition_log.records import Header, Record
 
 __all__ = [
     "INVALID_METADATA",
+    "REFRESH_METADATA",
     "AnswerResult",
     "Flush",
     "ProduceAnswer",
@@ -94,6 +95,16 @@ INVALID_METADATA: frozenset[int] = frozenset(
         NETWORK_EXCEPTION,
     }
 )
+REFRESH_METADATA: frozenset[int] = INVALID_METADATA | {Errors.REQUEST_TIMED_OUT}
+"""The answers after which the client refreshes its metadata before the
+retry.  A produce the leader could not gather its acks for within the
+request's timeout may be at a leader cut off from the others, whose
+partition the controllers have since given to another broker.  Kafka's
+producer times its own request out at that same ``request.timeout.ms``, so
+it usually sees a disconnect, not the answer, and refreshes
+(``NetworkClient.handleTimedOutRequests``); kq's client waits a margin past
+the broker's timeout to hear its answer, and refreshes on it instead, or it
+would retry at the cut-off leader until ``delivery.timeout.ms``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -569,7 +580,7 @@ class RecordAccumulator:
             and batch.attempts <= self.config.retries
         )
         decision = self.sequencing.decide(batch, code, log_start_offset, may_retry)
-        refresh = code in INVALID_METADATA
+        refresh = code in REFRESH_METADATA
         if decision is Decision.COMPLETE:
             offset = base_offset if code == Errors.NONE else -1
             self.sequencing.completed(batch, offset)

@@ -5,7 +5,11 @@ RPC (brokers.md §6.4).
 
 - Bootstrap from any broker addresses: the first that answers gives the
   brokers; later refreshes ask the known brokers first, the bootstrap
-  addresses after them.
+  addresses after them, each refresh starting one address further on (Kafka's
+  ``leastLoadedNode`` starts at a random node): a broker cut off from the
+  controllers still answers, from metadata that no longer changes, and a
+  client that always asked it first would never learn the leaders elected
+  without it.
 - Refreshed on demand (:meth:`request_refresh`, after a leadership error or
   a lost answer), when a topic is first used, and every
   ``metadata.max.age.ms``; concurrent refreshes are one RPC.
@@ -128,6 +132,8 @@ class MetadataCache:
         self.cluster_id = ""
         self.metadata_offset = -1
         self.refreshes = 0
+        # Where the next refresh starts in its list of addresses.
+        self._first_asked = 0
 
     # -- channels ---------------------------------------------------------------
 
@@ -274,6 +280,9 @@ class MetadataCache:
         self._refresh_due = False
         request = broker_pb2.MetadataRequest(topics=sorted(self._wanted))
         addresses = list(dict.fromkeys([*self.brokers.values(), *self.bootstrap]))
+        start = self._first_asked % len(addresses)
+        self._first_asked = start + 1
+        addresses = addresses[start:] + addresses[:start]
         failures = []
         for address in addresses:
             try:

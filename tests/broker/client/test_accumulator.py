@@ -407,3 +407,24 @@ def test_ready_weighs_the_sticky_partitioner_by_queue_sizes() -> None:
     off.append("s", None, b"x", now_ms=0, partitions=3, available=range(3))
     off.ready(0, leaders)
     assert off._sticky["s"]._load is None
+
+
+@pytest.mark.parametrize(
+    ("code", "refresh"),
+    [
+        (Errors.NOT_LEADER_OR_FOLLOWER, True),
+        # The leader could not gather its acks: it may be cut off, its
+        # partition given to another broker since.
+        (Errors.REQUEST_TIMED_OUT, True),
+        (Errors.NOT_ENOUGH_REPLICAS, False),
+        (Errors.CORRUPT_MESSAGE, False),
+    ],
+)
+def test_which_answers_refresh_the_metadata_before_the_retry(code: Errors, refresh: bool) -> None:
+    acc = make(linger_ms=0, retry_backoff_ms=0)
+    put(acc, b"v")
+    (batch,) = send(acc, 0)
+    assert acc.on_answer(batch, ProduceAnswer(code), 1).refresh_metadata is refresh
+    # No answer at all (NETWORK_EXCEPTION) refreshes too.
+    (batch,) = send(acc, 2)
+    assert acc.on_network_failure(batch, 3).refresh_metadata

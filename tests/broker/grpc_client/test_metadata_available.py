@@ -42,3 +42,43 @@ def test_available_partitions_follow_refreshes_and_leader_hints() -> None:
     # A refresh where partition 0 lost its leader.
     cache._take(_response([-1, 2, 2], epoch=5))
     assert cache.available("t") == [1, 2]
+
+
+class _Stale:
+    """A broker's Metadata answers: always the same ``leaders`` at ``epoch``
+    (a broker cut off from the controllers answers from metadata that no
+    longer changes), counting the requests."""
+
+    def __init__(self, leaders: list[int], epoch: int) -> None:
+        self.answer = _response(leaders, epoch)
+        self.asked = 0
+
+    async def Metadata(self, request: object, timeout: float) -> broker_pb2.MetadataResponse:
+        self.asked += 1
+        return self.answer
+
+
+def test_refreshes_do_not_always_ask_the_same_broker_first() -> None:
+    import asyncio
+
+    # Broker 1 was cut off while it led partition 0; broker 2 leads it now,
+    # in epoch 4.  Both answer.  A client that always asked broker 1 first
+    # would keep sending to it.
+    stale, fresh = _Stale([1], epoch=3), _Stale([2], epoch=4)
+    stubs = {"127.0.0.1:9001": stale, "127.0.0.1:9002": fresh}
+    cache = MetadataCache(["127.0.0.1:9001"])
+    cache.stub_at = stubs.__getitem__  # type: ignore[assignment,method-assign]
+    tp = TopicPartition("t", 0)
+
+    async def refreshes(n: int) -> list[int]:
+        leaders = []
+        for _ in range(n):
+            await cache.refresh(["t"])
+            leaders.append(cache.partitions[tp].leader)
+        return leaders
+
+    leaders = asyncio.run(refreshes(4))
+    # The bootstrap answers first (stale); within the known brokers' count of
+    # refreshes the client has asked the other one, and KIP-320 keeps it there.
+    assert leaders[0] == 1 and leaders[2:] == [2, 2]
+    assert stale.asked >= 1 and fresh.asked >= 1

@@ -580,33 +580,34 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
     # each key's commits against where the group later starts a consumer.
     "B17": Recipe(  # commit-before-hw
         "queue",
-        ("isolate-one",),
+        ("isolate-coordinator",),
         ("commit-lost",),
         group=True,
-        rate=50.0,
+        rate=20.0,
         concurrency=4,
+        partitions=6,
+        op_timeout_s=10.0,
         brokers=2,
         replication_factor=2,
         min_isr=1,
         note="KAFKA-20634: commits answered at the append, before the offsets partition's "
         "HW passes them.  The group's coordinator cut off from every other node (the "
         "clients still reach it) goes on acknowledging commits that no follower fetches, "
-        "while the controllers fence it and elect its follower, which loads the group "
-        "without them; members that stay with the cut-off coordinator (the broker of "
-        "lowest id answers FindCoordinator, and while cut off it names itself) see their "
-        "sessions end at the new one, and rejoin after the heal at offsets below what was "
-        "acknowledged.  B5's cuts: 5 to 15 s, one controller and two brokers, so that a "
-        "cut hits the coordinator one time in three; min ISR 1, so that the other "
-        "broker's partition goes on taking sends (its ISR shrunk to it) and its consumer "
-        "on reading and committing new offsets during the cut (with min ISR 2 nothing new "
-        "is written, every commit repeats the last: 1 run, not caught).  A kill rarely "
-        "catches it: a follower fetches a commit within milliseconds of its append.  Not "
-        "caught yet on a real cluster: this recipe's 3 runs each cut off the controller "
-        "and not the coordinator in time; a fault aimed at the coordinator's broker "
-        "would not leave it to a draw of one node in three",
-        time_limit_s=40.0,
-        fault_interval_s=10.0,
-        fault_period_s=30.0,
+        "while the controllers fence it and elect its follower; that one loads the group "
+        "once the heal lets its HW pass its epoch start (min ISR 2), without them, and the "
+        "members that come over from the cut-off coordinator are given their keys from "
+        "below what was acknowledged.  One controller and two brokers; the queue "
+        "partitions the cut-off broker led go to the other once it is fenced, and the "
+        "producers follow (a REQUEST_TIMED_OUT refreshes their metadata), so the workers "
+        "go on sending, reading and committing new offsets through the cut (min ISR 1 on "
+        "the queue topic: the other broker's partitions take sends once their ISR has "
+        "shrunk to it).  Cuts of 8 to 24 s, past the brokers' 4 s session.  Not caught by "
+        "isolate-one in 4 runs (its cuts hit the controller two times in three), nor by "
+        "this fault while the producers kept retrying at the cut-off leader (their "
+        "sends blocked the workers for the whole cut)",
+        time_limit_s=45.0,
+        fault_interval_s=16.0,
+        fault_period_s=35.0,
         **_ONE_CONTROLLER,
     ),
     "B19": Recipe(  # group-state-from-memory

@@ -69,6 +69,16 @@ Fault kinds (:data:`FAULT_KINDS`):
   it), which a leader cut off from every node (``isolate-one``) learns
   only after the heal, if it was not fenced first.  A network fault,
   ended by ``heal``;
+- ``isolate-coordinator``: in a run whose consumers share a group, the
+  group's coordinator (the broker that leads the group's partition of the
+  offsets topic, found in the controllers' metadata when the fault
+  starts) cut off from every other node, the controllers too
+  (``target="coordinator"``); the clients still reach it.  It goes on
+  answering the group's members while the controllers fence it and elect
+  the partition's follower, which loads the group from its own log: what
+  the cut-off coordinator acknowledged meanwhile, which no follower
+  fetched, must not have been acknowledged (KAFKA-20634, brokers.md §4).
+  A network fault, ended by ``heal``;
 
 - ``strand-partition-leader`` / ``strand-power-loss-partition-leader``:
   KIP-966's worked example (ISR (0,1,2), min ISR 2: broker 0 partitioned
@@ -169,6 +179,7 @@ __all__ = [
     "CATCH_UP_HOLD_S",
     "CATCH_UP_KIND",
     "CATCH_UP_SHRINK_S",
+    "COORDINATOR_KIND",
     "ELECT_LEADER_KIND",
     "FAULT_KINDS",
     "KILL_KINDS",
@@ -241,11 +252,14 @@ CATCH_UP_HOLD_S: Final = 4.0
 leader's restart."""
 SEVER_KIND: Final = "sever-partition-leader"
 """A queue partition's leader cut off from the other brokers only (ended by ``heal``)."""
+COORDINATOR_KIND: Final = "isolate-coordinator"
+"""The group's coordinator cut off from every other node (ended by ``heal``)."""
 NETWORK_KINDS: Final = (
     *PARTITION_KINDS,
     PACKET_KIND,
     "isolate-follower",
     SEVER_KIND,
+    COORDINATOR_KIND,
     *STRAND_KINDS,
     CATCH_UP_KIND,
 )
@@ -285,6 +299,7 @@ BROKER_KINDS: Final = (
     *PARTITION_LEADER_KINDS,
     "isolate-follower",
     SEVER_KIND,
+    COORDINATOR_KIND,
     *LEADER_MOVE_KINDS,
     *STRAND_KINDS,
     CATCH_UP_KIND,
@@ -474,6 +489,8 @@ def _partition(kind: str, nodes: list[int], rng: random.Random) -> tuple[Groups 
         return (), "leader"
     if kind == "isolate-follower":
         return (), "follower"
+    if kind == COORDINATOR_KIND:
+        return (), "coordinator"
     if kind == SEVER_KIND:
         return (), "partition-leader"
     return partition_groups(kind, nodes, rng), None
@@ -484,7 +501,7 @@ def _possible_groups(
 ) -> list[Groups | None]:
     """Every network a partition may make (a leader intent: any node;
     ``None``: no partition)."""
-    if target in ("leader", "follower"):
+    if target in ("leader", "follower", "coordinator"):
         return [isolate(nodes, n) for n in nodes]
     if target == "partition-leader":
         # A sever: the controllers still reach every node, so the quorum

@@ -41,13 +41,14 @@ from typing import Any, Final, Literal, Protocol
 import grpc
 
 import bugs
-from broker.group.placement import OFFSETS_TOPIC
+from broker.group.placement import OFFSETS_TOPIC, partition_for
 from bugs import Bug
 from chaos.backend import TOPOLOGIES, ClusterBackend, isolate
 from chaos.leader_moves import ELECT, LeaderMoves, Move
 from chaos.nemesis import (
     BROKER_KINDS,
     CATCH_UP_KIND,
+    COORDINATOR_KIND,
     FAULT_KINDS,
     KILL_KINDS,
     LEADER_MOVE_KINDS,
@@ -100,6 +101,7 @@ __all__ = [
     "RunResult",
     "WorkloadSpec",
     "bug_environment",
+    "coordinator_of",
     "current_leader",
     "expand_nemesis",
     "fault_topics",
@@ -395,7 +397,9 @@ segment files keep a torn part of their unsynced tails); ``reassign`` and ``elec
 queue partition's leadership through the controllers
 (:mod:`chaos.leader_moves`); ``sever-partition-leader`` cuts a queue
 partition's leader off from the other brokers only (its controller session
-kept: :func:`chaos.nemesis.sever_groups`)."""
+kept: :func:`chaos.nemesis.sever_groups`); ``isolate-coordinator`` cuts
+the group's coordinator off from every other node (queue runs with
+``--group``)."""
 
 
 def expand_nemesis(names: Sequence[str], nodes: int) -> list[str]:
@@ -438,6 +442,7 @@ _MIN_NODES: Final = {
     TORN_POWER_LOSS_KIND: 1,
     "isolate-follower": 2,
     SEVER_KIND: 2,
+    COORDINATOR_KIND: 2,
     CATCH_UP_KIND: 2,
     **dict.fromkeys(STRAND_KINDS, 2),
     **dict.fromkeys(LEADER_MOVE_KINDS, 1),
@@ -622,6 +627,10 @@ class RunConfig:
             )
         if self.quiet_s < 0:
             raise ValueError(f"quiet_s must not be negative, got {self.quiet_s}")
+        if COORDINATOR_KIND in self.faults and self.queue.group is None:
+            raise ValueError(
+                f"{COORDINATOR_KIND} cuts off a consumer group's coordinator: it needs --group"
+            )
         if ROTATE_KIND in self.faults and not self.tls:
             raise ValueError(
                 f"{ROTATE_KIND} needs TLS: a PLAINTEXT (insecure) run has no certificates"
@@ -726,6 +735,8 @@ class _Nemesis:
         self.replica_lag_ms: int | None = None
         # Finds partitions' leaders and followers (queue runs).
         self.replicas: Callable[[], Awaitable[list[PartitionReplicas]]] | None = None
+        # The consumer group whose coordinator isolate-coordinator cuts off.
+        self.group: str | None = None
         # Moves partitions' leadership through the controllers (queue runs).
         self.moves: LeaderMoves | None = None
         self.rng = random.Random(0)
@@ -747,6 +758,8 @@ class _Nemesis:
             return await self._move_leadership(action)
         if action.target in ("partition-leader", "follower"):
             return await self._act_on_partition(action)
+        if action.target == "coordinator":
+            return await self._isolate_coordinator(action)
         if action.target in ("strand", "stranded"):
             return await self._strand(action)
         if action.target == "catch-up":
@@ -863,6 +876,19 @@ class _Nemesis:
         else:
             self.targeted = node
             done = replace(action, nodes=(node,), target=None)
+        return await self.act(done)
+
+    async def _isolate_coordinator(self, action: Action) -> tuple[ActionOutcome, Action]:
+        """An ``isolate-coordinator``: the leader of the group's partition
+        of the offsets topic (:func:`coordinator_of`), found in the
+        controllers' metadata now, cut off from every other node."""
+        found = await self.replicas() if self.replicas is not None else []
+        at = coordinator_of(self.group, found) if self.group is not None else None
+        if at is None or at.leader < 0 or at.leader in self.down:
+            self.log(f"skipped {action.kind}: no coordinator of group {self.group} found up")
+            return "skipped", action
+        self.log(f"{action.kind}: coordinator {at.leader} of {self.group} ({at.name})")
+        done = replace(action, groups=isolate(self.backend.nodes, at.leader), target=None)
         return await self.act(done)
 
     async def _catch_up_wait(
@@ -1303,6 +1329,18 @@ def fault_topics(queue: QueueOptions) -> list[str]:
     return topics
 
 
+def coordinator_of(group: str, found: Sequence[PartitionReplicas]) -> PartitionReplicas | None:
+    """The offsets topic's partition that holds ``group`` among ``found``
+    (:func:`broker.group.placement.partition_for` over the partitions of
+    the topic found), ``None`` if the topic is not among them (not made
+    yet: the first FindCoordinator makes it)."""
+    prefix = f"{OFFSETS_TOPIC}-"
+    offsets = {p.name: p for p in found if p.name.startswith(prefix)}
+    if not offsets:
+        return None
+    return offsets.get(f"{prefix}{partition_for(group, len(offsets))}")
+
+
 async def partition_replicas(
     backend: ClusterBackend, topics: Sequence[str], timeout_s: float = 5.0
 ) -> list[PartitionReplicas]:
@@ -1527,6 +1565,7 @@ async def _run_chaos(config: RunConfig, progress: ProgressFn | None) -> RunResul
             topics = fault_topics(config.queue)
             live = backend
             nemesis.replicas = lambda: partition_replicas(live, topics)
+            nemesis.group = config.queue.group
             nemesis.moves = LeaderMoves(
                 lambda: list(live.addresses().values()),
                 live.client_credentials(),

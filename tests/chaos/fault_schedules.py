@@ -1,7 +1,8 @@
 """What the schedule tests of the broker faults share: a schedule of a few
 kinds drawn from a seed, with its lengths drawn too; the actions of each
-multi-step fault from its partition to its start; and the elections drawn
-while a partition is in force."""
+multi-step fault from its partition to its start; the network faults
+whose node is found at run time, each ended by a heal; and the elections
+drawn while a partition is in force."""
 
 from __future__ import annotations
 
@@ -59,6 +60,23 @@ def fault_spans(actions: list[Action], kinds: Container[str], name: str) -> list
                 current = None
     assert current is None, f"a {name} was never ended"
     return out
+
+
+def check_cuts_found_at_run_time(actions: list[Action], kind: str, target: str) -> None:
+    """Every ``partition`` of ``kind`` in ``actions`` names no node, only its
+    ``target`` (the node is found at run time, from the controllers'
+    metadata); at most one network fault is in force at a time, and each
+    is ended by a heal, the last action one too."""
+    cut: str | None = None
+    for a in actions:
+        if a.f == "partition":
+            assert cut is None, "two network faults in force"
+            cut = a.kind
+            if a.kind == kind:
+                assert a.target == target and a.groups == () and a.nodes == ()
+        elif a.f == "heal":
+            cut = None
+    assert cut is None and actions[-1].f == "heal"
 
 
 def elections_during_partitions(actions: list[Action]) -> int:

@@ -46,7 +46,11 @@ from metadata.client import ConfigOp, ConfigResource, MetadataClient, NewTopic
 from quorum.driver.client import describe
 from server.local_brokers import broker_registrations
 from tests.chaos.cluster_scenarios import need_iptables, processes_under, scratch_tempdir
-from tests.chaos.fault_schedules import drawn_schedule, elections_during_partitions
+from tests.chaos.fault_schedules import (
+    check_cuts_found_at_run_time,
+    drawn_schedule,
+    elections_during_partitions,
+)
 from tests.chaos.polling import until
 from tests.chaos.strand_fakes import NODES, RecordingBackend, nemesis_ops, recording_nemesis
 
@@ -110,17 +114,7 @@ def test_each_sever_is_a_leader_intent_ended_by_a_heal_one_network_fault_at_a_ti
         interval_s=(0.3, 3.0),
         fault_period_s=(4.0, 20.0),
     )
-    cut: str | None = None
-    for a in actions:
-        if a.f == "partition":
-            assert cut is None, "two network faults in force"
-            cut = a.kind
-            if a.kind == SEVER_KIND:
-                # The node is drawn at run time, from the controllers' metadata.
-                assert a.target == "partition-leader" and a.groups == () and a.nodes == ()
-        elif a.f == "heal":
-            cut = None
-    assert cut is None and actions[-1].f == "heal"
+    check_cuts_found_at_run_time(actions, SEVER_KIND, "partition-leader")
 
 
 def test_elections_come_while_a_leader_is_severed() -> None:

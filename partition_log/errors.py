@@ -29,6 +29,10 @@ class Errors(enum.IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    # A non-transactional batch from a producer whose transaction is open.
+    INVALID_TXN_STATE = 48
+    # A transaction marker from a coordinator older than the last one seen.
+    TRANSACTION_COORDINATOR_FENCED = 52
     UNKNOWN_PRODUCER_ID = 59
     KAFKA_STORAGE_ERROR = 56
     # A batch compressed with a codec kq does not have (snappy), KIP-110.

@@ -29,22 +29,36 @@ the log does not have). It is pure: the snapshot file's bytes come and go
 through :func:`encode_snapshot` and :func:`decode_snapshot`, time enters as
 ``now_ms``.
 
-Transactions (their own issue) will add the coordinator epoch and the first
-offset of the open transaction; the entries and the snapshot already carry
-both (``-1`` for none).
+Transactions (KIP-98, Kafka's ``ProducerAppendInfo.appendDataBatch`` and
+``appendEndTxnMarker``): a producer's first transactional batch opens its
+transaction in the partition at that batch's offset
+(``current_txn_first_offset``); a control batch carrying an
+:class:`~partition_log.txn.EndTxnMarker` ends it, and :meth:`update` returns
+the :class:`~partition_log.txn.CompletedTxn`.  Before the append a leader
+refuses a marker whose producer epoch is older than the producer's
+(``INVALID_PRODUCER_EPOCH``) or whose coordinator epoch is older than the last
+marker's (``TRANSACTION_COORDINATOR_FENCED``), and a non-transactional batch
+from a producer whose transaction is open (``INVALID_TXN_STATE``).  The open
+transactions, and the completed ones whose marker the high watermark has not
+passed yet, give the log's first unstable offset
+(:meth:`ProducerStateManager.first_unstable_offset`), below which the last
+stable offset lies.  The snapshot keeps each producer's coordinator epoch and
+open transaction; the completed ones are not in it (Kafka's neither): a
+reloaded log takes every marker below its high watermark as replicated.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 
 from crc32c import crc32c
 
 import bugs
 from bugs import Bug
 from partition_log.errors import Errors, PartitionLogError
+from partition_log.txn import CompletedTxn, EndTxnMarker
 
 __all__ = [
     "INT32_MAX",
@@ -102,11 +116,19 @@ class ProducerBatch:
     base_offset: int
     max_timestamp: int
     is_transactional: bool = False
+    # The marker of a control batch (None: a batch of data).
+    marker: EndTxnMarker | None = None
 
     def __post_init__(self) -> None:
         if self.last_offset_delta < 0:
             raise ValueError(f"last offset delta {self.last_offset_delta} is negative")
-        if self.producer_id != NO_PRODUCER_ID and not (
+        if self.marker is not None:
+            if self.producer_id == NO_PRODUCER_ID or not 0 <= self.producer_epoch <= INT16_MAX:
+                raise ValueError(
+                    f"a transaction marker of producer {self.producer_id}, epoch "
+                    f"{self.producer_epoch}: it needs a producer id and epoch"
+                )
+        elif self.producer_id != NO_PRODUCER_ID and not (
             0 <= self.producer_epoch <= INT16_MAX and 0 <= self.base_sequence <= INT32_MAX
         ):
             raise ValueError(
@@ -213,6 +235,22 @@ class ProducerEntry:
         )
 
 
+def _ended(entry: ProducerEntry, batch: ProducerBatch, marker: EndTxnMarker) -> ProducerEntry:
+    """``entry`` after the marker ``batch`` (``appendEndTxnMarker``): no open
+    transaction, the marker's coordinator epoch, and the marker's producer
+    epoch (a newer one forgets the older epoch's batches,
+    ``maybeUpdateProducerEpoch``)."""
+    kept = entry.batches if batch.producer_epoch == entry.epoch else ()
+    return ProducerEntry(
+        entry.producer_id,
+        max(entry.epoch, batch.producer_epoch),
+        kept,
+        batch.max_timestamp,
+        marker.coordinator_epoch,
+        -1,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Append:
     """The batch may be appended."""
@@ -239,8 +277,19 @@ class ProducerStateManager:
 
     producers: dict[int, ProducerEntry] = field(default_factory=dict)
     map_end_offset: int = 0
+    # The open transactions: first offset -> producer id (Kafka's
+    # ongoingTxns), derived from the entries; invariant: exactly the entries
+    # whose current_txn_first_offset is set.
+    ongoing: dict[int, int] = field(init=False, default_factory=dict)
+    # Transactions ended by a marker the high watermark has not passed:
+    # first offset -> the transaction (Kafka's unreplicatedTxns).  They hold
+    # the last stable offset back until their marker is replicated.
+    unreplicated: dict[int, CompletedTxn] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
+        for producer_id, entry in self.producers.items():
+            if entry.current_txn_first_offset >= 0:
+                self.ongoing[entry.current_txn_first_offset] = producer_id
         for producer_id, entry in self.producers.items():
             if producer_id != entry.producer_id:
                 raise ValueError(f"producer {entry.producer_id} filed under {producer_id}")
@@ -262,6 +311,8 @@ class ProducerStateManager:
         if batch.producer_id == NO_PRODUCER_ID:
             return APPEND
         entry = self.producers.get(batch.producer_id)
+        if batch.marker is not None:
+            return self._check_marker(batch, batch.marker, entry)
         if entry is None:
             # "If there is no current producer epoch (possibly because all
             # producer records have been deleted due to retention or the
@@ -306,23 +357,103 @@ class ProducerStateManager:
                 f"{batch.producer_epoch}, expected {increment_sequence(entry.last_seq, 1)} "
                 f"after {entry.last_seq}",
             )
+        if not batch.is_transactional and entry.current_txn_first_offset >= 0:
+            raise PartitionLogError(
+                Errors.INVALID_TXN_STATE,
+                f"{where}: a non-transactional batch while its transaction is open (from "
+                f"offset {entry.current_txn_first_offset})",
+            )
         return APPEND
 
-    def update(self, batch: ProducerBatch) -> None:
+    def _check_marker(
+        self, batch: ProducerBatch, marker: EndTxnMarker, entry: ProducerEntry | None
+    ) -> Append:
+        """A marker may end the producer's transaction unless its producer or
+        coordinator epoch is older than the producer's (``checkProducerEpoch``,
+        ``checkCoordinatorEpoch``): a zombie coordinator's marker must not end
+        a transaction its successor decides."""
+        if entry is None:
+            return APPEND
+        where = (
+            f"{marker.type.name} marker of producer {batch.producer_id} at offset "
+            f"{batch.base_offset}"
+        )
+        if batch.producer_epoch < entry.epoch:
+            raise PartitionLogError(
+                Errors.INVALID_PRODUCER_EPOCH,
+                f"{where}: epoch {batch.producer_epoch} is older than its epoch {entry.epoch}",
+            )
+        if marker.coordinator_epoch < entry.coordinator_epoch:
+            raise PartitionLogError(
+                Errors.TRANSACTION_COORDINATOR_FENCED,
+                f"{where}: coordinator epoch {marker.coordinator_epoch} is older than the "
+                f"last marker's {entry.coordinator_epoch}",
+            )
+        return APPEND
+
+    def update(self, batch: ProducerBatch) -> CompletedTxn | None:
         """Records an appended batch, leader's or follower's, without checks
         (a follower takes the leader's batches as they are). Batches come in
-        log order; a batch without a producer id only moves the end."""
+        log order; a batch without a producer id only moves the end.  A
+        transactional batch opens its producer's transaction if none is
+        open; a marker ends it and returns it (None for a marker of a
+        producer with no transaction open here: it changes no reader's
+        view, and Kafka's neither indexes nor counts it)."""
         if batch.base_offset < self.map_end_offset:
             raise ValueError(
                 f"batch at offset {batch.base_offset} is below the producer state's end "
                 f"{self.map_end_offset}: batches are applied in log order"
             )
+        completed = None
         if batch.producer_id != NO_PRODUCER_ID:
             entry = self.producers.get(batch.producer_id)
             if entry is None:
                 entry = ProducerEntry(batch.producer_id, NO_PRODUCER_EPOCH, (), NO_SEQUENCE)
-            self.producers[batch.producer_id] = entry.added(batch)
+            marker = batch.marker
+            if marker is not None:
+                first = entry.current_txn_first_offset
+                if first >= 0:
+                    completed = CompletedTxn(
+                        batch.producer_id,
+                        first,
+                        batch.base_offset,
+                        marker.aborted,
+                        self._stable_offset_without(batch.producer_id, batch.base_offset + 1),
+                    )
+                    del self.ongoing[first]
+                    self.unreplicated[first] = completed
+                entry = _ended(entry, batch, marker)
+            else:
+                entry = entry.added(batch)
+                if batch.is_transactional and entry.current_txn_first_offset < 0:
+                    entry = replace(entry, current_txn_first_offset=batch.base_offset)
+                    self.ongoing[batch.base_offset] = batch.producer_id
+            self.producers[batch.producer_id] = entry
         self.map_end_offset = batch.last_offset + 1
+        return completed
+
+    def _stable_offset_without(self, producer_id: int, otherwise: int) -> int:
+        """The first offset of the lowest open transaction of another
+        producer than ``producer_id``, else ``otherwise``
+        (``ProducerStateManager.lastStableOffset(completedTxn)``)."""
+        others = [first for first, owner in self.ongoing.items() if owner != producer_id]
+        return min(others) if others else otherwise
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the lowest transaction that is open or whose
+        marker the high watermark has not passed (``firstUnstableOffset``),
+        None if there is none: the last stable offset is the lower of it and
+        the high watermark."""
+        firsts = [*self.ongoing, *self.unreplicated]
+        return min(firsts) if firsts else None
+
+    def on_high_watermark(self, high_watermark: int) -> None:
+        """Forgets the completed transactions whose marker lies below
+        ``high_watermark`` (``onHighWatermarkUpdated``): replicated, they no
+        longer hold the last stable offset back."""
+        for first, txn in list(self.unreplicated.items()):
+            if txn.last_offset < high_watermark:
+                del self.unreplicated[first]
 
     def truncate_to(self, offset: int) -> None:
         """Forgets the batches at or after ``offset`` (the log's new end), and
@@ -336,18 +467,30 @@ class ProducerStateManager:
         """
         for producer_id, entry in list(self.producers.items()):
             kept = tuple(batch for batch in entry.batches if batch.last_offset < offset)
+            txn_first = (
+                entry.current_txn_first_offset if entry.current_txn_first_offset < offset else -1
+            )
             if not kept:
                 del self.producers[producer_id]
-            elif len(kept) != len(entry.batches):
+            elif len(kept) != len(entry.batches) or txn_first != entry.current_txn_first_offset:
                 self.producers[producer_id] = ProducerEntry(
                     producer_id,
                     entry.epoch,
                     kept,
                     kept[-1].timestamp,
                     entry.coordinator_epoch,
-                    entry.current_txn_first_offset,
+                    txn_first,
                 )
         self.map_end_offset = min(self.map_end_offset, offset)
+        # A transaction whose marker is cut off is open again, if its first
+        # batch is kept (and its producer with it).
+        for txn in self.unreplicated.values():
+            owner = self.producers.get(txn.producer_id)
+            if txn.last_offset >= offset and txn.first_offset < offset and owner is not None:
+                self.producers[txn.producer_id] = replace(
+                    owner, current_txn_first_offset=txn.first_offset
+                )
+        self._derive_transactions(lambda txn: txn.last_offset < offset)
 
     def truncate_from_start(self, offset: int) -> None:
         """Forgets the producers whose last batch lies before ``offset``, the
@@ -359,6 +502,17 @@ class ProducerStateManager:
             if entry.last_offset < offset:
                 del self.producers[producer_id]
         self.map_end_offset = max(self.map_end_offset, offset)
+        self._derive_transactions(lambda txn: txn.last_offset >= offset)
+
+    def _derive_transactions(self, keep: Callable[[CompletedTxn], bool]) -> None:
+        """The open transactions again from the entries, and the completed
+        ones that ``keep`` keeps."""
+        self.ongoing = {
+            entry.current_txn_first_offset: producer_id
+            for producer_id, entry in self.producers.items()
+            if entry.current_txn_first_offset >= 0
+        }
+        self.unreplicated = {first: t for first, t in self.unreplicated.items() if keep(t)}
 
     def expire(self, now_ms: int, expiration_ms: int) -> list[int]:
         """Removes the producers idle for ``producer.id.expiration.ms`` or

@@ -76,6 +76,9 @@ class Errors(enum.IntEnum):
     # The transactional id's last transaction is still being completed
     # (retriable: the client backs off and retries).
     CONCURRENT_TRANSACTIONS = 51
+    # A transaction marker from a coordinator older than the partition's
+    # last one (a replaced coordinator's).
+    TRANSACTION_COORDINATOR_FENCED = 52
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     # AlterPartition: the controller promises it did not apply the change.
     OPERATION_NOT_ATTEMPTED = 55

@@ -18,7 +18,7 @@ from partition_log.cleaner import CleanerConfig, Cleaning, LogCleaner
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import FileDirectory, LogFile, MemoryDirectory
 from partition_log.index import OffsetIndex, TimeIndex
-from partition_log.log import AppendInfo, LogRecovery, PartitionLog
+from partition_log.log import AppendInfo, AppendOrigin, LogRecovery, PartitionLog
 from partition_log.log_config import CleanupPolicy, LogConfig
 from partition_log.records import Header, Record
 from partition_log.retention import SegmentInfo
@@ -29,6 +29,7 @@ from partition_log.segment import RecoveryResult, Segment
 
 __all__ = [
     "AppendInfo",
+    "AppendOrigin",
     "BatchHeader",
     "BatchScanner",
     "CleanerConfig",

@@ -121,7 +121,7 @@ class LogCleaner:
             checkpoint=log.cleaner_offset,
             log_start_offset=log.log_start_offset,
             log_end_offset=log.log_end_offset,
-            high_watermark=log.high_watermark,
+            last_stable_offset=log.last_stable_offset,
             now_ms=now_ms,
             min_compaction_lag_ms=config.min_compaction_lag_ms,
             max_compaction_lag_ms=config.max_compaction_lag_ms,

@@ -405,7 +405,7 @@ def cleanable_range(
     checkpoint: int | None,
     log_start_offset: int,
     log_end_offset: int,
-    high_watermark: int,
+    last_stable_offset: int,
     now_ms: int,
     min_compaction_lag_ms: int,
     max_compaction_lag_ms: int,
@@ -418,7 +418,9 @@ def cleanable_range(
     The dirty part starts at the cleaner checkpoint, or the log start when
     there is none or it lies outside the log (a truncation or retention moved
     past it).  Never cleaned: the active segment, anything at or past the
-    high watermark (Kafka's last stable offset; kq has no transactions), and
+    last stable offset (the high watermark, or the first offset of an open
+    transaction below it: a transaction's records and marker are cleaned
+    only once it is decided and replicated), and
     every segment from the first whose largest timestamp is within
     ``min.compaction.lag.ms`` of now."""
     if not segments:
@@ -428,7 +430,7 @@ def cleanable_range(
         dirty = log_start_offset
     active = segments[-1]
     non_active_dirty = _overlapping(segments[:-1], dirty, active.base_offset)
-    bounds = [high_watermark, active.base_offset]
+    bounds = [last_stable_offset, active.base_offset]
     if min_compaction_lag_ms > 0:
         for segment in non_active_dirty:
             if segment.max_timestamp > now_ms - min_compaction_lag_ms:

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import enum
 import itertools
 import operator
 import struct
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from crc32c import crc32c
@@ -90,17 +91,20 @@ from partition_log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    BatchVisitor,
     RecoveryResult,
     Segment,
     file_name,
     parse_log_name,
 )
+from partition_log.txn import read_marker
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
     "RECOVERY_POINT_FILE",
     "SNAPSHOT_SUFFIX",
     "AppendInfo",
+    "AppendOrigin",
     "CleanupPolicy",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
@@ -121,6 +125,15 @@ INT32_MAX = (1 << 31) - 1
 # A batch's base offset, length and partition leader epoch (DefaultRecordBatch).
 _BASE_LENGTH_EPOCH = struct.Struct(">qii")
 _new_tuple = tuple.__new__
+
+
+class AppendOrigin(enum.Enum):
+    """Who asks a leader to append (Kafka's ``AppendOrigin``): a client's
+    produce, or a coordinator's write (which alone may hold control
+    batches)."""
+
+    CLIENT = "client"
+    COORDINATOR = "coordinator"
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,7 +185,16 @@ def _stamp_log_append_time(batch: bytearray, now_ms: int) -> None:
     _UINT32.pack_into(batch, _CRC_AT, crc32c(memoryview(batch)[_ATTRIBUTES_AT:]))
 
 
-def _producer_batch(header: BatchHeader) -> ProducerBatch:
+def _producer_batch(header: BatchHeader, data: bytes | None = None) -> ProducerBatch:
+    """What the producer state reads of a batch; ``data``, the batch's
+    bytes, is needed for a control batch of a producer (its transaction
+    marker: :func:`partition_log.txn.read_marker`, which refuses a malformed
+    one by name)."""
+    marker = None
+    if header.attributes & CONTROL_FLAG and header.producer_id != NO_PRODUCER_ID:
+        if data is None:
+            raise ValueError(f"control batch at offset {header.base_offset}: no bytes to read")
+        marker = read_marker(data, header)
     return ProducerBatch(
         header.producer_id,
         header.producer_epoch,
@@ -181,6 +203,7 @@ def _producer_batch(header: BatchHeader) -> ProducerBatch:
         header.base_offset,
         header.max_timestamp,
         header.is_transactional,
+        marker,
     )
 
 
@@ -238,7 +261,7 @@ class _Replay:
         # only a change of epoch is handed on.
         self._last_epoch: int | None = None
 
-    def visit(self, header: BatchHeader) -> None:
+    def visit(self, header: BatchHeader, data: bytes | None) -> None:
         last = header.last_offset
         if last >= self.epoch_from:
             epoch = header.partition_leader_epoch
@@ -253,7 +276,7 @@ class _Replay:
             if header.base_offset >= end:
                 if header.producer_id != NO_PRODUCER_ID:
                     assert self._state is not None
-                    self._state.update(_producer_batch(header))
+                    self._state.update(_producer_batch(header, data))
                 self._end = last + 1
 
     def producer_state(self, log_start_offset: int) -> ProducerStateManager:
@@ -270,18 +293,22 @@ class _Replay:
         return state
 
 
-def _segment_headers(segment: Segment, offset: int) -> Iterator[BatchHeader]:
+def _segment_batches(segment: Segment, offset: int) -> Iterator[tuple[BatchHeader, bytes | None]]:
     """The headers of ``segment``'s batches whose last offset is at least
-    ``offset``, in order, read a chunk at a time."""
+    ``offset``, in order, read a chunk at a time, each with its bytes if it
+    is a control batch (as a scan's :data:`~partition_log.segment.BatchVisitor`
+    gets them)."""
     position = max(offset, segment.base_offset)
     while position < segment.next_offset:
         chunk = segment.read(position, _READ_CHUNK)
         if not chunk:
             break
         for batch in BatchScanner(chunk, check_crc=False):
-            if batch.header.last_offset >= offset:
-                yield batch.header
-            position = batch.header.next_offset
+            header = batch.header
+            if header.last_offset >= offset:
+                control = header.attributes & CONTROL_FLAG
+                yield header, bytes(chunk[batch.position : batch.end]) if control else None
+            position = header.next_offset
 
 
 _base_offset = operator.attrgetter("base_offset")
@@ -337,6 +364,24 @@ class PartitionLog:
     @property
     def log_end_offset(self) -> int:
         return self._active.next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The offset below which every transaction is decided and its marker
+        replicated (``UnifiedLog.lastStableOffset``): the first offset of the
+        lowest transaction still open, or ended by a marker the high
+        watermark has not passed, if that is below the high watermark (and
+        not below the log start, ``maybeIncrementFirstUnstableOffset``);
+        else the high watermark.  ``read_committed`` readers read below it."""
+        state = self.producer_state
+        high_watermark = self.high_watermark
+        # Replaying batches (an open, a truncation) records every marker it
+        # passes as not yet replicated: the high watermark says which are.
+        state.on_high_watermark(high_watermark)
+        first = state.first_unstable_offset()
+        if first is None or first >= high_watermark:
+            return high_watermark
+        return max(first, self.log_start_offset)
 
     @property
     def segment_base_offsets(self) -> list[int]:
@@ -482,7 +527,7 @@ class PartitionLog:
         name: str,
         recover: bool,
         durable_offset: int | None = None,
-        visit: Callable[[BatchHeader], None] | None = None,
+        visit: BatchVisitor | None = None,
     ) -> tuple[Segment, RecoveryResult | None]:
         return Segment.open(
             self.directory,
@@ -551,8 +596,8 @@ class PartitionLog:
                     start = min(replay.epoch_from, replay.producer_from)
                     for older in segments:
                         if older.next_offset > start:
-                            for header in _segment_headers(older, start):
-                                replay.visit(header)
+                            for header, data in _segment_batches(older, start):
+                                replay.visit(header, data)
                 segment, result = self._open_segment(
                     name,
                     recover,
@@ -721,9 +766,7 @@ class PartitionLog:
                 continue
             if offset < self.log_start_offset:
                 break
-            state = ProducerStateManager.rebuild(
-                data, (_producer_batch(h) for h in self._headers_from(offset))
-            )
+            state = ProducerStateManager.rebuild(data, self._producer_batches_from(offset))
             # A snapshot taken before the start moved may hold producers whose
             # batches are all gone (ProducerStateManager.isProducerRetained).
             state.truncate_from_start(self.log_start_offset)
@@ -731,14 +774,12 @@ class PartitionLog:
         # From the batch holding the log start (which may lie inside it, after
         # DeleteRecords), as Kafka reads from the start offset.
         start = self.log_start_offset
-        headers = self._headers_from(start)
-        first = next(headers, None)
+        batches = self._producer_batches_from(start)
+        first = next(batches, None)
         if first is None:
             return ProducerStateManager.rebuild(None, (), start)
         return ProducerStateManager.rebuild(
-            None,
-            (_producer_batch(h) for h in itertools.chain((first,), headers)),
-            min(first.base_offset, start),
+            None, itertools.chain((first,), batches), min(first.base_offset, start)
         )
 
     # -- segments -------------------------------------------------------------
@@ -771,19 +812,22 @@ class PartitionLog:
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """The headers of the batches whose last offset is at least
         ``offset``, in order, read a chunk at a time."""
+        for header, _ in self._batches_from(offset):
+            yield header
+
+    def _producer_batches_from(self, offset: int) -> Iterator[ProducerBatch]:
+        """What the producer state reads of the batches whose last offset is
+        at least ``offset``, in order."""
+        for header, data in self._batches_from(offset):
+            yield _producer_batch(header, data)
+
+    def _batches_from(self, offset: int) -> Iterator[tuple[BatchHeader, bytes | None]]:
+        """:func:`_segment_batches` over every segment from the one holding
+        ``offset``."""
         count = len(self._old) + 1
         index = self._index_of(offset)
         while index < count:
-            segment = self._segment_at(index)
-            position = max(offset, segment.base_offset)
-            while position < segment.next_offset:
-                chunk = segment.read(position, _READ_CHUNK)
-                if not chunk:
-                    break
-                for batch in BatchScanner(chunk, check_crc=False):
-                    if batch.header.last_offset >= offset:
-                        yield batch.header
-                    position = batch.header.next_offset
+            yield from _segment_batches(self._segment_at(index), offset)
             index += 1
 
     def _roll(self, now_ms: int) -> None:
@@ -833,11 +877,11 @@ class PartitionLog:
         return config.flush_ms is not None and now_ms - self._last_flush_ms >= config.flush_ms
 
     def _after_append(
-        self, headers: list[BatchHeader], now_ms: int, leader_batch: ProducerBatch | None = None
+        self, headers: list[BatchHeader], now_ms: int, batches: list[ProducerBatch]
     ) -> None:
-        """The bookkeeping after ``headers``' batches reached the OS.
-        ``leader_batch`` is what the producer state reads of the one batch a
-        leader appends, built already for its check."""
+        """The bookkeeping after ``headers``' batches reached the OS;
+        ``batches`` is what the producer state reads of each, built already
+        for the checks before the append."""
         cache = self.epoch_cache
         for header in headers:
             epoch = header.partition_leader_epoch
@@ -854,13 +898,13 @@ class PartitionLog:
         if cache is not self.epoch_cache:
             self._set_epoch_cache(cache)
         state = self.producer_state
-        for header in headers:
+        for header, batch in zip(headers, batches, strict=True):
             if header.producer_id == NO_PRODUCER_ID:
                 # All that ProducerStateManager.update does for a batch
                 # without a producer: its end moves past the batch.
                 state.map_end_offset = header.next_offset
             else:
-                state.update(leader_batch if leader_batch is not None else _producer_batch(header))
+                state.update(batch)
         new_end = headers[-1].next_offset
         if self._flush_due(new_end, now_ms):
             # flush.messages=1 syncs before the end moves (brokers.md §2.4).
@@ -868,11 +912,21 @@ class PartitionLog:
             self.recovery_point = new_end
             self._last_flush_ms = now_ms
 
-    def append_as_leader(self, batch_bytes: bytes, leader_epoch: int, now_ms: int) -> AppendInfo:
+    def append_as_leader(
+        self,
+        batch_bytes: bytes,
+        leader_epoch: int,
+        now_ms: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo:
         """Append one producer batch as the leader (``UnifiedLog.appendAsLeader``):
         verified (CRC, fields, records), checked against the producer state (a
         retry gets its original offsets and appends nothing), given the next
         offsets and ``leader_epoch``, then written. A refusal changes nothing.
+        Only a transaction coordinator writes control batches (``origin``
+        ``COORDINATOR``: its markers); a client's is ``INVALID_RECORD``, as in
+        Kafka's ``LogValidator``.
 
         Speed: this runs once a produced batch, so the checks and bookkeeping
         of :meth:`_after_append` and :meth:`_maybe_roll` are done inline for
@@ -883,6 +937,15 @@ class PartitionLog:
         if len(batch_bytes) > config.max_batch_bytes:
             self._check_size(len(batch_bytes), "batch")
         header = verify(batch_bytes)
+        marker = None
+        if header.attributes & CONTROL_FLAG:
+            if origin is not AppendOrigin.COORDINATOR:
+                raise PartitionLogError(
+                    Errors.INVALID_RECORD,
+                    "clients may not write control batches (a transaction's markers are "
+                    "its coordinator's)",
+                )
+            marker = read_marker(batch_bytes, header)
         compacts = self._compacts
         if compacts[0] is not config:
             # Derived once per config (a broker may replace the config).
@@ -913,6 +976,7 @@ class PartitionLog:
                     end,
                     header.max_timestamp,
                     header.is_transactional,
+                    marker,
                 )
             except ValueError as error:
                 raise PartitionLogError(Errors.INVALID_RECORD, f"batch: {error}") from None
@@ -941,7 +1005,8 @@ class PartitionLog:
             log_append_time = now_ms
             stamped = BatchHeader.parse(data)
             if incoming is not None:
-                incoming = _producer_batch(stamped)  # the stamped max timestamp
+                # The stamped max timestamp.
+                incoming = dataclasses.replace(incoming, max_timestamp=now_ms)
         else:
             # The verified header with the two fields stamped: the same tuple
             # BatchHeader.parse of the stamped bytes gives, built in C.
@@ -996,7 +1061,8 @@ class PartitionLog:
         end: ``UnexpectedAppendOffsetException``)."""
         self._live()
         scanner = BatchScanner(batch_bytes, max_batch_bytes=self.config.max_batch_bytes)
-        headers = [batch.header for batch in scanner]
+        scanned = list(scanner)
+        headers = [batch.header for batch in scanned]
         if scanner.error is not None or not headers:
             raise PartitionLogError(
                 Errors.CORRUPT_MESSAGE,
@@ -1004,7 +1070,8 @@ class PartitionLog:
                 + (str(scanner.error.args[0]) if scanner.error else "no batch"),
             )
         expected = self.log_end_offset
-        for header in headers:
+        batches = []
+        for at, header in scanned:
             if header.base_offset < expected:
                 raise PartitionLogError(
                     Errors.OFFSET_OUT_OF_RANGE,
@@ -1016,8 +1083,13 @@ class PartitionLog:
                     ),
                 )
             expected = header.next_offset
+            control = header.attributes & CONTROL_FLAG
             try:
-                _producer_batch(header)
+                batches.append(
+                    _producer_batch(
+                        header, bytes(batch_bytes[at : at + header.size]) if control else None
+                    )
+                )
             except ValueError as error:
                 # Checked before the append: the producer state could not
                 # record the batch afterwards.
@@ -1027,7 +1099,7 @@ class PartitionLog:
                 ) from None
         self._maybe_roll(len(batch_bytes), headers[-1].last_offset, now_ms)
         self._active.append(batch_bytes, allow_gaps=True)
-        self._after_append(headers, now_ms)
+        self._after_append(headers, now_ms, batches)
         return AppendInfo(headers[0].base_offset, headers[-1].last_offset, -1)
 
     def maybe_assign_epoch_start_offset(self, leader_epoch: int) -> bool:
@@ -1078,6 +1150,7 @@ class PartitionLog:
         if offset <= self.high_watermark:
             return False
         self.high_watermark = offset
+        self.producer_state.on_high_watermark(offset)
         return True
 
     # -- reads ----------------------------------------------------------------

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import bugs
 from bugs import Bug
 from partition_log.batch import (
+    CONTROL_FLAG,
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
@@ -48,11 +49,17 @@ __all__ = [
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
     "TIME_INDEX_SUFFIX",
+    "BatchVisitor",
     "RecoveryResult",
     "Segment",
     "file_name",
     "parse_log_name",
 ]
+
+BatchVisitor = Callable[[BatchHeader, bytes | None], None]
+"""Called with each batch a scan keeps: its header, and its bytes if it is
+a control batch (whose transaction marker the producer state reads), else
+None (the common batch costs no copy)."""
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -228,13 +235,13 @@ class Segment:
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
         max_index_bytes: int = DEFAULT_INDEX_BYTES,
         durable_offset: int | None = None,
-        visit: Callable[[BatchHeader], None] | None = None,
+        visit: BatchVisitor | None = None,
     ) -> tuple[Segment, RecoveryResult | None]:
         """Open the segment whose ``.log`` file is ``name``.
 
         With ``recover`` (after an unclean shutdown) the whole log is
         rescanned and cut at the first bad byte (:meth:`recover`, which calls
-        ``visit`` with each batch header kept), and its result returned.
+        ``visit`` with each batch kept), and its result returned.
         Without it the index files are loaded if present and sane (else
         rebuilt from the log in memory) and only the log's tail past the last
         index entry is read; a damaged tail is refused (``CORRUPT_MESSAGE``
@@ -309,7 +316,7 @@ class Segment:
         start: int,
         max_batch_bytes: int | None,
         visit: Callable[[int, BatchHeader], None],
-        also: Callable[[BatchHeader], None] | None = None,
+        also: BatchVisitor | None = None,
         check_crc: bool = True,
     ) -> _Scanned:
         """Call ``visit`` with the position and header of each whole valid
@@ -350,7 +357,11 @@ class Segment:
                 last = header
                 visit(at, header)
                 if also is not None:
-                    also(header)
+                    if header.attributes & CONTROL_FLAG:
+                        inside = at - position
+                        also(header, bytes(buffer[inside : inside + header.size]))
+                    else:
+                        also(header, None)
             consumed = scanner.position
             if scanner.end is ScanEnd.COMPLETE and position + len(buffer) < size:
                 position += consumed
@@ -725,7 +736,7 @@ class Segment:
         max_batch_bytes: int | None = None,
         *,
         durable_offset: int | None = None,
-        visit: Callable[[BatchHeader], None] | None = None,
+        visit: BatchVisitor | None = None,
     ) -> RecoveryResult:
         """Rescan the whole log (``LogSegment.recover``): keep the batches up to
         the first one that is torn, damaged or out of order, cut the file
@@ -736,7 +747,8 @@ class Segment:
         nothing: those bytes were synced, so the damage is not a torn write.
 
         ``visit`` is called with the header of each batch kept, in order, as
-        the scan reaches it: the log rebuilds its epoch cache and producer
+        the scan reaches it (and a control batch's bytes, whose transaction
+        marker the producer state reads): the log rebuilds its epoch cache and producer
         state in this one scan, as Kafka's ``LogSegment.recover`` takes the
         ``ProducerStateManager`` and ``LeaderEpochFileCache`` to update. A
         batch past the cut is never visited (the scan stops at it)."""

@@ -477,7 +477,7 @@ def prospects(**overrides: object) -> CleanableRange:
         "checkpoint": None,
         "log_start_offset": 0,
         "log_end_offset": 35,
-        "high_watermark": 35,
+        "last_stable_offset": 35,
         "now_ms": 1_000,
         "min_compaction_lag_ms": 0,
         "max_compaction_lag_ms": 1 << 62,
@@ -488,11 +488,11 @@ def prospects(**overrides: object) -> CleanableRange:
     return cleanable_range("log", segments, **kwargs)  # type: ignore[arg-type]
 
 
-def test_the_active_segment_and_the_high_watermark_bound_the_cleanable_part() -> None:
+def test_the_active_segment_and_the_last_stable_offset_bound_the_cleanable_part() -> None:
     fresh = prospects()
     assert (fresh.first_dirty_offset, fresh.first_uncleanable_offset) == (0, 30)
     assert (fresh.clean_bytes, fresh.cleanable_bytes, fresh.dirty_ratio) == (0, 300, 1.0)
-    below = prospects(high_watermark=15)
+    below = prospects(last_stable_offset=15)
     assert below.first_uncleanable_offset == 15
     assert below.cleanable_bytes == 200  # the segments overlapping [0, 15)
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import pytest
@@ -725,25 +726,57 @@ async def _unexpected(
     assert answer.leader.leader_id == cluster.active_node()
 
 
+class _NamesLeader(Protocol):
+    @property
+    def leader(self) -> Any: ...
+
+
+A = TypeVar("A", bound=_NamesLeader)
+
+
+async def _naming_the_leader(cluster: MetadataCluster, call: Callable[[], Awaitable[A]]) -> A:
+    """A standby's answer once it names a leader: on a loaded host a standby
+    may lose sight of the leader for a moment (its fetch timeout passes and
+    it becomes prospective, KIP-996) and answer NOT_CONTROLLER without one;
+    asked again until it knows the leader."""
+    answers: list[A] = []
+
+    async def named() -> bool:
+        answers.append(await call())
+        return bool(answers[-1].leader.leader_id >= 0)
+
+    await cluster.eventually(named, what="the standby names the active controller")
+    return answers[-1]
+
+
 async def _standby(cluster: MetadataCluster) -> None:
     active = await cluster.wait_active()
     standby = cluster.standbys()[0]
     orders = list((await describe(cluster, "orders")).topics)
-    write = await cluster.admin(standby).CreateTopics(
-        pb.CreateTopicsRequest(topics=[topic("from-standby", 1, 1)]), timeout=5
+    write = await _naming_the_leader(
+        cluster,
+        lambda: cluster.admin(standby).CreateTopics(
+            pb.CreateTopicsRequest(topics=[topic("from-standby", 1, 1)]), timeout=5
+        ),
     )
     assert name(write.error) == "NOT_CONTROLLER", write
     assert not write.topics
     assert write.leader.leader_id == active
     assert write.leader.leader_address == cluster.voters[active]
-    linearizable = await cluster.admin(standby).DescribeTopics(
-        pb.DescribeTopicsRequest(names=["orders"], linearizable=True), timeout=5
+    linearizable = await _naming_the_leader(
+        cluster,
+        lambda: cluster.admin(standby).DescribeTopics(
+            pb.DescribeTopicsRequest(names=["orders"], linearizable=True), timeout=5
+        ),
     )
     assert name(linearizable.error) == "NOT_CONTROLLER"
     assert not linearizable.topics and linearizable.leader.leader_id == active
-    beat = await cluster.lifecycle(standby).BrokerHeartbeat(
-        pb.BrokerHeartbeatRequest(broker_id=1, broker_epoch=1, current_metadata_offset=1),
-        timeout=5,
+    beat = await _naming_the_leader(
+        cluster,
+        lambda: cluster.lifecycle(standby).BrokerHeartbeat(
+            pb.BrokerHeartbeatRequest(broker_id=1, broker_epoch=1, current_metadata_offset=1),
+            timeout=5,
+        ),
     )
     assert name(beat.error) == "NOT_CONTROLLER" and beat.leader.leader_id == active
 

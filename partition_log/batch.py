@@ -87,6 +87,7 @@ __all__ = [
     "records_section",
     "set_base_offset",
     "set_leader_epoch",
+    "control_batch_bytes",
     "split_batches",
     "verify",
 ]
@@ -718,6 +719,17 @@ class BatchScanner:
                 return self._stop(ScanEnd.CORRUPT, str(error.args[0]))
         self.position = pos + size
         return _new_tuple(ScannedBatch, (pos, header))
+
+
+def control_batch_bytes(
+    buffer: bytes | bytearray | memoryview, position: int, header: BatchHeader
+) -> bytes | None:
+    """A copy of the batch at ``position`` of ``buffer`` (whose header is
+    ``header``) if it is a control batch, whose transaction marker a reader
+    of headers needs; None for any other batch, which costs no copy."""
+    if not header.attributes & CONTROL_FLAG:
+        return None
+    return bytes(buffer[position : position + header.size])
 
 
 def split_batches(buffer: bytes | bytearray | memoryview) -> list[memoryview]:

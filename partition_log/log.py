@@ -42,6 +42,7 @@ from partition_log.batch import (
     BatchHeader,
     BatchScanner,
     TimestampType,
+    control_batch_bytes,
     decode_records,
     verify,
 )
@@ -306,8 +307,7 @@ def _segment_batches(segment: Segment, offset: int) -> Iterator[tuple[BatchHeade
         for batch in BatchScanner(chunk, check_crc=False):
             header = batch.header
             if header.last_offset >= offset:
-                control = header.attributes & CONTROL_FLAG
-                yield header, bytes(chunk[batch.position : batch.end]) if control else None
+                yield header, control_batch_bytes(chunk, batch.position, header)
             position = header.next_offset
 
 
@@ -1083,12 +1083,9 @@ class PartitionLog:
                     ),
                 )
             expected = header.next_offset
-            control = header.attributes & CONTROL_FLAG
             try:
                 batches.append(
-                    _producer_batch(
-                        header, bytes(batch_bytes[at : at + header.size]) if control else None
-                    )
+                    _producer_batch(header, control_batch_bytes(batch_bytes, at, header))
                 )
             except ValueError as error:
                 # Checked before the append: the producer state could not

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import bugs
 from bugs import Bug
 from partition_log.batch import (
-    CONTROL_FLAG,
     HEADER_SIZE,
     LOG_OVERHEAD,
     BatchHeader,
     BatchScanner,
     ScanEnd,
+    control_batch_bytes,
     decode_records,
 )
 from partition_log.errors import Errors, PartitionLogError
@@ -357,11 +357,7 @@ class Segment:
                 last = header
                 visit(at, header)
                 if also is not None:
-                    if header.attributes & CONTROL_FLAG:
-                        inside = at - position
-                        also(header, bytes(buffer[inside : inside + header.size]))
-                    else:
-                        also(header, None)
+                    also(header, control_batch_bytes(buffer, at - position, header))
             consumed = scanner.position
             if scanner.end is ScanEnd.COMPLETE and position + len(buffer) < size:
                 position += consumed

@@ -182,7 +182,7 @@ def read_marker(batch: bytes | bytearray | memoryview, header: BatchHeader) -> E
             f"{where}: a transaction marker is transactional and has a producer id "
             f"(producer {header.producer_id})",
         )
-    records = decode_records(bytes(batch))
+    records = decode_records(batch)
     if len(records) != 1:
         raise PartitionLogError(
             Errors.INVALID_RECORD, f"{where}: {len(records)} records, a marker has one"

@@ -59,6 +59,7 @@ from broker.replica.types import NO_EPOCH, AlterPartitionResult
 from metadata.image import EMPTY_IMAGE, MetadataImage, PartitionRegistration, TopicIdPartition
 from metadata.records import NO_LEADER
 from partition_log.errors import PartitionLogError
+from partition_log.log import AppendOrigin
 
 __all__ = [
     "ApplyResult",
@@ -468,12 +469,21 @@ class ReplicaManager:
         return replica
 
     def append(
-        self, key: TopicIdPartition, batch: bytes, required_acks: int, now_ms: int
+        self,
+        key: TopicIdPartition,
+        batch: bytes,
+        required_acks: int,
+        now_ms: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> LeaderAppend:
-        """A producer's batch (``appendRecordsToLeader``), counted in bytes
-        and records in once appended (``appendToLocalLog``: a retry answered
-        with its original offsets counts too, as in Kafka)."""
-        appended = self.leader_replica(key).append_as_leader(batch, required_acks, now_ms)
+        """A producer's batch (``appendRecordsToLeader``), or a coordinator's
+        (``origin``), counted in bytes and records in once appended
+        (``appendToLocalLog``: a retry answered with its original offsets
+        counts too, as in Kafka)."""
+        appended = self.leader_replica(key).append_as_leader(
+            batch, required_acks, now_ms, origin=origin
+        )
         info = appended.info
         self.metrics.appended(len(batch), info.last_offset - info.first_offset + 1)
         return appended

@@ -73,7 +73,7 @@ from metadata.records import NO_LEADER, LeaderRecoveryState
 from partition_log.batch import BatchHeader
 from partition_log.errors import Errors as LogErrors
 from partition_log.errors import PartitionLogError
-from partition_log.log import AppendInfo
+from partition_log.log import AppendInfo, AppendOrigin
 from partition_log.log_config import CleanupPolicy
 
 __all__ = ["LeaderAppend", "PartitionReplica"]
@@ -536,7 +536,14 @@ class PartitionReplica:
         )
         return LeaderFetchOutcome(answer, alter, moved, self._low_watermark() > previous_low)
 
-    def append_as_leader(self, batch_bytes: bytes, required_acks: int, now_ms: int) -> LeaderAppend:
+    def append_as_leader(
+        self,
+        batch_bytes: bytes,
+        required_acks: int,
+        now_ms: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> LeaderAppend:
         """``Partition.appendRecordsToLeader``: acks=all under min ISR is refused
         before anything is written (``NOT_ENOUGH_REPLICAS``, a definite
         failure); else the log appends it in our epoch, and the HW is
@@ -552,7 +559,7 @@ class PartitionReplica:
                 f"the ISR {list(self.isr)} is smaller than min.insync.replicas {self.min_isr}",
             )
         try:
-            info = self.log.append_as_leader(batch_bytes, self.leader_epoch, now_ms)
+            info = self.log.append_as_leader(batch_bytes, self.leader_epoch, now_ms, origin=origin)
         except PartitionLogError as error:
             raise ReplicaError(from_partition_log_error(error), str(error.args[0])) from None
         return LeaderAppend(info, self.leader_epoch, self.maybe_increment_leader_hw(now_ms))

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from metadata.image import BrokerRegistration
 from partition_log.epoch_cache import LeaderEpochCache
-from partition_log.log import AppendInfo
+from partition_log.log import AppendInfo, AppendOrigin
 from partition_log.log_config import LogConfig
 
 __all__ = ["BrokerView", "MappingBrokerView", "ReplicaLog"]
@@ -44,7 +44,12 @@ class ReplicaLog(Protocol):
     def config(self) -> LogConfig: ...
 
     def append_as_leader(
-        self, batch_bytes: bytes, leader_epoch: int, now_ms: int
+        self,
+        batch_bytes: bytes,
+        leader_epoch: int,
+        now_ms: int,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> AppendInfo: ...
 
     def append_as_follower(self, batch_bytes: bytes, now_ms: int = 0) -> AppendInfo: ...

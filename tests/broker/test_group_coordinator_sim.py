@@ -219,14 +219,14 @@ def load_keeps_the_first_commit(monkeypatch: pytest.MonkeyPatch) -> None:
     original = GroupCoordinator._replay_stored
     seen: dict[int, set[OffsetCommitKey]] = {}
 
-    def replay(self: GroupCoordinator, context: Any, record: Any) -> None:
+    def replay(self: GroupCoordinator, context: Any, record: Any, *producer: int) -> None:
         decoded = codec.decode(record.key, record.value)
         if isinstance(decoded.key, OffsetCommitKey) and decoded.value is not None:
             keys = seen.setdefault(id(context), set())
             if decoded.key in keys:
                 return
             keys.add(decoded.key)
-        original(self, context, record)
+        original(self, context, record, *producer)
 
     monkeypatch.setattr(GroupCoordinator, "_replay_stored", replay)
 

@@ -14,7 +14,12 @@ from broker.replica.types import NO_EPOCH
 from kqproto import broker_pb2
 from metadata.image import MetadataImage, TopicIdPartition
 
-__all__ = ["answer_to_proto", "fetch_answers", "replica_fetch_request"]
+__all__ = ["answer_to_proto", "error_to_proto", "fetch_answers", "replica_fetch_request"]
+
+
+def error_to_proto(code: Errors) -> broker_pb2.BrokerError:
+    """The proto enum's value of a code (the two mirror each other)."""
+    return cast(broker_pb2.BrokerError, int(code))
 
 
 def replica_fetch_request(

@@ -45,7 +45,7 @@ from partition_log import BatchHeader, Record, build_batch, decode_records
 from partition_log.batch import split_batches
 from partition_log.errors import PartitionLogError
 from partition_log.log import AppendOrigin
-from partition_log.txn import EndTxnMarker, read_marker
+from partition_log.txn import EndTxnMarker, build_marker_batch, read_marker
 
 __all__ = [
     "NO_PRODUCER_EPOCH",
@@ -180,12 +180,18 @@ class CoordinatorRuntime(abc.ABC, Generic[S, R]):
         """A record's stored key and value."""
 
     @abc.abstractmethod
+    def _decode(self, key: bytes, value: bytes | None) -> R:
+        """A stored record read back (a :class:`StoredRecordError` naming
+        what is wrong if it cannot be)."""
+
     def _replay_stored(
         self, context: ShardContext[S], record: Record, producer_id: int, producer_epoch: int
     ) -> None:
-        """Replay one stored record read back from the log (a
-        :class:`StoredRecordError` if it cannot be read); ``producer_id``
+        """Replay one stored record read back from the log; ``producer_id``
         is the batch's if it is transactional, else NO_PRODUCER_ID."""
+        assert record.key is not None
+        decoded = self._decode(record.key, record.value)
+        self._replay(context, decoded, record.offset, producer_id, producer_epoch)
 
     @abc.abstractmethod
     def _replay(
@@ -527,6 +533,36 @@ class CoordinatorRuntime(abc.ABC, Generic[S, R]):
             self._replay(context, record, first + i, producer_id, producer_epoch)
         self.purgatory.wake(context.key)
         return context.last_written
+
+    async def write_marker(
+        self, partition: int, producer_id: int, producer_epoch: int, marker: EndTxnMarker
+    ) -> None:
+        """A transaction's marker on a partition of this topic that this
+        broker coordinates (WriteTxnMarkers to the offsets topic, Kafka's
+        ``CoordinatorRuntime.scheduleTransactionCompletion``): appended and
+        replayed with no await between, answered once committed; a
+        :class:`CoordinatorFailure` if the shard is not here or not
+        loaded (the transaction coordinator retries)."""
+        context = self._contexts.get(partition)
+        if context is None or not self._leads(context):
+            raise CoordinatorFailure(
+                Errors.NOT_COORDINATOR,
+                f"broker {self.broker_id} does not coordinate {self.topic_name}-{partition}",
+                partition,
+            )
+        if context.state is not ShardState.ACTIVE:
+            raise CoordinatorFailure(
+                Errors.COORDINATOR_LOAD_IN_PROGRESS
+                if context.state is ShardState.LOADING
+                else Errors.COORDINATOR_NOT_AVAILABLE,
+                f"broker {self.broker_id} has not loaded {self.topic_name}-{partition}",
+                partition,
+            )
+        batch = build_marker_batch(producer_id, producer_epoch, marker, self.now_ms())
+        self._append_batch(context, batch, AppendOrigin.COORDINATOR)
+        self._replay_marker(context, producer_id, producer_epoch, marker)
+        self.purgatory.wake(context.key)
+        await self._committed(context, context.last_written)
 
     async def _committed(self, context: ShardContext[S], end: int) -> None:
         """Wait until the high watermark of the shard's leader epoch reaches

@@ -14,6 +14,8 @@ from typing import Protocol, TypeVar
 
 import bugs
 from broker.coordinator_runtime import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
     CoordinatorFailure,
     CoordinatorRuntime,
     InternalTopicSettings,
@@ -44,7 +46,6 @@ from broker.purgatory import Purgatory
 from broker.replica_manager import ReplicaManager
 from bugs import Bug
 from metadata.image import MetadataImage, TopicIdPartition
-from partition_log import Record
 
 __all__ = [
     "NO_GROUP_METRICS",
@@ -151,15 +152,11 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard, CoordinatorReco
     def _encode(self, record: CoordinatorRecord) -> tuple[bytes, bytes | None]:
         return codec.encode(record)
 
-    def _replay_stored(
-        self, context: _Context, record: Record, producer_id: int, producer_epoch: int
-    ) -> None:
-        assert record.key is not None
+    def _decode(self, key: bytes, value: bytes | None) -> CoordinatorRecord:
         try:
-            decoded = codec.decode(record.key, record.value)
+            return codec.decode(key, value)
         except codec.GroupRecordError as error:
             raise StoredRecordError(str(error)) from None
-        context.shard.replay(decoded)
 
     def _replay(
         self,
@@ -170,8 +167,23 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard, CoordinatorReco
         producer_epoch: int,
     ) -> None:
         context.shard.replay(record)
-        if isinstance(record.key, GroupMetadataKey) and record.value is not None:
-            self.metrics.rebalanced(1)
+
+    def _append(
+        self,
+        context: _Context,
+        records: Sequence[CoordinatorRecord],
+        *,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> int:
+        end = super()._append(
+            context, records, producer_id=producer_id, producer_epoch=producer_epoch
+        )
+        # Group epochs bumped by this write (a load replays, bumps nothing).
+        bumps = sum(isinstance(r.key, GroupMetadataKey) and r.value is not None for r in records)
+        if bumps:
+            self.metrics.rebalanced(bumps)
+        return end
 
     def _loaded(self, context: _Context) -> None:
         context.shard.become_loaded(self.now_ms())

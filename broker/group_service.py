@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 from broker.access import Caller, broker_endpoint, caller_of, may
+from broker.codec import error_to_proto as _pb
 from broker.errors import Errors
 from broker.group.api import (
     CommitPartition,
@@ -28,7 +29,7 @@ from broker.group.api import (
 from broker.group.placement import OFFSETS_TOPIC, partition_for
 from broker.group.types import Partitions, by_topic
 from broker.group_coordinator import CoordinatorFailure, GroupCoordinator
-from kqproto import broker_pb2, groups_pb2, groups_pb2_grpc
+from kqproto import groups_pb2, groups_pb2_grpc
 from metadata.acls import CLUSTER_NAME, AclOperation, AclResourceType
 from metadata.authorizer import AuthorizerSettings
 from metadata.image import MetadataImage
@@ -50,10 +51,6 @@ class _Answered(Protocol):
 
 
 _A = TypeVar("_A", bound=_Answered)
-
-
-def _pb(code: Errors) -> broker_pb2.BrokerError:
-    return cast(broker_pb2.BrokerError, int(code))
 
 
 class _Invalid(Exception):

@@ -47,6 +47,15 @@ class Operation(enum.Enum):
     # A new group coordinator waiting for the earlier leaders' records to
     # commit before it loads its groups.
     GROUP_LOAD = "GroupLoad"
+    # A transaction coordinator's write waiting for its transaction log
+    # partition's high watermark.
+    TXN_WRITE = "TxnWrite"
+    # A new transaction coordinator waiting for the earlier leaders'
+    # records to commit before it loads its transactions.
+    TXN_LOAD = "TxnLoad"
+    # A transaction marker waiting for its partition's high watermark
+    # (WriteTxnMarkers' acks=all append).
+    TXN_MARKER = "TxnMarker"
 
 
 class Purgatory:

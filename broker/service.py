@@ -45,11 +45,13 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from broker.access import Caller as _Caller
 from broker.access import broker_endpoint, caller_of, may
 from broker.codec import answer_to_proto
+from broker.codec import error_to_proto as _pb
+from broker.coordinator_runtime import CoordinatorFailure
 from broker.errors import Errors, ReplicaError, from_partition_log_error
 from broker.metrics import BrokerMetrics, RequestKind
 from broker.producer_ids import ProducerIdsError, ProducerIdSource
@@ -64,6 +66,9 @@ from broker.replica import (
 from broker.replica.leader import check_current_leader_epoch, consumer_read_bound
 from broker.replica.types import NO_EPOCH
 from broker.replica_manager import NotLeaderError, ReplicaManager
+from broker.txn.types import MAX_TRANSACTIONAL_ID
+from broker.txn_coordinator import TransactionCoordinator
+from broker.txn_produce import TxnVerifier, verify_produce
 from kqproto import broker_pb2, broker_pb2_grpc
 from metadata.acls import CLUSTER_NAME, AclOperation, AclResourceType
 from metadata.authorizer import AuthorizerSettings
@@ -104,11 +109,6 @@ class ServiceSettings:
 
 class _Invalid(Exception):
     """A malformed request: answered INVALID_REQUEST naming the field."""
-
-
-def _pb(code: Errors) -> broker_pb2.BrokerError:
-    """The proto enum's value of a code (the two mirror each other)."""
-    return cast(broker_pb2.BrokerError, int(code))
 
 
 def _now_ms() -> int:
@@ -179,6 +179,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         *,
         image: Callable[[], MetadataImage] | None = None,
         producer_ids: ProducerIdSource | None = None,
+        transactions: TransactionCoordinator | None = None,
+        txn_verifier: TxnVerifier | None = None,
         on_alter_partition: Callable[[TopicIdPartition, AlterPartitionRequest], None] | None = None,
         controller_id: Callable[[], int] = lambda: -1,
         now_ms: Callable[[], int] = _now_ms,
@@ -189,6 +191,10 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         self.settings = settings
         self._image = image if image is not None else (lambda: replicas.image)
         self.producer_ids = producer_ids
+        # The transaction coordinator of this broker (InitProducerId with a
+        # transactional id), and who vouches for transactional produces.
+        self.transactions = transactions
+        self.txn_verifier = txn_verifier
         self.on_alter_partition = on_alter_partition
         self.controller_id = controller_id
         self.now_ms = now_ms
@@ -392,15 +398,21 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         caller = await self._caller(context)
         image = self._image()
         response = broker_pb2.ProduceResponse()
-        if request.transactional_id:
-            response.error = _pb(Errors.INVALID_REQUEST)
-            response.message = "transactional_id: transactions are not supported"
+        tid = request.transactional_id
+        if tid and not self._may(
+            image, caller, AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, tid, "Produce"
+        ):
+            response.error = _pb(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            response.message = f"{caller.describe()} is not allowed WRITE on transactional id {tid}"
             return response
         if request.acks == -1 and request.timeout_ms < 0:
             response.error = _pb(Errors.INVALID_REQUEST)
             response.message = f"timeout_ms {request.timeout_ms} is negative"
             return response
         acks = request.acks
+        # KIP-890 part 1: transactional batches the coordinator must vouch
+        # for first (broker.txn_produce), refused before anything is written.
+        txn_refused = await verify_produce(request, self.replicas, self.txn_verifier)
         # (key, topic index, partition response, last offset + 1, leader epoch)
         waiting: list[tuple[TopicIdPartition, broker_pb2.ProducePartitionResponse, int, int]] = []
         leaders: list[int] = []
@@ -459,6 +471,10 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                     )
                     continue
                 seen.add((topic.name, part.partition))
+                unverified = txn_refused.get((topic.name, part.partition))
+                if unverified is not None:
+                    refuse(*unverified)
+                    continue
                 appended = None
                 try:
                     key = self.replicas.resolve(topic.name, part.partition)
@@ -1101,16 +1117,54 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
 
     # -- InitProducerId -------------------------------------------------------------
 
+    async def _init_transactional_producer(
+        self,
+        request: broker_pb2.InitProducerIdRequest,
+        caller: _Caller,
+        image: MetadataImage,
+        response: broker_pb2.InitProducerIdResponse,
+    ) -> broker_pb2.InitProducerIdResponse:
+        """InitProducerId with a transactional id: its coordinator's
+        (``TransactionCoordinator.handleInitProducerId``), Write on the id."""
+        tid = request.transactional_id
+        if len(tid) > MAX_TRANSACTIONAL_ID:
+            response.error = _pb(Errors.INVALID_REQUEST)
+            response.message = (
+                f"transactional_id is {len(tid)} characters long (at most {MAX_TRANSACTIONAL_ID})"
+            )
+            return response
+        if not self._may(
+            image,
+            caller,
+            AclOperation.WRITE,
+            AclResourceType.TRANSACTIONAL_ID,
+            tid,
+            "InitProducerId",
+        ):
+            response.error = _pb(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            response.message = f"{caller.describe()} is not allowed WRITE on transactional id {tid}"
+            return response
+        if self.transactions is None:
+            response.error = _pb(Errors.COORDINATOR_NOT_AVAILABLE)
+            response.message = "this broker runs no transaction coordinator"
+            return response
+        try:
+            answer = await self.transactions.init_producer_id(
+                tid, request.transaction_timeout_ms, request.producer_id, request.producer_epoch
+            )
+        except CoordinatorFailure as failure:
+            response.error, response.message = _pb(failure.code), failure.message
+            return response
+        response.error, response.message = _pb(answer.error), answer.message
+        response.producer_id, response.producer_epoch = answer.producer_id, answer.producer_epoch
+        return response
+
     async def InitProducerId(
         self, request: broker_pb2.InitProducerIdRequest, context: Any
     ) -> broker_pb2.InitProducerIdResponse:
         caller = await self._caller(context)
         image = self._image()
         response = broker_pb2.InitProducerIdResponse(producer_id=-1, producer_epoch=-1)
-        if request.transactional_id:
-            response.error = _pb(Errors.INVALID_REQUEST)
-            response.message = "transactional_id: transactions are not supported"
-            return response
         if (request.producer_id == -1) != (request.producer_epoch == -1):
             response.error = _pb(Errors.INVALID_REQUEST)
             response.message = (
@@ -1118,6 +1172,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 f"{request.producer_epoch}: both -1 or neither"
             )
             return response
+        if request.transactional_id:
+            return await self._init_transactional_producer(request, caller, image, response)
         if not self._may(
             image,
             caller,

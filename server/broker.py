@@ -39,7 +39,7 @@ import random
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,6 +48,7 @@ from prometheus_client import Gauge
 from prometheus_client.core import GaugeMetricFamily
 
 from broker.codec import fetch_answers, replica_fetch_request
+from broker.coordinator_runtime import InternalTopicSettings
 from broker.errors import Errors, from_name
 from broker.group.placement import OFFSETS_TOPIC
 from broker.group.shard import GroupConfig
@@ -68,7 +69,26 @@ from broker.replica.follower import backs_off
 from broker.replica.types import AlterPartitionResult, Restart, Truncation
 from broker.replica_manager import ReplicaManager
 from broker.service import BrokerService, ServiceSettings
-from kqproto import broker_pb2, broker_pb2_grpc, groups_pb2, groups_pb2_grpc, metadata_pb2
+from broker.txn.api import TxnMarker
+from broker.txn.coordinator import TxnConfig
+from broker.txn.placement import TRANSACTION_STATE_TOPIC
+from broker.txn_coordinator import (
+    MarkerWriter,
+    TransactionCoordinator,
+    TransactionStateTopicSettings,
+)
+from broker.txn_links import BrokerTxnLinks
+from broker.txn_markers import TxnMarkerAppender
+from broker.txn_service import TransactionService
+from kqproto import (
+    broker_pb2,
+    broker_pb2_grpc,
+    groups_pb2,
+    groups_pb2_grpc,
+    metadata_pb2,
+    txn_pb2,
+    txn_pb2_grpc,
+)
 from metadata.authorizer import AuthorizerSettings
 from metadata.client import (
     Endpoint,
@@ -91,6 +111,7 @@ from partition_log.os_files import (
     TornTailOsDirectory,
     tear_unsynced_tails,
 )
+from quorum.driver.client import ChannelPool
 from quorum.driver.node import NodeOptions
 from quorum.driver.server import NodeConfig, NodeServer
 from quorum.driver.snapshot_files import fsync_dir
@@ -167,6 +188,11 @@ class BrokerSettings:
     # The group coordinator's settings and its offsets topic's.
     groups: GroupConfig = field(default_factory=GroupConfig)
     offsets_topic: OffsetsTopicSettings = field(default_factory=OffsetsTopicSettings)
+    # The transaction coordinator's settings and its transaction log's.
+    transactions: TxnConfig = field(default_factory=TxnConfig)
+    transaction_topic: TransactionStateTopicSettings = field(
+        default_factory=TransactionStateTopicSettings
+    )
 
 
 def _error_name(code: int) -> Errors:
@@ -204,26 +230,44 @@ class _ControllerBlocks:
 
 
 class _BrokerPlugin:
-    """The broker's services (the data plane's and the groups') on the
-    observer node's gRPC server."""
+    """The broker's services (the data plane's, the groups' and the
+    transactions') on the observer node's gRPC server."""
 
-    def __init__(self, service: BrokerService, groups: GroupService) -> None:
+    def __init__(
+        self, service: BrokerService, groups: GroupService, transactions: TransactionService
+    ) -> None:
         self.service = service
         self.groups = groups
+        self.transactions = transactions
         self.service_names: Sequence[str] = (
             broker_pb2.DESCRIPTOR.services_by_name["BrokerService"].full_name,
             groups_pb2.DESCRIPTOR.services_by_name["GroupService"].full_name,
+            txn_pb2.DESCRIPTOR.services_by_name["TransactionService"].full_name,
         )
 
     def add_to_server(self, server: grpc.aio.Server) -> None:
         broker_pb2_grpc.add_BrokerServiceServicer_to_server(self.service, server)
         groups_pb2_grpc.add_GroupServiceServicer_to_server(self.groups, server)
+        txn_pb2_grpc.add_TransactionServiceServicer_to_server(self.transactions, server)
 
     async def start(self) -> None:
         return None
 
     async def stop(self) -> None:
         return None
+
+
+class _LateMarkerWriter:
+    """The coordinator's :class:`MarkerWriter`, bound once the links that
+    need the coordinator exist."""
+
+    writer: MarkerWriter | None = None
+
+    async def write_markers(
+        self, leader_id: int, markers: Sequence[TxnMarker], coordinator_epoch: int
+    ) -> Mapping[tuple[str, int], tuple[Errors, str]]:
+        assert self.writer is not None
+        return await self.writer.write_markers(leader_id, markers, coordinator_epoch)
 
 
 def _now_ms() -> int:
@@ -326,11 +370,12 @@ class BrokerProcess:
         self.client = MetadataClient(
             list(settings.voters.values()), credentials=credentials, options=self._channel_options
         )
+        producer_ids = BlockProducerIds(_ControllerBlocks(self))
         self.service = BrokerService(
             self.replicas,
             ServiceSettings(settings.cluster_id, settings.listener_name, settings.authorizer),
             image=lambda: self.replicas.image,
-            producer_ids=BlockProducerIds(_ControllerBlocks(self)),
+            producer_ids=producer_ids,
             on_alter_partition=self._queue_alter,
             controller_id=self._controller_id,
         )
@@ -346,6 +391,44 @@ class BrokerProcess:
         )
         self.group_service = GroupService(
             self.groups, listener=settings.listener_name, authorizer=settings.authorizer
+        )
+        # Transactions: the coordinator of the ids whose __transaction_state
+        # partitions lead here, the markers written to this broker's
+        # partitions, and the links to the other brokers (markers out,
+        # KIP-890 verifications) over the broker's certificate and mark.
+        self._pool = ChannelPool(credentials, options=self._channel_options)
+        markers = _LateMarkerWriter()
+        self.transactions = TransactionCoordinator(
+            settings.node_id,
+            self.replicas,
+            self.service.purgatory,
+            markers=markers,
+            producer_ids=producer_ids,
+            config=settings.transactions,
+            topic=settings.transaction_topic,
+            offsets_partitions=settings.offsets_topic.partitions,
+            now_ms=_now_ms,
+            create_topic=self._create_transaction_topic,
+        )
+        appender = TxnMarkerAppender(
+            self.replicas, self.service.purgatory, self.groups, now_ms=_now_ms
+        )
+        self.txn_links = BrokerTxnLinks(
+            settings.node_id,
+            lambda: self.replicas.image,
+            settings.listener_name,
+            self._pool,
+            coordinator=self.transactions,
+            appender=appender,
+        )
+        markers.writer = self.txn_links
+        self.service.transactions = self.transactions
+        self.service.txn_verifier = self.txn_links
+        self.txn_service = TransactionService(
+            self.transactions,
+            appender,
+            listener=settings.listener_name,
+            authorizer=settings.authorizer,
         )
         self.node = NodeServer(
             NodeConfig(
@@ -364,7 +447,9 @@ class BrokerProcess:
             if lose_unsynced
             else None,
             state_machine=SharedLog([("metadata", self.metadata)]),
-            plugins=[lambda host: _BrokerPlugin(self.service, self.group_service)],
+            plugins=[
+                lambda host: _BrokerPlugin(self.service, self.group_service, self.txn_service)
+            ],
         )
         self._metrics()
         self.metadata.add_listener(self._on_commit)
@@ -553,6 +638,7 @@ class BrokerProcess:
         self._plan_fetchers()
         self.service.wake()
         self.groups.on_image(image)
+        self.transactions.on_image(image)
 
     def _log_recoveries(self) -> None:
         """What recovery cut from each log loaded after an unclean shutdown
@@ -999,11 +1085,13 @@ class BrokerProcess:
         compacted topic, ``offsets.partitions`` of
         ``offsets.replication_factor`` replicas, ``min.insync.replicas``
         ``offsets.min_insync_replicas`` (at most the replication factor)."""
-        topic = self.settings.offsets_topic
+        await self._create_internal_topic(OFFSETS_TOPIC, self.settings.offsets_topic)
+
+    async def _create_internal_topic(self, name: str, topic: InternalTopicSettings) -> None:
         answer = await self.client.create_topics(
             [
                 NewTopic(
-                    OFFSETS_TOPIC,
+                    name,
                     topic.partitions,
                     topic.replication_factor,
                     configs={
@@ -1019,7 +1107,15 @@ class BrokerProcess:
         for result in answer.topics:
             if result.error not in (0, MetadataErrors.TOPIC_ALREADY_EXISTS):
                 raise MetadataClientError(MetadataErrors(result.error), result.message)
-        log.info("broker %d: created the offsets topic %s", self.settings.node_id, OFFSETS_TOPIC)
+        log.info("broker %d: created the internal topic %s", self.settings.node_id, name)
+
+    async def _create_transaction_topic(self) -> None:
+        """Ask the controller for the transaction log, as for the offsets
+        topic: compacted, ``transaction_state.partitions`` of
+        ``transaction_state.replication_factor`` replicas,
+        ``min.insync.replicas`` ``transaction_state.min_insync_replicas``
+        (Kafka's ``transaction.state.log.*``)."""
+        await self._create_internal_topic(TRANSACTION_STATE_TOPIC, self.settings.transaction_topic)
 
     async def controlled_shutdown(self) -> bool:
         """Heartbeat with ``want_shutdown`` until the controller says the
@@ -1063,7 +1159,9 @@ class BrokerProcess:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._fetchers.clear()
+        await self.transactions.stop()
         await self.groups.stop()
+        await self._pool.close()
         await self.node.stop(resign=False)
         await self.client.close()
         if not self.replicas.shut_down:
@@ -1120,6 +1218,10 @@ def broker_config(settings: Settings) -> BrokerSettings:
         metrics_listen=node.metrics_listen,
         groups=GroupConfig(**_section(settings, "group")),  # type: ignore[arg-type]
         offsets_topic=OffsetsTopicSettings(**_section(settings, "offsets")),  # type: ignore[arg-type]
+        transactions=TxnConfig(**_section(settings, "transaction")),  # type: ignore[arg-type]
+        transaction_topic=TransactionStateTopicSettings(
+            **_section(settings, "transaction_state")  # type: ignore[arg-type]
+        ),
     )
 
 

@@ -32,6 +32,8 @@ from typing import Any, NoReturn
 
 from broker.group.shard import GroupConfig
 from broker.group_coordinator import OffsetsTopicSettings
+from broker.txn.coordinator import TxnConfig
+from broker.txn_coordinator import TransactionStateTopicSettings
 from metadata.active import ControllerSettings
 from metadata.authorizer import AuthorizerSettings
 from quorum.config import QuorumConfig
@@ -240,6 +242,23 @@ SETTINGS: dict[str, Setting] = {
         },
     )
     + _core_settings(
+        "transaction_state",
+        TransactionStateTopicSettings,
+        minimums={
+            "partitions": 1,
+            "replication_factor": 1,
+            "min_insync_replicas": 1,
+            "segment_bytes": 14,
+            "commit_timeout_ms": 1,
+            "tick_interval_ms": 1,
+        },
+    )
+    + _core_settings(
+        "transaction",
+        TxnConfig,
+        minimums={"max_timeout_ms": 1, "transactional_id_expiration_ms": 1},
+    )
+    + _core_settings(
         "controller",
         ControllerSettings,
         minimums={
@@ -251,7 +270,18 @@ SETTINGS: dict[str, Setting] = {
 }
 """Every setting, by key."""
 
-_SECTIONS = ("quorum", "node", "controller", "tls", "authorizer", "broker", "group", "offsets")
+_SECTIONS = (
+    "quorum",
+    "node",
+    "controller",
+    "tls",
+    "authorizer",
+    "broker",
+    "group",
+    "offsets",
+    "transaction",
+    "transaction_state",
+)
 
 
 def env_name(key: str) -> str:

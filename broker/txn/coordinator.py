@@ -298,6 +298,40 @@ class TransactionCoordinatorShard:
         )
         return Result((self._transit(meta, new),), AddPartitionsResponse(Errors.NONE))
 
+    def verify_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+    ) -> dict[TopicPartition, tuple[Errors, str]]:
+        """``AddPartitionsToTxn`` with ``verifyOnly`` (KIP-890 part 1), asked
+        by a partition's leader before it appends the first transactional
+        batch of a producer: each partition is ``NONE`` only if it is in
+        the ONGOING transaction of exactly this producer id and epoch.
+        Since every end bumps the epoch (part 2), the pair names one
+        transaction, so a late batch of an ended one, or of one that never
+        added the partition, is refused (``INVALID_TXN_STATE``) instead of
+        opening a transaction in the partition that no marker would ever
+        end (the hanging transaction, KAFKA-17754's delayed write)."""
+        wanted = frozenset(partitions)
+        try:
+            meta = self._current(transactional_id, producer_id, producer_epoch)
+        except TxnError as error:
+            return dict.fromkeys(wanted, (error.code, error.message))
+        out: dict[TopicPartition, tuple[Errors, str]] = {}
+        for tp in wanted:
+            if meta.state is _S.ONGOING and tp in meta.partitions:
+                out[tp] = (Errors.NONE, "")
+            else:
+                out[tp] = (
+                    Errors.INVALID_TXN_STATE,
+                    f"partition {tp.topic}-{tp.partition} is not in an ongoing transaction of "
+                    f"transactional id {transactional_id!r} at producer id {producer_id} epoch "
+                    f"{producer_epoch} (the id is {meta.state.kafka_name})",
+                )
+        return out
+
     # -- EndTxn ---------------------------------------------------------------
 
     def end_txn(

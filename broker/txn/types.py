@@ -12,6 +12,7 @@ from typing import Final
 
 __all__ = [
     "MAX_PRODUCER_EPOCH",
+    "MAX_TRANSACTIONAL_ID",
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
     "TRANSACTION_VERSION",
@@ -27,6 +28,9 @@ NO_PRODUCER_ID: Final = -1
 NO_PRODUCER_EPOCH: Final = -1
 # Short.MAX_VALUE: a producer epoch is an int16.
 MAX_PRODUCER_EPOCH: Final = 2**15 - 1
+# The longest transactional id kq takes (the group ids' limit; Kafka sets
+# none but the record size's).
+MAX_TRANSACTIONAL_ID: Final = 255
 # The transaction version the coordinator speaks (KIP-890 part 2's
 # TV_2: every EndTxn bumps the epoch).  Written in every record as Kafka's
 # ClientTransactionVersion.

@@ -233,6 +233,34 @@ def test_add_offsets_adds_the_groups_offsets_partition() -> None:
     )
 
 
+def test_verify_only_passes_the_partitions_of_this_producers_ongoing_transaction() -> None:
+    """KIP-890 part 1: a leader's verification passes only a partition in
+    the ongoing transaction of exactly this producer id and epoch."""
+    shard, log, _ = new_shard()
+    pid, epoch = ongoing(shard, log)
+    found = shard.verify_partitions("tx", pid, epoch, [TP0, TP1])
+    assert found[TP0] == (Errors.NONE, "")
+    assert found[TP1][0] is Errors.INVALID_TXN_STATE and "t-1" in found[TP1][1]
+    # Verifying writes nothing and changes nothing.
+    assert meta(shard).partitions == {TP0, U0}
+    # An older epoch is fenced, another producer id is not the id's.
+    assert shard.verify_partitions("tx", pid, epoch - 1, [TP0])[TP0][0] is Errors.PRODUCER_FENCED
+    assert shard.verify_partitions("tx", pid + 1, epoch, [TP0])[TP0][0] is (
+        Errors.INVALID_PRODUCER_ID_MAPPING
+    )
+    assert shard.verify_partitions("nope", pid, epoch, [TP0])[TP0][0] is (
+        Errors.INVALID_PRODUCER_ID_MAPPING
+    )
+    # Once the transaction ends (its epoch bumped), its epoch verifies
+    # nothing: a late batch of it is refused, not taken into the next.
+    end = log.apply(shard, shard.end_txn("tx", pid, epoch, True, 5)).response
+    complete(shard, log, end.pending)
+    assert shard.verify_partitions("tx", pid, epoch, [TP0])[TP0][0] is Errors.PRODUCER_FENCED
+    assert shard.verify_partitions("tx", pid, end.producer_epoch, [TP0])[TP0][0] is (
+        Errors.INVALID_TXN_STATE
+    )
+
+
 # -- EndTxn -------------------------------------------------------------------
 
 

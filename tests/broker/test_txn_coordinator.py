@@ -1,0 +1,206 @@
+"""The transaction coordinator at run time over three in-memory brokers
+(tests/broker/txn_cluster.py): a transaction's markers reach every
+partition at the bumped epoch stamped with the coordinator's epoch, a
+timeout aborts and fences, a new coordinator finishes what an old one
+prepared, a deposed coordinator's markers are refused, and KIP-890's
+verification refuses a transactional produce the coordinator does not
+vouch for."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from broker.errors import Errors
+from broker.txn.types import TopicPartition, TransactionState
+from broker.txn_produce import verify_produce
+from kqproto import broker_pb2
+from metadata.image import TopicIdPartition
+from partition_log.txn import ControlType
+from tests.broker.images import change
+from tests.broker.txn_cluster import (
+    DATA_ID,
+    TXN_TOPIC_ID,
+    TxnBrokers,
+    eventually,
+    txn_batch,
+)
+
+T = TypeVar("T")
+T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
+TIMEOUT = 60_000
+
+
+def run(body: Callable[[TxnBrokers], Awaitable[T]]) -> T:
+    async def main() -> T:
+        brokers = TxnBrokers()
+        brokers.start()
+        try:
+            await brokers.loaded(1)
+            return await asyncio.wait_for(body(brokers), 30)
+        finally:
+            await brokers.stop()
+
+    return asyncio.run(main())
+
+
+def produce(tid: str, partition: int, records: bytes) -> broker_pb2.ProduceRequest:
+    request = broker_pb2.ProduceRequest(transactional_id=tid, acks=-1, timeout_ms=1000)
+    request.topics.add(name="t").partitions.add(partition=partition, records=records)
+    return request
+
+
+async def send(
+    brokers: TxnBrokers, tid: str, partition: int, pid: int, epoch: int, seq: int, value: bytes
+) -> tuple[Errors, str] | None:
+    """A transactional batch to the partition's leader, verified first as
+    the service does: the refusal, or None once appended."""
+    leader = 2 if partition == 0 else 3
+    records = txn_batch(pid, epoch, seq, value)
+    refused = await verify_produce(
+        produce(tid, partition, records), brokers.brokers[leader], brokers.links[leader]
+    )
+    if ("t", partition) in refused:
+        return refused[("t", partition)]
+    brokers.brokers[leader].append(TopicIdPartition(DATA_ID, partition), records, -1, brokers.now)
+    return None
+
+
+def test_a_commit_writes_every_marker_then_completes() -> None:
+    async def body(b: TxnBrokers) -> None:
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        assert init.error is Errors.NONE
+        pid, epoch = init.producer_id, init.producer_epoch
+        added = await coordinator.add_partitions("tx", pid, epoch, [T0, T1])
+        assert added.error is Errors.NONE
+        assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
+        assert await send(b, "tx", 1, pid, epoch, 0, b"b") is None
+        # Open: the last stable offset stays at the transaction's start.
+        assert b.data_log(2, 0).last_stable_offset == 0
+        end = await coordinator.end_txn("tx", pid, epoch, True)
+        assert (end.error, end.producer_id, end.producer_epoch) == (Errors.NONE, pid, epoch + 1)
+
+        await eventually(
+            lambda: (
+                [t.state for t in coordinator.list_transactions()]
+                == [TransactionState.COMPLETE_COMMIT]
+            )
+        )
+        coordinator_epoch = b.md.image.partition(TXN_TOPIC_ID, 0).leader_epoch  # type: ignore[union-attr]
+        for partition, leader in ((0, 2), (1, 3)):
+            ((marker_pid, marker_epoch, marker),) = b.markers(leader, partition)
+            assert (marker_pid, marker_epoch) == (pid, epoch + 1)
+            assert marker.type is ControlType.COMMIT
+            assert marker.coordinator_epoch == coordinator_epoch
+        await eventually(lambda: b.data_log(2, 0).last_stable_offset == 2)
+        described = await coordinator.describe_transaction("tx")
+        assert described.partitions == frozenset()
+
+    run(body)
+
+
+def test_kip890_a_produce_the_coordinator_does_not_vouch_for_is_refused() -> None:
+    async def body(b: TxnBrokers) -> None:
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        pid, epoch = init.producer_id, init.producer_epoch
+        # No AddPartitionsToTxn yet: nothing vouches for the batch.
+        refused = await send(b, "tx", 0, pid, epoch, 0, b"early")
+        assert refused is not None and refused[0] is Errors.INVALID_TXN_STATE, refused
+        assert b.data_log(2, 0).log_end_offset == 0
+        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
+        # A partition the transaction never added is refused even now.
+        refused = await send(b, "tx", 1, pid, epoch, 0, b"b")
+        assert refused is not None and refused[0] is Errors.INVALID_TXN_STATE
+        end = await coordinator.end_txn("tx", pid, epoch, False)
+        assert end.error is Errors.NONE
+        await eventually(lambda: len(b.markers(2, 0)) == 1)
+        # KAFKA-17754: a delayed write of the ended transaction (its old
+        # epoch) is refused; it does not land in, or open, another one.
+        late = await send(b, "tx", 0, pid, epoch, 1, b"late")
+        assert late is not None and late[0] is Errors.INVALID_PRODUCER_EPOCH, late
+        await eventually(lambda: b.data_log(2, 0).last_stable_offset == 2)
+        # The next transaction at the bumped epoch, not yet added there:
+        # refused too (a hanging transaction would start here otherwise).
+        early = await send(b, "tx", 0, pid, end.producer_epoch, 0, b"next")
+        assert early is not None and early[0] in (
+            Errors.INVALID_TXN_STATE,
+            Errors.NOT_ENOUGH_REPLICAS,
+        ), early
+        assert b.data_log(2, 0).last_stable_offset == b.data_log(2, 0).log_end_offset
+
+    run(body)
+
+
+def test_a_request_without_transactional_id_may_not_carry_transactional_batches() -> None:
+    async def body(b: TxnBrokers) -> None:
+        refused = await verify_produce(
+            produce("", 0, txn_batch(7, 0, 0, b"x")), b.brokers[2], b.links[2]
+        )
+        assert refused[("t", 0)][0] is Errors.INVALID_RECORD
+
+    run(body)
+
+
+def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced() -> None:
+    async def body(b: TxnBrokers) -> None:
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", 100)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
+        b.now += 1_000
+        await eventually(
+            lambda: (
+                [t.state for t in coordinator.list_transactions()]
+                == [TransactionState.COMPLETE_ABORT]
+            )
+        )
+        ((_, marker_epoch, marker),) = b.markers(2, 0)
+        assert marker.type is ControlType.ABORT and marker_epoch == epoch + 1
+        fenced = await coordinator.add_partitions("tx", pid, epoch, [T0])
+        assert fenced.error is Errors.PRODUCER_FENCED
+        ended = await coordinator.end_txn("tx", pid, epoch, True)
+        assert ended.error is Errors.PRODUCER_FENCED
+
+    run(body)
+
+
+def test_a_new_coordinator_writes_the_markers_of_a_prepared_transaction() -> None:
+    async def body(b: TxnBrokers) -> None:
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await coordinator.add_partitions("tx", pid, epoch, [T0, T1])
+        assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
+        # Broker 1 cannot reach anyone: the decision is logged, no marker
+        # gets out.
+        b.down.add(1)
+        end = await coordinator.end_txn("tx", pid, epoch, True)
+        assert end.error is Errors.NONE
+        await asyncio.sleep(0.01)
+        assert b.markers(2, 0) == []
+        # The transaction log's leadership moves to broker 2.
+        b.step_and_publish(change(TXN_TOPIC_ID, 0, leader=2, isr=(2, 3)))
+        await b.loaded(2)
+        await eventually(
+            lambda: (
+                [t.state for t in b.txns[2].list_transactions()]
+                == [TransactionState.COMPLETE_COMMIT]
+            )
+        )
+        new_epoch = b.md.image.partition(TXN_TOPIC_ID, 0).leader_epoch  # type: ignore[union-attr]
+        for partition, leader in ((0, 2), (1, 3)):
+            ((_, marker_epoch, marker),) = b.markers(leader, partition)
+            assert marker.type is ControlType.COMMIT and marker_epoch == epoch + 1
+            assert marker.coordinator_epoch == new_epoch
+        # The deposed coordinator's markers, sent late, are refused.
+        b.down.discard(1)
+        sent = [m for call in b.marker_calls for m in call[2] if m.partition == 0]
+        stale = await b.appenders[2].append([sent[-1]], coordinator_epoch=new_epoch - 1)
+        assert next(iter(stale.values()))[0] is Errors.TRANSACTION_COORDINATOR_FENCED
+
+    run(body)

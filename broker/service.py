@@ -914,7 +914,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                     out.error = _pb(Errors.INVALID_REQUEST)
                     out.message = f"{where}.timestamp {part.timestamp} is not a time, -1, -2 or -3"
                 else:
-                    self._list_offset(topic.name, part, out)
+                    committed = request.isolation_level == broker_pb2.READ_COMMITTED
+                    self._list_offset(topic.name, part, out, committed)
         return response
 
     def _list_offset(
@@ -922,7 +923,12 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         name: str,
         part: broker_pb2.ListOffsetsPartition,
         out: broker_pb2.ListOffsetsPartitionResponse,
+        committed: bool = False,
     ) -> None:
+        """One partition's offset; ``committed`` (READ_COMMITTED) bounds
+        "latest" and timestamp lookups by the last stable offset instead of
+        the high watermark (``UnifiedLog.fetchOffsetByTimestamp`` with the
+        isolation's fetchable end)."""
         try:
             key = self.replicas.resolve(name, part.partition)
         except NotLeaderError as error:
@@ -945,6 +951,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 out.error, out.message = _pb(error.code), str(error.args[0])
                 out.current_leader.CopyFrom(_leader(leader, epoch))
                 return
+            if committed:
+                out.offset = min(out.offset, log_.last_stable_offset)
             out.leader_epoch = cache.epoch_for_offset(out.offset - 1) if out.offset else NO_EPOCH
         else:
             timestamp = part.timestamp
@@ -961,7 +969,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             hit = log_.offset_for_timestamp(timestamp)
             # A consumer is told only of records below the high watermark
             # (UnifiedLog.fetchOffsetByTimestamp with the fetchable end).
-            if hit is not None and hit[0] < log_.high_watermark:
+            end = log_.last_stable_offset if committed else log_.high_watermark
+            if hit is not None and hit[0] < end:
                 out.offset, out.timestamp = hit
                 out.leader_epoch = cache.epoch_for_offset(hit[0])
 

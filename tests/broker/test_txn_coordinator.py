@@ -13,12 +13,14 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from broker.errors import Errors
+from broker.service import BrokerService, ServiceSettings
 from broker.txn.types import TopicPartition, TransactionState
 from broker.txn_produce import verify_produce
 from kqproto import broker_pb2
 from metadata.image import TopicIdPartition
 from partition_log.txn import ControlType
 from tests.broker.images import change
+from tests.broker.test_service_fuzz import PlaintextContext
 from tests.broker.txn_cluster import (
     DATA_ID,
     TXN_TOPIC_ID,
@@ -202,5 +204,32 @@ def test_a_new_coordinator_writes_the_markers_of_a_prepared_transaction() -> Non
         sent = [m for call in b.marker_calls for m in call[2] if m.partition == 0]
         stale = await b.appenders[2].append([sent[-1]], coordinator_epoch=new_epoch - 1)
         assert next(iter(stale.values()))[0] is Errors.TRANSACTION_COORDINATOR_FENCED
+
+    run(body)
+
+
+def test_read_committed_list_offsets_stop_at_the_last_stable_offset() -> None:
+    async def body(b: TxnBrokers) -> None:
+        service = BrokerService(b.brokers[2], ServiceSettings("c"), purgatory=b.purgatories[2])
+
+        async def latest(isolation: int) -> int:
+            request = broker_pb2.ListOffsetsRequest(isolation_level=isolation)  # type: ignore[arg-type]
+            request.topics.add(name="t").partitions.add(partition=0, timestamp=-1)
+            answer = await service.ListOffsets(request, PlaintextContext())
+            part = answer.topics[0].partitions[0]
+            assert part.error == Errors.NONE, part.message
+            return part.offset
+
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
+        await eventually(lambda: b.data_log(2, 0).high_watermark == 1)
+        assert await latest(broker_pb2.READ_UNCOMMITTED) == 1
+        assert await latest(broker_pb2.READ_COMMITTED) == 0
+        await coordinator.end_txn("tx", pid, epoch, True)
+        await eventually(lambda: b.data_log(2, 0).high_watermark == 2)
+        assert await latest(broker_pb2.READ_COMMITTED) == 2
 
     run(body)

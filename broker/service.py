@@ -1078,6 +1078,58 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             await self._await_low_watermarks(waiting, request.timeout_ms)
         return response
 
+    # -- DescribeProducers -----------------------------------------------------------
+
+    async def DescribeProducers(
+        self, request: broker_pb2.DescribeProducersRequest, context: Any
+    ) -> broker_pb2.DescribeProducersResponse:
+        """``ReplicaManager.activeProducerState`` (KIP-664): each partition's
+        producers as its leader's log has them, with the first offset of
+        each one's open transaction; Read on the topic."""
+        caller = await self._caller(context)
+        image = self._image()
+        response = broker_pb2.DescribeProducersResponse()
+        for topic in request.topics:
+            topic_out = response.topics.add(name=topic.name)
+            allowed = bool(topic.name) and self._may_topic(
+                image, caller, AclOperation.READ, topic.name, "DescribeProducers"
+            )
+            for partition in topic.partitions:
+                out = topic_out.partitions.add(partition=partition)
+                if not topic.name:
+                    out.error, out.message = _pb(Errors.INVALID_REQUEST), "topic name is empty"
+                    continue
+                if not allowed:
+                    out.error = _pb(Errors.TOPIC_AUTHORIZATION_FAILED)
+                    out.message = f"{caller.describe()} is not allowed READ on topic {topic.name}"
+                    continue
+                try:
+                    key = self.replicas.resolve(topic.name, partition)
+                    self.replicas.leader_replica(key)
+                except NotLeaderError as error:
+                    out.error, out.message = _pb(error.code), str(error.args[0])
+                    out.current_leader.CopyFrom(
+                        _leader(error.current_leader, error.current_leader_epoch)
+                    )
+                    continue
+                log_ = self.replicas.logs.log(key)
+                if log_ is None:
+                    out.error = _pb(Errors.NOT_LEADER_OR_FOLLOWER)
+                    out.message = "the log is not open"
+                    continue
+                for entry in sorted(
+                    log_.producer_state.producers.values(), key=lambda e: e.producer_id
+                ):
+                    out.active_producers.add(
+                        producer_id=entry.producer_id,
+                        producer_epoch=entry.epoch,
+                        last_sequence=entry.last_seq,
+                        last_timestamp=entry.last_timestamp,
+                        coordinator_epoch=entry.coordinator_epoch,
+                        current_txn_start_offset=entry.current_txn_first_offset,
+                    )
+        return response
+
     async def _await_low_watermarks(
         self,
         waiting: list[tuple[TopicIdPartition, broker_pb2.DeleteRecordsPartitionResponse, int]],

@@ -233,3 +233,35 @@ def test_read_committed_list_offsets_stop_at_the_last_stable_offset() -> None:
         assert await latest(broker_pb2.READ_COMMITTED) == 2
 
     run(body)
+
+
+def test_describe_producers_shows_the_open_transaction_until_its_marker() -> None:
+    async def body(b: TxnBrokers) -> None:
+        service = BrokerService(b.brokers[2], ServiceSettings("c"), purgatory=b.purgatories[2])
+
+        async def described() -> list[tuple[int, int, int]]:
+            request = broker_pb2.DescribeProducersRequest()
+            request.topics.add(name="t", partitions=[0, 1])
+            answer = await service.DescribeProducers(request, PlaintextContext())
+            first, second = answer.topics[0].partitions
+            # Broker 2 leads t-0, not t-1: that one names its leader.
+            assert second.error == Errors.NOT_LEADER_OR_FOLLOWER
+            assert second.current_leader.leader_id == 3
+            assert first.error == Errors.NONE, first.message
+            return [
+                (p.producer_id, p.producer_epoch, p.current_txn_start_offset)
+                for p in first.active_producers
+            ]
+
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        assert await described() == []
+        assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
+        assert await described() == [(pid, epoch, 0)]
+        await coordinator.end_txn("tx", pid, epoch, False)
+        await eventually(lambda: len(b.markers(2, 0)) == 1)
+        assert await described() == [(pid, epoch + 1, -1)]
+
+    run(body)

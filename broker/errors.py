@@ -100,6 +100,9 @@ class Errors(enum.IntEnum):
     # OffsetDelete of a partition whose topic the group still subscribes to.
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
+    # OffsetFetch with require_stable (KIP-447) of a partition whose group has
+    # a transactional offset commit not yet committed or aborted.
+    UNSTABLE_OFFSET_COMMIT = 88
     THROTTLING_QUOTA_EXCEEDED = 89
     # A newer producer with the same transactional id took over.
     PRODUCER_FENCED = 90

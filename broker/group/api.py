@@ -35,6 +35,7 @@ __all__ = [
     "Result",
     "TopicMetadata",
     "TopicsView",
+    "TxnOffsetCommitRequest",
 ]
 
 T = TypeVar("T")
@@ -121,6 +122,23 @@ class OffsetCommitRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnOffsetCommitRequest:
+    """``TxnOffsetCommitRequest`` (v4+, KIP-447): offsets committed inside
+    the producer's transaction, visible once its COMMIT marker is in the
+    offsets partition; answered as an :class:`OffsetCommitRequest`."""
+
+    transactional_id: str
+    group_id: str
+    producer_id: int
+    producer_epoch: int
+    # The consumer's group metadata (KIP-447), a member's id and epoch (KIP-848's
+    # generation); "" and -1 for a producer that does not send it.
+    member_id: str
+    member_epoch: int
+    partitions: tuple[CommitPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionError:
     topic: str
     partition: int
@@ -144,6 +162,9 @@ class OffsetFetchRequest:
     # for anyone else's.
     member_id: str = ""
     member_epoch: int = -1
+    # OffsetFetch v7+ RequireStable (KIP-447): a partition with a pending
+    # transactional offset commit answers UNSTABLE_OFFSET_COMMIT.
+    require_stable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +176,9 @@ class PartitionOffset:
     leader_epoch: int = -1
     metadata: str = ""
     commit_timestamp_ms: int = -1
+    # UNSTABLE_OFFSET_COMMIT (offset -1) for a require_stable fetch of a
+    # partition with a pending transactional offset commit.
+    error: Errors = Errors.NONE
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from broker.group.types import MemberState, Partitions
 
 __all__ = [
+    "NO_OFFSET",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
     "CoordinatorRecord",
     "CurrentAssignmentKey",
     "CurrentAssignmentValue",
@@ -40,6 +43,16 @@ __all__ = [
     "TargetAssignmentMetadataValue",
     "Value",
 ]
+
+
+# A record's batch context when it is replayed (Kafka's
+# ``RecordBatch.NO_PRODUCER_ID`` and ``NO_PRODUCER_EPOCH``): a record of a
+# batch that is not transactional has no producer.  Only OffsetCommit
+# records are ever written transactionally (``TxnOffsetCommit``, KIP-98).
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+# A record replayed without its offset in the offsets partition.
+NO_OFFSET = -1
 
 
 class RecordType(enum.IntEnum):

@@ -11,6 +11,12 @@ structures), and answers only once they are below the high watermark;
 when the partition's leadership is lost the shard is dropped and the next
 leader builds a new one from the log below its high watermark.
 
+Transactional offset commits (``TxnOffsetCommit``, KIP-98/KIP-447) are
+OffsetCommit records written in the producer's transactional batch; they
+replay as pending (:class:`broker.group.state.Groups`) until the
+transaction's marker in the offsets partition replays
+(:meth:`GroupCoordinatorShard.replay_end_transaction_marker`).
+
 Sessions and revocation deadlines are soft state, as Kafka's timers: a
 heartbeat restarts its member's session, and a shard built from the log
 starts every member's session afresh (:meth:`become_loaded`).
@@ -43,9 +49,13 @@ from broker.group.api import (
     Result,
     TopicMetadata,
     TopicsView,
+    TxnOffsetCommitRequest,
 )
 from broker.group.reconcile import next_assignment
 from broker.group.records import (
+    NO_OFFSET,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
     CoordinatorRecord,
     CurrentAssignmentKey,
     CurrentAssignmentValue,
@@ -142,12 +152,38 @@ class GroupCoordinatorShard:
 
     # -- replay ---------------------------------------------------------------
 
-    def replay(self, record: CoordinatorRecord) -> None:
-        self.groups.replay(record)
+    def replay(
+        self,
+        record: CoordinatorRecord,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+        offset: int = NO_OFFSET,
+    ) -> None:
+        """One record of the offsets partition, in log order
+        (``GroupCoordinatorShard.replay``).  ``producer_id`` and
+        ``producer_epoch`` are its batch's if the batch is transactional
+        (then it is a pending transactional offset commit), else the
+        defaults.  ``offset`` is the record's offset in the partition: a
+        transactional record needs it, and so does a plain OffsetCommit of a
+        partition with a pending transactional offset, since the COMMIT
+        marker keeps whichever is newer in the log; the runtime passes it
+        for every record it knows it of.  A context no log holds raises
+        :class:`ValueError` (:meth:`broker.group.state.Groups.replay`)."""
+        self.groups.replay(record, producer_id, producer_epoch, offset)
         key = record.key
         if isinstance(key, MemberMetadataKey) and record.value is None:
             self._sessions.pop(_member_key(key.group_id, key.member_id), None)
             self._revocations.pop(_member_key(key.group_id, key.member_id), None)
+
+    def replay_end_transaction_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """A COMMIT (``commit``) or ABORT marker of ``producer_id`` in the
+        offsets partition, in log order with the records
+        (``GroupCoordinatorShard.replayEndTransactionMarker``): the
+        producer's pending offsets become committed (each unless the group's
+        committed offset for it is newer in the log) or are dropped."""
+        self.groups.replay_end_transaction_marker(producer_id, producer_epoch, commit)
 
     def become_loaded(self, now_ms: int) -> None:
         """The log is replayed: every member's session starts now, and every
@@ -660,7 +696,10 @@ class GroupCoordinatorShard:
         """Offsets of topics the group does not subscribe to expire
         ``offsets.retention.minutes`` after their commit; an empty group
         whose offsets are all gone is deleted (KIP-848's
-        ``OffsetMetadataManager.cleanupExpiredOffsets``)."""
+        ``OffsetMetadataManager.cleanupExpiredOffsets``).  A partition with
+        a pending transactional offset does not expire yet, and a group
+        with one is not deleted (Kafka's ``hasPendingTransactionalOffsets``
+        and ``openTransactionsByGroup``)."""
         subscribed = group.subscribed_topic_names()
         records: list[CoordinatorRecord] = []
         left = 0
@@ -668,13 +707,19 @@ class GroupCoordinatorShard:
             if (
                 topic not in subscribed
                 and value.commit_timestamp_ms + self.config.offsets_retention_ms <= now_ms
+                and not self.groups.has_pending(group.group_id, (topic, partition))
             ):
                 records.append(
                     CoordinatorRecord(OffsetCommitKey(group.group_id, topic, partition), None)
                 )
             else:
                 left += 1
-        if records and left == 0 and group.member_count() == 0:
+        # An empty group goes once its offsets are: with this pass's, or at a
+        # later pass, e.g. once the transaction that held them back has ended (Kafka's
+        # ``cleanupExpiredOffsets`` answers "all expired" for a group with no
+        # offsets and no open transaction, and ``maybeDeleteGroup`` deletes it
+        # if it is empty).
+        if left == 0 and group.member_count() == 0 and not self.groups.has_pending(group.group_id):
             records.extend(_group_tombstones(group))
         return records
 
@@ -715,10 +760,67 @@ class GroupCoordinatorShard:
             )
         except GroupError as error:
             return Result((), OffsetCommitResponse(error.code, error.message))
+        return self._commit_records(request.group_id, request.partitions, now_ms)
+
+    def txn_commit_offsets(
+        self, request: TxnOffsetCommitRequest, now_ms: int
+    ) -> Result[OffsetCommitResponse]:
+        """``TxnOffsetCommit`` (``OffsetMetadataManager.commitTransactionalOffset``).
+
+        The records are OffsetCommit records as :meth:`commit_offsets`'s.
+        The runtime writes them as one TRANSACTIONAL batch with the
+        request's producer id and epoch (after the partition log's check
+        that the producer's transaction is ongoing, KIP-890), replays each
+        with that producer id and epoch and its offset, and answers once
+        they are committed.  They stay pending until the transaction's
+        marker: the group's offsets change only at its COMMIT.
+
+        Checks (``validateTransactionalOffsetCommit``): member id "" with
+        epoch -1 is a producer that sends no group metadata and is accepted
+        whatever the group's members (a group that does not exist is
+        created by the records, a "simple" group, as for a commit outside
+        membership); otherwise the member must be in the group
+        (``UNKNOWN_MEMBER_ID``) at its current epoch
+        (``STALE_MEMBER_EPOCH``; Kafka answers ``ILLEGAL_GENERATION``,
+        TxnOffsetCommit's code for it), or the group have no members and
+        the epoch be negative, as for :meth:`commit_offsets`.  Partitions
+        are checked as :meth:`commit_offsets` checks them."""
+        if not request.group_id:
+            return Result((), OffsetCommitResponse(Errors.INVALID_GROUP_ID, "group_id is empty"))
+        if not request.transactional_id:
+            return Result(
+                (), OffsetCommitResponse(Errors.INVALID_REQUEST, "transactional_id is empty")
+            )
+        if request.producer_id < 0 or request.producer_epoch < 0:
+            return Result(
+                (),
+                OffsetCommitResponse(
+                    Errors.INVALID_REQUEST,
+                    f"producer id {request.producer_id} and epoch {request.producer_epoch}: "
+                    "a transaction's are not negative",
+                ),
+            )
+        if request.member_id or request.member_epoch != -1:
+            try:
+                self._check_group_member(
+                    self.groups.get(request.group_id),
+                    request.group_id,
+                    request.member_id,
+                    request.member_epoch,
+                )
+            except GroupError as error:
+                return Result((), OffsetCommitResponse(error.code, error.message))
+        return self._commit_records(request.group_id, request.partitions, now_ms)
+
+    def _commit_records(
+        self, group_id: str, partitions: Iterable[CommitPartition], now_ms: int
+    ) -> Result[OffsetCommitResponse]:
+        """The OffsetCommit records of the partitions that pass
+        :meth:`_check_commit`, and each partition's answer."""
         records: list[CoordinatorRecord] = []
         results: list[PartitionError] = []
         seen: set[tuple[str, int]] = set()
-        for part in request.partitions:
+        for part in partitions:
             refusal = self._check_commit(part, seen)
             results.append(
                 PartitionError(part.topic, part.partition, *(refusal or (Errors.NONE, "")))
@@ -726,7 +828,7 @@ class GroupCoordinatorShard:
             if refusal is None:
                 records.append(
                     CoordinatorRecord(
-                        OffsetCommitKey(request.group_id, part.topic, part.partition),
+                        OffsetCommitKey(group_id, part.topic, part.partition),
                         OffsetCommitValue(
                             offset=part.offset,
                             leader_epoch=part.leader_epoch,
@@ -763,7 +865,12 @@ class GroupCoordinatorShard:
 
     def fetch_offsets(self, request: OffsetFetchRequest) -> OffsetFetchResponse:
         """Read-only: the driver answers it once every earlier write has
-        committed, so it never shows an offset that could still be lost."""
+        committed, so it never shows an offset that could still be lost.
+        Pending transactional offsets are never shown; with
+        ``require_stable`` a partition that has one answers
+        ``UNSTABLE_OFFSET_COMMIT`` (KIP-447; the client retries until the
+        transaction ends).  As Kafka, a fetch of every partition lists the
+        committed ones only."""
         group = self.groups.get(request.group_id)
         if request.member_epoch >= 0 or request.member_id:
             try:
@@ -777,7 +884,18 @@ class GroupCoordinatorShard:
         out = []
         for topic, partition in wanted:
             value = offsets.get((topic, partition))
-            if value is None:
+            if request.require_stable and self.groups.has_pending(
+                request.group_id, (topic, partition)
+            ):
+                out.append(
+                    PartitionOffset(
+                        topic,
+                        partition,
+                        -1,
+                        error=Errors.UNSTABLE_OFFSET_COMMIT,
+                    )
+                )
+            elif value is None:
                 out.append(PartitionOffset(topic, partition, -1))
             else:
                 out.append(
@@ -871,7 +989,9 @@ class GroupCoordinatorShard:
 
     def delete_groups(self, group_ids: Iterable[str]) -> Result[list[DeleteGroupResult]]:
         """``DeleteGroups``: only a group without members; its offsets and
-        keys are all tombstoned."""
+        keys are all tombstoned, and a partition with only a pending
+        transactional offset gets a tombstone too, which drops it
+        (``OffsetMetadataManager.deleteAllOffsets``)."""
         records: list[CoordinatorRecord] = []
         results: list[DeleteGroupResult] = []
         for group_id in group_ids:
@@ -893,7 +1013,10 @@ class GroupCoordinatorShard:
                     )
                 )
                 continue
-            for topic, partition in sorted(group.offsets):
+            pending = {
+                where for parts in self.groups.pending_offsets(group_id).values() for where in parts
+            }
+            for topic, partition in sorted(set(group.offsets) | pending):
                 records.append(CoordinatorRecord(OffsetCommitKey(group_id, topic, partition), None))
             records.extend(_group_tombstones(group))
             results.append(DeleteGroupResult(group_id))

@@ -12,7 +12,7 @@ from typing import Any
 from broker.errors import Errors
 from broker.group.api import HeartbeatRequest, HeartbeatResponse, Result, TopicMetadata
 from broker.group.assignors import ASSIGNORS
-from broker.group.records import CoordinatorRecord
+from broker.group.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, CoordinatorRecord
 from broker.group.shard import GroupConfig, GroupCoordinatorShard
 from broker.group.state import Groups
 from broker.group.types import Partitions
@@ -69,13 +69,16 @@ def dump(groups: Groups) -> dict[str, object]:
     """Everything a group is, comparable."""
     out: dict[str, object] = {}
     for group in groups:
-        out[group.group_id] = (
+        gid = group.group_id
+        out[gid] = (
             group.epoch,
             group.assignment_epoch,
             group.subscription,
             sorted((m.member_id, m.metadata, m.target, m.current) for m in group.members.values()),
             sorted(group.offsets.items()),
+            sorted(group.record_offsets.items()),
             sorted(group.owners.items()),
+            {pid: sorted(parts.items()) for pid, parts in groups.pending_offsets(gid).items()},
         )
     return out
 
@@ -163,3 +166,90 @@ def owners_disjoint(groups: Groups) -> None:
                 )
                 seen[partition] = member.member_id
         assert seen == group.owners
+
+
+@dataclass(frozen=True)
+class Written:
+    """A record of the offsets partition with its batch's producer (-1 if
+    the batch is not transactional) and its offset."""
+
+    record: CoordinatorRecord
+    producer_id: int
+    producer_epoch: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A transaction marker (a control batch) in the offsets partition."""
+
+    producer_id: int
+    producer_epoch: int
+    commit: bool
+    offset: int
+
+
+Entry = Written | Marker
+
+
+@dataclass
+class TxnLog:
+    """The offsets partition with offsets and transaction markers, replayed
+    into the shard as the runtime does: each record with its offset and,
+    in a transactional batch, its producer; each marker once appended."""
+
+    entries: list[Entry] = field(default_factory=list)
+
+    def _next(self) -> int:
+        return len(self.entries)
+
+    def write(
+        self,
+        shard: GroupCoordinatorShard,
+        result: Result[Any],
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> None:
+        for record in result.records:
+            written = Written(record, producer_id, producer_epoch, self._next())
+            self.entries.append(written)
+            shard.replay(record, producer_id, producer_epoch, written.offset)
+
+    def marker(
+        self, shard: GroupCoordinatorShard, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        self.entries.append(Marker(producer_id, producer_epoch, commit, self._next()))
+        shard.replay_end_transaction_marker(producer_id, producer_epoch, commit)
+
+
+def replayed(entries: Iterable[Entry]) -> Groups:
+    """The groups a load of these entries builds (records and markers in
+    log order)."""
+    groups = Groups()
+    for entry in entries:
+        if isinstance(entry, Marker):
+            groups.replay_end_transaction_marker(
+                entry.producer_id, entry.producer_epoch, entry.commit
+            )
+        else:
+            groups.replay(entry.record, entry.producer_id, entry.producer_epoch, entry.offset)
+    return groups
+
+
+def compacted_txn(entries: list[Entry]) -> list[Entry]:
+    """The log as Kafka's cleaner leaves it once every transaction has
+    ended: records of aborted transactions dropped, then the last record of
+    each key among the rest (tombstones kept), and every marker."""
+    ended: dict[tuple[int, int], bool] = {}
+    txn_of: dict[int, tuple[int, int]] = {}
+    seq: dict[int, int] = {}
+    for i, entry in enumerate(entries):
+        if isinstance(entry, Marker):
+            ended[(entry.producer_id, seq.get(entry.producer_id, 0))] = entry.commit
+            seq[entry.producer_id] = seq.get(entry.producer_id, 0) + 1
+        elif entry.producer_id != NO_PRODUCER_ID:
+            txn_of[i] = (entry.producer_id, seq.get(entry.producer_id, 0))
+    assert all(txn in ended for txn in txn_of.values()), "a transaction is still open"
+    kept = [(i, e) for i, e in enumerate(entries) if i not in txn_of or ended[txn_of[i]] is True]
+    last = {e.record.key: i for i, e in kept if isinstance(e, Written)}
+    return [e for i, e in kept if isinstance(e, Marker) or last[e.record.key] == i]

@@ -42,7 +42,7 @@ from broker.replica import Role
 from broker.replica_manager import NotLeaderError, ReplicaManager
 from metadata.image import MetadataImage, TopicIdPartition
 from partition_log import BatchHeader, Record, build_batch, decode_records
-from partition_log.batch import split_batches
+from partition_log.batch import NO_SEQUENCE, split_batches
 from partition_log.errors import PartitionLogError
 from partition_log.log import AppendOrigin
 from partition_log.txn import EndTxnMarker, build_marker_batch, read_marker
@@ -524,6 +524,9 @@ class CoordinatorRuntime(abc.ABC, Generic[S, R]):
             max_timestamp=now,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
+            # As Kafka's GroupMetadataManager: the coordinator's batches
+            # carry sequence 0 and are never checked for it (COORDINATOR).
+            base_sequence=0 if transactional else NO_SEQUENCE,
             transactional=transactional,
         )
         first = self._append_batch(

@@ -37,6 +37,7 @@ from broker.group.api import (
     OffsetFetchResponse,
     Result,
     TopicMetadata,
+    TxnOffsetCommitRequest,
 )
 from broker.group.assignors import ASSIGNORS
 from broker.group.placement import OFFSETS_TOPIC, partition_for
@@ -44,8 +45,11 @@ from broker.group.records import CoordinatorRecord, GroupMetadataKey
 from broker.group.shard import GroupConfig, GroupCoordinatorShard
 from broker.purgatory import Purgatory
 from broker.replica_manager import ReplicaManager
+from broker.txn.types import TopicPartition
+from broker.txn_produce import TxnVerifier, verification_error
 from bugs import Bug
 from metadata.image import MetadataImage, TopicIdPartition
+from partition_log.txn import ControlType, EndTxnMarker
 
 __all__ = [
     "NO_GROUP_METRICS",
@@ -124,6 +128,7 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard, CoordinatorReco
         rng: random.Random | None = None,
         create_offsets_topic: Callable[[], Awaitable[None]] | None = None,
         metrics: GroupMetrics = NO_GROUP_METRICS,
+        txn_verifier: TxnVerifier | None = None,
     ) -> None:
         super().__init__(
             broker_id,
@@ -135,6 +140,9 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard, CoordinatorReco
             create_topic=create_offsets_topic,
         )
         self.metrics = metrics
+        # Who vouches for a TxnOffsetCommit's transaction (KIP-890); the
+        # process sets it once its links exist.
+        self.txn_verifier = txn_verifier
         self.config = config or GroupConfig()
         self._rng = rng or random.Random()
         # B19 only: the shards of earlier leaderships, by partition (a
@@ -166,7 +174,16 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard, CoordinatorReco
         producer_id: int,
         producer_epoch: int,
     ) -> None:
-        context.shard.replay(record)
+        context.shard.replay(record, producer_id, producer_epoch, offset)
+
+    def _replay_marker(
+        self, context: _Context, producer_id: int, producer_epoch: int, marker: EndTxnMarker
+    ) -> None:
+        # The transaction's offsets take effect at its COMMIT, are dropped
+        # at its ABORT (OffsetMetadataManager.replayEndTransactionMarker).
+        context.shard.replay_end_transaction_marker(
+            producer_id, producer_epoch, marker.type is ControlType.COMMIT
+        )
 
     def _append(
         self,
@@ -266,6 +283,43 @@ class GroupCoordinator(CoordinatorRuntime[GroupCoordinatorShard, CoordinatorReco
             raise
         finally:
             self.metrics.commit_answered(time.monotonic() - started, error)
+
+    async def txn_commit_offsets(self, request: TxnOffsetCommitRequest) -> OffsetCommitResponse:
+        """``TxnOffsetCommit``: offsets written in the producer's
+        transactional batch, pending until its transaction's marker.  With
+        a verifier, the transaction coordinator must first vouch that the
+        group's offsets partition is in the producer's ongoing transaction
+        at this epoch (KIP-890, as a leader does for a produce): otherwise
+        a late commit of an ended transaction would open one here that no
+        marker ends."""
+        context = self._context_for(request.group_id)
+        if self.txn_verifier is not None:
+            where = TopicPartition(OFFSETS_TOPIC, context.partition)
+            found = await self.txn_verifier.verify(
+                request.transactional_id, request.producer_id, request.producer_epoch, [where]
+            )
+            error, message = found.get(
+                where, (Errors.UNKNOWN_SERVER_ERROR, "the coordinator's answer left it out")
+            )
+            if error is not Errors.NONE:
+                code = verification_error(error)
+                return OffsetCommitResponse(
+                    code,
+                    f"the transaction coordinator did not verify producer "
+                    f"{request.producer_id} epoch {request.producer_epoch} in "
+                    f"{OFFSETS_TOPIC}-{context.partition} ({error.name}): {message}",
+                )
+            context = self._context_for(request.group_id)
+        result = context.shard.txn_commit_offsets(request, self.now_ms())
+        if result.response.error is not Errors.NONE or not result.records:
+            return await self._write(context, (), result.response)
+        return await self._write(
+            context,
+            result.records,
+            result.response,
+            producer_id=request.producer_id,
+            producer_epoch=request.producer_epoch,
+        )
 
     def lags(self) -> list[tuple[str, str, int, int]]:
         """``(group, topic, partition, lag)`` of each committed offset of the

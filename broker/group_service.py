@@ -13,7 +13,7 @@ groups the caller may describe (all of them with Describe on the cluster).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
 from broker.access import Caller, broker_endpoint, caller_of, may
@@ -24,7 +24,9 @@ from broker.group.api import (
     GroupDescription,
     HeartbeatRequest,
     OffsetCommitRequest,
+    OffsetCommitResponse,
     OffsetFetchRequest,
+    TxnOffsetCommitRequest,
 )
 from broker.group.placement import OFFSETS_TOPIC, partition_for
 from broker.group.types import Partitions, by_topic
@@ -292,13 +294,80 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
             return response
         if self._refused(response, caller, AclOperation.READ, request.group_id, "OffsetCommit"):
             return response
+
+        def commit(partitions: tuple[CommitPartition, ...]) -> Awaitable[OffsetCommitResponse]:
+            return self.coordinator.commit_offsets(
+                OffsetCommitRequest(
+                    request.group_id, request.member_id, request.member_epoch, partitions
+                )
+            )
+
+        return await self._commit(response, caller, request, "OffsetCommit", commit)
+
+    async def TxnOffsetCommit(
+        self, request: groups_pb2.TxnOffsetCommitRequest, context: Any
+    ) -> groups_pb2.OffsetCommitResponse:
+        """Offsets in a transaction (KIP-98, KIP-447): Read on the group and
+        on each topic, Write on the transactional id."""
+        caller = await caller_of(context)
+        response = groups_pb2.OffsetCommitResponse()
+        try:
+            _check_id(request.group_id, "group_id")
+            _check_id(request.member_id, "member_id")
+            _check_id(request.transactional_id, "transactional_id")
+            if not request.transactional_id:
+                raise _Invalid("transactional_id is empty")
+            if request.producer_id < 0 or request.producer_epoch < 0:
+                raise _Invalid(
+                    f"producer_id {request.producer_id} and producer_epoch "
+                    f"{request.producer_epoch}: a transaction's are not negative"
+                )
+        except _Invalid as error:
+            response.error, response.message = _pb(Errors.INVALID_REQUEST), str(error)
+            return response
+        tid = request.transactional_id
+        if not self._may(
+            caller, AclOperation.WRITE, AclResourceType.TRANSACTIONAL_ID, tid, "TxnOffsetCommit"
+        ):
+            response.error = _pb(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            response.message = f"{caller.describe()} is not allowed WRITE on transactional id {tid}"
+            return response
+        if self._refused(response, caller, AclOperation.READ, request.group_id, "TxnOffsetCommit"):
+            return response
+
+        def commit(partitions: tuple[CommitPartition, ...]) -> Awaitable[OffsetCommitResponse]:
+            return self.coordinator.txn_commit_offsets(
+                TxnOffsetCommitRequest(
+                    tid,
+                    request.group_id,
+                    request.producer_id,
+                    request.producer_epoch,
+                    request.member_id,
+                    request.member_epoch,
+                    partitions,
+                )
+            )
+
+        return await self._commit(response, caller, request, "TxnOffsetCommit", commit)
+
+    async def _commit(
+        self,
+        response: groups_pb2.OffsetCommitResponse,
+        caller: Caller,
+        request: Any,
+        method: str,
+        commit: Callable[[tuple[CommitPartition, ...]], Awaitable[OffsetCommitResponse]],
+    ) -> groups_pb2.OffsetCommitResponse:
+        """A commit's partitions: those whose topic the caller may not Read
+        refused here, the others committed by ``commit``; the answer in the
+        request's order."""
         # (topic, partition) -> (error, message) of partitions refused here
         refused: dict[tuple[str, int], tuple[Errors, str]] = {}
         partitions: list[CommitPartition] = []
         order: list[tuple[str, int]] = []
         for topic in request.topics:
             allowed = bool(topic.name) and self._may(
-                caller, AclOperation.READ, AclResourceType.TOPIC, topic.name, "OffsetCommit"
+                caller, AclOperation.READ, AclResourceType.TOPIC, topic.name, method
             )
             for part in topic.partitions:
                 order.append((topic.name, part.partition))
@@ -313,12 +382,7 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
                         topic.name, part.partition, part.offset, part.leader_epoch, part.metadata
                     )
                 )
-        commit = OffsetCommitRequest(
-            request.group_id, request.member_id, request.member_epoch, tuple(partitions)
-        )
-        answer = await self._ask(
-            response, request.group_id, self.coordinator.commit_offsets(commit)
-        )
+        answer = await self._ask(response, request.group_id, commit(tuple(partitions)))
         if answer is None:
             return response
         results = iter(answer.partitions)
@@ -350,6 +414,7 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
             wanted,
             request.member_id,
             request.member_epoch if request.member_id else -1,
+            request.require_stable,
         )
         answer = await self._ask(response, request.group_id, self.coordinator.fetch_offsets(fetch))
         if answer is None:
@@ -380,6 +445,13 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
                 continue
             part.offset, part.leader_epoch = offset.offset, offset.leader_epoch
             part.metadata, part.commit_timestamp_ms = offset.metadata, offset.commit_timestamp_ms
+            if offset.error is not Errors.NONE:
+                # UNSTABLE_OFFSET_COMMIT: a transaction's commit is pending.
+                part.error = _pb(offset.error)
+                part.message = (
+                    f"{offset.topic}-{offset.partition} has a transactional offset commit "
+                    "not yet ended; retry"
+                )
         return response
 
     async def OffsetDelete(

@@ -31,7 +31,7 @@ from broker.replica_manager import ReplicaManager
 from broker.txn.types import TopicPartition
 from partition_log.batch import BatchScanner
 
-__all__ = ["TxnVerifier", "verify_produce"]
+__all__ = ["TxnVerifier", "verification_error", "verify_produce"]
 
 # What a verification answered, as the produce answers it: the
 # coordinator's own troubles are retriable for the producer (KIP-890:
@@ -46,6 +46,11 @@ _AS_PRODUCE_ERROR = {
     Errors.UNKNOWN_SERVER_ERROR: Errors.NOT_ENOUGH_REPLICAS,
     Errors.PRODUCER_FENCED: Errors.INVALID_PRODUCER_EPOCH,
 }
+
+
+def verification_error(error: Errors) -> Errors:
+    """A failed verification's error as the write it refused answers it."""
+    return _AS_PRODUCE_ERROR.get(error, error)
 
 
 class TxnVerifier(Protocol):
@@ -127,7 +132,7 @@ async def verify_produce(
             if error is Errors.NONE:
                 continue
             refused[(tp.topic, tp.partition)] = (
-                _AS_PRODUCE_ERROR.get(error, error),
+                verification_error(error),
                 f"the transaction coordinator did not verify producer {producer_id} epoch "
                 f"{epoch} in {tp.topic}-{tp.partition} ({error.name}): {message}",
             )

@@ -980,7 +980,7 @@ class PartitionLog:
                 )
             except ValueError as error:
                 raise PartitionLogError(Errors.INVALID_RECORD, f"batch: {error}") from None
-            answer = self.producer_state.check(incoming)
+            answer = self.producer_state.check(incoming, client=origin is AppendOrigin.CLIENT)
             if isinstance(answer, Duplicate):
                 return AppendInfo(answer.first_offset, answer.last_offset, -1, duplicate=True)
         cache = self.epoch_cache

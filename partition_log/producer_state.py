@@ -302,17 +302,28 @@ class ProducerStateManager:
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self.producers.get(producer_id)
 
-    def check(self, batch: ProducerBatch) -> Append | Duplicate:
+    def check(self, batch: ProducerBatch, *, client: bool = True) -> Append | Duplicate:
         """Whether a leader may append ``batch``: :class:`Append`, a
         :class:`Duplicate` with the original offsets, or a
         :class:`PartitionLogError` (``INVALID_PRODUCER_EPOCH``,
         ``OUT_OF_ORDER_SEQUENCE_NUMBER``) naming the producer, epochs and
-        sequences. Changes nothing."""
+        sequences. Changes nothing.  A coordinator's own batch (``client``
+        False: a group coordinator's transactional offset commit) is checked
+        for its epoch only, never for duplicates or sequences, as Kafka's
+        ``ProducerAppendInfo`` checks those of ``CLIENT`` appends alone."""
         if batch.producer_id == NO_PRODUCER_ID:
             return APPEND
         entry = self.producers.get(batch.producer_id)
         if batch.marker is not None:
             return self._check_marker(batch, batch.marker, entry)
+        if not client:
+            if entry is not None and batch.producer_epoch < entry.epoch:
+                raise PartitionLogError(
+                    Errors.INVALID_PRODUCER_EPOCH,
+                    f"producer {batch.producer_id} at offset {batch.base_offset}: epoch "
+                    f"{batch.producer_epoch} is older than its epoch {entry.epoch}",
+                )
+            return APPEND
         if entry is None:
             # "If there is no current producer epoch (possibly because all
             # producer records have been deleted due to retention or the

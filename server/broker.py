@@ -424,6 +424,7 @@ class BrokerProcess:
         markers.writer = self.txn_links
         self.service.transactions = self.transactions
         self.service.txn_verifier = self.txn_links
+        self.groups.txn_verifier = self.txn_links
         self.txn_service = TransactionService(
             self.transactions,
             appender,

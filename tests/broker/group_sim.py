@@ -420,7 +420,9 @@ class GroupSim(Cluster):
                     for record in decode_records(batch):
                         if offset <= record.offset < end:
                             assert record.key is not None
-                            groups.replay(codec.decode(record.key, record.value))
+                            groups.replay(
+                                codec.decode(record.key, record.value), offset=record.offset
+                            )
                 offset = max(offset, header.next_offset)
         return groups
 

@@ -12,7 +12,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from broker.coordinator_runtime import ShardState
 from broker.errors import Errors
+from broker.group.api import CommitPartition, OffsetFetchRequest, TxnOffsetCommitRequest
 from broker.service import BrokerService, ServiceSettings
 from broker.txn.types import TopicPartition, TransactionState
 from broker.txn_produce import verify_produce
@@ -23,6 +25,7 @@ from tests.broker.images import change
 from tests.broker.test_service_fuzz import PlaintextContext
 from tests.broker.txn_cluster import (
     DATA_ID,
+    OFFSETS_TOPIC_ID,
     TXN_TOPIC_ID,
     TxnBrokers,
     eventually,
@@ -39,7 +42,7 @@ def run(body: Callable[[TxnBrokers], Awaitable[T]]) -> T:
         brokers = TxnBrokers()
         brokers.start()
         try:
-            await brokers.loaded(1)
+            await brokers.loaded(1, groups=True)
             return await asyncio.wait_for(body(brokers), 30)
         finally:
             await brokers.stop()
@@ -263,5 +266,61 @@ def test_describe_producers_shows_the_open_transaction_until_its_marker() -> Non
         await coordinator.end_txn("tx", pid, epoch, False)
         await eventually(lambda: len(b.markers(2, 0)) == 1)
         assert await described() == [(pid, epoch + 1, -1)]
+
+    run(body)
+
+
+def test_offsets_committed_in_a_transaction_move_the_group_only_at_its_commit() -> None:
+    async def body(b: TxnBrokers) -> None:
+        coordinator, groups = b.txns[1], b.groups[1]
+
+        def commit(pid: int, epoch: int, offset: int) -> TxnOffsetCommitRequest:
+            return TxnOffsetCommitRequest(
+                "tx", "g", pid, epoch, "", -1, (CommitPartition("t", 0, offset),)
+            )
+
+        async def committed() -> list[tuple[int, Errors]]:
+            answer = await groups.fetch_offsets(
+                OffsetFetchRequest("g", (("t", 0),), require_stable=True)
+            )
+            return [(o.offset, o.error) for o in answer.offsets]
+
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        pid, epoch = init.producer_id, init.producer_epoch
+        # Not yet in the transaction: the coordinator does not vouch for it.
+        refused = await groups.txn_commit_offsets(commit(pid, epoch, 5))
+        assert refused.error is Errors.INVALID_TXN_STATE, refused
+        assert (await coordinator.add_offsets("tx", pid, epoch, "g")).error is Errors.NONE
+        for offset in (5, 7):
+            answer = await groups.txn_commit_offsets(commit(pid, epoch, offset))
+            assert answer.error is Errors.NONE and [p.error for p in answer.partitions] == [
+                Errors.NONE
+            ], answer
+        assert await committed() == [(-1, Errors.UNSTABLE_OFFSET_COMMIT)]
+        await coordinator.end_txn("tx", pid, epoch, True)
+        await eventually(
+            lambda: (
+                [t.state for t in coordinator.list_transactions()]
+                == [TransactionState.COMPLETE_COMMIT]
+            )
+        )
+        assert await committed() == [(7, Errors.NONE)]
+        # The next transaction's offsets, aborted, never show.
+        epoch += 1
+        await coordinator.add_offsets("tx", pid, epoch, "g")
+        assert (await groups.txn_commit_offsets(commit(pid, epoch, 9))).error is Errors.NONE
+        await coordinator.end_txn("tx", pid, epoch, False)
+        await eventually(
+            lambda: (
+                [t.state for t in coordinator.list_transactions()]
+                == [TransactionState.COMPLETE_ABORT]
+            )
+        )
+        assert await committed() == [(7, Errors.NONE)]
+        # A new coordinator of the group rebuilds the same from the log.
+        b.step_and_publish(change(OFFSETS_TOPIC_ID, 0, leader=2, isr=(2, 3)))
+        await eventually(lambda: b.groups[2].shard_states().get(0) is ShardState.ACTIVE)
+        fetched = await b.groups[2].fetch_offsets(OffsetFetchRequest("g", (("t", 0),)))
+        assert [o.offset for o in fetched.offsets] == [7]
 
     run(body)

@@ -44,7 +44,7 @@ def run(body: Callable[[TxnBrokers, TransactionService], Awaitable[None]]) -> No
         brokers = TxnBrokers()
         brokers.start()
         try:
-            await brokers.loaded(1)
+            await brokers.loaded(1, groups=True)
             service = TransactionService(brokers.txns[1], brokers.appenders[1])
             await asyncio.wait_for(body(brokers, service), 60)
         finally:

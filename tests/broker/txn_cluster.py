@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from broker.coordinator_runtime import CoordinatorFailure, ShardState
 from broker.errors import Errors
+from broker.group.placement import OFFSETS_TOPIC
 from broker.group_coordinator import GroupCoordinator, OffsetsTopicSettings
 from broker.producer_ids import BlockProducerIds, CountingBlocks
 from broker.purgatory import Purgatory
@@ -34,6 +35,7 @@ from tests.broker.test_replica_manager import Cluster
 
 TXN_TOPIC_ID = "id-txn"
 TXN_KEY = TopicIdPartition(TXN_TOPIC_ID, 0)
+OFFSETS_TOPIC_ID = "id-offsets"
 DATA_ID = "id-t"
 
 
@@ -95,6 +97,8 @@ class TxnBrokers(Cluster):
             for b, manager in self.brokers.items()
         }
         self.links = {b: Links(self, b) for b in self.brokers}
+        for b, group in self.groups.items():
+            group.txn_verifier = self.links[b]
         self.txns = {
             b: TransactionCoordinator(
                 b,
@@ -112,6 +116,7 @@ class TxnBrokers(Cluster):
             for b, manager in self.brokers.items()
         }
         self.step_and_publish(*topic(TRANSACTION_STATE_TOPIC, TXN_TOPIC_ID, (1, 2, 3)))
+        self.step_and_publish(*topic(OFFSETS_TOPIC, OFFSETS_TOPIC_ID, (1, 2, 3)))
         self.step_and_publish(*topic("t", DATA_ID, *data_replicas))
         self._pump: asyncio.Task[None] | None = None
 
@@ -140,9 +145,12 @@ class TxnBrokers(Cluster):
         registration = self.md.image.partition(TXN_TOPIC_ID, 0)
         return None if registration is None else registration.leader
 
-    async def loaded(self, broker: int) -> None:
+    async def loaded(self, broker: int, *, groups: bool = False) -> None:
+        """The broker's transaction shard is loaded (and its group shard)."""
         for _ in range(1000):
-            if self.txns[broker].shard_states().get(0) is ShardState.ACTIVE:
+            if self.txns[broker].shard_states().get(0) is ShardState.ACTIVE and (
+                not groups or self.groups[broker].shard_states().get(0) is ShardState.ACTIVE
+            ):
                 return
             await asyncio.sleep(0)
         raise AssertionError(f"broker {broker} did not load: {self.txns[broker].shard_states()}")

@@ -372,13 +372,12 @@ class PartitionLog:
         lowest transaction still open, or ended by a marker the high
         watermark has not passed, if that is below the high watermark (and
         not below the log start, ``maybeIncrementFirstUnstableOffset``);
-        else the high watermark.  ``read_committed`` readers read below it."""
-        state = self.producer_state
+        else the high watermark.  ``read_committed`` readers read below it.
+        Reading it changes nothing: the completed transactions the high
+        watermark passed are forgotten where the high watermark moves or the
+        state is rebuilt (:meth:`_set_producer_state`)."""
         high_watermark = self.high_watermark
-        # Replaying batches (an open, a truncation) records every marker it
-        # passes as not yet replicated: the high watermark says which are.
-        state.on_high_watermark(high_watermark)
-        first = state.first_unstable_offset()
+        first = self.producer_state.first_unstable_offset()
         if first is None or first >= high_watermark:
             return high_watermark
         return max(first, self.log_start_offset)
@@ -423,6 +422,14 @@ class PartitionLog:
         if cache != self.epoch_cache:
             self._write_atomically(CHECKPOINT_FILE_NAME, encode_checkpoint(cache.entries))
             self.epoch_cache = cache
+
+    def _set_producer_state(self, state: ProducerStateManager) -> None:
+        """Swap in a rebuilt producer state.  Replaying batches (an open, a
+        truncation) records every marker it passes as not yet replicated:
+        the high watermark says which are (``UnifiedLog`` calls
+        ``updateHighWatermark`` after ``loadProducerState`` for this)."""
+        state.on_high_watermark(self.high_watermark)
+        self.producer_state = state
 
     def _take_snapshot(self) -> None:
         state = self.producer_state
@@ -520,6 +527,7 @@ class PartitionLog:
         if cleaner_offset is not None:
             log._cleaner_offset = min(max(cleaner_offset, log.log_start_offset), log.log_end_offset)
         log.high_watermark = min(max(high_watermark, log.log_start_offset), log.log_end_offset)
+        log._set_producer_state(log.producer_state)
         return log
 
     def _open_segment(
@@ -1279,8 +1287,8 @@ class PartitionLog:
             # lowers the start to the truncation point).
             self._set_log_start_offset(end)
         self._set_epoch_cache(self.epoch_cache.truncate_from_end(end))
-        self.producer_state = self._rebuild_producer_state(end)
         self.high_watermark = min(self.high_watermark, end)
+        self._set_producer_state(self._rebuild_producer_state(end))
         # Everything kept is synced: the cut segment just now, older ones at
         # their roll.
         self.recovery_point = end

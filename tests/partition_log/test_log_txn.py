@@ -202,3 +202,35 @@ def test_the_cleaner_stops_at_an_open_transaction() -> None:
     w.end(7, ControlType.COMMIT)
     log.maybe_increment_high_watermark(log.log_end_offset)
     assert cleaner.prospects("t", now_ms=1_000).first_uncleanable_offset > first
+
+
+@pytest.mark.parametrize("how", ["reopen", "truncate"])
+def test_reading_the_last_stable_offset_changes_nothing(how: str) -> None:
+    """The markers a rebuild replays below the high watermark are forgotten
+    when the state is rebuilt, not when the property is read."""
+    directory = MemoryDirectory()
+    log = _open(directory)
+    w = Writer(log)
+    w.data(1)
+    aborted = w.end(1, ControlType.ABORT)
+    open_first = w.data(2)
+    w.data(3, txn=False)
+    end = log.log_end_offset
+    log.maybe_increment_high_watermark(end)
+    if how == "reopen":
+        # Unclean, without snapshots: the open replays every batch.
+        directory.crash()
+        for name in directory.list():
+            if name.endswith(SNAPSHOT_SUFFIX):
+                directory.delete(name)
+        log = PartitionLog.open(directory, SMALL, now_ms=0, high_watermark=end)
+    else:
+        log.truncate_to(end)  # nothing cut; the state is as it was
+        log.truncate_to(end - 1)
+    # Rebuilt from the batches, the abort below the high watermark is
+    # already forgotten: only the open transaction holds the offset back.
+    assert aborted < log.high_watermark
+    assert log.producer_state.unreplicated == {}
+    before = (dict(log.producer_state.ongoing), dict(log.producer_state.unreplicated))
+    assert log.last_stable_offset == open_first == log.last_stable_offset
+    assert (log.producer_state.ongoing, log.producer_state.unreplicated) == before

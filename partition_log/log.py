@@ -2,8 +2,8 @@
 
 One partition directory on the file seam holds (brokers.md §2.1):
 
-- the segments, ``<base offset, 20 digits>.log`` with their ``.index`` and
-  ``.timeindex`` (:mod:`partition_log.segment`);
+- the segments, ``<base offset, 20 digits>.log`` with their ``.index``,
+  ``.timeindex`` and ``.txnindex`` (:mod:`partition_log.segment`);
 - ``<offset>.snapshot``: producer-state snapshots taken at each roll and on
   close (``UnifiedLog.roll``'s ``takeSnapshot``);
 - ``leader-epoch-checkpoint``: the epoch cache, rewritten whenever it
@@ -62,6 +62,7 @@ from partition_log.log_files import (
     DELETED_SUFFIX,
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
+    SEGMENT_SUFFIXES,
     SNAPSHOT_SUFFIX,
     SWAP_SUFFIX,
     InterruptedOperations,
@@ -92,13 +93,16 @@ from partition_log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     BatchVisitor,
     RecoveryResult,
     Segment,
     file_name,
     parse_log_name,
+    write_aborted_file,
 )
-from partition_log.txn import read_marker
+from partition_log.txn import CompletedTxn, read_marker
+from partition_log.txn_index import AbortedTxn, decode_entries, search, truncated
 
 __all__ = [
     "CLEAN_SHUTDOWN_FILE",
@@ -165,6 +169,14 @@ class LogRecovery:
     dropped_segments: tuple[str, ...] = ()
     # The leftovers of an interrupted delete or swap finished or undone.
     interrupted: InterruptedOperations = InterruptedOperations()
+    # The .txnindex files found missing or damaged and rebuilt from the log
+    # (those of the rescanned segments are rebuilt whatever they hold).
+    rebuilt_txn_indexes: tuple[str, ...] = ()
+
+
+def _aborted_txn(txn: CompletedTxn) -> AbortedTxn:
+    """The index entry of an aborted transaction (``LogSegment.updateTxnIndex``)."""
+    return AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset)
 
 
 # DefaultRecordBatch field positions: the CRC covers attributes .. end.
@@ -232,6 +244,7 @@ class _Replay:
         "_last_epoch",
         "snapshot_offset",
         "snapshot_checked_to",
+        "aborted",
     )
 
     def __init__(
@@ -261,6 +274,9 @@ class _Replay:
         # higher offset leaves it unchanged (LeaderEpochCache.assign), so
         # only a change of epoch is handed on.
         self._last_epoch: int | None = None
+        # The transactions the replayed markers aborted (few: aborts are
+        # rare), for the rescanned segments' .txnindex files.
+        self.aborted: list[CompletedTxn] = []
 
     def visit(self, header: BatchHeader, data: bytes | None) -> None:
         last = header.last_offset
@@ -277,7 +293,9 @@ class _Replay:
             if header.base_offset >= end:
                 if header.producer_id != NO_PRODUCER_ID:
                     assert self._state is not None
-                    self._state.update(_producer_batch(header, data))
+                    done = self._state.update(_producer_batch(header, data))
+                    if done is not None and done.aborted:
+                        self.aborted.append(done)
                 self._end = last + 1
 
     def producer_state(self, log_start_offset: int) -> ProducerStateManager:
@@ -498,7 +516,7 @@ class PartitionLog:
         changed = changed or bool(logs)
         for name in directory.list():
             if name in temporary or (
-                name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+                name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
                 and name.rsplit(".", 1)[0] + LOG_SUFFIX not in logs
             ):
                 directory.delete(name)
@@ -584,6 +602,10 @@ class PartitionLog:
         cut: tuple[str, int, int, str | None] | None = None
         dropped: list[str] = []
         expected: int | None = None
+        # The .txnindex files to rebuild: segment index -> the offset from
+        # which its entries are derived again, and the entries below it kept.
+        txn_targets: dict[int, tuple[int, list[AbortedTxn]]] = {}
+        rebuilt: list[str] = []
         try:
             for index, name in enumerate(logs):
                 if cut is not None:
@@ -629,6 +651,16 @@ class PartitionLog:
                         f"{bases[index + 1]}: the offsets between are missing",
                     )
                 segments.append(segment)
+                following = bases[index + 1] if index + 1 < len(logs) else None
+                self._plan_txn_index(
+                    segment,
+                    len(segments) - 1,
+                    following if cut is None else None,
+                    replay.producer_from if recover and replay is not None else None,
+                    recover,
+                    txn_targets,
+                    rebuilt,
+                )
             # All but the last are summaries.
             for segment in segments[:-1]:
                 summaries.append(SegmentInfo.of(segment))
@@ -641,7 +673,7 @@ class PartitionLog:
         self._active = segments[-1]
         for name in dropped:
             base = parse_log_name(name)
-            for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            for suffix in SEGMENT_SUFFIXES:
                 if self.directory.exists(file_name(base, suffix)):
                     self.directory.delete(file_name(base, suffix))
         if dropped:
@@ -697,6 +729,7 @@ class PartitionLog:
             self.producer_state = replay.producer_state(self.log_start_offset)
         else:
             self.producer_state = self._rebuild_producer_state(end)
+        self._rebuild_txn_indexes(txn_targets, replay)
         self.recovery_point = end
         if not clean:
             self._write_recovery_point(end)
@@ -709,7 +742,126 @@ class PartitionLog:
             cut[2] if cut else 0,
             cut[3] if cut else None,
             tuple(dropped),
+            rebuilt_txn_indexes=tuple(rebuilt),
         )
+
+    # -- the aborted-transaction indexes at open --------------------------------
+
+    @staticmethod
+    def _plan_txn_index(
+        segment: Segment,
+        index: int,
+        following: int | None,
+        replay_from: int | None,
+        recovered: bool,
+        targets: dict[int, tuple[int, list[AbortedTxn]]],
+        rebuilt: list[str],
+    ) -> None:
+        """Decide whether the open rebuilds ``segment``'s ``.txnindex``
+        (``LogLoader``; the index is never trusted over the log).  A
+        rescanned segment's entries are derived again from where the
+        producer replay starts (``replay_from``, the snapshot it starts
+        from; Kafka's ``LogSegment.recover`` resets the index and re-adds
+        the markers it reads): those below it are kept.  Any other segment's
+        file is read and checked (whole entries, in order, markers inside
+        the segment: at or past its base and below the next segment's base,
+        or its end if it is the last); a missing or damaged one is rebuilt
+        whole.  Only the entries kept are held, until the rebuild."""
+        base = segment.base_offset
+        upper = segment.next_offset if following is None else following
+        keep_from = base
+        if recovered:
+            keep_from = max(base, replay_from) if replay_from is not None else base
+            if keep_from == base:
+                targets[index] = (base, [])
+                return
+        try:
+            entries = list(segment.aborted_transactions())
+            beyond = [txn for txn in entries if txn.last_offset >= upper]
+            if beyond:
+                raise PartitionLogError(
+                    Errors.KAFKA_STORAGE_ERROR,
+                    f"{segment.txn_index_name}: last offset {beyond[0].last_offset} is past "
+                    f"the segment's offsets [{base}, {upper})",
+                )
+        except PartitionLogError:
+            rebuilt.append(segment.txn_index_name)
+            targets[index] = (base, [])
+            return
+        if recovered:
+            targets[index] = (keep_from, truncated(entries, keep_from))
+
+    def _rebuild_txn_indexes(
+        self, targets: dict[int, tuple[int, list[AbortedTxn]]], replay: _Replay | None
+    ) -> None:
+        """Write the ``.txnindex`` files :meth:`_plan_txn_index` chose: the
+        entries kept, then the transactions aborted by the markers from the
+        offset each is derived from, found by the open's replay if it
+        started at or below that offset, else by one more replay of the
+        producer state from the latest snapshot at or below the lowest
+        such offset (:meth:`_aborted_from`).  Each file is synced."""
+        if not targets:
+            return
+        bases = self.segment_base_offsets
+        end = self.log_end_offset
+        covered_from = replay.producer_from if replay is not None else None
+        found: list[CompletedTxn] = []
+        if replay is not None:
+            found.extend(replay.aborted)
+        lowest = min(
+            (
+                keep_from
+                for keep_from, _ in targets.values()
+                if covered_from is None or keep_from < covered_from
+            ),
+            default=None,
+        )
+        if lowest is not None:
+            highest = max(bases[index + 1] if index + 1 < len(bases) else end for index in targets)
+            found = self._aborted_from(lowest, highest)
+        for index, (keep_from, kept) in sorted(targets.items()):
+            upper = bases[index + 1] if index + 1 < len(bases) else end
+            entries = truncated(kept, upper) + [
+                _aborted_txn(txn) for txn in found if keep_from <= txn.last_offset < upper
+            ]
+            if index == len(self._old):
+                self._active.rewrite_aborted(entries)
+                self._active.flush()
+            else:
+                write_aborted_file(self.directory, bases[index], entries)
+
+    def _aborted_from(self, offset: int, until: int) -> list[CompletedTxn]:
+        """The transactions that the markers at or past ``offset`` and below
+        ``until`` abort, by a replay of the producer state from the latest
+        readable snapshot at or below ``offset`` (else the log start) as
+        :meth:`_rebuild_producer_state` replays it."""
+        state: ProducerStateManager | None = None
+        for snapshot in reversed(self._snapshot_offsets()):
+            if snapshot > offset:
+                continue
+            data = self._readable_snapshot(snapshot)
+            if data is None:
+                continue
+            if snapshot >= self.log_start_offset:
+                state = ProducerStateManager.rebuild(data, ())
+                state.truncate_from_start(self.log_start_offset)
+            break
+        start = self.log_start_offset if state is None else state.map_end_offset
+        found: list[CompletedTxn] = []
+        for header, data in self._batches_from(start):
+            if header.base_offset >= until:
+                break
+            if state is None:
+                state = ProducerStateManager(map_end_offset=min(header.base_offset, start))
+            if header.base_offset < state.map_end_offset:
+                continue
+            if header.producer_id == NO_PRODUCER_ID:
+                state.map_end_offset = header.next_offset
+                continue
+            done = state.update(_producer_batch(header, data))
+            if done is not None and done.aborted and done.last_offset >= offset:
+                found.append(done)
+        return found
 
     def _read_epoch_checkpoint(self) -> LeaderEpochCache | None:
         """The epoch cache's checkpoint, ``None`` if missing or unreadable
@@ -912,7 +1064,10 @@ class PartitionLog:
                 # without a producer: its end moves past the batch.
                 state.map_end_offset = header.next_offset
             else:
-                state.update(batch)
+                done = state.update(batch)
+                if done is not None and done.aborted:
+                    # Every batch of the append went to the active segment.
+                    self._active.append_aborted(_aborted_txn(done))
         new_end = headers[-1].next_offset
         if self._flush_due(new_end, now_ms):
             # flush.messages=1 syncs before the end moves (brokers.md §2.4).
@@ -1046,7 +1201,9 @@ class PartitionLog:
             # a producer: its end moves past the batch.
             self.producer_state.map_end_offset = new_end
         else:
-            self.producer_state.update(incoming)
+            done = self.producer_state.update(incoming)
+            if done is not None and done.aborted:
+                active.append_aborted(_aborted_txn(done))
         flush_messages = config.flush_messages
         if (flush_messages is not None and new_end - self.recovery_point >= flush_messages) or (
             config.flush_ms is not None and now_ms - self._last_flush_ms >= config.flush_ms
@@ -1185,6 +1342,48 @@ class PartitionLog:
                     return data
             index += 1
         return b""
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """Every aborted transaction that overlaps ``[start_offset,
+        upper_bound_offset)``: its abort marker at or past ``start_offset``
+        and its first offset below ``upper_bound_offset``, in marker order
+        (``UnifiedLog.collectAbortedTransactions``).  A ``read_committed``
+        fetch from ``start_offset`` returns them with its batches (read up
+        to the last stable offset; ``upper_bound_offset`` is the offset
+        after the last batch it returns), and the consumer drops the records
+        of those producers' aborted transactions
+        (:func:`partition_log.read_committed.read_committed_batches`).
+
+        The ``.txnindex`` files are searched from the segment holding
+        ``start_offset`` onwards, each read when reached, until one says no
+        later transaction can overlap (:func:`partition_log.txn_index.search`)."""
+        self._live()
+        found: list[AbortedTxn] = []
+        count = len(self._old) + 1
+        index = self._index_of(start_offset)
+        while index < count:
+            result = search(self._aborted_of(index), start_offset, upper_bound_offset)
+            found.extend(result.aborted)
+            if result.complete:
+                break
+            index += 1
+        return found
+
+    def _aborted_of(self, index: int) -> Sequence[AbortedTxn]:
+        """The aborted-transaction index of the segment at ``index``: the
+        entries an open segment holds, else read from its file (an older
+        segment's entries are never kept: memory must not grow with the
+        log)."""
+        if index == len(self._old):
+            return self._active.aborted_transactions()
+        base = self._old[index].base_offset
+        segment = self._open_old.get(base)
+        if segment is not None:
+            return segment.aborted_transactions()
+        name = file_name(base, TXN_INDEX_SUFFIX)
+        return decode_entries(self._read_whole(name), name)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """ListOffsets for one partition (``UnifiedLog.fetchOffsetByTimestamp``):
@@ -1369,7 +1568,7 @@ class PartitionLog:
         # LocalLog.deleteSegmentFiles is for readers of retention's segments).
         # The recovery point was moved below them first, so a crash part-way
         # recovers from there.
-        for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for suffix in SEGMENT_SUFFIXES:
             name = file_name(base, suffix)
             if self.directory.exists(name):
                 self.directory.delete(name)
@@ -1584,8 +1783,19 @@ class PartitionLog:
         self._live()
         bases = self.segment_base_offsets
         first, last = check_replaced(old_bases, bases)
+        # The old segments' aborted transactions go to the new segments that
+        # take their markers' offsets: a read_committed fetch of the cleaned
+        # range still learns of them (Kafka's cleaner keeps the entries of
+        # the segments it rewrites).
+        aborted = [txn for index in range(first, last + 1) for txn in self._aborted_of(index)]
         infos = write_cleaned(
-            self.directory, batches, bases[first], bases[last + 1], self.config, now_ms
+            self.directory,
+            batches,
+            bases[first],
+            bases[last + 1],
+            self.config,
+            now_ms,
+            aborted=aborted,
         )
         # .cleaned -> .swap, highest first, each segment's renames durable
         # before the next one's start.

@@ -33,6 +33,7 @@ from partition_log.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
     Segment,
     file_name,
     parse_log_name,
@@ -70,10 +71,13 @@ TMP_SUFFIX = ".tmp"
 DELETED_SUFFIX = ".deleted"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+# Every file of a segment, the log first: a delete, a swap and a truncation
+# move or remove them together (Kafka's LogSegment.changeFileSuffixes and
+# deleteIfExists cover its four files).
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _OFFSET_VERSION = 0
 _NUMBERED = re.compile(
-    r"(\d{20})(\.log|\.index|\.timeindex|\.snapshot)(\.deleted|\.cleaned|\.swap)?"
+    r"(\d{20})(\.log|\.index|\.timeindex|\.txnindex|\.snapshot)(\.deleted|\.cleaned|\.swap)?"
 )
 _FIXED = {
     CLEAN_SHUTDOWN_FILE,

@@ -35,6 +35,7 @@ from partition_log.log_files import (
 )
 from partition_log.retention import SegmentInfo
 from partition_log.segment import Segment, file_name
+from partition_log.txn_index import AbortedTxn
 
 __all__ = ["check_replaced", "restart_checkpoints", "write_cleaned"]
 
@@ -79,18 +80,27 @@ def write_cleaned(
     high: int,
     config: LogConfig,
     now_ms: int,
+    *,
+    aborted: Sequence[AbortedTxn] = (),
 ) -> list[SegmentInfo]:
     """Write ``batches`` into new segments ``<base>.log.cleaned`` (with their
-    ``.index.cleaned`` and ``.timeindex.cleaned``), up to ``segment.bytes``
-    each, the first named ``low`` and each later one by its first batch's
-    base offset; sync and close them, then the directory. Refuses anything
-    not whole batches with valid CRCs, in order, inside ``[low, high)``,
-    removing the ``.cleaned`` files written so far. The new segments'
-    summaries."""
+    ``.index.cleaned``, ``.timeindex.cleaned`` and ``.txnindex.cleaned``), up
+    to ``segment.bytes`` each, the first named ``low`` and each later one by
+    its first batch's base offset; sync and close them, then the directory.
+    ``aborted``, the replaced segments' aborted-transaction entries in
+    marker order, go to the new segment whose range holds each marker's
+    offset. Refuses anything not whole batches with valid CRCs, in order,
+    inside ``[low, high)``, removing the ``.cleaned`` files written so far.
+    The new segments' summaries."""
     view = SuffixedDirectory(directory, CLEANED_SUFFIX)
     written: list[Segment] = []
     try:
         _write(view, written, batches, low, high, config, now_ms)
+        for index, segment in enumerate(written):
+            upper = written[index + 1].base_offset if index + 1 < len(written) else high
+            entries = [t for t in aborted if segment.base_offset <= t.last_offset < upper]
+            if entries:
+                segment.rewrite_aborted(entries)
         for segment in written:
             segment.flush()
     except BaseException:

@@ -1,6 +1,7 @@
 """One segment of a partition log (Kafka's ``LogSegment``): a ``.log`` file
 of whole record batches named by its base offset, with its sparse offset
-index (``.index``) and time index (``.timeindex``).
+index (``.index``), time index (``.timeindex``) and aborted-transaction
+index (``.txnindex``, :mod:`partition_log.txn_index`).
 
 Batches arrive already verified (their CRC checked by whoever took them from
 outside) and as opaque bytes; the segment reads only their headers.  Every
@@ -10,13 +11,20 @@ indexes live in memory as entry bytes and are written to their files on
 close (synced then); they are never trusted over the log: a missing or
 suspect index is rebuilt from the batches, and :meth:`Segment.recover`
 rescans the whole log, cuts it at the first bad byte and rebuilds both.
+
+The aborted-transaction index is different (Kafka's ``TransactionIndex``):
+its entries come from the producer state, which the segment does not have,
+so the log appends them (:meth:`Segment.append_aborted`) and rebuilds them
+(:meth:`Segment.rewrite_aborted`).  Each entry reaches the OS when appended
+and is synced by :meth:`Segment.flush` with the log: an abort is rare, so
+the extra fsync is paid only by a flush that follows one.
 """
 
 from __future__ import annotations
 
 import re
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import bugs
@@ -44,16 +52,19 @@ from partition_log.index import (
     TimeIndex,
     sanity_check,
 )
+from partition_log.txn_index import ENTRY_SIZE, AbortedTxn, decode_entries, encode_entry, truncated
 
 __all__ = [
     "INDEX_SUFFIX",
     "LOG_SUFFIX",
     "TIME_INDEX_SUFFIX",
+    "TXN_INDEX_SUFFIX",
     "BatchVisitor",
     "RecoveryResult",
     "Segment",
     "file_name",
     "parse_log_name",
+    "write_aborted_file",
 ]
 
 BatchVisitor = Callable[[BatchHeader, bytes | None], None]
@@ -64,6 +75,7 @@ None (the common batch costs no copy)."""
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
 # LogFileUtils.filenamePrefixFromOffset: the base offset, 20 digits.
 _LOG_NAME = re.compile(r"(\d{20})\.log")
 # How much of the log recovery reads at a time (more for a larger batch), so
@@ -91,6 +103,42 @@ def parse_log_name(name: str) -> int:
             f"{name!r} is not a segment file name (20 digits of base offset, then .log)",
         )
     return int(match.group(1))
+
+
+def _encode_aborted(name: str, base_offset: int, entries: Sequence[AbortedTxn]) -> bytes:
+    """The bytes of a ``.txnindex`` holding ``entries``, refused (naming
+    the file) unless they are in marker order and at or past the base."""
+    data = b"".join(encode_entry(txn) for txn in entries)
+    decode_entries(data, name)
+    if entries and entries[0].last_offset < base_offset:
+        raise PartitionLogError(
+            Errors.KAFKA_STORAGE_ERROR,
+            f"{name}: last offset {entries[0].last_offset} is below the segment's base "
+            f"offset {base_offset}",
+        )
+    return data
+
+
+def write_aborted_file(
+    directory: FileDirectory, base_offset: int, entries: Sequence[AbortedTxn]
+) -> None:
+    """Make the ``.txnindex`` file of the closed segment at ``base_offset``
+    hold exactly ``entries`` and sync it (a rebuild from the log; rewritten
+    only if it differs, created if missing)."""
+    name = file_name(base_offset, TXN_INDEX_SUFFIX)
+    data = _encode_aborted(name, base_offset, entries)
+    if directory.exists(name):
+        handle = directory.open(name)
+    else:
+        handle = directory.create(name)
+        directory.sync_directory()
+    try:
+        if handle.read(0, handle.size) != data:
+            handle.truncate(0)
+            handle.append(data)
+        handle.sync()
+    finally:
+        handle.close()
 
 
 _INT32 = struct.Struct(">i")
@@ -177,6 +225,14 @@ class Segment:
         # consumer's next read starts there (at its base offset), found
         # without the index or a walk; dropped when the file is cut.
         self._read_memo: tuple[int, BatchHeader] | None = None
+        # The aborted-transaction index: its file, opened on first use; its
+        # entries, read on first use and kept while the segment is open
+        # (the log keeps the active segment and a few older ones open, so
+        # this does not grow with the log); and whether the file holds
+        # writes that the next flush must sync.
+        self._txn_file: LogFile | None = None
+        self._aborted: list[AbortedTxn] | None = None
+        self._txn_unsynced = False
 
     # -- names and opening --------------------------------------------------------
 
@@ -192,6 +248,10 @@ class Segment:
     def time_index_name(self) -> str:
         return file_name(self.base_offset, TIME_INDEX_SUFFIX)
 
+    @property
+    def txn_index_name(self) -> str:
+        return file_name(self.base_offset, TXN_INDEX_SUFFIX)
+
     @classmethod
     def create(
         cls,
@@ -202,9 +262,15 @@ class Segment:
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
         max_index_bytes: int = DEFAULT_INDEX_BYTES,
     ) -> Segment:
-        """A new empty segment: its three files created and the directory
-        synced, so the segment's name survives a power loss."""
-        names = [file_name(base_offset, s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)]
+        """A new empty segment: its four files created and the directory
+        synced, so the segment's name survives a power loss.  The
+        aborted-transaction index is created empty with the others (Kafka
+        creates it on its first entry), so that a missing one is known to be
+        lost and is rebuilt."""
+        names = [
+            file_name(base_offset, s)
+            for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+        ]
         for name in names:
             if directory.exists(name):
                 raise PartitionLogError(
@@ -213,6 +279,7 @@ class Segment:
         log = directory.create(names[0])
         directory.create(names[1]).close()
         directory.create(names[2]).close()
+        directory.create(names[3]).close()
         directory.sync_directory()
         return cls(
             directory,
@@ -720,6 +787,7 @@ class Segment:
         self._offsets_written = min(self._offsets_written, len(self.offsets))
         self._times_written = min(self._times_written, len(self.times))
         self._files_cut = True
+        self._truncate_aborted(header.base_offset)
         problem = self._resume(None)
         if problem is not None:  # the bytes kept were read whole before the cut
             raise _corrupt(f"segment {self.name}: {problem}")
@@ -840,9 +908,10 @@ class Segment:
             self._files_cut = False
 
     def flush(self) -> None:
-        """Make the log durable (fsync).
+        """Make the log durable (fsync), and the aborted-transaction index
+        with it if it changed since the last flush.
 
-        Only the log: the index files are written and synced on
+        The offset and time index files are written and synced on
         :meth:`close` (a roll closes the old segment before the recovery
         point passes it).  They are never trusted over the log: after an
         unclean shutdown every segment from the one holding the recovery
@@ -853,6 +922,10 @@ class Segment:
         memory-mapped and flushed with the log; with flush.messages=1 here
         that would be three fsyncs an append instead of one."""
         self._live().sync()
+        if self._txn_unsynced:
+            assert self._txn_file is not None
+            self._txn_file.sync()
+            self._txn_unsynced = False
 
     def close(self) -> None:
         """Write and sync the index files if they changed, and close the log
@@ -860,5 +933,95 @@ class Segment:
         if self._closed:
             return
         self._write_indexes()
+        if self._txn_file is not None:
+            self._txn_file.close()
+            self._txn_file = None
         self._log.close()
         self._closed = True
+
+    # -- the aborted-transaction index --------------------------------------------
+
+    def _txn_handle(self) -> LogFile:
+        """The ``.txnindex`` file, created if it is missing (a rebuild)."""
+        handle = self._txn_file
+        if handle is None:
+            name = self.txn_index_name
+            if self.directory.exists(name):
+                handle = self.directory.open(name)
+            else:
+                handle = self.directory.create(name)
+                self.directory.sync_directory()
+            self._txn_file = handle
+        return handle
+
+    def _loaded_aborted(self) -> list[AbortedTxn]:
+        if self._aborted is None:
+            self._live()
+            name = self.txn_index_name
+            if not self.directory.exists(name):
+                raise PartitionLogError(
+                    Errors.KAFKA_STORAGE_ERROR, f"{name}: the segment's {self.name} has none"
+                )
+            handle = self._txn_handle()
+            entries = decode_entries(handle.read(0, handle.size), name)
+            for number, txn in enumerate(entries):
+                # TransactionIndex.sanityCheck: no marker below the base.
+                if txn.last_offset < self.base_offset:
+                    raise PartitionLogError(
+                        Errors.KAFKA_STORAGE_ERROR,
+                        f"{name}: entry {number}'s last offset {txn.last_offset} is below "
+                        f"the segment's base offset {self.base_offset}",
+                    )
+            self._aborted = entries
+        return self._aborted
+
+    def aborted_transactions(self) -> tuple[AbortedTxn, ...]:
+        """The entries of the aborted-transaction index, in marker order; a
+        :class:`PartitionLogError` (``KAFKA_STORAGE_ERROR``) naming the file
+        and the entry if it is missing or damaged (the log then rebuilds it
+        from its batches)."""
+        return tuple(self._loaded_aborted())
+
+    def append_aborted(self, txn: AbortedTxn) -> None:
+        """Record a transaction whose ``ABORT`` marker was just appended to
+        this segment (``LogSegment.updateTxnIndex``): the entry reaches the
+        OS now and is synced by the next :meth:`flush`."""
+        entries = self._loaded_aborted()
+        if not self.base_offset <= txn.last_offset < self.next_offset or (
+            entries and txn.last_offset <= entries[-1].last_offset
+        ):
+            raise PartitionLogError(
+                Errors.KAFKA_STORAGE_ERROR,
+                f"{self.txn_index_name}: an entry with last offset {txn.last_offset} does not "
+                f"follow the segment's entries and offsets [{self.base_offset}, "
+                f"{self.next_offset})",
+            )
+        self._txn_handle().append(encode_entry(txn))
+        entries.append(txn)
+        self._txn_unsynced = True
+
+    def rewrite_aborted(self, entries: Sequence[AbortedTxn]) -> None:
+        """Make the aborted-transaction index exactly ``entries`` (in marker
+        order, at or past the base): a rebuild from the log.  Synced by the
+        next :meth:`flush`."""
+        self._live()
+        data = _encode_aborted(self.txn_index_name, self.base_offset, entries)
+        handle = self._txn_handle()
+        handle.truncate(0)
+        handle.append(data)
+        self._aborted = list(entries)
+        self._txn_unsynced = True
+
+    def _truncate_aborted(self, offset: int) -> None:
+        """Drop the entries whose marker is at or past ``offset``
+        (``TransactionIndex.truncateTo``).  A missing file has nothing to
+        cut (the log's open rebuilds it)."""
+        if self._aborted is None and not self.directory.exists(self.txn_index_name):
+            return
+        entries = self._loaded_aborted()
+        kept = truncated(entries, offset)
+        if len(kept) != len(entries):
+            # The entries are in marker order: those kept are a prefix.
+            self._txn_handle().truncate(len(kept) * ENTRY_SIZE)
+            self._aborted = kept
+            self._txn_unsynced = True

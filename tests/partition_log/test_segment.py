@@ -91,13 +91,14 @@ def test_a_name_that_is_not_a_segment_is_refused_by_name(make: Make, name: str) 
     assert name in str(e.value)
 
 
-def test_create_makes_three_durable_files() -> None:
+def test_create_makes_four_durable_files() -> None:
     d = MemoryDirectory()
     segment = Segment.create(d, 5, now_ms=0)
     assert d.durable_names() == [
         "00000000000000000005.index",
         "00000000000000000005.log",
         "00000000000000000005.timeindex",
+        "00000000000000000005.txnindex",
     ]
     assert segment.next_offset == 5 and segment.size == 0
     with pytest.raises(PartitionLogError, match="00000000000000000005.log already exists"):

@@ -130,7 +130,7 @@ def test_the_log_restarts_empty_at_the_offset(directory: FileDirectory) -> None:
     assert refused.value.code is Errors.OFFSET_OUT_OF_RANGE
     assert log.read(50, 1 << 20) == b""
     # The old segments wait for file.delete.delay.ms, then go.
-    assert len(log.pending_deletions) == 3 * len(old_bases)
+    assert len(log.pending_deletions) == 4 * len(old_bases)
     assert log.maybe_remove_deleted(100 + CONFIG.file_delete_delay_ms)
     assert operation_files(directory) == []
     # The leader's batches from there append, in a new epoch, and the

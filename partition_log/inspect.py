@@ -45,7 +45,14 @@ from partition_log.log_files import (
 )
 from partition_log.producer_state import ProducerSnapshot, decode_snapshot
 from partition_log.records import Record
-from partition_log.segment import INDEX_SUFFIX, TIME_INDEX_SUFFIX, file_name, parse_log_name
+from partition_log.segment import (
+    INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    file_name,
+    parse_log_name,
+)
+from partition_log.txn_index import decode_entries
 
 __all__ = [
     "BatchInfo",
@@ -755,7 +762,38 @@ def _check_segment(
             )
         )
     indexes.finish(walk.position, expected)
+    _check_txn_index(directory, base, expected, state.compacted, findings)
     state.expected = expected
+
+
+def _check_txn_index(
+    directory: FileDirectory, base: int, end: int, compacted: bool, findings: list[Finding]
+) -> None:
+    """The segment's aborted-transaction index decodes (whole entries, in
+    marker order) and each marker lies in the segment: at or past its base
+    and, unless the log is compacted (the cleaner may drop a marker whose
+    entry it keeps), below its end ``end``.  A missing file is no finding:
+    the log rebuilds it on open, as it does a damaged one."""
+    name = file_name(base, TXN_INDEX_SUFFIX)
+    if not directory.exists(name):
+        return
+    try:
+        entries = decode_entries(read_whole(directory, name), name)
+    except PartitionLogError as error:
+        findings.append(Finding(FindingKind.INDEX, name, str(error.args[0])))
+        return
+    for number, txn in enumerate(entries):
+        if txn.last_offset < base or (not compacted and txn.last_offset >= end):
+            findings.append(
+                Finding(
+                    FindingKind.INDEX,
+                    name,
+                    f"entry {number} (producer {txn.producer_id}, offsets {txn.first_offset}.."
+                    f"{txn.last_offset}) has its marker outside the segment's offsets "
+                    f"[{base}, {end})",
+                    offset=txn.last_offset,
+                )
+            )
 
 
 def _check_offset_files(
@@ -908,8 +946,10 @@ def check(
     is ``compacted``: by default, when it has a cleaner checkpoint) leave
     gaps within and across segments, index entries that do not point at a
     batch's start with its last offset, a leader-epoch checkpoint that is
-    not the cache the batches give, producer snapshots that do not decode,
-    and files that are no part of a log.  An empty list: nothing found."""
+    not the cache the batches give, aborted-transaction indexes that do not
+    decode or name a marker outside their segment, producer snapshots that
+    do not decode, and files that are no part of a log.  An empty list:
+    nothing found."""
     findings: list[Finding] = []
     if compacted is None:
         compacted = directory.exists(CLEANER_OFFSET_FILE)

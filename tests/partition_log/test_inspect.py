@@ -28,16 +28,19 @@ from partition_log.inspect import (
     dump_segment,
     readable_bytes,
 )
-from partition_log.log import LogConfig, PartitionLog
+from partition_log.log import AppendOrigin, LogConfig, PartitionLog
 from partition_log.log_config import CleanupPolicy
 from partition_log.log_files import (
     CLEANER_OFFSET_FILE,
     LOG_START_OFFSET_FILE,
     RECOVERY_POINT_FILE,
+    read_whole,
 )
 from partition_log.os_files import OsDirectory
 from partition_log.records import Record
 from partition_log.segment import file_name
+from partition_log.txn import ControlType, EndTxnMarker, build_marker_batch
+from partition_log.txn_index import AbortedTxn, encode_entry
 
 CONFIG = LogConfig(segment_bytes=600, index_interval_bytes=100)
 
@@ -442,3 +445,50 @@ def test_a_log_compacted_by_the_cleaner_has_no_finding(tmp_path: Path) -> None:
     assert offsets and offsets != list(range(0, 2 * len(offsets), 2))  # gaps
     assert check(OsDirectory(path)) == []
     assert [f.kind for f in check(OsDirectory(path), compacted=False)].count(FindingKind.OFFSETS)
+
+
+def _txn_log(directory: MemoryDirectory) -> tuple[int, int]:
+    """A log of one aborted transaction and a later segment; its marker's
+    offset and the second segment's base."""
+    log = PartitionLog.open(directory, CONFIG, now_ms=0)
+    data = build_batch(
+        _records(0), producer_id=7, producer_epoch=0, base_sequence=0, transactional=True
+    )
+    log.append_as_leader(data, 0, 1000)
+    end = build_marker_batch(7, 0, EndTxnMarker(ControlType.ABORT, 0), 1000)
+    marker = log.append_as_leader(end, 0, 1000, origin=AppendOrigin.COORDINATOR).first_offset
+    while len(log.segment_base_offsets) < 2:
+        log.append_as_leader(build_batch(_records(1)), 0, 1000)
+    log.close()
+    return marker, log.segment_base_offsets[1]
+
+
+def _rewrite(directory: MemoryDirectory, name: str, data: bytes) -> None:
+    directory.delete(name)
+    handle = directory.create(name)
+    handle.append(data)
+    handle.close()
+
+
+def test_a_damaged_txn_index_is_named() -> None:
+    directory = MemoryDirectory()
+    marker, second = _txn_log(directory)
+    assert check(directory) == []
+    name = file_name(0, ".txnindex")
+    good = read_whole(directory, name)
+    assert len(good) == 34
+    _rewrite(directory, name, good[:-1])
+    (finding,) = _only(check(directory), FindingKind.INDEX)
+    assert finding.file == name and "whole number of 34-byte entries" in finding.what
+    # An entry whose marker lies past the segment, then one in the next
+    # segment's index below its base.
+    past = encode_entry(AbortedTxn(7, 0, second, second + 1))
+    _rewrite(directory, name, good + past)
+    (finding,) = _only(check(directory), FindingKind.INDEX)
+    assert finding.file == name and finding.offset == second
+    assert f"outside the segment's offsets [0, {second})" in finding.what
+    _rewrite(directory, name, good)
+    later = file_name(second, ".txnindex")
+    _rewrite(directory, later, encode_entry(AbortedTxn(7, 0, marker, marker + 1)))
+    (finding,) = _only(check(directory), FindingKind.INDEX)
+    assert finding.file == later and finding.offset == marker

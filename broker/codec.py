@@ -115,18 +115,22 @@ def fetch_answers(
 
 
 def answer_to_proto(partition: int, answer: FetchAnswer) -> broker_pb2.FetchPartitionResponse:
-    """The leader's answer for one partition; the last stable offset is the
-    high watermark (no transactions yet)."""
+    """The leader's answer for one partition; the last stable offset is
+    the high watermark unless a read_committed read gave its own."""
     out = broker_pb2.FetchPartitionResponse(
         partition=partition,
         error=cast(broker_pb2.BrokerError, int(answer.error)),
         message=answer.message,
         high_watermark=answer.high_watermark,
-        last_stable_offset=answer.high_watermark,
+        last_stable_offset=answer.last_stable_offset
+        if answer.last_stable_offset >= 0
+        else answer.high_watermark,
         log_start_offset=answer.log_start_offset,
         log_end_offset=answer.log_end_offset,
         records=answer.records,
     )
+    for producer_id, first_offset in answer.aborted_transactions:
+        out.aborted_transactions.add(producer_id=producer_id, first_offset=first_offset)
     if answer.diverging_epoch is not None:
         out.diverging_epoch.CopyFrom(
             broker_pb2.EpochEndOffset(

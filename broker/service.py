@@ -97,6 +97,14 @@ MAX_WAIT_MS = 5 * 60 * 1000
 MAX_PRODUCER_EPOCH = 32767
 
 
+def _next_offset_after(records: bytes) -> int:
+    """The offset after the last whole batch of ``records``."""
+    last = None
+    for found in BatchScanner(records, check_crc=False):
+        last = found.header
+    return -1 if last is None else last.next_offset
+
+
 @dataclass(frozen=True, slots=True)
 class ServiceSettings:
     """What the service needs beyond its replicas."""
@@ -736,7 +744,13 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 if follower:
                     answer = self._follower_read(request, key, part, limit, now)
                 else:
-                    answer = self._consumer_read(key, part, max(limit, 1), size == 0 or limit > 0)
+                    answer = self._consumer_read(
+                        key,
+                        part,
+                        max(limit, 1),
+                        size == 0 or limit > 0,
+                        request.isolation_level == broker_pb2.READ_COMMITTED,
+                    )
                 if answer.diverging_epoch is not None:
                     # The follower must truncate before anything else:
                     # answered at once (DelayedFetch.tryComplete).
@@ -837,14 +851,27 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         return log_, replica.leader_id, replica.leader_epoch
 
     def _consumer_read(
-        self, key: TopicIdPartition, part: broker_pb2.FetchPartition, limit: int, read: bool
+        self,
+        key: TopicIdPartition,
+        part: broker_pb2.FetchPartition,
+        limit: int,
+        read: bool,
+        committed: bool = False,
     ) -> FetchAnswer:
+        """A consumer's read of one partition: below the high watermark, or
+        with ``committed`` (READ_COMMITTED) below the last stable offset,
+        with the aborted transactions that overlap what it returns
+        (``UnifiedLog.read`` with ``FetchIsolation.TXN_COMMITTED`` and
+        ``collectAbortedTransactions``): the consumer drops their batches
+        itself, so the broker still moves batches as bytes."""
         found = self._leader_log(key, part.current_leader_epoch)
         if isinstance(found, FetchAnswer):
             return found
         log_, leader, epoch = found
         high_watermark = log_.high_watermark
+        stable = log_.last_stable_offset if committed else -1
         records = b""
+        aborted: tuple[tuple[int, int], ...] = ()
         start, end = log_.log_start_offset, log_.log_end_offset
         if not start <= part.fetch_offset <= end:
             return FetchAnswer(
@@ -856,12 +883,21 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 current_leader_epoch=epoch,
                 message=f"fetch_offset {part.fetch_offset} is outside the log's range "
                 f"[{start}, {end}]",
+                last_stable_offset=stable,
             )
         if read:
             try:
-                # Consumers read only below the high watermark.
+                # Consumers read only below the high watermark (or the LSO).
                 bound = consumer_read_bound(high_watermark, end)
+                if committed:
+                    bound = min(bound, stable)
                 records = log_.read(part.fetch_offset, limit, max_offset=bound)
+                if committed and records:
+                    upper = _next_offset_after(records)
+                    aborted = tuple(
+                        (txn.producer_id, txn.first_offset)
+                        for txn in log_.collect_aborted_transactions(part.fetch_offset, upper)
+                    )
             except PartitionLogError as error:
                 return FetchAnswer(
                     from_partition_log_error(error),
@@ -871,6 +907,7 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                     current_leader=leader,
                     current_leader_epoch=epoch,
                     message=str(error.args[0]),
+                    last_stable_offset=stable,
                 )
         return FetchAnswer(
             Errors.NONE,
@@ -880,6 +917,8 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             records=records,
             current_leader=leader,
             current_leader_epoch=epoch,
+            last_stable_offset=stable,
+            aborted_transactions=aborted,
         )
 
     # -- ListOffsets ---------------------------------------------------------------

@@ -25,13 +25,27 @@ from __future__ import annotations
 import heapq
 import struct
 from collections.abc import Iterable, Iterator
+from typing import Protocol
 
 from partition_log.batch import BatchHeader, decode_records, split_batches
 from partition_log.producer_state import NO_PRODUCER_ID
 from partition_log.txn import ControlType
-from partition_log.txn_index import AbortedTxn
 
-__all__ = ["read_committed_batches"]
+__all__ = ["FetchedAbortedTxn", "read_committed_batches"]
+
+
+class FetchedAbortedTxn(Protocol):
+    """What a fetch says of an aborted transaction
+    (``FetchResponse.AbortedTransaction``): its producer and its first
+    offset.  An index entry (:class:`~partition_log.txn_index.AbortedTxn`)
+    and the proto message both are one."""
+
+    @property
+    def producer_id(self) -> int: ...
+
+    @property
+    def first_offset(self) -> int: ...
+
 
 # The control record key: version int16, type int16 (ControlRecordType).
 _CONTROL_KEY = struct.Struct(">hh")
@@ -54,7 +68,7 @@ def _is_abort_marker(batch: memoryview, header: BatchHeader) -> bool:
 
 
 def read_committed_batches(
-    data: bytes | bytearray | memoryview, aborted: Iterable[AbortedTxn]
+    data: bytes | bytearray | memoryview, aborted: Iterable[FetchedAbortedTxn]
 ) -> Iterator[memoryview]:
     """The batches of one fetch's ``data`` (whole v2 batches in offset
     order; a :class:`~partition_log.errors.PartitionLogError` naming the

@@ -140,6 +140,11 @@ class FetchAnswer:
     current_leader: int = -1
     current_leader_epoch: int = NO_EPOCH
     message: str = ""
+    # A read_committed consumer's read: the last stable offset it read up
+    # to, and the aborted transactions (producer id, first offset) that
+    # overlap the records (FetchResponse.AbortedTransactions).
+    last_stable_offset: int = UNKNOWN_OFFSET
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

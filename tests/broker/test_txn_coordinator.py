@@ -20,6 +20,8 @@ from broker.txn.types import TopicPartition, TransactionState
 from broker.txn_produce import verify_produce
 from kqproto import broker_pb2
 from metadata.image import TopicIdPartition
+from partition_log import read_committed_batches
+from partition_log.batch import BatchHeader, decode_records, split_batches
 from partition_log.txn import ControlType
 from tests.broker.images import change
 from tests.broker.test_service_fuzz import PlaintextContext
@@ -322,5 +324,63 @@ def test_offsets_committed_in_a_transaction_move_the_group_only_at_its_commit() 
         await eventually(lambda: b.groups[2].shard_states().get(0) is ShardState.ACTIVE)
         fetched = await b.groups[2].fetch_offsets(OffsetFetchRequest("g", (("t", 0),)))
         assert [o.offset for o in fetched.offsets] == [7]
+
+    run(body)
+
+
+def test_read_committed_fetches_stop_at_the_lso_and_name_the_aborted() -> None:
+    async def body(b: TxnBrokers) -> None:
+        service = BrokerService(b.brokers[2], ServiceSettings("c"), purgatory=b.purgatories[2])
+        coordinator = b.txns[1]
+
+        async def fetch(isolation: int) -> tuple[list[bytes], broker_pb2.FetchPartitionResponse]:
+            request = broker_pb2.FetchRequest(
+                max_bytes=1 << 20,
+                isolation_level=isolation,  # type: ignore[arg-type]
+            )
+            request.topics.add(topic="t").partitions.add(
+                partition=0, fetch_offset=0, current_leader_epoch=-1, last_fetched_epoch=-1
+            )
+            answer = await service.Fetch(request, PlaintextContext())
+            part = answer.topics[0].partitions[0]
+            assert part.error == Errors.NONE, part.message
+            kept = (
+                read_committed_batches(part.records, part.aborted_transactions)
+                if isolation
+                else (memoryview(batch) for batch in split_batches(part.records))
+            )
+            values = [
+                r.value or b""
+                for batch in kept
+                if not BatchHeader.parse(batch).is_control
+                for r in decode_records(batch)
+            ]
+            return values, part
+
+        async def transaction(value: bytes, end: bool | None) -> None:
+            init = await coordinator.init_producer_id("tx", TIMEOUT)
+            pid, epoch = init.producer_id, init.producer_epoch
+            await coordinator.add_partitions("tx", pid, epoch, [T0])
+            assert await send(b, "tx", 0, pid, epoch, 0, value) is None
+            if end is not None:
+                await coordinator.end_txn("tx", pid, epoch, end)
+                await eventually(
+                    lambda: (
+                        [t.state for t in coordinator.list_transactions()]
+                        in ([TransactionState.COMPLETE_COMMIT], [TransactionState.COMPLETE_ABORT])
+                    )
+                )
+
+        await transaction(b"committed", True)
+        await transaction(b"aborted", False)
+        await transaction(b"open", None)
+        await eventually(lambda: b.data_log(2, 0).high_watermark == 5)
+        values, part = await fetch(broker_pb2.READ_COMMITTED)
+        assert values == [b"committed"]
+        assert part.last_stable_offset == 4 and part.high_watermark == 5
+        assert [(a.first_offset) for a in part.aborted_transactions] == [2]
+        values, part = await fetch(broker_pb2.READ_UNCOMMITTED)
+        assert values == [b"committed", b"aborted", b"open"]
+        assert not part.aborted_transactions
 
     run(body)

@@ -36,6 +36,12 @@ Rules:
   an answer (``Sender.getExpiredInflightBatches``); a late answer to it is
   ignored.
 - Batches are sealed with ``compression.type`` by ``build_batch``.
+- A transactional producer's accumulator (``transactions``) writes its
+  batches with the transactional attribute and drains a partition's batch
+  only once the partition is in the transaction
+  (``TransactionManager.may_drain``, Kafka's ``isSendToPartitionAllowed``);
+  an abort fails the batches not awaiting an answer
+  (:meth:`RecordAccumulator.abort_undrained`).
 """
 
 from __future__ import annotations
@@ -50,6 +56,7 @@ from broker.client.errors import (
     FORCE_CLOSED,
     MAY_HAVE_WRITTEN,
     NETWORK_EXCEPTION,
+    TRANSACTION_ABORTED,
     BufferExhaustedError,
     DeliveryError,
     Outcome,
@@ -68,6 +75,7 @@ from broker.client.producer_batch import (
     placed_size,
 )
 from broker.client.sequencing import Decision, Sequencing
+from broker.client.transactions import TransactionManager
 from broker.errors import Errors
 from partition_log.batch import HEADER_SIZE, Compression
 from partition_log.records import Header, Record
@@ -188,14 +196,18 @@ class RecordAccumulator:
         config: ProducerConfig,
         rng: random.Random,
         sequencing: Sequencing | None = None,
+        transactions: TransactionManager | None = None,
     ) -> None:
         self.config = config
         self._rng = rng
+        if transactions is not None:
+            sequencing = transactions.sequencing
         self.sequencing = (
             sequencing if sequencing is not None else Sequencing(config.enable_idempotence)
         )
         if self.sequencing.idempotent != config.enable_idempotence:
             raise ValueError("the sequencing's idempotence differs from enable_idempotence")
+        self.transactions = transactions
         self._queues: dict[TopicPartition, deque[ProducerBatch]] = {}
         self._sticky: dict[str, StickyPartitioner] = {}
         # Each topic's partition count, as the last append saw it.
@@ -290,7 +302,9 @@ class RecordAccumulator:
                 f"batches not yet complete, {size} more needed for {tp}"
             )
         if last is None:
-            last = ProducerBatch(tp, created_ms=now_ms, size_bytes=0)
+            last = ProducerBatch(
+                tp, created_ms=now_ms, size_bytes=0, transactional=self.transactions is not None
+            )
             queue.append(last)
             self._incomplete[id(last)] = last
         index = len(last.records)
@@ -392,7 +406,7 @@ class RecordAccumulator:
             else:
                 sendable = full or now_ms >= wait_until or flushing or self.closed
             if sendable:
-                if self.sequencing.may_drain(first):
+                if self._may_drain(first):
                     nodes.add(leader)
             elif next_check < 0 or wait_until < next_check:
                 next_check = wait_until
@@ -468,7 +482,7 @@ class RecordAccumulator:
                     continue
                 if taken and size + first.size_bytes > self.config.max_request_size:
                     break
-                if not self.sequencing.may_drain(first):
+                if not self._may_drain(first):
                     continue
                 queue.popleft()
                 first.closed = True
@@ -496,6 +510,34 @@ class RecordAccumulator:
                     self._settle(batch)
                     self._finish_completed(batch, -1, Outcome.INFO)
         return requests
+
+    def _may_drain(self, batch: ProducerBatch) -> bool:
+        """The sequencing lets it go, and a transactional batch's partition
+        is in the transaction."""
+        if self.transactions is not None and not self.transactions.may_drain(batch.topic_partition):
+            return False
+        return self.sequencing.may_drain(batch)
+
+    def abort_undrained(self, why: str) -> list[ProducerBatch]:
+        """A transaction is being aborted (or can only be): fail every batch
+        not awaiting an answer, with ``TransactionAbortedException`` (Kafka's
+        ``abortUndrainedBatches``; kq drops retries too, the abort's marker
+        at the bumped epoch fencing any attempt of theirs still on its way,
+        where Kafka sends them again first). ``info`` for a batch an attempt
+        of which may have been written, else ``fail``."""
+        failed = []
+        for batch in list(self._incomplete.values()):
+            if batch.awaiting:
+                continue
+            error = _error(
+                TRANSACTION_ABORTED,
+                CLIENT_ERROR,
+                f"{batch.topic_partition}: {batch.record_count} record(s) dropped: {why}",
+                batch.maybe_written,
+            )
+            self._finish_failed(batch, error)
+            failed.append(batch)
+        return failed
 
     def take_failed(self) -> list[ProducerBatch]:
         """Batches failed by an epoch bump since the last call."""

@@ -26,11 +26,18 @@ __all__ = [
     "MAY_HAVE_WRITTEN",
     "NETWORK_EXCEPTION",
     "RETRIABLE",
-    "DeliveryError",
-    "Outcome",
+    "TRANSACTION_ABORTED",
+    "BrokerClientError",
     "BufferExhaustedError",
+    "DeliveryError",
+    "InvalidProducerEpochError",
+    "Outcome",
     "ProducerClosedError",
+    "ProducerFencedError",
     "RecordTooLargeError",
+    "TransactionAbortableError",
+    "TransactionFatalError",
+    "TransactionStateError",
     "code_name",
     "is_retriable",
 ]
@@ -45,6 +52,9 @@ CLIENT_ERROR = -1
 # The name of the error a forced close gives every record not yet complete
 # (RecordAccumulator.abortIncompleteBatches' KafkaException).
 FORCE_CLOSED = "KafkaException"
+# The name of the error a transaction's abort gives the records it drops
+# before they were sent (Kafka's TransactionAbortedException).
+TRANSACTION_ABORTED = "TransactionAbortedException"
 
 
 class Outcome(enum.Enum):
@@ -134,3 +144,57 @@ class BufferExhaustedError(Exception):
     """``buffer.memory`` is full: the caller waits for batches to complete
     (up to ``max.block.ms``) and appends again (Kafka's ``BufferPool``
     blocking, then ``BufferExhaustedException``)."""
+
+
+class BrokerClientError(Exception):
+    """A broker refused a request, or a request could not be completed:
+    ``code`` is Kafka's error code (``broker.errors.Errors``, -1 for the
+    client's own), ``message`` names what and where. (What the gRPC
+    clients raise; ``broker.grpc_client.errors`` exports it.)"""
+
+    def __init__(self, code: int, message: str, name: str | None = None) -> None:
+        self.name = name or code_name(code)
+        super().__init__(f"{self.name}: {message}")
+        self.code = code
+        self.message = message
+
+
+class TransactionStateError(BrokerClientError):
+    """A transactional call made in a state that does not allow it (Kafka's
+    ``IllegalStateException``): ``begin_transaction`` twice, ``send``
+    outside a transaction or before ``init_transactions``, a commit while
+    an abort is under way. Nothing was done; the producer's state is
+    unchanged."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(CLIENT_ERROR, message, "IllegalStateException")
+
+
+class TransactionFatalError(BrokerClientError):
+    """The transactional producer cannot go on (Kafka's ``FATAL_ERROR``
+    state): every later call raises it again and every record not yet
+    complete fails; only ``close`` is left. ``code`` is the answer that
+    made it fatal."""
+
+
+class ProducerFencedError(TransactionFatalError):
+    """Another producer with the same transactional id took over (its
+    InitProducerId bumped the epoch): Kafka's ``ProducerFencedException``,
+    for ``PRODUCER_FENCED`` and for ``INVALID_PRODUCER_EPOCH`` from the
+    transaction coordinator."""
+
+
+class InvalidProducerEpochError(ProducerFencedError):
+    """A partition's leader refused a transactional batch with
+    ``INVALID_PRODUCER_EPOCH``: the epoch was ended under the producer (the
+    coordinator aborted the transaction on its timeout, or another producer
+    fenced it), so with an epoch bumped at every end (KIP-890) the producer
+    is fenced."""
+
+
+class TransactionAbortableError(BrokerClientError):
+    """The current transaction cannot commit (Kafka's ``ABORTABLE_ERROR``
+    state): a send failed definitively inside it, a partition or the
+    group's offsets could not join it. The application calls
+    ``abort_transaction`` and may then begin another. ``code`` and the
+    message are those of the failure."""

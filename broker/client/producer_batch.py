@@ -239,6 +239,8 @@ class ProducerBatch:
     # partition awaited an answer: the broker may have received it first
     # (separate gRPC calls keep no order, unlike Kafka's one connection).
     sent_behind: bool = False
+    # Part of a transaction: written with the transactional attribute.
+    transactional: bool = False
     done: bool = False
     # The codes of the answers so far, oldest first (for messages and tests).
     answers: list[int] = field(default_factory=list)
@@ -282,6 +284,7 @@ class ProducerBatch:
                 producer_id=self.producer_id,
                 producer_epoch=self.producer_epoch,
                 base_sequence=self.base_sequence,
+                transactional=self.transactional,
             )
             self._payload_key = key
         return self._payload

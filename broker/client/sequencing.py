@@ -58,6 +58,15 @@ sequence 0 of the new epoch even if an attempt of theirs may have been
 written (``startSequencesAtBeginning``). That is the client real users run;
 a broker that refuses a duplicate (Redpanda #3039) then gets the batch twice,
 which kq's stricter default would hide by failing the batch as unknown.
+
+A transactional producer (``transactional``) never bumps its epoch itself:
+the epoch changes only at the end of each transaction, through the
+coordinator's EndTxn answer (KIP-890, :meth:`Sequencing.start_epoch`,
+which starts every partition again at sequence 0). A batch that would ask
+for a bump fails instead, and its failure makes the transaction abortable
+(``broker.client.transactions``): Kafka's transactional producer also lets
+such a batch fail (``canRetry``), but rewrites the sequences of the batches
+after one that failed definitely; kq's aborts them with the transaction.
 """
 
 from __future__ import annotations
@@ -128,8 +137,13 @@ class Sequencing:
         *,
         unordered_requests: bool = False,
         kafka_out_of_order: bool = False,
+        transactional: bool = False,
     ) -> None:
+        if transactional and not idempotent:
+            raise ValueError("a transactional producer is idempotent")
         self.idempotent = idempotent
+        # The epoch changes only at a transaction's end (module docstring).
+        self.transactional = transactional
         # Read OUT_OF_ORDER_SEQUENCE_NUMBER for the next expected batch as
         # Kafka's client does (module docstring).
         self.kafka_out_of_order = kafka_out_of_order
@@ -160,6 +174,14 @@ class Sequencing:
                 f"InitProducerId gave an invalid producer id {producer_id}, epoch {epoch}"
             )
         self.producer = new
+
+    def start_epoch(self, producer_id: int, epoch: int) -> None:
+        """A transactional producer's new id and epoch (InitProducerId, or
+        an EndTxn answer): every partition starts again at sequence 0 and
+        forgets what it waited for. Only while no batch holds a sequence
+        (the transaction's batches are complete)."""
+        self.set_producer_id(producer_id, epoch)
+        self._partitions.clear()
 
     def _entry(self, tp: TopicPartition) -> _PartitionEntry:
         entry = self._partitions.get(tp)
@@ -192,7 +214,7 @@ class Sequencing:
         if not self.producer.is_valid:
             return False
         entry = self._entry(batch.topic_partition)
-        if entry.bump_required:
+        if entry.bump_required and not self.transactional:
             # Nothing goes under the old epoch once a new one is due: a
             # retry would only be refused again, and would hold the bump
             # back while it awaits its answer.
@@ -289,7 +311,7 @@ class Sequencing:
                 return Decision.RETRY if may_retry else Decision.FAIL
             # The next expected batch refused: the broker's sequence has a
             # gap (it lost acknowledged batches, or their state).
-            if self.kafka_out_of_order:
+            if self.kafka_out_of_order and not self.transactional:
                 # TransactionManager.canRetry: bump and retry, trusting the
                 # broker that the batch is not in its log.
                 entry.bump_required = True
@@ -303,6 +325,10 @@ class Sequencing:
     ) -> Decision:
         # KIP-360: bump the epoch and send again from sequence 0 -- unless
         # that could duplicate or reorder (kq's rule, stricter than Kafka).
+        # A transactional producer's epoch changes only at the
+        # transaction's end: the batch fails and the transaction aborts.
+        if self.transactional:
+            return Decision.FAIL
         entry.bump_required = True
         if not may_retry or not self._safe_to_resequence(batch, entry):
             return Decision.FAIL
@@ -380,7 +406,7 @@ class Sequencing:
         reordering (:meth:`_safe_to_resequence`; none after a bump that
         ``kafka_out_of_order`` asked for): the caller fails them, ``info`` if
         they may have been written, else ``fail``."""
-        if not self.idempotent or not self.producer.is_valid:
+        if not self.idempotent or self.transactional or not self.producer.is_valid:
             return []
         due = [
             entry

@@ -5,22 +5,29 @@ reads every answer."""
 
 from __future__ import annotations
 
-from broker.client.errors import DeliveryError, Outcome, code_name
+from broker.client.errors import (
+    BrokerClientError,
+    DeliveryError,
+    InvalidProducerEpochError,
+    Outcome,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionFatalError,
+    TransactionStateError,
+)
 from broker.errors import Errors
 
-__all__ = ["BrokerClientError", "DeliveryFailedError", "NoBrokerError", "UnknownTopicError"]
-
-
-class BrokerClientError(Exception):
-    """A broker refused a request, or a request could not be completed:
-    ``code`` is Kafka's error code (``broker.errors.Errors``, -1 for the
-    client's own), ``message`` names what and where."""
-
-    def __init__(self, code: int, message: str, name: str | None = None) -> None:
-        self.name = name or code_name(code)
-        super().__init__(f"{self.name}: {message}")
-        self.code = code
-        self.message = message
+__all__ = [
+    "BrokerClientError",
+    "DeliveryFailedError",
+    "InvalidProducerEpochError",
+    "NoBrokerError",
+    "ProducerFencedError",
+    "TransactionAbortableError",
+    "TransactionFatalError",
+    "TransactionStateError",
+    "UnknownTopicError",
+]
 
 
 class NoBrokerError(BrokerClientError):

@@ -8,12 +8,18 @@ credentials are given) and hands every answer back to the core. ``sync``
 wraps them for callers without an event loop (the commands).
 """
 
+from broker.client.transactions import ConsumerGroupMetadata
 from broker.grpc_client.admin import Admin, OffsetSpec, PartitionOffset
 from broker.grpc_client.consumer import Consumer
 from broker.grpc_client.errors import (
     BrokerClientError,
     DeliveryFailedError,
+    InvalidProducerEpochError,
     NoBrokerError,
+    ProducerFencedError,
+    TransactionAbortableError,
+    TransactionFatalError,
+    TransactionStateError,
     UnknownTopicError,
 )
 from broker.grpc_client.metadata_cache import MetadataCache, PartitionInfo
@@ -23,13 +29,19 @@ __all__ = [
     "Admin",
     "BrokerClientError",
     "Consumer",
+    "ConsumerGroupMetadata",
     "DeliveryFailedError",
+    "InvalidProducerEpochError",
     "MetadataCache",
     "NoBrokerError",
     "OffsetSpec",
     "PartitionInfo",
     "PartitionOffset",
     "Producer",
+    "ProducerFencedError",
     "RecordMetadata",
+    "TransactionAbortableError",
+    "TransactionFatalError",
+    "TransactionStateError",
     "UnknownTopicError",
 ]

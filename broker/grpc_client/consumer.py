@@ -46,6 +46,7 @@ from broker.client.consumer import (
 )
 from broker.client.membership import AutoCommitTimer, Membership, MembershipConfig, MemberState
 from broker.client.producer_batch import TopicPartition
+from broker.client.transactions import ConsumerGroupMetadata
 from broker.errors import Errors
 from broker.grpc_client.admin import OffsetSpec
 from broker.grpc_client.errors import BrokerClientError, NoBrokerError
@@ -270,6 +271,18 @@ class Consumer:
         chosen = {_tp(p) for p in partitions}
         found = await self._commit_group().committed(chosen)
         return {tp: found.get(tp) for tp in sorted(chosen)}
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """What a transactional producer commits this consumer's offsets as
+        (Kafka's ``groupMetadata()``, for
+        ``Producer.send_offsets_to_transaction``): the group, and this
+        member's id and epoch ("" and -1 while it is not a member, as for a
+        consumer that assigns itself partitions)."""
+        group = self._commit_group()
+        member_id, member_epoch = group.member_pair()
+        return ConsumerGroupMetadata(
+            group.group_id, member_id, member_epoch, group.member.config.instance_id
+        )
 
     def _commit_group(self) -> GroupDriver:
         if self._group is None:

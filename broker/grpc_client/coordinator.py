@@ -26,7 +26,19 @@ from broker.grpc_client.errors import BrokerClientError
 from broker.grpc_client.metadata_cache import METADATA_TIMEOUT_MS, MetadataCache, now_ms
 from kqproto import groups_pb2, groups_pb2_grpc
 
-__all__ = ["CallTrace", "GroupCoordinatorClient", "GroupStub", "MAY_HAVE_WRITTEN", "RETRIED"]
+__all__ = [
+    "CallTrace",
+    "GroupCoordinatorClient",
+    "GroupStub",
+    "MAY_HAVE_WRITTEN",
+    "RETRIED",
+    "TXN_OFFSET_COMMIT",
+]
+
+# GroupService's TxnOffsetCommit(TxnOffsetCommitRequest) returns
+# (OffsetCommitResponse), called by its full name: the rpc is the group
+# coordinator's, declared with its server side.
+TXN_OFFSET_COMMIT = "/kq.groups.GroupService/TxnOffsetCommit"
 
 if TYPE_CHECKING:
     GroupStub: TypeAlias = groups_pb2_grpc.GroupServiceAsyncStub
@@ -98,6 +110,23 @@ class GroupCoordinatorClient:
     def stub_at(self, address: str) -> GroupStub:
         stub: GroupStub = groups_pb2_grpc.GroupServiceStub(self.cache.channel(address))
         return stub
+
+    async def txn_offset_commit(
+        self, request: groups_pb2.TxnOffsetCommitRequest, timeout_s: float
+    ) -> groups_pb2.OffsetCommitResponse:
+        """One TxnOffsetCommit at the coordinator found last (for
+        :meth:`call`'s ``method``, which runs once it is found)."""
+        if self.address is None:
+            raise BrokerClientError(
+                Errors.COORDINATOR_NOT_AVAILABLE, f"group {self.group_id}: no coordinator known"
+            )
+        rpc = self.cache.channel(self.address).unary_unary(
+            TXN_OFFSET_COMMIT,
+            request_serializer=groups_pb2.TxnOffsetCommitRequest.SerializeToString,
+            response_deserializer=groups_pb2.OffsetCommitResponse.FromString,
+        )
+        answer: groups_pb2.OffsetCommitResponse = await rpc(request, timeout=timeout_s)
+        return answer
 
     def forget(self) -> None:
         """The coordinator is unknown until the next lookup."""

@@ -289,6 +289,11 @@ class GroupDriver:
 
     # -- commits ------------------------------------------------------------------------
 
+    def member_pair(self) -> tuple[str, int]:
+        """The member id and epoch commits go with ("" and -1 outside
+        membership)."""
+        return self._member_pair()
+
     def _member_pair(self) -> tuple[str, int]:
         if self.member.member_epoch > 0 and self.member.state not in (
             MemberState.UNSUBSCRIBED,

@@ -31,7 +31,7 @@ from partition_log.batch import BatchHeader, decode_records, split_batches
 from partition_log.producer_state import NO_PRODUCER_ID
 from partition_log.txn import ControlType
 
-__all__ = ["FetchedAbortedTxn", "read_committed_batches"]
+__all__ = ["AbortedFilter", "FetchedAbortedTxn", "read_committed_batches"]
 
 
 class FetchedAbortedTxn(Protocol):
@@ -67,6 +67,39 @@ def _is_abort_marker(batch: memoryview, header: BatchHeader) -> bool:
     return kind == ControlType.ABORT
 
 
+class AbortedFilter:
+    """The walk over one fetch's batches, one batch at a time (for a
+    consumer that scans the batches itself): :meth:`keeps` says whether a
+    batch's records are handed on.  Batches must come in offset order."""
+
+    __slots__ = ("_aborted_producers", "_queue")
+
+    def __init__(self, aborted: Iterable[FetchedAbortedTxn]) -> None:
+        # (first offset, producer id): AbortedTransaction's order in
+        # Kafka's priority queue, with the producer breaking ties.
+        self._queue = [(txn.first_offset, txn.producer_id) for txn in aborted]
+        heapq.heapify(self._queue)
+        self._aborted_producers: set[int] = set()
+
+    def keeps(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
+        """Whether a read_committed consumer hands on ``batch``'s records:
+        never a control batch's, never a transactional batch's of a
+        producer inside one of its aborted transactions."""
+        producer = header.producer_id
+        if producer != NO_PRODUCER_ID:
+            last = header.last_offset
+            queue = self._queue
+            while queue and queue[0][0] <= last:
+                self._aborted_producers.add(heapq.heappop(queue)[1])
+            if header.is_control:
+                if _is_abort_marker(memoryview(batch), header):
+                    self._aborted_producers.discard(producer)
+                return False
+            if header.is_transactional and producer in self._aborted_producers:
+                return False
+        return not header.is_control
+
+
 def read_committed_batches(
     data: bytes | bytearray | memoryview, aborted: Iterable[FetchedAbortedTxn]
 ) -> Iterator[memoryview]:
@@ -76,22 +109,7 @@ def read_committed_batches(
     fetch's ``aborted`` transactions (module docstring): no control batch,
     and no transactional batch of a producer inside one of its aborted
     transactions.  Each is a view of ``data``."""
-    # (first offset, producer id): AbortedTransaction's order in Kafka's
-    # priority queue, with the producer breaking ties.
-    queue = [(txn.first_offset, txn.producer_id) for txn in aborted]
-    heapq.heapify(queue)
-    aborted_producers: set[int] = set()
+    walk = AbortedFilter(aborted)
     for batch in split_batches(data):
-        header = BatchHeader.parse(batch)
-        producer = header.producer_id
-        if producer != NO_PRODUCER_ID:
-            last = header.last_offset
-            while queue and queue[0][0] <= last:
-                aborted_producers.add(heapq.heappop(queue)[1])
-            if _is_abort_marker(batch, header):
-                aborted_producers.discard(producer)
-            elif header.is_transactional and producer in aborted_producers:
-                continue
-        if header.is_control:
-            continue
-        yield batch
+        if walk.keeps(batch, BatchHeader.parse(batch)):
+            yield batch

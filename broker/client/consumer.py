@@ -51,6 +51,7 @@ from broker.client.producer_batch import TopicPartition
 from broker.errors import Errors
 from partition_log.batch import BatchScanner, ScanEnd, decode_records
 from partition_log.errors import PartitionLogError
+from partition_log.read_committed import AbortedFilter
 from partition_log.records import Header
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "FetchAnswer",
     "FetchError",
     "FetchRequest",
+    "IsolationLevel",
     "LeaderInfo",
     "LogTruncationError",
     "NoOffsetForPartitionError",
@@ -77,6 +79,15 @@ class OffsetResetStrategy(enum.Enum):
     EARLIEST = "earliest"
     LATEST = "latest"
     NONE = "none"
+
+
+class IsolationLevel(enum.Enum):
+    """``isolation.level``: ``read_uncommitted`` reads below the high
+    watermark; ``read_committed`` below the last stable offset, without
+    the records of aborted transactions (KIP-98)."""
+
+    READ_UNCOMMITTED = "read_uncommitted"
+    READ_COMMITTED = "read_committed"
 
 
 class NoOffsetForPartitionError(Exception):
@@ -129,9 +140,11 @@ class ConsumerConfig:
     max_partition_fetch_bytes: int = 1_048_576
     max_poll_records: int = 500
     check_crcs: bool = True
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
 
     def __post_init__(self) -> None:
         OffsetResetStrategy(self.auto_offset_reset)
+        IsolationLevel(self.isolation_level)
         for name in ("fetch_max_bytes", "max_partition_fetch_bytes", "max_poll_records"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
@@ -182,6 +195,9 @@ class FetchAnswer:
     # KIP-951: the current leader and epoch, -1 if not given.
     current_leader: int = -1
     current_leader_epoch: int = -1
+    # read_committed: the aborted transactions (producer id, first offset)
+    # that overlap the records (FetchResponse.AbortedTransactions).
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +228,12 @@ class _Position:
     offset: int
     # The leader epoch of the last record consumed (NO_EPOCH: unknown).
     epoch: int = NO_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class _Aborted:
+    producer_id: int
+    first_offset: int
 
 
 class _State:
@@ -472,12 +494,22 @@ class ConsumerCore:
         scanner = BatchScanner(answer.records, check_crc=self.config.check_crcs)
         taken: list[ConsumerRecord] = []
         next_offset: _Position | None = None
+        # read_committed: the broker sent only what is below the last stable
+        # offset; the aborted transactions' batches are dropped here, as
+        # Kafka's consumer drops them (CompletedFetch).
+        committed = self.config.isolation_level is IsolationLevel.READ_COMMITTED
+        walk = (
+            AbortedFilter(_Aborted(p, o) for p, o in answer.aborted_transactions)
+            if committed
+            else None
+        )
         for scanned in scanner:
             header = scanned.header
+            raw = answer.records[scanned.position : scanned.end]
+            kept = not header.is_control if walk is None else walk.keeps(raw, header)
             if header.next_offset <= position:
                 continue
-            if not header.is_control:
-                raw = answer.records[scanned.position : scanned.end]
+            if kept:
                 try:
                     records = decode_records(raw)
                 except PartitionLogError as error:

@@ -41,6 +41,7 @@ from broker.client.consumer import (
     ConsumerRecord,
     FetchAnswer,
     FetchRequest,
+    IsolationLevel,
     LeaderInfo,
     OffsetResetStrategy,
 )
@@ -518,6 +519,12 @@ class Consumer:
             by_node.setdefault(info.leader, []).append((tp, strategy, info.leader_epoch))
         await asyncio.gather(*(self._list_offsets(n, parts) for n, parts in by_node.items()))
 
+    def _isolation(self) -> broker_pb2.IsolationLevel:
+        """The fetches' and ListOffsets' isolation (``isolation.level``)."""
+        if self.core.config.isolation_level is IsolationLevel.READ_COMMITTED:
+            return broker_pb2.READ_COMMITTED
+        return broker_pb2.READ_UNCOMMITTED
+
     async def _list_offsets(
         self, node: int, parts: list[tuple[TopicPartition, OffsetResetStrategy, int]]
     ) -> None:
@@ -531,7 +538,8 @@ class Consumer:
                 )
             )
         request = broker_pb2.ListOffsetsRequest(
-            topics=[broker_pb2.ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()]
+            isolation_level=self._isolation(),
+            topics=[broker_pb2.ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()],
         )
         try:
             response = await self.metadata.stub(node).ListOffsets(
@@ -594,7 +602,7 @@ class Consumer:
             max_wait_ms=request.max_wait_ms,
             min_bytes=request.min_bytes,
             max_bytes=request.max_bytes,
-            isolation_level=broker_pb2.READ_UNCOMMITTED,
+            isolation_level=self._isolation(),
             topics=[broker_pb2.FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
         )
         offsets = {p.topic_partition: p.fetch_offset for p in request.partitions}
@@ -658,6 +666,9 @@ class Consumer:
                     ),
                     current_leader=hint.leader_id if hint is not None else -1,
                     current_leader_epoch=hint.leader_epoch if hint is not None else -1,
+                    aborted_transactions=tuple(
+                        (a.producer_id, a.first_offset) for a in part.aborted_transactions
+                    ),
                 )
                 try:
                     effect = self.core.on_fetch_answer(tp, answer)

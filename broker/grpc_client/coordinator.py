@@ -32,13 +32,7 @@ __all__ = [
     "GroupStub",
     "MAY_HAVE_WRITTEN",
     "RETRIED",
-    "TXN_OFFSET_COMMIT",
 ]
-
-# GroupService's TxnOffsetCommit(TxnOffsetCommitRequest) returns
-# (OffsetCommitResponse), called by its full name: the rpc is the group
-# coordinator's, declared with its server side.
-TXN_OFFSET_COMMIT = "/kq.groups.GroupService/TxnOffsetCommit"
 
 if TYPE_CHECKING:
     GroupStub: TypeAlias = groups_pb2_grpc.GroupServiceAsyncStub
@@ -120,12 +114,9 @@ class GroupCoordinatorClient:
             raise BrokerClientError(
                 Errors.COORDINATOR_NOT_AVAILABLE, f"group {self.group_id}: no coordinator known"
             )
-        rpc = self.cache.channel(self.address).unary_unary(
-            TXN_OFFSET_COMMIT,
-            request_serializer=groups_pb2.TxnOffsetCommitRequest.SerializeToString,
-            response_deserializer=groups_pb2.OffsetCommitResponse.FromString,
+        answer: groups_pb2.OffsetCommitResponse = await self.stub_at(self.address).TxnOffsetCommit(
+            request, timeout=timeout_s
         )
-        answer: groups_pb2.OffsetCommitResponse = await rpc(request, timeout=timeout_s)
         return answer
 
     def forget(self) -> None:

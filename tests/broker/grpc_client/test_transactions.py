@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
-from broker.client.consumer import ConsumerRecord
+from broker.client.consumer import ConsumerConfig, ConsumerRecord, IsolationLevel
 from broker.client.producer_batch import ProducerConfig, TopicPartition
 from broker.client.transactions import TxnState
 from broker.codec import error_to_proto
@@ -33,6 +33,7 @@ from broker.grpc_client import (
     TransactionStateError,
 )
 from broker.grpc_client.coordinator import GroupCoordinatorClient
+from broker.grpc_client.group_admin import GroupAdmin
 from kqproto import groups_pb2
 from tests.broker.grpc_client.cluster import BrokerCluster
 
@@ -61,9 +62,12 @@ def producer(cluster: BrokerCluster, tid: str = "tx-1") -> Producer:
     )
 
 
-async def read_all(cluster: BrokerCluster, count: int) -> list[ConsumerRecord]:
+async def read_all(
+    cluster: BrokerCluster, count: int, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+) -> list[ConsumerRecord]:
     got: list[ConsumerRecord] = []
-    async with Consumer(cluster.addresses, tls=cluster.admin_tls) as consumer:
+    config = ConsumerConfig(isolation_level=isolation)
+    async with Consumer(cluster.addresses, config, tls=cluster.admin_tls) as consumer:
         consumer.assign([(TOPIC, 0), (TOPIC, 1)])
         for p in (0, 1):
             consumer.seek((TOPIC, p), 0)
@@ -162,6 +166,13 @@ def test_transactions_commit_abort_and_fence(cluster: BrokerCluster) -> None:
         by_value = {r.value: r for r in got}
         assert by_value[b"commit-2-0"].offset > by_value[b"abort-1-4"].offset + 1
         assert last.offset == by_value[b"second"].offset
+        # Read committed: the committed transactions' records only, none of
+        # the aborted one nor of the fenced one's.
+        committed = await read_all(cluster, 13, IsolationLevel.READ_COMMITTED)
+        kept = sorted(r.value or b"" for r in committed)
+        assert kept == sorted(
+            [b"commit-%d-%d" % (n, i) for n in (0, 2) for i in range(6)] + [b"second"]
+        )
 
     asyncio.run(asyncio.wait_for(body(), 150))
 
@@ -259,10 +270,44 @@ def test_an_end_txn_whose_answer_was_lost_is_sent_again_at_the_same_epoch(
     asyncio.run(asyncio.wait_for(body(), 90))
 
 
+def test_offsets_sent_to_a_transaction_move_the_group_only_when_it_commits(
+    cluster: BrokerCluster,
+) -> None:
+    """Offsets outside membership ("" and -1) through the real group
+    coordinator: pending (require_stable answers UNSTABLE_OFFSET_COMMIT)
+    until the transaction ends; an aborted transaction's never show."""
+
+    async def committed(group: str) -> dict[int, int]:
+        async with GroupAdmin(cluster.addresses, tls=cluster.admin_tls) as admin:
+            offsets = await admin.list_group_offsets(group)
+        return {tp.partition: o.offset for tp, o in offsets.items() if o is not None}
+
+    async def body() -> None:
+        async with producer(cluster, "tx-offsets-real") as p:
+            await p.init_transactions(30_000)
+            group = ConsumerGroupMetadata("g-real")
+            p.begin_transaction()
+            await p.send(TOPIC, b"with-offsets", partition=0)
+            await p.send_offsets_to_transaction({(TOPIC, 0): 3, (TOPIC, 1): 4}, group, 30_000)
+            await p.commit_transaction(30_000)
+            deadline = asyncio.get_running_loop().time() + 20
+            while await committed("g-real") != {0: 3, 1: 4}:
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.1)
+            p.begin_transaction()
+            await p.send_offsets_to_transaction({(TOPIC, 0): 9}, group, 30_000)
+            await p.abort_transaction(30_000)
+            await asyncio.sleep(0.5)
+            assert await committed("g-real") == {0: 3, 1: 4}
+
+    asyncio.run(asyncio.wait_for(body(), 90))
+
+
 def test_offsets_join_the_transaction_with_the_members_identity(cluster: BrokerCluster) -> None:
     """AddOffsetsToTxn at the real coordinator; the group coordinator's
-    TxnOffsetCommit answers are the test's (NOT_COORDINATOR, then one
-    partition still loading, then stored): each retry carries what is left,
+    TxnOffsetCommit answers are the test's, to script its retries
+    (NOT_COORDINATOR, then one partition still loading, then stored): each
+    retry carries what is left,
     with the producer's id and epoch and the member's id and epoch."""
     answers = [
         (Errors.NOT_COORDINATOR, {}),

@@ -105,6 +105,20 @@ class SyncProducer:
     def flush(self, timeout_s: float | None = None) -> None:
         self._thread.run(self.producer.flush(timeout_s))
 
+    # -- transactions (a producer made with a transactional id) -----------------------
+
+    def init_transactions(self, timeout_ms: int | None = None) -> None:
+        self._thread.run(self.producer.init_transactions(timeout_ms))
+
+    def begin_transaction(self) -> None:
+        self._thread.call(self.producer.begin_transaction)
+
+    def commit_transaction(self, timeout_ms: int | None = None) -> None:
+        self._thread.run(self.producer.commit_transaction(timeout_ms))
+
+    def abort_transaction(self, timeout_ms: int | None = None) -> None:
+        self._thread.run(self.producer.abort_transaction(timeout_ms))
+
     def close(self, timeout_s: float | None = None) -> None:
         try:
             self._thread.run(self.producer.close(timeout_s))

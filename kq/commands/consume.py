@@ -3,6 +3,7 @@
 kq consume --topic T [--from-beginning] [--partition P [--offset O|earliest|latest]]
            [--max-messages N] [--timeout-ms MS]
            [--print-key] [--print-offset] [--print-partition] [--key-separator SEP]
+           [--isolation-level read_uncommitted|read_committed]
 kq consume --group G (--topic T | --include REGEX) [--from-beginning] [--print-commits] ...
 
 Every partition of the topic, or ``--partition``'s, from the end (records
@@ -18,7 +19,9 @@ prints as its value, preceded by ``Partition:P``, ``Offset:O`` and its key
 when asked (tab-separated as Kafka's ``DefaultMessageFormatter``); ``--json``
 prints one object per line. It stops after ``--max-messages`` records, after
 ``--timeout-ms`` without a record, or on Ctrl-C, and says on stderr how many
-records it printed.
+records it printed. ``--isolation-level read_committed`` reads below each
+partition's last stable offset and never prints a record of an aborted
+transaction (Kafka's ``isolation.level``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 from broker.client.consumer import (
     ConsumerConfig,
     ConsumerRecord,
+    IsolationLevel,
     OffsetResetStrategy,
 )
 from broker.client.producer_batch import TopicPartition
@@ -111,6 +115,13 @@ def register(subparsers: Subparsers) -> None:
         default="\t",
         metavar="SEP",
         help="between the key and the value with --print-key (default: a tab)",
+    )
+    parser.add_argument(
+        "--isolation-level",
+        choices=[level.value for level in IsolationLevel],
+        default=IsolationLevel.READ_UNCOMMITTED.value,
+        help="read_uncommitted (default: every record below the high watermark) or "
+        "read_committed (below the last stable offset, no record of an aborted transaction)",
     )
     add_client_flags(parser)
     parser.set_defaults(func=_consume)
@@ -195,7 +206,9 @@ async def _run(
         partitions = await admin.topic(args.topic)
     chosen = chosen_partitions(args, len(partitions))
     reset = OffsetResetStrategy.EARLIEST if start == "earliest" else OffsetResetStrategy.LATEST
-    config = ConsumerConfig(auto_offset_reset=reset)
+    config = ConsumerConfig(
+        auto_offset_reset=reset, isolation_level=IsolationLevel(args.isolation_level)
+    )
     async with Consumer(addresses, config, credentials=credentials) as consumer:
         consumer.assign([(args.topic, p) for p in chosen])
         if isinstance(start, int):
@@ -213,7 +226,9 @@ async def _run_group(
     reset = OffsetResetStrategy.EARLIEST if args.from_beginning else OffsetResetStrategy.LATEST
     consumer = Consumer(
         addresses,
-        ConsumerConfig(auto_offset_reset=reset),
+        ConsumerConfig(
+            auto_offset_reset=reset, isolation_level=IsolationLevel(args.isolation_level)
+        ),
         credentials=credentials,
         group_id=args.group,
         client_id="kq-console-consumer",

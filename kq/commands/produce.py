@@ -3,11 +3,20 @@
 
 kq produce --topic T [--acks all|1|0] [--key-separator SEP] [--partition P]
            [--sync] [--compression none|gzip|lz4|zstd]
+           [--transactional-id ID [--transaction-size N]]
 
 Each line is a record's value, or with ``--key-separator`` its key, the
 separator and its value. Records are batched (``linger.ms``) unless
 ``--sync``, which waits for each record's acknowledgement and prints its
 partition and offset. With acks=all the producer is idempotent.
+
+With ``--transactional-id`` the lines go in transactions of
+``--transaction-size`` records (and the rest at the end of input), each
+committed whole or not at all: a ``read_committed`` consumer sees all of a
+transaction's records or none. A transaction one of whose records failed
+is aborted (its records count as failed: no ``read_committed`` reader will
+see them); a commit whose answer was lost counts its records unknown.
+Another producer started with the same id fences this one, which stops.
 
 Exit statuses: 0 every record acknowledged; 1 some failed definitely (not in
 the log) or a line was refused; 2 bad usage; 3 some record's outcome is
@@ -25,7 +34,12 @@ from typing import Any, BinaryIO
 
 from broker.client.errors import Outcome
 from broker.client.producer_batch import Acks, ProducerConfig
-from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError
+from broker.grpc_client.errors import (
+    BrokerClientError,
+    DeliveryFailedError,
+    TransactionAbortableError,
+    TransactionFatalError,
+)
 from broker.grpc_client.producer import RecordMetadata
 from broker.grpc_client.sync import SyncProducer
 from kq.commands.client_flags import (
@@ -56,6 +70,9 @@ COMPRESSION = {
     "lz4": Compression.LZ4,
     "zstd": Compression.ZSTD,
 }
+# How often a commit that timed out is asked again before its records are
+# reported unknown.
+COMMIT_ATTEMPTS = 3
 # How long the topic may take to appear in the brokers' metadata (a topic
 # just created) before the command says it does not exist.
 TOPIC_WAIT_MS = 3_000
@@ -101,6 +118,18 @@ def register(subparsers: Subparsers) -> None:
         default=120_000,
         help="how long a record may take to be acknowledged, retries included (default 120000)",
     )
+    parser.add_argument(
+        "--transactional-id",
+        metavar="ID",
+        help="send the lines in transactions under this transactional id (acks all)",
+    )
+    parser.add_argument(
+        "--transaction-size",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="records per transaction with --transactional-id (default 1000)",
+    )
     add_client_flags(parser)
     parser.set_defaults(func=_produce)
 
@@ -112,6 +141,9 @@ class _Tally:
     failed: int = 0  # definitely not in the log, or refused before sending
     unknown: int = 0  # may be in the log
     errors: list[dict[str, Any]] = field(default_factory=list)
+    # --transactional-id: transactions committed and aborted.
+    committed: int = 0
+    aborted: int = 0
 
 
 def _lines(stream: BinaryIO) -> Any:
@@ -137,6 +169,15 @@ def _produce(args: argparse.Namespace) -> int:
         raise CommandError("--key-separator must not be empty", EXIT_USAGE)
     if args.linger_ms < 0:
         raise CommandError(f"--linger-ms must be >= 0, not {args.linger_ms}", EXIT_USAGE)
+    if args.transactional_id is not None:
+        if not args.transactional_id:
+            raise CommandError("--transactional-id must not be empty", EXIT_USAGE)
+        if args.acks not in ("all", "-1"):
+            raise CommandError(f"--transactional-id needs --acks all, not {args.acks}", EXIT_USAGE)
+        if args.transaction_size < 1:
+            raise CommandError(
+                f"--transaction-size must be >= 1, not {args.transaction_size}", EXIT_USAGE
+            )
     acks = ACKS[args.acks]
     try:
         config = ProducerConfig(
@@ -154,10 +195,18 @@ def _produce(args: argparse.Namespace) -> int:
     separator = None if args.key_separator is None else args.key_separator.encode()
     tally = _Tally()
     with client_errors():
-        producer = SyncProducer(addresses, config, credentials=credentials)
+        producer = SyncProducer(
+            addresses,
+            config,
+            credentials=credentials,
+            transactional_id=args.transactional_id,
+        )
         try:
             chosen_partitions(args, producer.partitions_for(args.topic, TOPIC_WAIT_MS), EXIT_USAGE)
-            _send_all(args, producer, separator, tally)
+            if args.transactional_id is None:
+                _send_all(args, producer, separator, tally)
+            else:
+                _send_transactions(args, producer, separator, tally)
             producer.flush()
         finally:
             producer.close()
@@ -179,6 +228,79 @@ def _send_all(
     producer.flush()
     for number, future in pending:
         _settle(args, tally, number, future)
+
+
+def _send_transactions(
+    args: argparse.Namespace, producer: SyncProducer, separator: bytes | None, tally: _Tally
+) -> None:
+    """The lines in transactions of ``--transaction-size`` records."""
+    producer.init_transactions()
+    lines = _lines(sys.stdin.buffer)
+    while True:
+        pending: list[tuple[int, concurrent.futures.Future[RecordMetadata]]] = []
+        producer.begin_transaction()
+        for number, line in lines:
+            try:
+                key, value = _split(line, separator, number)
+            except ValueError as exc:
+                _failed(args, tally, number, "INVALID_RECORD", str(exc), Outcome.FAIL)
+                continue
+            pending.append(
+                (number, producer.send(args.topic, value, key=key, partition=args.partition))
+            )
+            tally.sent += 1
+            if len(pending) >= args.transaction_size:
+                break
+        if not pending:
+            producer.abort_transaction()
+            return
+        if not _end_transaction(args, producer, tally, pending):
+            return
+
+
+def _end_transaction(
+    args: argparse.Namespace,
+    producer: SyncProducer,
+    tally: _Tally,
+    pending: list[tuple[int, concurrent.futures.Future[RecordMetadata]]],
+) -> bool:
+    """Commit the transaction of ``pending`` (abort it if a record failed);
+    whether the producer may go on."""
+    first, last = pending[0][0], pending[-1][0]
+    try:
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                producer.commit_transaction()
+                break
+            except (TransactionAbortableError, TransactionFatalError):
+                raise
+            except BrokerClientError:
+                # Timed out with the state unchanged: asking again goes on
+                # (an EndTxn again at the same epoch is a retry).
+                if attempt == COMMIT_ATTEMPTS - 1:
+                    raise
+    except TransactionAbortableError as exc:
+        producer.abort_transaction()
+        for number, _ in pending:
+            _failed(args, tally, number, exc.name, exc.message, Outcome.FAIL)
+        tally.aborted += 1
+        return True
+    except TransactionFatalError as exc:
+        # Fenced: the coordinator aborts what this producer had open.
+        for number, _ in pending:
+            _failed(args, tally, number, exc.name, exc.message, Outcome.FAIL)
+        return False
+    except BrokerClientError as exc:
+        # No answer: the commit may have happened.
+        for number, _ in pending:
+            _failed(args, tally, number, exc.name, exc.message, Outcome.INFO)
+        return False
+    for number, future in pending:
+        _settle(args, tally, number, future)
+    tally.committed += 1
+    if args.json:
+        _json_line({"transaction": "committed", "first_line": first, "last_line": last})
+    return True
 
 
 def _read(
@@ -269,12 +391,23 @@ def _summary(args: argparse.Namespace, tally: _Tally) -> None:
                 "failed": tally.failed,
                 "unknown": tally.unknown,
                 "errors": tally.errors,
+                **(
+                    {"transactions": {"committed": tally.committed, "aborted": tally.aborted}}
+                    if args.transactional_id is not None
+                    else {}
+                ),
             }
         )
     elif not args.sync or tally.failed or tally.unknown:
         unacked = f", {tally.failed} failed" if tally.failed else ""
         unknown = f", {tally.unknown} unknown" if tally.unknown else ""
+        txns = (
+            f" in {tally.committed} transaction(s) committed"
+            + (f", {tally.aborted} aborted" if tally.aborted else "")
+            if args.transactional_id is not None
+            else ""
+        )
         print(
-            f"{tally.acknowledged} record(s) acknowledged to {args.topic}{unacked}{unknown}",
+            f"{tally.acknowledged} record(s) acknowledged to {args.topic}{txns}{unacked}{unknown}",
             file=sys.stdout if not (tally.failed or tally.unknown) else sys.stderr,
         )

@@ -730,7 +730,7 @@ def _queue_problems(ops: Sequence[Op]) -> list[Problem]:
             out.append(Problem(kind, message, op.index))
         for message in group_field_problems(op.f, op.assigned, op.revoked):
             out.append(Problem("model-value", message, op.index))
-        if op.type == "invoke" and op.f == "send":
+        if op.type == "invoke" and op.f in ("send", "txn"):
             for _, v in sent_values(op.value):
                 first = sent.get(v)
                 if first is None:

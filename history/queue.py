@@ -6,8 +6,10 @@ micro-ops ``["send", k, v]`` completing as ``["send", k, [offset, v]]``; a
 ...]}]]``; ``assign`` takes ``{"keys": [...], "seek_to_beginning": bool}``;
 ``crash`` is always ``info``; with consumer groups, ``subscribe`` takes
 ``{"keys": [...]}``, ``commit`` carries ``[["commit", {"k": offset, ...}]]``
-and an ``ok`` poll may carry ``assigned`` and ``revoked``.  Keys are
-integers naming topic-partitions (:class:`KeyMap`); values are integers unique over the run.
+and an ``ok`` poll may carry ``assigned`` and ``revoked``; a ``txn`` (one
+Kafka transaction) carries send and poll micro-ops in any mix, each
+completing as in a send or a poll.  Keys are integers naming
+topic-partitions (:class:`KeyMap`); values are integers unique over the run.
 
 This module builds those values (for the workload) and checks them (for
 :func:`history.ops.check_well_formed`), so writer and checker share one
@@ -21,11 +23,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 __all__ = [
+    "ISOLATION_LEVELS",
     "QUEUE_FS",
     "KeyMap",
     "assign_value",
     "commit_value",
     "group_field_problems",
+    "isolation_level",
     "poll_invoke_value",
     "poll_ok_value",
     "queue_op_problems",
@@ -34,11 +38,32 @@ __all__ = [
     "send_invoke_value",
     "sent_values",
     "subscribe_value",
+    "txn_completion_value",
+    "txn_invoke_value",
+    "txn_plan",
 ]
 
-QUEUE_FS: Final = frozenset({"send", "poll", "assign", "subscribe", "commit", "crash"})
-"""The ``f`` values a queue history has today (``txn`` is reserved for
-transactions)."""
+QUEUE_FS: Final = frozenset({"send", "poll", "txn", "assign", "subscribe", "commit", "crash"})
+"""The ``f`` values of a queue history."""
+
+ISOLATION_LEVELS: Final = ("read_uncommitted", "read_committed")
+"""``config.json``'s ``queue.isolation_level``: the isolation the run's
+consumers fetched with (Kafka's ``isolation.level``), the first the default."""
+
+
+def isolation_level(config: Mapping[str, Any]) -> str:
+    """A run's ``queue.isolation_level`` from its ``config.json``
+    (``read_uncommitted`` when absent: a run written before the field);
+    anything else is refused by name."""
+    queue = config.get("queue")
+    level = queue.get("isolation_level") if isinstance(queue, Mapping) else None
+    if level is None:
+        return ISOLATION_LEVELS[0]
+    if level not in ISOLATION_LEVELS:
+        raise ValueError(
+            f"queue.isolation_level is one of {', '.join(ISOLATION_LEVELS)}, got {level!r}"
+        )
+    return str(level)
 
 
 def _is_int(v: object) -> bool:
@@ -141,6 +166,32 @@ def poll_ok_value(records: Mapping[int, Sequence[tuple[int, int]]]) -> list[list
     return [["poll", {str(k): [[o, v] for o, v in recs] for k, recs in sorted(records.items())}]]
 
 
+def txn_invoke_value(mops: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """``[["send", k, v], ["poll"], ...]``: a transaction's micro-ops
+    (``("send", k, v)`` or ``("poll",)``) in order."""
+    return [list(m) for m in mops]
+
+
+def txn_completion_value(
+    mops: Sequence[Sequence[Any]],
+    offsets: Mapping[int, int | None],
+    polled: Mapping[int, Mapping[int, Sequence[tuple[int, int]]]],
+) -> list[list[Any]]:
+    """A transaction's completion: each send micro-op (by position) with its
+    offset (``offsets``; None or absent: not known), each poll with the
+    records it returned (``polled``, by position; absent: ``["poll"]``, no
+    records known)."""
+    out: list[list[Any]] = []
+    for i, m in enumerate(mops):
+        if m[0] == "send":
+            out.append(["send", m[1], [offsets.get(i), m[2]]])
+        elif i in polled:
+            out.append(poll_ok_value(polled[i])[0])
+        else:
+            out.append(["poll"])
+    return out
+
+
 def assign_value(keys: Iterable[int], seek_to_beginning: bool) -> dict[str, Any]:
     return {"keys": sorted(keys), "seek_to_beginning": bool(seek_to_beginning)}
 
@@ -203,21 +254,11 @@ def _send_problem(op_type: str, value: object) -> tuple[str, str] | None:
     return None
 
 
-def _poll_problem(op_type: str, value: object) -> str | None:
-    if op_type != "ok":
-        if value == [["poll"]]:
-            return None
-        return f'a poll\'s {op_type} value is [["poll"]], got {value!r}'
-    if not (
-        isinstance(value, list)
-        and len(value) == 1
-        and isinstance(value[0], list)
-        and len(value[0]) == 2
-        and value[0][0] == "poll"
-        and isinstance(value[0][1], dict)
-    ):
-        return f'an ok poll\'s value is [["poll", {{key: records}}]], got {value!r}'
-    for k, records in value[0][1].items():
+def _poll_map_problem(reads: object) -> str | None:
+    """What is wrong with a poll micro-op's ``{key: [[offset, v], ...]}``."""
+    if not isinstance(reads, dict):
+        return f"a poll's records are {{key: [[offset, value], ...]}}, got {reads!r}"
+    for k, records in reads.items():
         if not (k.isdigit() and str(int(k)) == k):
             return f"a poll's key is the decimal text of an integer >= 0, got {k!r}"
         if not isinstance(records, list):
@@ -232,6 +273,91 @@ def _poll_problem(op_type: str, value: object) -> str | None:
                 return f"a poll's offsets of key {k} ascend, got {rec[0]} after {last}"
             last = rec[0]
     return None
+
+
+def _poll_problem(op_type: str, value: object) -> str | None:
+    if op_type != "ok":
+        if value == [["poll"]]:
+            return None
+        return f'a poll\'s {op_type} value is [["poll"]], got {value!r}'
+    if not (
+        isinstance(value, list)
+        and len(value) == 1
+        and isinstance(value[0], list)
+        and len(value[0]) == 2
+        and value[0][0] == "poll"
+        and isinstance(value[0][1], dict)
+    ):
+        return f'an ok poll\'s value is [["poll", {{key: records}}]], got {value!r}'
+    return _poll_map_problem(value[0][1])
+
+
+def _txn_send_problem(op_type: str, mop: list[Any]) -> tuple[str, str] | None:
+    """A transaction's ``["send", k, v]`` (invoke; a ``fail`` or ``info`` may
+    repeat it) or ``["send", k, [offset, v]]`` (completion)."""
+    k, v = mop[1], mop[2]
+    if not _is_count(k):
+        return VALUE, f"a queue key is an integer >= 0, got {k!r}"
+    if op_type == "invoke" or (op_type != "ok" and not isinstance(v, list)):
+        if not _is_int(v):
+            return VALUE, f"a sent value is an integer, got {v!r}"
+        return None
+    if not (isinstance(v, list) and len(v) == 2 and _is_int(v[1])):
+        return VALUE, f"a txn completion's send micro-op value is [offset, value], got {v!r}"
+    offset = v[0]
+    if offset is not None and not _is_count(offset):
+        return VALUE, f"a sent record's offset is an integer >= 0 or null, got {offset!r}"
+    if op_type == "fail" and offset is not None:
+        return (
+            VERSION,
+            f"an aborted transaction's records are not in the log for its readers, yet it "
+            f"names offset {offset} for key {k}",
+        )
+    return None
+
+
+def _txn_problem(op_type: str, value: object) -> tuple[str, str] | None:
+    """A ``txn``: send and poll micro-ops in any mix (Jepsen's ``:txn``).  An
+    ``ok`` one carries every send's ``[offset, v]`` and every poll's
+    records; a ``fail`` or ``info`` one may repeat a micro-op as invoked
+    (``["send", k, v]``, ``["poll"]``) or carry what it learned, but a
+    ``fail`` names no offset."""
+    if not isinstance(value, list) or not value:
+        return VALUE, f"a txn's value is a non-empty list of send and poll micro-ops, got {value!r}"
+    for mop in value:
+        if isinstance(mop, list) and len(mop) == 3 and mop[0] == "send":
+            wrong = _txn_send_problem(op_type, mop)
+            if wrong:
+                return wrong
+        elif isinstance(mop, list) and mop == ["poll"]:
+            if op_type == "ok":
+                return VALUE, 'an ok txn\'s poll micro-op is ["poll", {key: records}], got ["poll"]'
+        elif isinstance(mop, list) and len(mop) == 2 and mop[0] == "poll":
+            if op_type == "invoke":
+                return VALUE, f'a txn\'s invoke polls with ["poll"], got {mop!r}'
+            shape = _poll_map_problem(mop[1])
+            if shape:
+                return VALUE, shape
+        else:
+            return (
+                VALUE,
+                f'a txn micro-op is ["send", key, value] or ["poll"] (completed: '
+                f'["send", key, [offset, value]], ["poll", {{key: records}}]), got {mop!r}',
+            )
+    return None
+
+
+def txn_plan(value: object) -> list[tuple[Any, ...]]:
+    """A txn's micro-ops reduced to what its invoke and completion share:
+    ``("send", k, v)`` or ``("poll",)`` each, in order."""
+    out: list[tuple[Any, ...]] = []
+    for mop in value if isinstance(value, list) else ():
+        if isinstance(mop, list) and mop and mop[0] == "poll":
+            out.append(("poll",))
+        elif isinstance(mop, list) and len(mop) == 3:
+            v = mop[2]
+            out.append(("send", mop[1], v[1] if isinstance(v, list) and len(v) == 2 else v))
+    return out
 
 
 def _assign_problem(value: object) -> str | None:
@@ -328,6 +454,22 @@ def queue_op_problems(
         ):
             out.append(
                 (VALUE, "a send's completion names the keys and values of its invoke, in order")
+            )
+    elif f == "txn":
+        shape = _txn_problem(op_type, value)
+        if shape:
+            return [shape]
+        if (
+            op_type != "invoke"
+            and isinstance(invoke_value, list)
+            and txn_plan(value) != txn_plan(invoke_value)
+        ):
+            out.append(
+                (
+                    VALUE,
+                    "a txn's completion names its invoke's micro-ops in order: the same "
+                    "sends (keys and values) and polls",
+                )
             )
     elif f == "poll":
         wrong = _poll_problem(op_type, value)

@@ -6,6 +6,8 @@ A ``queue`` history is Jepsen's Kafka workload (``jepsen.tests.kafka``):
   ``[["send", k, [offset, v]], ...]`` (``offset`` null if unknown; an
   ``info`` may repeat the invoke's ``[..., k, v]``);
 - ``poll``: invoke ``[["poll"]]``, completion ``[["poll", {k: [[offset, v], ...]}]]``;
+- ``txn``: one transaction, send and poll micro-ops in any mix, each
+  completing as in a send or a poll;
 - ``assign`` / ``subscribe``: the keys, ``[k, ...]``;
 - ``crash``: the client is torn down.
 
@@ -15,10 +17,18 @@ are unique per key.  :func:`check_queue` runs every check of Jepsen's
 ``version-orders``, ``g1a-cases``, ``lost-write-cases``, ``unseen``,
 ``poll-skip+nonmonotonic-cases``, ``int-poll-skip+nonmonotonic-cases``,
 ``nonmonotonic-send-cases``, ``int-send-skip+nonmonotonic-cases``,
-``duplicate-cases``) plus kq's stricter ``no-loss`` rule over the final
-reads.  It is the reference the Spark job (``spark_verify.queue``) is tested
+``duplicate-cases``, ``precommitted-read-cases``, and Elle's cycles over
+the transactions: :mod:`history.queue_cycles`) plus kq's stricter
+``no-loss`` rule over the final reads and its ``torn-transaction`` rule.
+It is the reference the Spark job (``spark_verify.queue``) is tested
 against, so every rule here is spelled out in rows (key, offset, value) the
 way the job computes them.
+
+A run's consumers read committed records or not (``isolation``, the run's
+``queue.isolation_level``): reading uncommitted ones, a poll may see a
+transaction's records before it commits (``precommitted-read`` and
+``G1c`` are then allowed) and after it aborts (not ``G1a``), and the final
+reads cannot tell a torn transaction (``torn-transaction`` is not judged).
 
 On topics with retention or compaction (:class:`Cleanup`, from the run's
 ``config.json`` and ``summary.json``) a record may be legitimately gone:
@@ -39,11 +49,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from history.ops import NEMESIS, Op
+from history.queue_cycles import Cycle, Edge, find_cycles
 
 __all__ = [
     "ALWAYS_ALLOWED",
     "CHECKS",
     "NO_CLEANUP",
+    "READ_UNCOMMITTED_ALLOWED",
     "Cleanup",
     "FINAL_FS",
     "SUBSCRIBE_ALLOWED",
@@ -63,6 +75,7 @@ CHECKS: Final = (
     "inconsistent-offsets",
     "duplicate",
     "G1a",
+    "precommitted-read",
     "lost-write",
     "unseen",
     "poll-skip",
@@ -72,13 +85,25 @@ CHECKS: Final = (
     "nonmonotonic-send",
     "int-send-skip",
     "int-nonmonotonic-send",
+    "G0",
+    "G1c-ww",
+    "G1c",
     "no-loss",
+    "torn-transaction",
 )
 """Every queue check, Jepsen's error types first, in the order they are reported."""
 
-ALWAYS_ALLOWED: Final = frozenset({"int-send-skip"})
+ALWAYS_ALLOWED: Final = frozenset({"int-send-skip", "G0", "G1c-ww"})
 """Jepsen's ``allowed-error-types``: a transaction's sends to one key may
-interleave with other producers' (``int-send-skip`` is normal)."""
+interleave with other producers' (``int-send-skip`` is normal), and Kafka
+orders no writes across partitions between transactions, so a cycle that
+needs a ``ww`` edge (``G0``, ``G1c-ww``) is allowed, as Jepsen allows G0
+always and G1c when it infers ``ww`` dependencies."""
+
+READ_UNCOMMITTED_ALLOWED: Final = frozenset({"precommitted-read", "G1c"})
+"""Allowed too in a run whose consumers read uncommitted records
+(``queue.isolation_level`` ``read_uncommitted``): a poll may then return a
+transaction's records before it commits, its own included."""
 
 SUBSCRIBE_ALLOWED: Final = frozenset({"poll-skip", "nonmonotonic-poll"})
 """Allowed too once a history subscribes (a consumer group rebalances and a
@@ -322,6 +347,9 @@ def read_rows(op: QueueOp) -> list[ReadRow]:
     if op.f not in ("poll", "txn"):
         return []
     out: list[ReadRow] = []
+    # A txn may poll more than once: a key's records are numbered across
+    # its polls, in the order they were returned.
+    count: dict[str, int] = defaultdict(int)
     for mop in _mops(op):
         if not (isinstance(mop, list) and mop and mop[0] == "poll") or len(mop) < 2:
             continue
@@ -333,9 +361,11 @@ def read_rows(op: QueueOp) -> list[ReadRow]:
                 f"op {op.index}: a poll returns {{k: [[offset, v], ...]}}, got {reads!r}"
             )
         for k, pairs in reads.items():
-            for pos, pair in enumerate(pairs):
+            for pair in pairs:
                 if not (isinstance(pair, list) and len(pair) == 2):
                     raise ValueError(f"op {op.index}: a polled record is [offset, v], got {pair!r}")
+                pos = count[str(k)]
+                count[str(k)] += 1
                 out.append(ReadRow(op.index, op.process, op.type, str(k), pos, pair[0], pair[1]))
     return out
 
@@ -433,13 +463,19 @@ def check_queue(
     *,
     final_index: int | None | bool = True,
     cleanup: Cleanup = NO_CLEANUP,
+    isolation: str = "read_uncommitted",
 ) -> QueueResult:
     """Every queue check over ``history`` (a queue history's ops, in order).
 
     ``final_index``: the invoke index from which polls are final reads;
     True (default) finds them as :func:`final_from` does; None: no final reads.
     ``cleanup``: what the topics may remove (module docstring).
+    ``isolation``: the run's ``queue.isolation_level``
+    (``history.queue.isolation_level``).
     """
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise ValueError(f"isolation is read_uncommitted or read_committed, got {isolation!r}")
+    committed_reads = isolation == "read_committed"
     ops = pair_queue(history)
     if final_index is True:
         final_start = final_from(ops, history)
@@ -449,6 +485,7 @@ def check_queue(
         final_start = final_index
     sends = [r for o in ops for r in send_rows(o)]
     reads = [r for o in ops for r in read_rows(o)]
+    txns = {o.index for o in ops if o.f == "txn"}
 
     # Jepsen's reads-by-type :ok and writer-of.
     ok_read: dict[str, set[str]] = defaultdict(set)
@@ -551,10 +588,17 @@ def check_queue(
                     f"key {key} value {v} is at {len(at[v])} offsets: {at[v]}",
                 )
 
-    # G1a: an ok poll read a value whose send failed.
+    # G1a: an ok poll read a value whose send failed.  An aborted
+    # transaction's records are in the log, marked aborted: only a consumer
+    # reading committed records must never see them.
     for r in sorted(reads, key=lambda r: (r.op, r.key, r.pos)):
         w = writer.get((r.key, _j(r.value)))
-        if r.type == "ok" and w is not None and w.type == "fail":
+        if (
+            r.type == "ok"
+            and w is not None
+            and w.type == "fail"
+            and (committed_reads or w.op not in txns)
+        ):
             add(
                 "G1a",
                 r.key,
@@ -563,6 +607,25 @@ def check_queue(
                 [w.op, r.op],
                 f"poll {r.op} read {_j(r.value)} of key {r.key}, whose send {w.op} failed",
             )
+
+    # precommitted-read (Jepsen's precommitted-read-cases): an op polled a
+    # value it sent itself, whatever its outcome.
+    own: dict[tuple[int, str], set[str]] = defaultdict(set)
+    for s in sends:
+        own[(s.op, s.key)].add(_j(s.value))
+    at_read: dict[tuple[int, str, str], set[int]] = defaultdict(set)
+    for r in reads:
+        if _j(r.value) in own.get((r.op, r.key), ()):
+            at_read[(r.op, r.key, _j(r.value))].update(() if r.offset is None else (r.offset,))
+    for (op_id, key, v), offs in sorted(at_read.items()):
+        add(
+            "precommitted-read",
+            key,
+            [v],
+            sorted(offs),
+            [op_id],
+            f"op {op_id} polled {v} of key {key}, which it sent itself before committing",
+        )
 
     # lost-write (Jepsen's lost-write-cases).
     for key in sorted(ok_read):
@@ -724,10 +787,22 @@ def check_queue(
                             f"back {1 - d} record(s)",
                         )
 
+    # Elle's cycles over the transactions of a history with txn ops.
+    edges: list[Edge] = []
+    if txns:
+        edges = _cycle_edges(orders, reads, writer, committed)
+        for c in find_cycles(edges):
+            _add_cycle(add, c)
+
     # no-loss: every ok send, and every record of an info send that was
     # acknowledged with an offset or that some poll saw, is in the final
     # reads at its acknowledged offset with its value, unless retention or
-    # compaction removed it.
+    # compaction removed it.  A transaction's records are required when it
+    # committed (ok), or must have (info, a value of it read by an ok op):
+    # an info one may have been aborted, its records acknowledged or not.
+    def op_kind(op_id: int) -> str:
+        return "txn" if op_id in txns else "send"
+
     if final_start is not None:
         for s in sorted(sends, key=lambda s: (s.key, s.op, s.pos)):
             # An info send's records are required one by one (they may have
@@ -735,7 +810,10 @@ def check_queue(
             # was acknowledged (history format: an offset only for a record
             # known written), one that a poll saw was written.
             seen = _j(s.value) in seen_any[s.key]
-            if not (s.type == "ok" or (s.type == "info" and (s.offset is not None or seen))):
+            if s.op in txns:
+                if not (s.type == "ok" or (s.type == "info" and s.op in committed)):
+                    continue
+            elif not (s.type == "ok" or (s.type == "info" and (s.offset is not None or seen))):
                 continue
             v = _j(s.value)
             placed = s.offset if s.offset is not None else orders[s.key].offset_of(v)
@@ -749,7 +827,8 @@ def check_queue(
                         [v],
                         [],
                         [s.op],
-                        f"key {s.key} value {v} ({s.type} send {s.op}) is not in the final reads",
+                        f"key {s.key} value {v} ({s.type} {op_kind(s.op)} {s.op}) is not in the "
+                        "final reads",
                     )
                 continue
             there = final[s.key].get(s.offset, set())
@@ -762,19 +841,134 @@ def check_queue(
                 [v],
                 [s.offset],
                 [s.op],
-                f"key {s.key} value {v} ({s.type} send {s.op}, offset {s.offset}) is not in the "
-                f"final reads: offset {s.offset} {what}",
+                f"key {s.key} value {v} ({s.type} {op_kind(s.op)} {s.op}, offset {s.offset}) "
+                f"is not in the final reads: offset {s.offset} {what}",
+            )
+
+    # torn-transaction: with read_committed final reads, an ok or info
+    # transaction some of whose records are in the final reads and others
+    # not, where the final reads reached them and nothing removed them.
+    if final_start is not None and committed_reads:
+        top_final = {k: max(at) for k, at in final.items() if at}
+        of_txn: dict[int, list[SendRow]] = defaultdict(list)
+        for s in sends:
+            if s.op in txns and s.type in ("ok", "info"):
+                of_txn[s.op].append(s)
+        for op_id in sorted(of_txn):
+            judged: list[tuple[SendRow, bool]] = []
+            for s in sorted(of_txn[op_id], key=lambda s: s.pos):
+                v = _j(s.value)
+                if v in final_values[s.key]:
+                    judged.append((s, True))
+                    continue
+                known = orders.get(s.key)
+                placed = s.offset
+                if placed is None and known is not None:
+                    placed = known.offset_of(v)
+                if cleanup.gone(s.key, placed, v, latest):
+                    continue
+                # Reached: the final reads returned the key up to its
+                # acknowledged offset, or, without one, up to the highest
+                # offset the history knows of the key.
+                reach = s.offset
+                if reach is None:
+                    reach = known.offsets[-1] if known is not None and known.offsets else 0
+                if top_final.get(s.key, -1) >= reach:
+                    judged.append((s, False))
+            states = {there for _, there in judged}
+            if states != {True, False}:
+                continue
+            txn_type = judged[0][0].type
+            witness = [
+                _j({"key": s.key, "present": there, "value": s.value}) for s, there in judged
+            ]
+            gone_list = ", ".join(f"{_j(s.value)} (key {s.key})" for s, t in judged if not t)
+            kept_list = ", ".join(f"{_j(s.value)} (key {s.key})" for s, t in judged if t)
+            add(
+                "torn-transaction",
+                ",".join(sorted({s.key for s, _ in judged})),
+                witness,
+                [],
+                [op_id],
+                f"{txn_type} txn {op_id}: {kept_list} in the final reads, {gone_list} not",
             )
 
     subscribed = any(o.f == "subscribe" for o in ops)
     allowed = ALWAYS_ALLOWED | (SUBSCRIBE_ALLOWED if subscribed else frozenset())
+    if not committed_reads:
+        allowed |= READ_UNCOMMITTED_ALLOWED
     detail = {
         "ops": len(ops),
         "keys": len(orders),
         "sends": len(sends),
         "reads": len(reads),
         "final_from": final_start,
+        "isolation": isolation,
+        "transactions": len(txns),
+        "edges": len(edges),
     }
     return QueueResult(
         {c: tuple(v) for c, v in found.items()}, allowed, final_start is not None, detail
+    )
+
+
+def _cycle_edges(
+    orders: Mapping[str, _Order],
+    reads: Sequence[ReadRow],
+    writer: Mapping[tuple[str, str], SendRow],
+    committed: set[int],
+) -> list[Edge]:
+    """The dependency graph of Jepsen's Kafka analysis between the ops that
+    committed or must have (``committed``): ``ww`` from the writer of each
+    value of a key's version order to the writer of the next one, when the
+    two differ; ``wr`` from the writer of each value an ok op (or an info op
+    that must have committed) polled to that op, when the two differ."""
+    out: list[Edge] = []
+    for key in sorted(orders):
+        order = orders[key]
+        for v1, v2 in zip(order.by_index, order.by_index[1:], strict=False):
+            w1, w2 = writer.get((key, v1)), writer.get((key, v2))
+            if (
+                w1 is not None
+                and w2 is not None
+                and w1.op != w2.op
+                and w1.op in committed
+                and w2.op in committed
+            ):
+                out.append(Edge("ww", key, (v1, v2), w1.op, w2.op))
+    for r in reads:
+        if not (r.type == "ok" or r.op in committed):
+            continue
+        v = _j(r.value)
+        w = writer.get((r.key, v))
+        if w is not None and w.op != r.op and w.op in committed:
+            out.append(Edge("wr", r.key, (v,), w.op, r.op))
+    return out
+
+
+def _add_cycle(add: Any, c: Cycle) -> None:
+    """One cycle as an anomaly: its keys (comma-separated), its edges as
+    values (``{"from", "to", "type", "key", "values"}``), its ops in order."""
+    edges = [
+        _j(
+            {
+                "from": e.src,
+                "key": e.key,
+                "to": e.dst,
+                "type": e.kind,
+                "values": [json.loads(v) for v in e.values],
+            }
+        )
+        for e in c.edges
+    ]
+    steps = "; ".join(
+        f"{e.src} {e.kind} {e.dst} (key {e.key}: {' then '.join(e.values)})" for e in c.edges
+    )
+    add(
+        c.check,
+        ",".join(sorted({e.key for e in c.edges})),
+        edges,
+        [],
+        list(c.ops),
+        f"ops {' -> '.join(str(o) for o in (*c.ops, c.ops[0]))}: {steps}",
     )

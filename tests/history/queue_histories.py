@@ -24,7 +24,7 @@ class Queue:
     def send(
         self,
         process: int,
-        records: Sequence[tuple[str, Any, int | None]],
+        records: Sequence[tuple[Any, Any, int | None]],
         type: str = "ok",
         *,
         error: str = "timeout",
@@ -68,6 +68,38 @@ class Queue:
             self.rec.info(process, "timeout")
         else:
             self.rec.fail(process, "timeout")
+        return inv.index
+
+    def txn(
+        self,
+        process: int,
+        mops: Sequence[tuple[Any, ...]],
+        type: str = "ok",
+        *,
+        error: str = "timeout",
+        acked: bool = False,
+    ) -> int:
+        """A transaction of micro-ops ``("send", key, value, offset)`` and
+        ``("poll", {key: [(offset, value), ...]})``; returns its invoke index.
+        An ``info`` or ``fail`` repeats the invoke's micro-ops unless
+        ``acked`` (then it carries what it learned: offsets, a fail's null)."""
+        invoke: list[list[Any]] = []
+        done: list[list[Any]] = []
+        for m in mops:
+            if m[0] == "send":
+                _, k, v, o = m
+                invoke.append(["send", k, v])
+                done.append(["send", k, [None if type == "fail" else o, v]])
+            else:
+                invoke.append(["poll"])
+                done.append(["poll", {k: [[o, v] for o, v in rs] for k, rs in m[1].items()}])
+        inv = self.rec.invoke(process, "txn", value=invoke)
+        if type == "ok":
+            self.rec.ok(process, value=done)
+        elif type == "info":
+            self.rec.info(process, error, value=done if acked else SAME)
+        else:
+            self.rec.fail(process, error, value=done if acked else SAME)
         return inv.index
 
     def assign(
@@ -145,13 +177,57 @@ class SimLog:
     def step_poll(self, w: int, counts: Mapping[str, int]) -> None:
         p = self.procs[w]
         pos = self.positions.setdefault(p, dict.fromkeys(self.keys, 0))
+        self.q.poll(p, self._read(pos, counts))
+
+    def step_txn(
+        self, w: int, plan: Sequence[tuple[Any, ...]], outcome: str, applied: bool
+    ) -> None:
+        """A transaction read_committed: ``plan`` of ``("send", key)`` and
+        ``("poll", {key: count})``, run at once.  Its polls read committed
+        records only; its sends take offsets as they go and, with the
+        commit's or abort's marker after them in each key they wrote, are
+        visible once it commits (``ok``, or ``info`` and ``applied``); an
+        aborted one's records keep their offsets, never read."""
+        p = self.procs[w]
+        pos = self.positions.setdefault(p, dict.fromkeys(self.keys, 0))
+        mops: list[tuple[Any, ...]] = []
+        mine: list[tuple[str, int]] = []
+        for m in plan:
+            if m[0] == "send":
+                v = self.next_value
+                self.next_value += 1
+                self.logs[m[1]].append(_Pending(v))
+                mine.append((m[1], len(self.logs[m[1]]) - 1))
+                mops.append(("send", m[1], v, len(self.logs[m[1]]) - 1))
+            else:
+                mops.append(("poll", self._read(pos, m[1])))
+        commits = outcome == "ok" or (outcome == "info" and applied)
+        for k, o in mine:
+            entry = self.logs[k][o]
+            self.logs[k][o] = entry.value if commits else _ABORTED
+        for k in sorted({k for k, _ in mine}):
+            self.logs[k].append(_ABORTED)  # the transaction's marker
+        self.q.txn(p, mops, outcome, acked=outcome == "info")
+        if outcome == "info":
+            self.retire(w)
+
+    def _read(self, pos: dict[str, int], counts: Mapping[str, int]) -> dict[str, Any]:
+        """Up to ``counts`` committed records of each key from ``pos`` on,
+        stopping at a record not yet committed (the last stable offset)."""
         reads: dict[str, list[tuple[int, Any]]] = {}
         for k in self.keys:
-            end = min(len(self.logs[k]), pos[k] + counts.get(k, 0))
-            if end > pos[k]:
-                reads[k] = [(o, self.logs[k][o]) for o in range(pos[k], end)]
-                pos[k] = end
-        self.q.poll(p, reads)
+            got: list[tuple[int, Any]] = []
+            log = self.logs[k]
+            while pos[k] < len(log) and len(got) < counts.get(k, 0):
+                entry = log[pos[k]]
+                if isinstance(entry, _Pending):
+                    break
+                if entry is not _ABORTED:
+                    got.append((pos[k], entry))
+                pos[k] += 1
+            if got:
+                reads[k] = got
+        return reads
 
     def step_crash(self, w: int) -> None:
         self.q.crash(self.procs[w])
@@ -167,3 +243,14 @@ class SimLog:
             self.q.assign(p, list(self.keys), seek=True)
             self.positions[p] = dict.fromkeys(self.keys, 0)
             self.step_poll(w, {k: len(self.logs[k]) for k in self.keys})
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A transaction's record not yet committed or aborted."""
+
+    value: Any
+
+
+_ABORTED: Any = object()
+"""An aborted record, or a transaction's marker: an offset no poll returns."""

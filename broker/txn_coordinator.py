@@ -178,7 +178,8 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionCoordinatorShard, Txn
         self._ids = _IdStock(producer_ids)
         # Each transaction whose markers are being written, by id.
         self._completing: dict[str, asyncio.Task[None]] = {}
-        self._last_timeout_check = 0
+        # When each shard's timeouts were last checked, by partition.
+        self._last_timeout_check: dict[int, int] = {}
 
     # -- the runtime's hooks ------------------------------------------------------------
 
@@ -213,9 +214,10 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionCoordinatorShard, Txn
 
     def _tick(self, context: _Context) -> None:
         now = self.now_ms()
-        if now - self._last_timeout_check < self.settings.timeout_check_interval_ms:
+        last = self._last_timeout_check.get(context.partition, 0)
+        if now - last < self.settings.timeout_check_interval_ms:
             return
-        self._last_timeout_check = now
+        self._last_timeout_check[context.partition] = now
         asyncio.get_running_loop().create_task(
             self._abort_timed_out(context), name=f"transactions-{self.broker_id}-timeouts"
         )

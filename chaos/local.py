@@ -117,6 +117,9 @@ BROKER_CHAOS_SETTINGS: dict[str, object] = {
     "group.session_timeout_ms": 6_000,
     "group.heartbeat_interval_ms": 1_000,
     "offsets.partitions": 3,
+    # Transactions (queue runs with --transactional): a few transaction-log
+    # partitions for the same reason.
+    "transaction_state.partitions": 3,
 }
 """Every chaos broker's: heartbeats often enough for the shorter session."""
 CONTROLLER_BROKER_SETTINGS: dict[str, object] = {

@@ -698,6 +698,7 @@ def write_broker_configs(
             # Kafka's default of 3 replicas, or every broker of a smaller
             # cluster (a one-broker cluster could not create the topic).
             "offsets.replication_factor": min(3, len(state.brokers)),
+            "transaction_state.replication_factor": min(3, len(state.brokers)),
         }
         if b.metrics_address:
             values["metrics_listen"] = b.metrics_address

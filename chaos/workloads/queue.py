@@ -41,6 +41,24 @@ consumer group instead of assigning themselves keys (:class:`GroupTracker`):
 Nothing else commits (no auto-commit, no commit on revocation), so every
 offset the group stores is a ``commit`` op of the history.
 
+With ``transactional`` each worker's producer is a transactional one (its
+lane's transactional id; with ``zombie`` lanes 0 and 1 share one, so each
+fences the other, Kafka's zombie) and ``send`` gives way to ``txn``
+(Jepsen's ``:txn``): one transaction of up to four micro-ops, sends and
+polls mixed, committed at the end:
+
+- ``ok``: ``commit_transaction`` returned; each send's offset is known;
+- ``fail``: the transaction definitely did not commit: a send, a poll or a
+  partition's joining failed inside it (it is aborted), or the producer was
+  fenced before it asked to commit; the consumer is sought back to where
+  the transaction's polls began, as a read-process-write loop would be;
+- ``info``: the commit was asked and its outcome is not known (no answer,
+  or the producer was fenced while committing): the process retires.
+
+A fenced producer is replaced by a new one with the same transactional
+id, which fences its predecessor in turn.  The consumers read at
+``isolation_level`` (``config.json``'s ``queue.isolation_level``).
+
 An ``info`` op retires its process (``history.ops.next_process``).  After
 the final heal, :meth:`QueueWorkload.final` runs the final polls: each
 worker crashes its consumer, assigns every key from the beginning and polls
@@ -63,7 +81,12 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, cast
 
 import bugs
-from broker.grpc_client.errors import BrokerClientError, DeliveryFailedError
+from broker.grpc_client.errors import (
+    BrokerClientError,
+    DeliveryFailedError,
+    TransactionAbortableError,
+    TransactionFatalError,
+)
 from broker.grpc_client.group import CommitError
 from bugs import Bug
 from chaos.workloads import FinalVerdict, Pacer, WorkloadStats, error_word, run_workers
@@ -78,6 +101,8 @@ from history.queue import (
     send_completion_value,
     send_invoke_value,
     subscribe_value,
+    txn_completion_value,
+    txn_invoke_value,
 )
 from history.queue_checks import NO_CLEANUP, Cleanup
 
@@ -89,6 +114,8 @@ __all__ = [
     "GroupTracker",
     "ProducerLike",
     "QueueWorkload",
+    "TXN_FS",
+    "TxnProducerLike",
     "RecordOutcome",
     "check_final_polls",
     "error_word",
@@ -102,6 +129,18 @@ GROUP_FS: Final = ("send", "poll", "subscribe", "commit", "crash")
 """The ops of a run whose consumers share a group (``subscribe`` in place
 of ``assign``; a worker subscribes once per process, before its first poll)."""
 GROUP_WEIGHTS: Final = {"send": 4.0, "poll": 3.0, "subscribe": 0.0, "commit": 1.0, "crash": 0.1}
+TXN_FS: Final = ("txn", "poll", "assign", "crash")
+"""The ops of a transactional run (``txn`` in place of ``send``)."""
+TXN_WEIGHTS: Final = {"txn": 4.0, "poll": 3.0, "assign": 0.5, "crash": 0.1}
+TXN_GROUP_FS: Final = ("txn", "poll", "subscribe", "commit", "crash")
+TXN_GROUP_WEIGHTS: Final = {"txn": 4.0, "poll": 3.0, "subscribe": 0.0, "commit": 1.0, "crash": 0.1}
+# The most micro-ops in one transaction (Jepsen's max-txn-length with txn?).
+MAX_TXN_MOPS: Final = 4
+# A micro-op's chance of being a send rather than a poll.
+TXN_SEND_P: Final = 0.6
+# How many times a commit that timed out with its state unchanged is asked
+# again within the op's timeout (each goes on where the last stopped).
+TXN_COMMIT_ATTEMPTS: Final = 3
 # A final reader's pause after a failed poll before it polls again: a
 # consumer's ``retry.backoff.ms`` (100 ms in Kafka).  A failure (no leader,
 # a broker down) comes back at once, and without the pause the final polls
@@ -123,6 +162,19 @@ class ProducerLike(Protocol):
     async def close(self, timeout_s: float | None = None) -> None: ...
 
 
+class TxnProducerLike(ProducerLike, Protocol):
+    """A transactional producer (:class:`broker.grpc_client.Producer` with a
+    transactional id)."""
+
+    async def init_transactions(self, timeout_ms: int | None = None) -> None: ...
+
+    def begin_transaction(self) -> None: ...
+
+    async def commit_transaction(self, timeout_ms: int | None = None) -> None: ...
+
+    async def abort_transaction(self, timeout_ms: int | None = None) -> None: ...
+
+
 class ConsumerLike(Protocol):
     """What the workload uses of :class:`broker.grpc_client.Consumer`."""
 
@@ -135,6 +187,14 @@ class ConsumerLike(Protocol):
     def log_start_offset(self, partition: Any) -> int: ...
 
     async def close(self, timeout_ms: int = 30_000, *, leave_group: bool = True) -> None: ...
+
+
+class SeekingConsumerLike(ConsumerLike, Protocol):
+    """A consumer a failed transaction's polls are undone on."""
+
+    def known_position(self, partition: Any) -> int | None: ...
+
+    def seek(self, partition: Any, offset: int) -> None: ...
 
 
 class GroupConsumerLike(ConsumerLike, Protocol):
@@ -299,6 +359,8 @@ class _Worker:
     assigned: list[int] = field(default_factory=list)
     # Group runs: the consumer's listener once it subscribed.
     tracker: GroupTracker | None = None
+    # Transactional runs: the producer has its producer id and epoch.
+    txn_ready: bool = False
 
 
 class QueueWorkload:
@@ -342,6 +404,8 @@ class QueueWorkload:
         compacts: bool = False,
         retains: bool = False,
         group: bool = False,
+        open_txn_producer: Callable[[int], TxnProducerLike] | None = None,
+        read_committed: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
@@ -351,10 +415,21 @@ class QueueWorkload:
             raise ValueError("max_send must be at least 1")
         if record_keys < 0:
             raise ValueError("record_keys must be 0 or more")
-        fs = GROUP_FS if group else FS
-        w = {**(GROUP_WEIGHTS if group else DEFAULT_WEIGHTS), **(weights or {})}
-        if set(w) != set(fs) or any(v < 0 for v in w.values()) or w["send"] + w["poll"] <= 0:
+        transactional = open_txn_producer is not None
+        fs, defaults = {
+            (False, False): (FS, DEFAULT_WEIGHTS),
+            (True, False): (GROUP_FS, GROUP_WEIGHTS),
+            (False, True): (TXN_FS, TXN_WEIGHTS),
+            (True, True): (TXN_GROUP_FS, TXN_GROUP_WEIGHTS),
+        }[(group, transactional)]
+        w = {**defaults, **(weights or {})}
+        writes = "txn" if transactional else "send"
+        if set(w) != set(fs) or any(v < 0 for v in w.values()) or w[writes] + w["poll"] <= 0:
             raise ValueError(f"weights are non-negative numbers for {', '.join(fs)}")
+        # Transactional runs: each lane's transactional producer.
+        self.open_txn_producer = open_txn_producer
+        # The consumers read committed records only (the final check knows).
+        self.read_committed = read_committed
         self.group = group
         self.fs = fs
         self.recorder = recorder
@@ -393,9 +468,14 @@ class QueueWorkload:
     def _ensure_workers(self) -> None:
         if not self._workers:
             self._workers = [
-                _Worker(i, i, self.open_producer(), self.open_consumer())
+                _Worker(i, i, self._new_producer(i), self.open_consumer())
                 for i in range(self.concurrency)
             ]
+
+    def _new_producer(self, lane: int) -> ProducerLike:
+        if self.open_txn_producer is not None:
+            return self.open_txn_producer(lane)
+        return self.open_producer()
 
     @property
     def processes(self) -> list[int]:
@@ -422,10 +502,11 @@ class QueueWorkload:
         new clients and no assignment (or subscription)."""
         self._close_later(worker, leave_group=not crashed)
         worker.process = next_process(worker.process, self.concurrency)
-        worker.producer = self.open_producer()
+        worker.producer = self._new_producer(worker.lane)
         worker.consumer = self.open_consumer()
         worker.assigned = []
         worker.tracker = None
+        worker.txn_ready = False
         self.stats.retired += 1
 
     def _note(self, op: Op) -> Op:
@@ -580,6 +661,172 @@ class QueueWorkload:
             self._retire(worker)
         return op
 
+    async def txn(self, worker: _Worker, mops: Sequence[tuple[Any, ...]]) -> Op:
+        """One transaction of ``mops`` (``("send", k, v)`` and ``("poll",)``)
+        and its outcome (module docstring)."""
+        process = worker.process
+        self._note_invoke(process, "txn", value=txn_invoke_value(mops))
+        self.stats.invokes += 1
+        producer = cast(TxnProducerLike, worker.producer)
+        deadline = time.monotonic() + self.op_timeout_s
+        futures: dict[int, asyncio.Future[Any]] = {}
+        polled: dict[int, dict[int, list[tuple[int, Any]]]] = {}
+        before = self._positions(worker) if any(m[0] == "poll" for m in mops) else {}
+        committing = False
+        type_, error = "ok", None
+        try:
+            if not worker.txn_ready:
+                await producer.init_transactions(_ms_left(deadline))
+                worker.txn_ready = True
+            producer.begin_transaction()
+            for i, mop in enumerate(mops):
+                if mop[0] == "send":
+                    k, v = mop[1], mop[2]
+                    topic, partition = self.keymap.topic_partition(k)
+                    futures[i] = await producer.send(
+                        topic,
+                        str(v).encode(),
+                        key=record_key(k, v, self.record_keys).encode(),
+                        partition=partition,
+                    )
+                else:
+                    polled[i] = await self._txn_poll(worker, deadline)
+            committing = True
+            await self._commit(producer, deadline)
+        except TransactionFatalError as exc:
+            # Fenced (another producer took the id) or worse: a transaction
+            # whose commit was asked may have committed; otherwise it cannot.
+            type_, error = ("info" if committing else "fail"), error_word(exc.name)
+            self._replace_producer(worker)
+        except (TransactionAbortableError, _PollFailed, TimeoutError, BrokerClientError) as exc:
+            if committing and not isinstance(exc, TransactionAbortableError):
+                # The commit was asked and not answered within the op.
+                type_, error = "info", error_word(_name(exc))
+            else:
+                type_, error = "fail", error_word(_name(exc))
+                await self._abort(worker, deadline)
+        except Exception as exc:
+            # Not queued (no metadata, a client bug): never committed.
+            type_, error = "fail", error_word(type(exc).__name__)
+            await self._abort(worker, deadline)
+        for future in futures.values():
+            # Their errors are the transaction's; read so none goes unread.
+            if future.done():
+                _read_late_error(future)
+            else:
+                future.add_done_callback(_read_late_error)
+        offsets: dict[int, int | None] = {}
+        if type_ != "fail":
+            for i, future in futures.items():
+                offsets[i] = (
+                    future.result().offset
+                    if future.done() and not future.cancelled() and future.exception() is None
+                    else None
+                )
+        if type_ == "ok":
+            for i, offset in offsets.items():
+                self._learn(mops[i][1], offset)
+            for found in polled.values():
+                for k, recs in found.items():
+                    for offset, _ in recs:
+                        self._learn(k, offset)
+        elif type_ == "fail":
+            self._rewind(worker, before)
+        value = txn_completion_value(mops, offsets, polled)
+        op = self._note(self.recorder.complete(process, type_, value=value, error=error))  # type: ignore[arg-type]
+        self.stats.completions[type_] += 1
+        if type_ == "info":
+            self._retire(worker)
+        return op
+
+    async def _txn_poll(self, worker: _Worker, deadline: float) -> dict[int, list[tuple[int, Any]]]:
+        """A poll micro-op: the records by key (a failed poll fails the
+        transaction)."""
+        wait_ms = min(self.poll_ms, _ms_left(deadline))
+        try:
+            records = await asyncio.wait_for(
+                worker.consumer.poll(wait_ms), max(0.0, deadline - time.monotonic())
+            )
+        except TimeoutError:
+            raise _PollFailed("timeout") from None
+        except BrokerClientError as exc:
+            raise _PollFailed(exc.name) from None
+        found: dict[int, list[tuple[int, Any]]] = {}
+        for r in records:
+            k = self.keymap.key(r.topic, r.partition)
+            found.setdefault(k, []).append((r.offset, _decode(r.value)))
+        return found
+
+    async def _commit(self, producer: TxnProducerLike, deadline: float) -> None:
+        """``commit_transaction``, asked again after a timeout that left it
+        unchanged (it goes on where it stopped) while the op has time."""
+        for attempt in range(TXN_COMMIT_ATTEMPTS):
+            try:
+                await producer.commit_transaction(_ms_left(deadline))
+                return
+            except (TransactionAbortableError, TransactionFatalError):
+                raise
+            except BrokerClientError:
+                if attempt == TXN_COMMIT_ATTEMPTS - 1 or time.monotonic() >= deadline:
+                    raise
+
+    async def _abort(self, worker: _Worker, deadline: float) -> None:
+        """Abort the worker's transaction; a producer that cannot (fenced,
+        or no answer) is replaced (the coordinator aborts what it had open
+        when its successor's InitProducerId fences it, or by its timeout)."""
+        producer = cast(TxnProducerLike, worker.producer)
+        if not worker.txn_ready:
+            self._replace_producer(worker)
+            return
+        try:
+            await producer.abort_transaction(max(1_000, _ms_left(deadline)))
+        except Exception:
+            self._replace_producer(worker)
+
+    def _replace_producer(self, worker: _Worker) -> None:
+        old = worker.producer
+
+        async def close() -> None:
+            with contextlib.suppress(Exception):
+                await old.close(0)
+
+        task = asyncio.create_task(close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+        worker.producer = self._new_producer(worker.lane)
+        worker.txn_ready = False
+
+    def _positions(self, worker: _Worker) -> dict[int, int]:
+        """Where the worker's consumer stands in each key it reads."""
+        out: dict[int, int] = {}
+        consumer = cast(SeekingConsumerLike, worker.consumer)
+        for k in worker.assigned:
+            at = consumer.known_position(self.keymap.topic_partition(k))
+            if at is not None:
+                out[k] = at
+        return out
+
+    def _rewind(self, worker: _Worker, before: Mapping[int, int]) -> None:
+        """Seek the consumer back to where a failed transaction's polls
+        began: what they returned counts for nothing (a read-process-write
+        loop reads it again)."""
+        consumer = cast(SeekingConsumerLike, worker.consumer)
+        for k, offset in before.items():
+            if k in worker.assigned:
+                consumer.seek(self.keymap.topic_partition(k), offset)
+
+    def _txn_mops(self, worker: _Worker) -> list[tuple[Any, ...]]:
+        # In a group run a transaction only sends: what the group gives and
+        # takes is reported by plain polls (a poll's assigned and revoked).
+        can_poll = bool(worker.assigned) and not self.group
+        mops: list[tuple[Any, ...]] = []
+        for _ in range(self.rng.randint(1, MAX_TXN_MOPS)):
+            if can_poll and self.rng.random() >= TXN_SEND_P:
+                mops.append(("poll",))
+            else:
+                mops.append(("send", self.rng.choice(self.keymap.keys), self._new_values(1)[0]))
+        return mops
+
     def _new_values(self, n: int) -> list[int]:
         out = list(range(self._next_value, self._next_value + n))
         self._next_value += n
@@ -598,6 +845,8 @@ class QueueWorkload:
             await self.subscribe(worker)
         elif f == "commit":
             await self.commit(worker)
+        elif f == "txn":
+            await self.txn(worker, self._txn_mops(worker))
         elif f == "send":
             n = self.rng.randint(1, self.max_send)
             ks = [self.rng.choice(keys) for _ in range(n)]
@@ -715,7 +964,12 @@ class QueueWorkload:
         """The final polls, then :func:`check_final_polls` of the history
         recorded so far."""
         final = await self.final_polls()
-        check = check_final_polls(self.ops, final["from_index"], self.cleanup(final))
+        check = check_final_polls(
+            self.ops,
+            final["from_index"],
+            self.cleanup(final),
+            read_committed=self.read_committed,
+        )
         problems = sum(len(v) for k, v in check.items() if isinstance(v, list))
         verdict = {"final_polls": final, **check}
         ok = final["complete"] and problems == 0
@@ -745,6 +999,23 @@ class QueueWorkload:
             await asyncio.wait(list(self._closing), timeout=10)
 
 
+class _PollFailed(Exception):
+    """A poll micro-op failed (its error's name): the transaction fails."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def _name(exc: BaseException) -> str:
+    name = getattr(exc, "name", None)
+    return name if isinstance(name, str) else type(exc).__name__
+
+
+def _ms_left(deadline: float) -> int:
+    return max(1, int((deadline - time.monotonic()) * 1000))
+
+
 def _text(value: Any) -> str:
     """A value's canonical JSON text (as ``history.queue_checks`` compares them)."""
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
@@ -766,7 +1037,11 @@ def _decode(value: bytes | None) -> Any:
 
 
 def check_final_polls(
-    ops: Sequence[Op], from_index: int, cleanup: Cleanup = NO_CLEANUP
+    ops: Sequence[Op],
+    from_index: int,
+    cleanup: Cleanup = NO_CLEANUP,
+    *,
+    read_committed: bool = False,
 ) -> dict[str, list[dict[str, Any]]]:
     """kq's no-loss rule over a queue history whose final polls start at
     ``from_index`` (``docs/history-format.md``): every record of an ``ok``
@@ -778,25 +1053,44 @@ def check_final_polls(
 
     ``lost``: such a record that no final poll returned; ``moved``: one
     the final polls returned at another offset; ``inconsistent``: two
-    values at one offset of a key in the final polls.
+    values at one offset of a key in the final polls.  A ``txn``'s sends
+    count as a send's of its outcome; with ``read_committed`` final reads,
+    ``aborted_read`` is a record of a ``fail`` (aborted) transaction they
+    returned.
     """
     acked: dict[tuple[int, int], int | None] = {}  # (key, value) -> offset
     info_sent: set[tuple[int, int]] = set()
     seen_at: dict[tuple[int, int], int] = {}
     final: dict[int, dict[int, Any]] = {}
     inconsistent: list[dict[str, Any]] = []
+    aborted_sent: set[tuple[int, int]] = set()
     for op in ops:
         if op.process == "nemesis" or op.type == "invoke":
             continue
-        if op.f == "send" and op.type in ("ok", "info"):
+        if op.f in ("send", "txn") and op.type in ("ok", "info"):
             for mop in op.value:
-                k, (offset, v) = mop[1], mop[2]
+                if mop[0] != "send":
+                    continue
+                k, (offset, v) = mop[1], _sent(mop[2])
                 if op.type == "ok":
                     acked[(k, v)] = offset
                 else:
                     info_sent.add((k, v))
-                    if offset is not None:
+                    # A send's offset puts its record in the log for good;
+                    # an unknown transaction's may have been aborted: it
+                    # must be read only if some poll saw it.
+                    if offset is not None and op.f == "send":
                         seen_at[(k, v)] = offset
+        elif op.f == "txn" and op.type == "fail":
+            for mop in op.value:
+                if mop[0] == "send":
+                    aborted_sent.add((mop[1], _sent(mop[2])[1]))
+        if op.f == "txn" and op.type == "ok":
+            for mop in op.value:
+                if mop[0] == "poll" and len(mop) > 1:
+                    for k_text, recs in mop[1].items():
+                        for offset, v in recs:
+                            seen_at.setdefault((int(k_text), v), offset)
         elif op.f == "poll" and op.type == "ok":
             for k_text, recs in op.value[0][1].items():
                 k = int(k_text)
@@ -828,4 +1122,20 @@ def check_final_polls(
             lost.append({"key": k, "value": v, "offset": offset})
         elif offset is not None and found != offset:
             moved.append({"key": k, "value": v, "offset": offset, "found": found})
-    return {"lost": lost, "moved": moved, "inconsistent": inconsistent}
+    out = {"lost": lost, "moved": moved, "inconsistent": inconsistent}
+    if read_committed:
+        # A read_committed reader never returns a record of an aborted
+        # transaction (G1a's final-read form).
+        out["aborted_read"] = [
+            {"key": k, "value": v, "offset": where[(k, v)]}
+            for k, v in sorted(aborted_sent)
+            if (k, v) in where
+        ]
+    return out
+
+
+def _sent(micro: Any) -> tuple[int | None, Any]:
+    """A send micro-op's ``[offset, v]`` (or its invoke's bare ``v``)."""
+    if isinstance(micro, list):
+        return micro[0], micro[1]
+    return None, micro

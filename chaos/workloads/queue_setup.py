@@ -14,12 +14,12 @@ from typing import Any, Final
 
 import grpc
 
-from broker.client.consumer import ConsumerConfig, OffsetResetStrategy
+from broker.client.consumer import ConsumerConfig, IsolationLevel, OffsetResetStrategy
 from broker.client.producer_batch import Acks, ProducerConfig
 from broker.grpc_client import Consumer, Producer
 from chaos.workloads.queue import QueueWorkload
 from history.ops import HistoryRecorder
-from history.queue import KeyMap
+from history.queue import ISOLATION_LEVELS, KeyMap
 from metadata.client import ConfigOp, ConfigResource, MetadataClient, NewTopic
 
 __all__ = ["ACKS", "CLEANUP_POLICIES", "GROUP_ID", "QueueOptions", "make_queue_workload"]
@@ -32,6 +32,13 @@ CLEANUP_POLICIES: Final = ("delete", "compact", "compact,delete")
 
 GROUP_ID: Final = "kq-queue"
 """The consumer group of the catalogue's subscribing runs."""
+
+TRANSACTIONAL_ID_PREFIX: Final = "kq-queue"
+"""A transactional run's ids: the prefix, then the worker's lane."""
+
+TRANSACTION_TIMEOUT_MS: Final = 15_000
+"""A transactional worker's ``transaction.timeout.ms``: a transaction left
+open by a worker that retired is aborted by its coordinator within a run."""
 
 GROUP_MAX_POLL_INTERVAL_MS: Final = 15_000
 """A subscribed worker's ``max.poll.interval.ms`` (its rebalance timeout):
@@ -77,6 +84,13 @@ class QueueOptions:
     # The consumer group the workers' consumers subscribe in (None: they
     # assign themselves keys, Jepsen's ``assign``).
     group: str | None = None
+    # Transactions: each worker's producer is transactional and writes in
+    # txn ops (Jepsen's :txn); with zombie, lanes 0 and 1 share one
+    # transactional id, each the other's zombie.
+    transactional: bool = False
+    zombie: bool = False
+    # The consumers' isolation.level (config.json's queue.isolation_level).
+    isolation_level: str = "read_uncommitted"
 
     def check(self) -> None:
         """:class:`ValueError` naming the first bad option."""
@@ -123,6 +137,15 @@ class QueueOptions:
             raise ValueError(f"record_keys must be 0 or more, got {self.record_keys}")
         if self.group is not None and not self.group.strip():
             raise ValueError("group must be a non-empty group id")
+        if self.isolation_level not in ISOLATION_LEVELS:
+            raise ValueError(
+                f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, "
+                f"got {self.isolation_level!r}"
+            )
+        if self.zombie and not self.transactional:
+            raise ValueError("zombie needs transactional: a zombie shares a transactional id")
+        if self.transactional and self.acks != "all":
+            raise ValueError(f"transactional needs acks all, got {self.acks!r}")
 
     @property
     def compacts(self) -> bool:
@@ -171,6 +194,12 @@ class QueueOptions:
             out += f" --record-keys {self.record_keys}"
         if self.group is not None:
             out += f" --group {self.group}"
+        if self.transactional:
+            out += " --transactional"
+        if self.zombie:
+            out += " --zombie"
+        if self.isolation_level != "read_uncommitted":
+            out += f" --isolation-level {self.isolation_level}"
         return out
 
     @property
@@ -195,6 +224,9 @@ class QueueOptions:
             "record_keys": self.record_keys,
             "replica_fetch_max_bytes": self.replica_fetch_max_bytes,
             "group": self.group,
+            "transactional": self.transactional,
+            "zombie": self.zombie,
+            "isolation_level": self.isolation_level,
         }
 
 
@@ -282,9 +314,12 @@ def make_queue_workload(
         delivery_timeout_ms=delivery_ms,
         max_block_ms=request_ms,
     )
-    consumer_config = ConsumerConfig(auto_offset_reset=OffsetResetStrategy.EARLIEST)
+    consumer_config = ConsumerConfig(
+        auto_offset_reset=OffsetResetStrategy.EARLIEST,
+        isolation_level=IsolationLevel(options.isolation_level),
+    )
 
-    def open_producer() -> Producer:
+    def open_producer(transactional_id: str | None = None) -> Producer:
         # The client real users run: OUT_OF_ORDER_SEQUENCE_NUMBER for the
         # next expected batch is read as Kafka's client reads it (a bump and
         # a resend), so a broker that refuses a duplicate so is caught.
@@ -294,6 +329,8 @@ def make_queue_workload(
             credentials=credentials,
             rng=random.Random(rng.random()),
             kafka_out_of_order=True,
+            transactional_id=transactional_id,
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
         )
 
     def open_consumer() -> Consumer:
@@ -314,6 +351,11 @@ def make_queue_workload(
             max_poll_interval_ms=GROUP_MAX_POLL_INTERVAL_MS,
         )
 
+    def open_txn_producer(lane: int) -> Producer:
+        # A lane's transactional id; with zombie, lane 1 takes lane 0's.
+        shared = 0 if options.zombie and lane == 1 else lane
+        return open_producer(f"{TRANSACTIONAL_ID_PREFIX}-{shared}")
+
     async def prepare() -> None:
         await _prepare(options, controllers, credentials)
 
@@ -333,4 +375,6 @@ def make_queue_workload(
         compacts=options.compacts,
         retains=options.retains,
         group=options.group is not None,
+        open_txn_producer=open_txn_producer if options.transactional else None,
+        read_committed=options.isolation_level == "read_committed",
     )

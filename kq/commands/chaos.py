@@ -346,6 +346,24 @@ def register(subparsers: Subparsers) -> None:
         "offsets (ops subscribe and commit) instead of assigning themselves keys "
         "(default: they assign)",
     )
+    run.add_argument(
+        "--transactional",
+        action="store_true",
+        help="queue workload: each worker writes in transactions (op txn: sends and polls "
+        "committed together) with its own transactional id",
+    )
+    run.add_argument(
+        "--zombie",
+        action="store_true",
+        help="queue workload with --transactional: two workers share one transactional id, "
+        "each fencing the other (Kafka's zombie producer)",
+    )
+    run.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default=queue.isolation_level,
+        help="queue workload: the consumers' isolation.level (default: %(default)s)",
+    )
     defaults = RunConfig()
     run.add_argument(
         "--fault-interval",
@@ -603,6 +621,9 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
             record_keys=args.record_keys,
             replica_fetch_max_bytes=args.replica_fetch_max_bytes,
             group=args.group,
+            transactional=args.transactional,
+            zombie=args.zombie,
+            isolation_level=args.isolation_level,
         ),
     )
     try:

@@ -242,8 +242,9 @@ def register(subparsers: Subparsers) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="a quorum.*, node.* or log_level setting for every controller's and broker's "
-        "config, controller.* for the controllers', broker.*, group.* and offsets.* for the "
-        "brokers' (new cluster only; edit DIR/node-N/config.toml and DIR/broker-N/config.toml "
+        "config, controller.* for the controllers', broker.*, group.*, offsets.*, "
+        "transaction.* and transaction_state.* for the brokers' (new cluster only; edit "
+        "DIR/node-N/config.toml and DIR/broker-N/config.toml "
         "later)",
     )
     up.add_argument(
@@ -360,7 +361,7 @@ def _new_state(args: argparse.Namespace) -> ClusterState:
 
 # The sections only brokers read: a group's coordinator and its offsets
 # topic run on brokers, so the controllers' configs do not get them.
-_BROKER_ONLY = ("broker.", "group.", "offsets.")
+_BROKER_ONLY = ("broker.", "group.", "offsets.", "transaction.", "transaction_state.")
 
 
 def _extra_settings(items: Sequence[str]) -> dict[str, object]:
@@ -376,7 +377,8 @@ def _extra_settings(items: Sequence[str]) -> dict[str, object]:
         ):
             raise CommandError(
                 f"--set {item}: only quorum.*, node.*, controller.*, broker.* (but "
-                "broker.log_dirs), group.*, offsets.* and log_level can be set for every node "
+                "broker.log_dirs), group.*, offsets.*, transaction.*, transaction_state.* and "
+                "log_level can be set for every node "
                 "of a local cluster",
                 EXIT_USAGE,
             )
@@ -410,7 +412,9 @@ def _up(args: argparse.Namespace) -> int:
         state.dir.mkdir(parents=True, exist_ok=True)
         if state.tls:
             make_certs(state)
-        write_configs(state, _for(extra, "broker", "group", "offsets"))
+        write_configs(
+            state, _for(extra, "broker", "group", "offsets", "transaction", "transaction_state")
+        )
         write_broker_configs(state, _for(extra, "controller"))
         state.save()
     else:

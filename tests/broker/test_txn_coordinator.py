@@ -16,6 +16,7 @@ from broker.coordinator_runtime import ShardState
 from broker.errors import Errors
 from broker.group.api import CommitPartition, OffsetFetchRequest, TxnOffsetCommitRequest
 from broker.service import BrokerService, ServiceSettings
+from broker.txn.placement import partition_for
 from broker.txn.types import TopicPartition, TransactionState
 from broker.txn_produce import verify_produce
 from kqproto import broker_pb2
@@ -384,3 +385,35 @@ def test_read_committed_fetches_stop_at_the_lso_and_name_the_aborted() -> None:
         assert not part.aborted_transactions
 
     run(body)
+
+
+def test_every_shard_aborts_its_timed_out_transactions() -> None:
+    """Timeouts are checked shard by shard: ids in different partitions of
+    the transaction log each time out (a check shared by all shards once
+    checked only the first)."""
+
+    async def main() -> None:
+        b = TxnBrokers(txn_partitions=3, timeout_check_interval_ms=1_000)
+        b.start()
+        try:
+            await b.loaded(1)
+            ids = ["tx", "tx-1", "tx-2", "tx-3", "tx-4"]
+            partitions = {partition_for(t, 3) for t in ids}
+            assert len(partitions) > 1, partitions
+            coordinator = b.txns[1]
+            for t in ids:
+                init = await coordinator.init_producer_id(t, 100)
+                await coordinator.add_partitions(t, init.producer_id, init.producer_epoch, [T0])
+            for _ in range(3):
+                b.now += 1_500
+                await asyncio.sleep(0.01)
+            await eventually(
+                lambda: (
+                    {x.state for x in coordinator.list_transactions()}
+                    == {TransactionState.COMPLETE_ABORT}
+                )
+            )
+        finally:
+            await b.stop()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

@@ -74,7 +74,13 @@ class Links:
 
 
 class TxnBrokers(Cluster):
-    def __init__(self, data_replicas: Sequence[tuple[int, ...]] = ((2, 1, 3), (3, 1, 2))) -> None:
+    def __init__(
+        self,
+        data_replicas: Sequence[tuple[int, ...]] = ((2, 1, 3), (3, 1, 2)),
+        *,
+        txn_partitions: int = 1,
+        timeout_check_interval_ms: int = 0,
+    ) -> None:
         super().__init__()
         self.purgatories = {b: Purgatory() for b in self.brokers}
         self.down: set[int] = set()
@@ -106,16 +112,21 @@ class TxnBrokers(Cluster):
                 self.purgatories[b],
                 markers=self.links[b],
                 producer_ids=ids,
-                topic=TransactionStateTopicSettings(partitions=1, commit_timeout_ms=60_000),
+                topic=TransactionStateTopicSettings(
+                    partitions=txn_partitions, commit_timeout_ms=60_000
+                ),
                 settings=TxnCoordinatorSettings(
-                    timeout_check_interval_ms=0, marker_retry_backoff_ms=1
+                    timeout_check_interval_ms=timeout_check_interval_ms,
+                    marker_retry_backoff_ms=1,
                 ),
                 offsets_partitions=1,
                 now_ms=lambda: self.now,
             )
             for b, manager in self.brokers.items()
         }
-        self.step_and_publish(*topic(TRANSACTION_STATE_TOPIC, TXN_TOPIC_ID, (1, 2, 3)))
+        self.step_and_publish(
+            *topic(TRANSACTION_STATE_TOPIC, TXN_TOPIC_ID, *[(1, 2, 3)] * txn_partitions)
+        )
         self.step_and_publish(*topic(OFFSETS_TOPIC, OFFSETS_TOPIC_ID, (1, 2, 3)))
         self.step_and_publish(*topic("t", DATA_ID, *data_replicas))
         self._pump: asyncio.Task[None] | None = None

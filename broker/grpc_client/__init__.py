@@ -1,5 +1,5 @@
 """kq's Python clients over gRPC (docs/clients.md): the producer, the
-consumer and the admin client that talk to brokers' ``BrokerService``.
+consumer and the admin clients that talk to brokers' ``BrokerService``.
 
 Each is a thin asyncio driver over the pure core of ``broker/client/``
 (Kafka's client decisions without I/O): it keeps the cluster's metadata
@@ -24,24 +24,42 @@ from broker.grpc_client.errors import (
 )
 from broker.grpc_client.metadata_cache import MetadataCache, PartitionInfo
 from broker.grpc_client.producer import Producer, RecordMetadata
+from broker.grpc_client.txn_admin import (
+    AbortSpec,
+    HangingTransaction,
+    OpenTransactionNotFoundError,
+    ProducerState,
+    TransactionAdmin,
+    TransactionDescription,
+    TransactionListing,
+    TransactionNotFoundError,
+)
 
 __all__ = [
+    "AbortSpec",
     "Admin",
     "BrokerClientError",
     "Consumer",
     "ConsumerGroupMetadata",
     "DeliveryFailedError",
+    "HangingTransaction",
     "InvalidProducerEpochError",
     "MetadataCache",
     "NoBrokerError",
     "OffsetSpec",
+    "OpenTransactionNotFoundError",
     "PartitionInfo",
     "PartitionOffset",
     "Producer",
     "ProducerFencedError",
+    "ProducerState",
     "RecordMetadata",
     "TransactionAbortableError",
+    "TransactionAdmin",
+    "TransactionDescription",
     "TransactionFatalError",
+    "TransactionListing",
+    "TransactionNotFoundError",
     "TransactionStateError",
     "UnknownTopicError",
 ]

@@ -58,6 +58,7 @@ COMMANDS: list[tuple[str, str]] = [
     ("consume", "kq.commands.consume:register"),
     ("offsets", "kq.commands.offsets:register"),
     ("groups", "kq.commands.groups:register"),
+    ("transactions", "kq.commands.transactions:register"),
 ]
 """Every subcommand: ``(name, "module:function")``, imported only when needed."""
 

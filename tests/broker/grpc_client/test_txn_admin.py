@@ -2,7 +2,8 @@
 three brokers, mutual TLS, one cluster for the module): transactional ids
 described at their coordinators (an unknown one is TransactionNotFoundError),
 the listing of every broker (one that does not answer fails it, naming
-the broker), an open transaction found by its first offset, and a
+the broker), an open transaction found by its first offset and, though a
+candidate, not hanging, and a
 description that follows its coordinator when that broker stops."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from broker.client.hanging import candidates
 from broker.client.producer_batch import ProducerConfig, TopicPartition
 from broker.grpc_client import (
     AbortSpec,
@@ -21,6 +23,7 @@ from broker.grpc_client import (
     TransactionAdmin,
     TransactionNotFoundError,
 )
+from broker.grpc_client.txn_admin import wall_clock_ms
 from tests.broker.grpc_client.cluster import BROKERS, BrokerCluster
 
 TOPIC = "payments"
@@ -97,6 +100,14 @@ def test_describe_list_and_find_an_open_transaction(cluster: BrokerCluster) -> N
                 assert spec.coordinator_epoch == 0
                 with pytest.raises(OpenTransactionNotFoundError, match=f"offset {start + 1} "):
                     await txns.find_open_transaction(TopicPartition(TOPIC, 0), start + 1)
+                # Healthy: with a zero timeout the open transaction is a
+                # candidate, and its coordinator has it Ongoing there.
+                await asyncio.sleep(0.05)
+                tp = TopicPartition(TOPIC, 0)
+                found_open = candidates(await txns.describe_producers([tp]), wall_clock_ms(), 0)
+                assert [c.producer.producer_id for c in found_open] == [spec.producer_id]
+                assert await txns.find_hanging([tp], 0) == []
+                assert await txns.find_hanging([tp]) == []
                 with pytest.raises(TransactionNotFoundError, match="'nobody'"):
                     await txns.describe_transaction("nobody")
             await first.commit_transaction(30_000)

@@ -23,7 +23,7 @@ shortest path back).  Between two ops, the least edge of the kinds a search
 may use is the one a cycle takes (edges order by kind, key, values), and a
 breadth-first search visits an op's successors in ascending order.  The
 components come from Tarjan's algorithm, iterative (no recursion limit);
-everything is linear in the edges but the one search per component.
+each search is linear in its component's edges.
 
 ``spark_verify.cycles`` is the same algorithm for the Spark job, which
 collects the edges (one per pair of ops and kind) to the driver.
@@ -161,9 +161,9 @@ def shortest_path(graph: Graph, start: int, target: int, within: set[int]) -> li
             e = graph[u][w]
             if w == target:
                 path = [e]
-                while path[0].src != start:
-                    path.insert(0, parent[path[0].src])
-                return path
+                while path[-1].src != start:
+                    path.append(parent[path[-1].src])
+                return path[::-1]
             if w not in seen:
                 seen.add(w)
                 parent[w] = e

@@ -17,6 +17,15 @@ DataFrame work over the PAIRED table of ``queue`` runs:
   over each (run, process, key) in completion order, where an ``assign`` or
   ``subscribe`` that does not name the key resets it.
 
+A run with transactions (``txn`` ops) also gets Jepsen's
+``precommitted-read`` (a join of each op's reads with its own sends),
+Elle's cycles (``G0``, ``G1c-ww``, ``G1c``: the ``ww`` edges a ``lead``
+over each key's version order joined with the writers, the ``wr`` edges a
+join of the reads with the writers, one edge per pair of ops and kind
+collected run by run to the driver, where :mod:`spark_verify.cycles` finds
+the components and a cycle in each) and kq's ``torn-transaction`` (a
+transaction's records joined with the final reads).
+
 The consumer-group checks of runs that subscribe (``commit-lost``,
 ``reassign-skip``, ``commit-backwards``: :mod:`spark_verify.groups`) add
 their rows to the same anomaly table.
@@ -36,6 +45,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from spark_verify.cycles import Edge, find_cycles
 from spark_verify.groups import GROUP_CHECKS, group_anomaly_rows, group_message
 from spark_verify.verdict import MAX_ANOMALIES, Anomaly, CheckResult, result_of
 
@@ -44,11 +54,13 @@ __all__ = [
     "FINAL_FS",
     "QUEUE_CHECKS",
     "QueueRecords",
+    "READ_UNCOMMITTED_ALLOWED",
     "SUBSCRIBE_ALLOWED",
     "RunCleanup",
     "check_queue_runs",
     "cleanup_of",
     "final_polls_from",
+    "isolation_of",
     "queue_anomaly_rows",
     "queue_records",
     "reads_of",
@@ -61,6 +73,7 @@ QUEUE_CHECKS: Final = (
     "inconsistent-offsets",
     "duplicate",
     "G1a",
+    "precommitted-read",
     "lost-write",
     "unseen",
     "poll-skip",
@@ -70,11 +83,17 @@ QUEUE_CHECKS: Final = (
     "nonmonotonic-send",
     "int-send-skip",
     "int-nonmonotonic-send",
+    "G0",
+    "G1c-ww",
+    "G1c",
     "no-loss",
+    "torn-transaction",
     *GROUP_CHECKS,
 )
-ALWAYS_ALLOWED: Final = frozenset({"int-send-skip"})
+ALWAYS_ALLOWED: Final = frozenset({"int-send-skip", "G0", "G1c-ww"})
 SUBSCRIBE_ALLOWED: Final = frozenset({"poll-skip", "nonmonotonic-poll"})
+READ_UNCOMMITTED_ALLOWED: Final = frozenset({"precommitted-read", "G1c"})
+ISOLATION_LEVELS: Final = ("read_uncommitted", "read_committed")
 FINAL_FS: Final = ("poll", "crash", "assign", "subscribe", "debug-topic-partitions")
 
 _ANOMALY_COLUMNS: Final = ("run", "check", "key", "values", "offsets", "ops", "extra")
@@ -90,6 +109,7 @@ def _mops(ops: DataFrame, fs: Sequence[str]) -> DataFrame:
         F.col("complete_index").alias("complete"),
         "process",
         "type",
+        "f",
         F.posexplode(F.try_variant_get(F.try_parse_json(source), "$", "array<variant>")).alias(
             "mpos", "m"
         ),
@@ -145,7 +165,8 @@ def queue_records(ops: DataFrame) -> QueueRecords:
 
 
 def sends_of(ops: DataFrame) -> DataFrame:
-    """SENDS: run, op, complete, process, type, key, pos, offset, value (JSON text)."""
+    """SENDS: run, op, complete, process, type, key, pos, offset, value (JSON
+    text), f (``send`` or ``txn``)."""
     m = _mops(ops, ("send", "txn"))
     m = m.where(F.try_variant_get("m", "$[0]", "string") == "send")
     third = F.try_variant_get("m", "$[2]", "variant")
@@ -163,12 +184,15 @@ def sends_of(ops: DataFrame) -> DataFrame:
             F.to_json(F.when(pair, F.try_variant_get(third, "$[1]", "variant")).otherwise(third)),
             F.lit("null"),
         ).alias("value"),
+        "f",
     )
     return sends
 
 
 def reads_of(ops: DataFrame) -> DataFrame:
-    """READS: run, op, complete, process, type, key, pos, offset, value (JSON text)."""
+    """READS: run, op, complete, process, type, key, pos, offset, value (JSON
+    text), f (``poll`` or ``txn``).  A key's ``pos`` orders its records
+    across a txn's polls (the poll's place, then the record's)."""
     m = _mops(ops, ("poll", "txn"))
     m = m.where(F.try_variant_get("m", "$[0]", "string") == "poll")
     per_key = m.select(
@@ -177,6 +201,8 @@ def reads_of(ops: DataFrame) -> DataFrame:
         "complete",
         "process",
         "type",
+        "f",
+        "mpos",
         F.explode(F.try_variant_get("m", "$[1]", "map<string,array<variant>>")).alias(
             "key", "pairs"
         ),
@@ -187,6 +213,8 @@ def reads_of(ops: DataFrame) -> DataFrame:
         "complete",
         "process",
         "type",
+        "f",
+        "mpos",
         "key",
         F.posexplode("pairs").alias("pos", "pair"),
     ).select(
@@ -196,11 +224,12 @@ def reads_of(ops: DataFrame) -> DataFrame:
         "process",
         "type",
         "key",
-        "pos",
+        (F.col("mpos").cast("bigint") * F.lit(1 << 32) + F.col("pos")).alias("pos"),
         F.try_variant_get("pair", "$[0]", "bigint").alias("offset"),
         F.coalesce(F.to_json(F.try_variant_get("pair", "$[1]", "variant")), F.lit("null")).alias(
             "value"
         ),
+        "f",
     )
 
 
@@ -301,6 +330,26 @@ def cleanup_of(run: Path) -> RunCleanup | None:
     return log_start, record_keys
 
 
+def isolation_of(run: Path) -> str:
+    """A run folder's ``queue.isolation_level`` (``config.json``), as
+    ``history.queue.isolation_level`` reads it: ``read_uncommitted`` when
+    absent, another value refused by name."""
+    path = run / "config.json"
+    try:
+        config = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path}: cannot read it: {e}") from None
+    queue = config.get("queue") if isinstance(config, dict) else None
+    level = queue.get("isolation_level") if isinstance(queue, dict) else None
+    if level is None:
+        return ISOLATION_LEVELS[0]
+    if level not in ISOLATION_LEVELS:
+        raise ValueError(
+            f"{path}: queue.isolation_level is one of {', '.join(ISOLATION_LEVELS)}, got {level!r}"
+        )
+    return str(level)
+
+
 def _final_start(
     ops: DataFrame, history: DataFrame, final_from: Mapping[str, int] | None
 ) -> DataFrame:
@@ -369,6 +418,8 @@ def queue_anomaly_rows(
     final_from: Mapping[str, int] | None = None,
     cleanup: Mapping[str, RunCleanup] | None = None,
     records: QueueRecords | None = None,
+    isolation: Mapping[str, str] | None = None,
+    txn_runs: Sequence[str] | None = None,
 ) -> DataFrame:
     """Every queue anomaly of the runs in ``ops`` (PAIRED rows of queue runs;
     ``history`` their raw lines, for the final reads), one row each:
@@ -381,16 +432,29 @@ def queue_anomaly_rows(
     may remove (:func:`cleanup_of`): those values are neither lost nor
     unseen, and a poll may skip them.  ``records`` are ``ops``'s SENDS and
     READS already parsed (and cached: :func:`queue_records`); without them
-    they are parsed here."""
+    they are parsed here.  ``isolation`` gives a run's
+    ``queue.isolation_level`` (:func:`isolation_of`; a run not named reads
+    uncommitted records); ``txn_runs`` the runs with ``txn`` ops (None:
+    found here), the only ones whose cycles are looked for."""
     if records is None:
         records = QueueRecords(sends_of(ops), reads_of(ops))
     sends, reads = records.sends, records.reads
+    spark = ops.sparkSession
+    if txn_runs is None:
+        txn_runs = [
+            r.run for r in ops.where(F.col("f") == "txn").select("run").distinct().collect()
+        ]
+    committed_runs = spark.createDataFrame(
+        [(r,) for r, level in sorted((isolation or {}).items()) if level == "read_committed"],
+        "run string",
+    )
     ok_read = reads.where(F.col("type") == "ok").select("run", "key", "value").distinct()
 
     # writer-of: the first send of each (key, value), and its outcome.
     writer = sends.groupBy("run", "key", "value").agg(
         F.min_by("op", F.struct("op", "pos")).alias("wop"),
         F.min_by("type", F.struct("op", "pos")).alias("wtype"),
+        F.min_by("f", F.struct("op", "pos")).alias("wf"),
     )
     # must-have-committed?: ok, or info with a sent value read by an ok poll.
     committed = (
@@ -490,11 +554,27 @@ def queue_anomaly_rows(
     )
     out.append(_anomalies("duplicate", dup, F.array("value"), F.col("offs"), F.col("dops")))
 
-    # G1a: an ok poll read a value whose send failed.
+    # G1a: an ok poll read a value whose send failed (an aborted
+    # transaction's, only by a consumer reading committed records).
     g1a = reads.where(F.col("type") == "ok").join(
         writer.where(F.col("wtype") == "fail"), ["run", "key", "value"]
     )
+    g1a = g1a.where(F.col("wf") != "txn").unionByName(
+        g1a.where(F.col("wf") == "txn").join(committed_runs, "run", "left_semi")
+    )
     out.append(_anomalies("G1a", g1a, F.array("value"), _opt("offset"), _arr("wop", "op")))
+
+    # precommitted-read: an op polled a value it sent itself.
+    pre = (
+        reads.join(
+            sends.select("run", "op", "key", "value").distinct(),
+            ["run", "op", "key", "value"],
+            "left_semi",
+        )
+        .groupBy("run", "op", "key", "value")
+        .agg(F.sort_array(F.collect_set("offset")).alias("offs"))
+    )
+    out.append(_anomalies("precommitted-read", pre, F.array("value"), F.col("offs"), _arr("op")))
 
     # lost-write: values whose last index is at or below the highest first
     # index of a value an ok poll read, read by no ok poll, their writer committed.
@@ -694,18 +774,29 @@ def queue_anomaly_rows(
                 )
             )
 
+    # Elle's cycles, in the runs with transactions.
+    if txn_runs:
+        out.append(_cycle_rows(idx, reads, writer, committed, txn_runs))
+
     # no-loss over the final reads: the trailing section of the history made
     # only of final-read ops (Jepsen's final polls), if it holds an ok poll.
     starts = start.join(final_ok.select("run").distinct(), "run", "left_semi")
     seen = reads.select("run", "key", "value").distinct()
     # An info send's records one by one: acknowledged with an offset, or seen.
-    info = sends.where(F.col("type") == "info")
+    # A transaction's when it committed, or must have.
+    plain = sends.where(F.col("f") != "txn")
+    txn_sends = sends.where(F.col("f") == "txn")
+    info = plain.where(F.col("type") == "info")
     required = (
-        sends.where(
+        plain.where(
             (F.col("type") == "ok") | ((F.col("type") == "info") & F.col("offset").isNotNull())
         )
         .unionByName(
             info.where(F.col("offset").isNull()).join(seen, ["run", "key", "value"], "left_semi")
+        )
+        .unionByName(txn_sends.where(F.col("type") == "ok"))
+        .unionByName(
+            txn_sends.where(F.col("type") == "info").join(committed, ["run", "op"], "left_semi")
         )
         .join(starts, "run", "left_semi")
     )
@@ -748,6 +839,61 @@ def queue_anomaly_rows(
             F.lit(""),
         )
     )
+    # torn-transaction: in the read_committed runs with final reads.
+    torn = txn_sends.where(F.col("type").isin("ok", "info")).join(
+        starts.join(committed_runs, "run", "left_semi"), "run", "left_semi"
+    )
+    torn = torn.join(
+        final.select("run", "key", "value").distinct().withColumn("present", F.lit(True)),
+        ["run", "key", "value"],
+        "left",
+    ).withColumn("present", F.coalesce("present", F.lit(False)))
+    missing = torn.where(~F.col("present"))
+    if gone is not None and cleanup:
+        acked = missing.where(F.col("offset").isNotNull())
+        acked_gone = _gone_values(acked.select("run", "key", "offset", "value"), final, cleanup)
+        missing = acked.join(acked_gone, ["run", "key", "value"], "left_anti").unionByName(
+            present(missing.where(F.col("offset").isNull()))
+        )
+    # Reached by the final reads: up to the acknowledged offset, or, without
+    # one, up to the highest offset of the key's version order.
+    top_final = final.groupBy("run", "key").agg(F.max("offset").alias("top"))
+    top_known = idx.groupBy("run", "key").agg(F.max("offset").alias("known"))
+    missing = (
+        missing.join(top_final, ["run", "key"])
+        .join(top_known, ["run", "key"], "left")
+        .where(F.col("top") >= F.coalesce("offset", "known", F.lit(0)))
+        .select(*torn.columns)
+    )
+    judged = torn.where(F.col("present")).unionByName(missing)
+    entry = F.concat(
+        F.regexp_replace(F.to_json(F.struct("key")), "}$", ""),
+        F.lit(',"present":'),
+        F.when(F.col("present"), F.lit("true")).otherwise(F.lit("false")),
+        F.lit(',"value":'),
+        F.col("value"),
+        F.lit("}"),
+    )
+    torn_ops = (
+        judged.groupBy("run", "op")
+        .agg(
+            F.array_sort(F.collect_list(F.struct("pos", entry.alias("entry")))).alias("entries"),
+            F.concat_ws(",", F.sort_array(F.collect_set("key"))).alias("key"),
+            F.max(F.col("present").cast("int")).alias("some"),
+            F.min(F.col("present").cast("int")).alias("all"),
+        )
+        .where((F.col("some") == 1) & (F.col("all") == 0))
+    )
+    out.append(
+        _anomalies(
+            "torn-transaction",
+            torn_ops,
+            F.transform("entries", lambda e: e["entry"]),
+            F.array().cast("array<bigint>"),
+            _arr("op"),
+        )
+    )
+
     log_start = {run: starts for run, (starts, _) in (cleanup or {}).items()}
     out.append(group_anomaly_rows(ops, history, log_start))
     result = out[0]
@@ -765,6 +911,109 @@ def queue_anomaly_rows(
             F.array().cast("array<bigint>").alias("ops"),
             F.lit(None).cast("string").alias("extra"),
         )
+    )
+
+
+def _cycle_rows(
+    idx: DataFrame,
+    reads: DataFrame,
+    writer: DataFrame,
+    committed: DataFrame,
+    txn_runs: Sequence[str],
+) -> DataFrame:
+    """The cycle anomalies (``G0``, ``G1c-ww``, ``G1c``) of ``txn_runs``:
+    the edges between the ops that committed or must have, ``ww`` from the
+    writer of each value of a key's version order (its index's least value)
+    to the writer of the next one, ``wr`` from the writer of each value an
+    ok op (or one that must have committed) polled to that op, each when the
+    two differ; one edge per (run, kind, src, dst), the least (key, values),
+    collected run by run (:mod:`spark_verify.cycles`)."""
+    spark = idx.sparkSession
+    runs = spark.createDataFrame([(r,) for r in sorted(txn_runs)], "run string")
+    wop = writer.join(committed.withColumnRenamed("op", "wop"), ["run", "wop"], "left_semi")
+    nxt = Window.partitionBy("run", "key").orderBy("index")
+    pairs = (
+        idx.join(runs, "run", "left_semi")
+        .select("run", "key", F.col("chosen").alias("v1"), F.lead("chosen").over(nxt).alias("v2"))
+        .where(F.col("v2").isNotNull())
+    )
+    w1 = wop.select("run", "key", F.col("value").alias("v1"), F.col("wop").alias("src"))
+    w2 = wop.select("run", "key", F.col("value").alias("v2"), F.col("wop").alias("dst"))
+    ww = (
+        pairs.join(w1, ["run", "key", "v1"])
+        .join(w2, ["run", "key", "v2"])
+        .where(F.col("src") != F.col("dst"))
+        .select(
+            "run", F.lit("ww").alias("kind"), "key", F.array("v1", "v2").alias("vals"), "src", "dst"
+        )
+    )
+    readers = reads.join(runs, "run", "left_semi")
+    readers = readers.where(F.col("type") == "ok").unionByName(
+        readers.where(F.col("type") != "ok").join(committed, ["run", "op"], "left_semi")
+    )
+    wr = (
+        readers.join(wop, ["run", "key", "value"])
+        .where(F.col("wop") != F.col("op"))
+        .select(
+            "run",
+            F.lit("wr").alias("kind"),
+            "key",
+            F.array("value").alias("vals"),
+            F.col("wop").alias("src"),
+            F.col("op").alias("dst"),
+        )
+    )
+    least = (
+        ww.unionByName(wr)
+        .groupBy("run", "kind", "src", "dst")
+        .agg(F.min(F.struct("key", "vals")).alias("e"))
+        .select(
+            "run", "kind", "src", "dst", F.col("e.key").alias("key"), F.col("e.vals").alias("vals")
+        )
+    )
+    rows: list[tuple[Any, ...]] = []
+    current: str | None = None
+    edges: list[Edge] = []
+
+    def flush() -> None:
+        for c in find_cycles(edges):
+            rows.append(
+                (
+                    current,
+                    c.check,
+                    ",".join(sorted({e.key for e in c.edges})),
+                    [
+                        json.dumps(
+                            {
+                                "from": e.src,
+                                "key": e.key,
+                                "to": e.dst,
+                                "type": e.kind,
+                                "values": [json.loads(v) for v in e.values],
+                            },
+                            separators=(",", ":"),
+                            sort_keys=True,
+                            ensure_ascii=False,
+                        )
+                        for e in c.edges
+                    ],
+                    [],
+                    list(c.ops),
+                    None,
+                )
+            )
+
+    # One run's edges at a time in the driver.
+    for r in least.orderBy("run").toLocalIterator():
+        if r.run != current:
+            flush()
+            current, edges = r.run, []
+        edges.append(Edge(r.kind, r.key, tuple(r.vals), r.src, r.dst))
+    flush()
+    return spark.createDataFrame(
+        rows,
+        "run string, check string, key string, values array<string>, offsets array<bigint>, "
+        "ops array<bigint>, extra string",
     )
 
 
@@ -792,6 +1041,25 @@ def _message(
         )
     if check == "unseen":
         return f"key {key} value {v} (sent ok by op {ops[0]}) was never polled"
+    if check == "precommitted-read":
+        return f"op {ops[0]} polled {v} of key {key}, which it sent itself before committing"
+    if check in ("G0", "G1c-ww", "G1c"):
+        steps = []
+        for text in values:
+            e = json.loads(text)
+            shown = " then ".join(json.dumps(x) for x in e["values"])
+            steps.append(f"{e['from']} {e['type']} {e['to']} (key {e['key']}: {shown})")
+        ring = " -> ".join(str(o) for o in (*ops, ops[0]))
+        return f"ops {ring}: {'; '.join(steps)}"
+    if check == "torn-transaction":
+        entries = [json.loads(t) for t in values]
+        kept = ", ".join(
+            f"{json.dumps(e['value'])} (key {e['key']})" for e in entries if e["present"]
+        )
+        lost = ", ".join(
+            f"{json.dumps(e['value'])} (key {e['key']})" for e in entries if not e["present"]
+        )
+        return f"txn {ops[0]}: {kept} in the final reads, {lost} not"
     if check == "no-loss":
         if not offsets:
             return f"key {key} value {v} (send {ops[0]}) is not in the final reads"
@@ -827,7 +1095,9 @@ def check_queue_runs(
     reads (listed in ``detail.undecided``).  ``folders`` are the runs' folders,
     whose ``summary.json`` says where their final polls start, and, with
     ``config.json``, what their topics' retention or compaction may have
-    removed (:func:`cleanup_of`).  ``records``: ``ops``'s SENDS and READS,
+    removed (:func:`cleanup_of`) and how their consumers read
+    (:func:`isolation_of`: reading uncommitted records, ``precommitted-read``
+    and ``G1c`` are allowed).  ``records``: ``ops``'s SENDS and READS,
     if already parsed (:func:`queue_records`).
 
     Two jobs: the runs (and which subscribe), then every check's count and
@@ -835,24 +1105,31 @@ def check_queue_runs(
     # One job for the runs and whether each subscribes.
     run_rows = (
         ops.groupBy("run")
-        .agg(F.max((F.col("f") == "subscribe").cast("int")).alias("sub"))
+        .agg(
+            F.max((F.col("f") == "subscribe").cast("int")).alias("sub"),
+            F.max((F.col("f") == "txn").cast("int")).alias("txn"),
+        )
         .collect()
     )
     runs = [r.run for r in run_rows]
+    txn_runs = sorted(r.run for r in run_rows if r.txn)
     if subscribed is None:
         subs = {r.run for r in run_rows if r.sub}
     else:
         subs = {r for r, s in subscribed.items() if s}
     given = {}
     cleanup: dict[str, RunCleanup] = {}
+    isolation: dict[str, str] = {}
     for name, folder in (folders or {}).items():
+        if folder.is_dir():
+            isolation[name] = isolation_of(folder)
         start = final_polls_from(folder) if folder.is_dir() else None
         if start is not None:
             given[name] = start
         removed = cleanup_of(folder) if folder.is_dir() else None
         if removed is not None:
             cleanup[name] = removed
-    rows = queue_anomaly_rows(ops, history, given, cleanup, records)
+    rows = queue_anomaly_rows(ops, history, given, cleanup, records, isolation, txn_runs)
     # One pass (the anomaly rows' plan is computed once, not once for the
     # counts and again for the first anomalies): each run's first anomalies
     # of each check (_m), the first of them carrying that run's count of
@@ -875,7 +1152,11 @@ def check_queue_runs(
     allowed: dict[str, dict[str, int]] = {c: {} for c in QUEUE_CHECKS}
 
     def is_allowed(check: str, run: str) -> bool:
-        return check in ALWAYS_ALLOWED or (check in SUBSCRIBE_ALLOWED and run in subs)
+        return (
+            check in ALWAYS_ALLOWED
+            or (check in SUBSCRIBE_ALLOWED and run in subs)
+            or (check in READ_UNCOMMITTED_ALLOWED and isolation.get(run) != "read_committed")
+        )
 
     for r in counts:
         if r.check not in total:

@@ -79,10 +79,27 @@ class TransactionCoordinatorShard:
     """The transactional ids of one transaction log partition and the
     decisions on them."""
 
-    def __init__(self, config: TxnConfig, producer_ids: ProducerIdAllocator) -> None:
+    def __init__(
+        self,
+        config: TxnConfig,
+        producer_ids: ProducerIdAllocator,
+        *,
+        bump_epoch_on_end: bool = True,
+    ) -> None:
+        """``bump_epoch_on_end`` off is transaction version 1 (KIP-98 before
+        KIP-890 part 2), for simulations that show what part 2 defends
+        against: EndTxn keeps the producer's epoch, so its markers carry it
+        and the next transaction runs at it too; an EndTxn at the current
+        epoch is a retry in a completed (or completing) state of its
+        outcome, and in ONGOING it ends that ongoing transaction, whichever
+        transaction the producer meant (KAFKA-17754's delayed EndTxn).
+        Fences (InitProducerId over an ongoing transaction, timeouts) bump
+        the epoch in both versions."""
         self.config = config
         self.transactions = Transactions()
         self._producer_ids = producer_ids
+        self.bump_epoch_on_end = bump_epoch_on_end
+        self._version = TRANSACTION_VERSION if bump_epoch_on_end else 1
 
     # -- replay ---------------------------------------------------------------
 
@@ -158,7 +175,7 @@ class TransactionCoordinatorShard:
                 partitions=frozenset(),
                 last_update_ms=now_ms,
                 start_ms=-1,
-                client_transaction_version=TRANSACTION_VERSION,
+                client_transaction_version=self._version,
             )
         if expected is not None and not _is_valid_producer_id(meta, *expected):
             raise TxnError(
@@ -193,7 +210,7 @@ class TransactionCoordinatorShard:
             partitions=frozenset(),
             last_update_ms=now_ms,
             start_ms=-1,
-            client_transaction_version=TRANSACTION_VERSION,
+            client_transaction_version=self._version,
         )
         if is_epoch_exhausted(meta.producer_epoch) and (
             expected is None or expected[1] == meta.producer_epoch
@@ -363,7 +380,10 @@ class TransactionCoordinatorShard:
         meta = self.transactions.get(transactional_id)
         if meta is None:
             raise _unknown(transactional_id)
-        retry = _is_end_retry(meta, producer_id, producer_epoch)
+        if self.bump_epoch_on_end:
+            retry = _is_end_retry(meta, producer_id, producer_epoch)
+        else:
+            retry = _is_tv1_end_retry(meta, producer_id, producer_epoch)
         if not retry:
             _check_producer(meta, producer_id, producer_epoch)
         wanted = "commit" if commit else "abort"
@@ -388,7 +408,7 @@ class TransactionCoordinatorShard:
                     Errors.NONE, producer_id=meta.producer_id, producer_epoch=meta.producer_epoch
                 ),
             )
-        elif not commit:
+        elif not commit and self.bump_epoch_on_end:
             # KIP-890 part 2: the abort of a transaction the coordinator has
             # no partitions of (EMPTY or ended) still bumps the epoch.
             new = self._prepare_end(meta, commit=False, fence=False, now_ms=now_ms)
@@ -526,6 +546,14 @@ class TransactionCoordinatorShard:
                 f"transactional id {meta.transactional_id!r} at epoch {meta.producer_epoch}: "
                 "no epoch left to bump"
             )
+        if not fence and not self.bump_epoch_on_end:
+            # Transaction version 1: the end keeps the epoch.
+            return dataclasses.replace(
+                meta,
+                state=_S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT,
+                last_update_ms=now_ms,
+                client_transaction_version=self._version,
+            )
         exhausted = is_epoch_exhausted(meta.producer_epoch)
         return dataclasses.replace(
             meta,
@@ -534,7 +562,7 @@ class TransactionCoordinatorShard:
             last_producer_epoch=NO_PRODUCER_EPOCH if fence else meta.producer_epoch,
             next_producer_id=self._producer_ids.next_producer_id() if exhausted else NO_PRODUCER_ID,
             last_update_ms=now_ms,
-            client_transaction_version=TRANSACTION_VERSION,
+            client_transaction_version=self._version,
         )
 
     @staticmethod
@@ -637,6 +665,17 @@ def _is_end_retry(meta: TransactionMetadata, producer_id: int, producer_epoch: i
         and producer_id == meta.previous_producer_id
         and is_epoch_exhausted(producer_epoch)
         and meta.producer_epoch == 0
+    )
+
+
+def _is_tv1_end_retry(meta: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
+    """Transaction version 1's retry: an EndTxn of the current producer id
+    and epoch while the transaction is completing or completed (the end
+    kept the epoch, so nothing tells a retry from a late request)."""
+    return (
+        (meta.state.is_prepare or meta.state.is_complete)
+        and producer_id == meta.producer_id
+        and producer_epoch == meta.producer_epoch
     )
 
 

@@ -76,6 +76,7 @@ __all__ = [
     "Acked",
     "BrokerSim",
     "Consumed",
+    "ExtraBody",
     "Outcome",
     "Recorder",
     "SimCluster",
@@ -177,6 +178,14 @@ class HeldFetch:
     follower: int
 
 
+class ExtraBody:
+    """The base of the messages of a simulation built on this one (the
+    transactions' requests and answers, :mod:`broker.sim.txn`): the subclass
+    that sends them delivers them, and this class's brokers ignore them."""
+
+    __slots__ = ()
+
+
 Body = (
     FetchMsg
     | FetchReply
@@ -188,6 +197,7 @@ Body = (
     | DeleteMsg
     | DeleteReply
     | HeldFetch
+    | ExtraBody
 )
 
 

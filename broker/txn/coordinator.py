@@ -231,10 +231,16 @@ class TransactionCoordinatorShard:
             or expected[1] == meta.producer_epoch
         ):
             # prepareIncrementProducerEpoch: the next epoch fences the last.
+            # Only a producer that named its epoch (KIP-360) keeps it as the
+            # last epoch, for its retry; a new producer's bump forgets it, or
+            # the fenced producer, recovering with that epoch, would pass as
+            # the retry and share the new epoch with the new producer.
             new = dataclasses.replace(
                 base,
                 producer_epoch=meta.producer_epoch + 1,
-                last_producer_epoch=meta.producer_epoch,
+                last_producer_epoch=(
+                    meta.producer_epoch if expected is not None else NO_PRODUCER_EPOCH
+                ),
             )
         elif expected[1] == meta.last_producer_epoch:
             # A retry of the bump whose answer was lost: the same answer.

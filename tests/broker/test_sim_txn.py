@@ -20,7 +20,7 @@ from broker.sim.invariants import Violation
 from broker.sim.txn import TxnSimCluster
 from broker.sim.txn_clients import TxnPlan
 from broker.sim.txn_config import TxnSimConfig
-from broker.sim.txn_invariants import TxnInvariantChecker, check_settled
+from broker.sim.txn_invariants import LogScan, TxnInvariantChecker, check_settled
 from broker.sim.txn_scenarios import (
     TXN_SCENARIOS,
     TxnFault,
@@ -29,6 +29,11 @@ from broker.sim.txn_scenarios import (
     run_txn_scenario,
     settle,
 )
+from partition_log.batch import build_batch
+from partition_log.files import MemoryDirectory
+from partition_log.log import LogConfig, PartitionLog
+from partition_log.records import Record
+from partition_log.txn import ControlType, EndTxnMarker, build_marker_batch
 from tests.quorum.test_purity import impurities
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,6 +113,41 @@ def test_unknown_scenario_is_refused_naming_the_known_ones() -> None:
         run_txn_scenario("x")
 
 
+# -- the log scan ----------------------------------------------------------------
+
+
+def _data(offset: int, epoch: int, sequence: int) -> bytes:
+    return build_batch(
+        [Record(offset, 0, None, b"v")],
+        base_offset=offset,
+        partition_leader_epoch=0,
+        producer_id=7,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+        transactional=True,
+    )
+
+
+def test_no_write_after_fence_fires_on_a_fenced_epochs_batch_after_its_marker() -> None:
+    # A follower copies what its leader has, unchecked: a leader that let
+    # a fenced epoch's batch in after the marker shows in every replica.
+    log = PartitionLog.open(MemoryDirectory(), LogConfig(), now_ms=0)
+    log.append_as_follower(_data(0, 1, 0))
+    marker = EndTxnMarker(ControlType.ABORT, 0)
+    log.append_as_follower(
+        build_marker_batch(7, 2, marker, 0, base_offset=1, partition_leader_epoch=0)
+    )
+    scan = LogScan(state=False)
+    scan.update(log)
+    assert scan.problems == [] and scan.open_first == {} and scan.fence == {7: 2}
+    log.append_as_follower(_data(2, 1, 1))
+    scan.update(log)
+    assert scan.problems == [
+        "a batch of producer 7 epoch 1 at offset 2 after its marker of epoch 2"
+    ]
+    assert scan.open_first == {7: 2}
+
+
 # -- the end check ---------------------------------------------------------------
 
 
@@ -166,6 +206,20 @@ def test_a_quiet_run_commits_and_aborts_and_duplicates() -> None:
     result = run_txn_random(3, 1_500, config, faults=())
     assert result.ok, _explain(result, config)
     assert result.committed >= 3 and result.duplicated > 0
+
+
+HARSH = TxnSimConfig(duplicate_rate=0.2, zombie_rate=0.05, recover_rate=0.2, transactional_ids=3)
+
+
+def test_a_zombie_recovering_with_its_epoch_gets_no_share_of_the_new_epoch() -> None:
+    """Seed 0 of a harsh run: a new instance's InitProducerId bumps tx0 to
+    epoch 11, then the fenced instance recovers (KIP-360) naming epoch 10.
+    While the coordinator kept 10 as the last epoch of any bump, that was
+    taken for a retry and answered epoch 11: both instances wrote one
+    transaction, and the new one's commit exposed the zombie's records
+    (``read-committed``)."""
+    result = run_txn_random(0, 4_000, HARSH)
+    assert result.ok, _explain(result, HARSH)
 
 
 def test_same_seed_same_run() -> None:

@@ -76,8 +76,26 @@ def test_init_again_bumps_the_epoch_of_the_same_producer_id() -> None:
     shard, log, ids = new_shard()
     assert init(shard, log) == (1000, 0)
     assert init(shard, log) == (1000, 1)
-    assert meta(shard).last_producer_epoch == 0
+    # A new producer's bump keeps no last epoch (Kafka's
+    # prepareIncrementProducerEpoch without an expected epoch).
+    assert meta(shard).last_producer_epoch == -1
     assert ids.given == [1000]
+
+
+def test_a_new_producers_init_fences_the_old_one_recovering_with_its_epoch() -> None:
+    """The old producer at epoch 1 recovers (KIP-360) after a new
+    producer's InitProducerId bumped the id to epoch 2: naming epoch 1 is
+    no retry of anything it asked, so it is fenced, not given epoch 2 (two
+    producers at one epoch would share a transaction)."""
+    shard, log, _ = new_shard()
+    init(shard, log)
+    assert init(shard, log) == (1000, 1)
+    assert init(shard, log) == (1000, 2)
+    result = shard.init_producer_id("tx", TIMEOUT, 1000, 1, now_ms=0)
+    assert (result.response.error, result.records) == (Errors.PRODUCER_FENCED, ())
+    # Its own bump naming epoch 2 is remembered for its retry.
+    assert init(shard, log, pid=1000, epoch=2) == (1000, 3)
+    assert init(shard, log, pid=1000, epoch=2) == (1000, 3)
 
 
 @pytest.mark.parametrize(

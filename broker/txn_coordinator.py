@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import bugs
 from broker.coordinator_runtime import (
     CoordinatorFailure,
     CoordinatorRuntime,
@@ -54,6 +55,7 @@ from broker.txn.coordinator import TransactionCoordinatorShard, TxnConfig
 from broker.txn.placement import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.records import TxnRecord
 from broker.txn.types import TopicPartition, TransactionState
+from bugs import Bug
 
 __all__ = [
     "MarkerWriter",
@@ -426,7 +428,11 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionCoordinatorShard, Txn
         """Write every marker of ``pending`` (``TransactionMarkerChannelManager``):
         whether all are written, False if the coordinator lost its shard or
         a partition refused the coordinator as stale."""
-        remaining = {(m.topic, m.partition): m for m in pending.markers}
+        markers = pending.markers
+        if pending.commit and bugs.on(Bug.PARTIAL_COMMIT_MARKERS):
+            # B21: the commit completes with its first partition's marker.
+            markers = markers[:1]
+        remaining = {(m.topic, m.partition): m for m in markers}
         backoff = self.settings.marker_retry_backoff_ms / 1000
         while remaining:
             if not self._leads(context):
@@ -444,7 +450,7 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionCoordinatorShard, Txn
                 *(self.markers.write_markers(b, ms, context.leader_epoch) for b, ms in sends),
                 return_exceptions=True,
             )
-            for (leader, markers), answer in zip(sends, answers, strict=True):
+            for (leader, sent), answer in zip(sends, answers, strict=True):
                 if isinstance(answer, BaseException):
                     if isinstance(answer, asyncio.CancelledError):
                         raise answer
@@ -456,7 +462,7 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionCoordinatorShard, Txn
                         answer,
                     )
                     continue
-                for marker in markers:
+                for marker in sent:
                     tp = (marker.topic, marker.partition)
                     error, message = answer.get(
                         tp, (Errors.UNKNOWN_SERVER_ERROR, "the leader's answer left it out")

@@ -140,6 +140,15 @@ class Bug(enum.Enum):
     # (assigned, or pending revocation); two consumers read and commit one
     # partition at once (commit-backwards, commit-lost).
     ASSIGN_BEFORE_REVOKE = ("B20", "assign-before-revoke")
+    # -- transactions (brokers.md, "Transactions") --------------------------------------------
+    # B21: the coordinator completes a commit once the first of its
+    # partitions has the COMMIT marker; the others keep the transaction open,
+    # their last stable offset stops there (torn-transaction, no-loss).
+    PARTIAL_COMMIT_MARKERS = ("B21", "partial-commit-markers")
+    # B23: a partition's last stable offset is its high watermark, past the
+    # transactions still open there; read_committed readers see records of
+    # transactions that later abort (G1a, aborted_read).
+    LSO_PAST_OPEN_TXN = ("B23", "lso-past-open-txn")
     # R2, KIP-101 scenario 2 (KIP-595's check removed): the leader answers a
     # follower's fetch at its offset without checking the last fetched
     # epoch; replicas diverge below the HW after a double power loss.

@@ -123,6 +123,11 @@ class Recipe:
     replica_fetch_max_bytes: int | None = None
     # queue: the consumers subscribe in one consumer group (QueueOptions.group).
     group: bool = False
+    # queue: transactions (QueueOptions.transactional, zombie) and the
+    # consumers' isolation (read_committed).
+    transactional: bool = False
+    zombie: bool = False
+    read_committed: bool = False
     benign: str = ""
 
     def __post_init__(self) -> None:
@@ -144,8 +149,14 @@ class Recipe:
             nodes += f" brokers={self.brokers}"
         if self.workload == "queue":
             words = self._queue().topic_flags().split()
-            pairs = zip(words[::2], words[1::2], strict=True)
-            nodes += "".join(f" {k.lstrip('-')}={v}" for k, v in pairs)
+            for i, word in enumerate(words):
+                if not word.startswith("--"):
+                    continue
+                value = words[i + 1] if i + 1 < len(words) else ""
+                if value and not value.startswith("--"):
+                    nodes += f" {word.lstrip('-')}={value}"
+                else:
+                    nodes += f" {word.lstrip('-')}"
         if self.pin_clients:
             nodes += " pinned-clients"
         if (self.op_timeout_s, self.client_timeout_s) != (5.0, 2.0):
@@ -170,6 +181,9 @@ class Recipe:
             record_keys=self.record_keys,
             replica_fetch_max_bytes=self.replica_fetch_max_bytes,
             group=GROUP_ID if self.group else None,
+            transactional=self.transactional,
+            zombie=self.zombie,
+            isolation_level="read_committed" if self.read_committed else "read_uncommitted",
         )
 
     def config(
@@ -655,6 +669,39 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "broker and made 14 commits in 30 s; the run had newcomers given keys a second "
         "before their old owner revoked them, but no commit of the old owner in between",
         fault_interval_s=1.5,
+    ),
+    "B21": Recipe(  # partial-commit-markers
+        "queue",
+        ("kill-partition-leader",),
+        ("torn-transaction", "no-loss"),
+        transactional=True,
+        read_committed=True,
+        partitions=3,
+        rate=30.0,
+        concurrency=4,
+        time_limit_s=30.0,
+        note="a commit completed with its first partition's COMMIT marker: every "
+        "transaction of two partitions or more leaves the others open, where the last "
+        "stable offset stops; read_committed final reads see one partition's records of "
+        "an acknowledged commit and none of the others'.  Kills of partition leaders "
+        "only add aborts; the bug needs no fault",
+    ),
+    "B23": Recipe(  # lso-past-open-txn
+        "queue",
+        ("kill-partition-leader",),
+        ("G1a", "precommitted-read"),
+        transactional=True,
+        zombie=True,
+        read_committed=True,
+        partitions=3,
+        rate=40.0,
+        concurrency=4,
+        time_limit_s=30.0,
+        note="the last stable offset taken as the high watermark: read_committed polls "
+        "return records of transactions still open, a transaction's own sends to its "
+        "own poll (precommitted-read), and records of transactions that then abort "
+        "(G1a): two clients share a transactional id and fence each other's, and kills "
+        "of partition leaders fail sends, so transactions abort all through a run",
     ),
     "R2": Recipe(  # no-divergence-check
         "queue",

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+import bugs
+from bugs import Bug
 from partition_log.batch import (
     CONTROL_FLAG,
     TIMESTAMP_TYPE_FLAG,
@@ -397,6 +399,9 @@ class PartitionLog:
         high_watermark = self.high_watermark
         first = self.producer_state.first_unstable_offset()
         if first is None or first >= high_watermark:
+            return high_watermark
+        if bugs.on(Bug.LSO_PAST_OPEN_TXN):
+            # B23: the open transactions are not waited for.
             return high_watermark
         return max(first, self.log_start_offset)
 

@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+import bugs
 from broker.coordinator_runtime import ShardState
 from broker.errors import Errors
 from broker.group.api import CommitPartition, OffsetFetchRequest, TxnOffsetCommitRequest
@@ -19,6 +20,7 @@ from broker.service import BrokerService, ServiceSettings
 from broker.txn.placement import partition_for
 from broker.txn.types import TopicPartition, TransactionState
 from broker.txn_produce import verify_produce
+from bugs import Bug
 from kqproto import broker_pb2
 from metadata.image import TopicIdPartition
 from partition_log import read_committed_batches
@@ -417,3 +419,27 @@ def test_every_shard_aborts_its_timed_out_transactions() -> None:
             await b.stop()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_b21_a_commit_completes_with_its_first_marker_and_leaves_the_rest_open() -> None:
+    async def body(b: TxnBrokers) -> None:
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await coordinator.add_partitions("tx", pid, epoch, [T0, T1])
+        assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
+        assert await send(b, "tx", 1, pid, epoch, 0, b"b") is None
+        with bugs.injected(Bug.PARTIAL_COMMIT_MARKERS):
+            await coordinator.end_txn("tx", pid, epoch, True)
+            await eventually(
+                lambda: (
+                    [t.state for t in coordinator.list_transactions()]
+                    == [TransactionState.COMPLETE_COMMIT]
+                )
+            )
+        assert len(b.markers(2, 0)) == 1 and b.markers(3, 1) == []
+        # t-1's transaction stays open: its last stable offset stops there.
+        await eventually(lambda: b.data_log(3, 1).high_watermark == 1)
+        assert b.data_log(3, 1).last_stable_offset == 0
+
+    run(body)

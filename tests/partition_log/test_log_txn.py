@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+import bugs
+from bugs import Bug
 from partition_log.batch import build_batch
 from partition_log.cleaner import LogCleaner
 from partition_log.errors import Errors, PartitionLogError
@@ -234,3 +236,13 @@ def test_reading_the_last_stable_offset_changes_nothing(how: str) -> None:
     before = (dict(log.producer_state.ongoing), dict(log.producer_state.unreplicated))
     assert log.last_stable_offset == open_first == log.last_stable_offset
     assert (log.producer_state.ongoing, log.producer_state.unreplicated) == before
+
+
+def test_b23_the_last_stable_offset_runs_past_an_open_transaction() -> None:
+    log = _open()
+    w = Writer(log)
+    first = w.data(7, count=2)
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == first
+    with bugs.injected(Bug.LSO_PAST_OPEN_TXN):
+        assert log.last_stable_offset == log.high_watermark == 2

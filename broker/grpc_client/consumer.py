@@ -146,6 +146,9 @@ class Consumer:
             )
             self._group = GroupDriver(self.metadata, member, self.core, request_timeout_ms)
             self._group.auto_commit = self.enable_auto_commit
+            self._group.require_stable = (
+                self.config.isolation_level is IsolationLevel.READ_COMMITTED
+            )
             self._group.on_commit = on_commit
         elif on_commit is not None:
             raise ValueError("on_commit needs a group_id: Consumer(..., group_id=...)")

@@ -163,6 +163,12 @@ class GroupDriver:
         self.listener: RebalanceListener = RebalanceListener()
         # New partitions waiting for their committed offsets.
         self.awaiting_committed: set[TopicPartition] = set()
+        # OffsetFetch's RequireStable (KIP-447), as Kafka's consumer sets it
+        # at read_committed: a partition whose offset a transaction has
+        # pending answers UNSTABLE_OFFSET_COMMIT and is asked again at the
+        # next poll, so a new owner never starts from an offset that the
+        # pending transaction is about to move past.
+        self.require_stable = False
         self.auto_commit = False
         # Told the partitions each commit stored (Kafka's
         # ConsumerInterceptor.onCommit): what the application may report as
@@ -419,6 +425,7 @@ class GroupDriver:
             ],
             member_id=member_id,
             member_epoch=epoch,
+            require_stable=self.require_stable,
         )
         response = await self.coordinator.call(
             "OffsetFetch",

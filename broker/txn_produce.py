@@ -28,29 +28,11 @@ from typing import Any, Protocol
 from broker.errors import Errors
 from broker.replica import Role
 from broker.replica_manager import ReplicaManager
+from broker.txn.api import verification_error
 from broker.txn.types import TopicPartition
 from partition_log.batch import BatchScanner
 
 __all__ = ["TxnVerifier", "verification_error", "verify_produce"]
-
-# What a verification answered, as the produce answers it: the
-# coordinator's own troubles are retriable for the producer (KIP-890:
-# NOT_ENOUGH_REPLICAS, a definite failure it retries), a fenced producer
-# is INVALID_PRODUCER_EPOCH as the log's own epoch check would say.
-_AS_PRODUCE_ERROR = {
-    Errors.NOT_COORDINATOR: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.COORDINATOR_NOT_AVAILABLE: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.COORDINATOR_LOAD_IN_PROGRESS: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.CONCURRENT_TRANSACTIONS: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.REQUEST_TIMED_OUT: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.UNKNOWN_SERVER_ERROR: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.PRODUCER_FENCED: Errors.INVALID_PRODUCER_EPOCH,
-}
-
-
-def verification_error(error: Errors) -> Errors:
-    """A failed verification's error as the write it refused answers it."""
-    return _AS_PRODUCE_ERROR.get(error, error)
 
 
 class TxnVerifier(Protocol):

@@ -62,7 +62,7 @@ from broker.sim.txn_messages import (
     VerifyRequest,
 )
 from broker.txn import codec
-from broker.txn.api import PendingMarkers, TxnMarker
+from broker.txn.api import PendingMarkers, TxnMarker, verification_error
 from broker.txn.coordinator import TransactionCoordinatorShard, TxnConfig
 from broker.txn.records import TxnRecord
 from broker.txn.types import TopicPartition, TransactionState
@@ -77,17 +77,6 @@ __all__ = ["TOPIC", "SimCoordinator", "TxnSimCluster", "state_records"]
 # The data partitions' topic, as the coordinator names them.
 TOPIC = "t"
 
-# What a verification answered, as the produce answers it
-# (broker/txn_produce.py's mapping).
-_AS_PRODUCE_ERROR = {
-    Errors.NOT_COORDINATOR: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.COORDINATOR_NOT_AVAILABLE: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.COORDINATOR_LOAD_IN_PROGRESS: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.CONCURRENT_TRANSACTIONS: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.REQUEST_TIMED_OUT: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.UNKNOWN_SERVER_ERROR: Errors.NOT_ENOUGH_REPLICAS,
-    Errors.PRODUCER_FENCED: Errors.INVALID_PRODUCER_EPOCH,
-}
 
 # Marker errors after which the coordinator writes the marker again.
 _MARKER_RETRIABLE = frozenset(
@@ -379,9 +368,7 @@ class TxnSimCluster(SimCluster):
             if body.error is Errors.NONE:
                 self._append_txn(broker, pending.produce)
             else:
-                self._answer_produce(
-                    broker, pending.produce, _AS_PRODUCE_ERROR.get(body.error, body.error)
-                )
+                self._answer_produce(broker, pending.produce, verification_error(body.error))
         elif isinstance(body, MarkerRequest):
             self._write_marker(broker, src, body)
 

@@ -29,6 +29,7 @@ __all__ = [
     "TransactionListing",
     "TxnError",
     "TxnMarker",
+    "verification_error",
 ]
 
 T = TypeVar("T")
@@ -143,3 +144,24 @@ class TransactionDescription:
     timeout_ms: int = 0
     start_ms: int = -1
     partitions: Partitions = frozenset()
+
+
+# What a failed KIP-890 verification answered, as the write it refused
+# answers it: the coordinator's own troubles are retriable for the producer
+# (NOT_ENOUGH_REPLICAS, a definite failure it retries), a fenced producer is
+# INVALID_PRODUCER_EPOCH as the partition's own epoch check would say.
+_AS_WRITE_ERROR = {
+    Errors.NOT_COORDINATOR: Errors.NOT_ENOUGH_REPLICAS,
+    Errors.COORDINATOR_NOT_AVAILABLE: Errors.NOT_ENOUGH_REPLICAS,
+    Errors.COORDINATOR_LOAD_IN_PROGRESS: Errors.NOT_ENOUGH_REPLICAS,
+    Errors.CONCURRENT_TRANSACTIONS: Errors.NOT_ENOUGH_REPLICAS,
+    Errors.REQUEST_TIMED_OUT: Errors.NOT_ENOUGH_REPLICAS,
+    Errors.UNKNOWN_SERVER_ERROR: Errors.NOT_ENOUGH_REPLICAS,
+    Errors.PRODUCER_FENCED: Errors.INVALID_PRODUCER_EPOCH,
+}
+
+
+def verification_error(error: Errors) -> Errors:
+    """A failed verification's error as the write it refused answers it
+    (a produce's, a TxnOffsetCommit's)."""
+    return _AS_WRITE_ERROR.get(error, error)

@@ -15,9 +15,12 @@ bytes, without keys; every producer is idempotent with acks=all and Kafka's
   second (the transactions' count over the sum of their times), the commit
   (the ``commit_transaction`` call: the records sent at once and
   acknowledged, then EndTxn), its EndTxn part (from the last record's
-  acknowledgement to the call's return) and the whole transaction (begin
-  to the commit's return: it also holds the AddPartitionsToTxn that waits
-  for the previous transaction's markers). Peer, in the same run and taking
+  acknowledgement to the call's return), the whole transaction (begin to
+  the commit's return), the first record's acknowledgement from the begin
+  (after the AddPartitionsToTxn, retried while the previous transaction's
+  markers are written, and the leader's check with the coordinator) and
+  the requests sent to the coordinator per transaction (2 without a retry:
+  AddPartitionsToTxn and EndTxn). Peer, in the same run and taking
   turns with it a slice at a time (every shape and both series in each
   slice, so all see the same load): an idempotent producer sending the same
   records to the same partitions and flushing each group of them, measured
@@ -28,10 +31,11 @@ bytes, without keys; every producer is idempotent with acks=all and Kafka's
   ten aborted once its records were acknowledged (so the log holds aborted
   batches for a ``read_committed`` reader to drop). A consumer (assigned
   every partition) reads the topic from its start to its end, at
-  ``read_committed`` and at ``read_uncommitted`` in turn, ``read_trials``
-  times each: the seconds from the positions known to every partition's end
-  reached, and the records returned (the committed ones only at
-  ``read_committed``; all, the aborted ones too, at ``read_uncommitted``).
+  ``read_committed`` and at ``read_uncommitted`` in turn (each first in
+  every other trial), ``read_trials`` times each: the seconds from the
+  positions known to every partition's end reached, and the records
+  returned (the committed ones only at ``read_committed``; all, the aborted
+  ones too, at ``read_uncommitted``).
 
 ```sh
 .venv/bin/python bench/transactions.py --preset full [--only txn,read] [--json]
@@ -109,7 +113,7 @@ PRESETS = {
         fill_producers=4,
         fill_transactions=1_000,
         fill_records=100,
-        read_trials=5,
+        read_trials=8,
         session_timeout_ms=9_000,
     ),
 }
@@ -458,8 +462,11 @@ async def read(cluster: Cluster, preset: Preset) -> dict[str, Any]:
     }
     returned: dict[str, list[int]] = {name: [] for name in levels}
     seconds: dict[str, list[float]] = {name: [] for name in levels}
-    for _ in range(preset.read_trials):
-        for name, level in levels.items():
+    for trial in range(preset.read_trials):
+        # Each level goes first in every other trial: neither is always the
+        # one reading just after the other (warm caches, garbage to collect).
+        order = list(levels.items())
+        for name, level in order if trial % 2 == 0 else order[::-1]:
             got, took = await read_all(cluster, tps, ends, level, 600)
             returned[name].append(got)
             seconds[name].append(took)

@@ -39,7 +39,7 @@ bytes, without keys; every producer is idempotent with acks=all and Kafka's
 
 ```sh
 .venv/bin/python bench/transactions.py --preset full [--only txn,read] [--json]
-.venv/bin/python bench/transactions.py --preset small   # about a minute
+.venv/bin/python bench/transactions.py --preset small   # about 20 s
 ```
 """
 

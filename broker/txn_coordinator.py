@@ -88,6 +88,12 @@ _RETRIABLE = frozenset(
         Errors.NOT_COORDINATOR,
         Errors.FENCED_LEADER_EPOCH,
         Errors.UNKNOWN_LEADER_EPOCH,
+        # A leader that has not yet learned of the partition (a broker
+        # just restarted, its image behind): whether the topic is gone is
+        # this coordinator's own image's to say (_leader_of), never a
+        # leader's answer, or a marker would be dropped and its
+        # transaction left open in the partition.
+        Errors.UNKNOWN_TOPIC_OR_PARTITION,
     }
 )
 
@@ -467,7 +473,7 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionCoordinatorShard, Txn
                     error, message = answer.get(
                         tp, (Errors.UNKNOWN_SERVER_ERROR, "the leader's answer left it out")
                     )
-                    if error is Errors.NONE or error is Errors.UNKNOWN_TOPIC_OR_PARTITION:
+                    if error is Errors.NONE:
                         remaining.pop(tp, None)
                     elif error not in _RETRIABLE:
                         # TRANSACTION_COORDINATOR_FENCED, INVALID_PRODUCER_EPOCH:

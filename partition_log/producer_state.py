@@ -353,6 +353,19 @@ class ProducerStateManager:
                 f"{where}: epoch {batch.producer_epoch} is older than its epoch {entry.epoch}",
             )
         if batch.producer_epoch > entry.epoch:
+            if entry.current_txn_first_offset >= 0:
+                # Every epoch bump of a transactional producer comes after
+                # the marker that ends its transaction here (the coordinator
+                # completes an end, or a fence, only once every marker is
+                # written); a newer epoch's batch while the older epoch's
+                # transaction is still open means that marker is missing,
+                # and the new batch must not join (and later commit) it.
+                raise PartitionLogError(
+                    Errors.INVALID_TXN_STATE,
+                    f"{where}: epoch {batch.producer_epoch} while the transaction of epoch "
+                    f"{entry.epoch} from offset {entry.current_txn_first_offset} has no "
+                    "marker yet",
+                )
             if batch.base_sequence != 0:
                 raise PartitionLogError(
                     Errors.OUT_OF_ORDER_SEQUENCE_NUMBER,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import bugs
 from broker.coordinator_runtime import ShardState
@@ -441,5 +441,45 @@ def test_b21_a_commit_completes_with_its_first_marker_and_leaves_the_rest_open()
         # t-1's transaction stays open: its last stable offset stops there.
         await eventually(lambda: b.data_log(3, 1).high_watermark == 1)
         assert b.data_log(3, 1).last_stable_offset == 0
+
+    run(body)
+
+
+def test_a_leader_that_does_not_know_the_partition_yet_is_asked_again() -> None:
+    """UNKNOWN_TOPIC_OR_PARTITION from a leader (a broker just restarted,
+    its metadata behind) is retried: whether the topic is gone is the
+    coordinator's own metadata's to say, or the marker would be dropped and
+    the transaction left open in that partition."""
+
+    async def body(b: TxnBrokers) -> None:
+        appender = b.appenders[3]
+        real = appender.append
+        refused: list[Any] = []
+
+        async def lagging(markers: Any, coordinator_epoch: int) -> Any:
+            if len(refused) < 3:
+                refused.append(markers)
+                return {
+                    (m.topic, m.partition): (Errors.UNKNOWN_TOPIC_OR_PARTITION, "not yet")
+                    for m in markers
+                }
+            return await real(markers, coordinator_epoch)
+
+        appender.append = lagging  # type: ignore[method-assign]
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await coordinator.add_partitions("tx", pid, epoch, [T0, T1])
+        assert await send(b, "tx", 1, pid, epoch, 0, b"b") is None
+        await coordinator.end_txn("tx", pid, epoch, False)
+        await eventually(
+            lambda: (
+                [t.state for t in coordinator.list_transactions()]
+                == [TransactionState.COMPLETE_ABORT]
+            )
+        )
+        assert len(refused) == 3
+        ((_, _, marker),) = b.markers(3, 1)
+        assert marker.type is ControlType.ABORT
 
     run(body)

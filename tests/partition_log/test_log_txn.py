@@ -246,3 +246,26 @@ def test_b23_the_last_stable_offset_runs_past_an_open_transaction() -> None:
     assert log.last_stable_offset == first
     with bugs.injected(Bug.LSO_PAST_OPEN_TXN):
         assert log.last_stable_offset == log.high_watermark == 2
+
+
+def test_a_newer_epochs_batch_may_not_join_a_transaction_whose_marker_is_missing() -> None:
+    """An epoch bump comes after the marker that ends the producer's
+    transaction here; a batch of a newer epoch while the older one's is
+    open would join it (and its later marker would end both), so it is
+    refused and changes nothing."""
+    log = _open()
+    w = Writer(log)
+    first = w.data(7, epoch=0)
+    end = log.log_end_offset
+    w.sequences[7] = 0
+    with pytest.raises(PartitionLogError) as caught:
+        w.data(7, epoch=2)
+    assert caught.value.code is Errors.INVALID_TXN_STATE
+    assert f"from offset {first}" in str(caught.value)
+    assert log.log_end_offset == end
+    # Once the marker is there, the newer epoch starts its own transaction.
+    w.end(7, ControlType.ABORT, epoch=1)
+    w.sequences[7] = 0
+    second = w.data(7, epoch=2)
+    log.maybe_increment_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == second

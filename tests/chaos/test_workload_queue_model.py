@@ -88,7 +88,7 @@ def test_a_clean_send_passes() -> None:
         (lambda ls: ls[1].update(type="fail", error="not-enough-replicas"), "model-version"),
         (lambda ls: ls[1].update(offset=0, epoch=1), "model-version"),
         (lambda ls: (ls[0].update(key="0"), ls[1].update(key="0")), "model-value"),
-        (lambda ls: (ls[0].update(f="txn"), ls[1].update(f="txn")), "model-f"),
+        (lambda ls: (ls[0].update(f="bogus"), ls[1].update(f="bogus")), "model-f"),
     ],
 )
 def test_each_send_rule_fires(edit, kind: str) -> None:

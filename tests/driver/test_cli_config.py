@@ -215,7 +215,8 @@ def test_the_example_config_documents_every_key() -> None:
     # The broker's own sections are in the broker's example.
     broker_path = REPO / "docs" / "broker.example.toml"
     broker_doc = tomllib.loads(broker_path.read_text())
-    for section in ("broker", "group", "offsets"):
+    broker_sections = ("broker", "group", "offsets", "transaction", "transaction_state")
+    for section in broker_sections:
         keys |= {f"{section}.{sub}" for sub in broker_doc[section]}
     assert keys == set(SETTINGS)
     config = controller_config(load_settings(path, {}))
@@ -225,7 +226,7 @@ def test_the_example_config_documents_every_key() -> None:
         if key.startswith(("quorum.", "node.", "controller.")):
             # The example shows the defaults.
             assert config.settings.get(key) == setting.default, key
-        if key.startswith(("broker.", "group.", "offsets.")) and setting.default is not None:
+        if key.startswith(tuple(s + "." for s in broker_sections)) and setting.default is not None:
             assert broker.get(key) == setting.default, key
 
 

@@ -139,9 +139,12 @@ def _proto_modules() -> Iterator[Any]:
 
 
 # Services that controller nodes do not serve: the brokers' data plane
-# (tests/broker/test_service_fuzz.py fuzzes it on a broker's servicer) and
-# their group coordinators' (tests/broker/test_group_service_fuzz.py).
-SERVED_ELSEWHERE = frozenset({"kq.broker.BrokerService", "kq.groups.GroupService"})
+# (tests/broker/test_service_fuzz.py fuzzes it on a broker's servicer),
+# their group coordinators' (tests/broker/test_group_service_fuzz.py) and
+# their transaction coordinators' (tests/broker/test_txn_service.py).
+SERVED_ELSEWHERE = frozenset(
+    {"kq.broker.BrokerService", "kq.groups.GroupService", "kq.txn.TransactionService"}
+)
 
 
 def _methods() -> list[Method]:

@@ -5,6 +5,7 @@ plane's service and the group coordinator's."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +16,7 @@ from metadata.authorizer import Action, AuthorizerSettings, authorize
 from metadata.image import MetadataImage
 from quorum.driver.plugin import Identity, audit_refusal, peer_host, peer_identity
 
-__all__ = ["Caller", "Endpoint", "broker_endpoint", "caller_of", "may"]
+__all__ = ["Caller", "Endpoint", "Permissions", "broker_endpoint", "caller_of", "may"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,46 @@ def may(
             verdict.reason,
         )
     return verdict.allowed
+
+
+class Permissions:
+    """A service's ACL decisions over the image it serves from: whether a
+    caller may, and the refusal a response carries when not (the group and
+    transaction services share them)."""
+
+    def __init__(self, image: Callable[[], MetadataImage], settings: AuthorizerSettings) -> None:
+        self._image = image
+        self.settings = settings
+
+    def may(
+        self,
+        caller: Caller,
+        operation: AclOperation,
+        resource: AclResourceType,
+        name: str,
+        method: str,
+    ) -> bool:
+        return may(self._image(), self.settings, caller, operation, resource, name, method)
+
+    def refused(
+        self,
+        response: Any,
+        caller: Caller,
+        operation: AclOperation,
+        resource: AclResourceType,
+        name: str,
+        method: str,
+        code: int,
+        what: str,
+    ) -> bool:
+        """Whether the ACLs refuse ``operation`` on the resource: if so
+        ``response`` carries ``code`` and a message naming the caller, the
+        operation and ``what`` (the resource as people name it)."""
+        if self.may(caller, operation, resource, name, method):
+            return False
+        response.error = code
+        response.message = f"{caller.describe()} is not allowed {operation.name} on {what}"
+        return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
-from broker.access import Caller, broker_endpoint, caller_of, may
+from broker.access import Caller, Permissions, broker_endpoint, caller_of
 from broker.codec import error_to_proto as _pb
 from broker.errors import Errors
 from broker.group.api import (
@@ -97,19 +97,11 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
         self.coordinator = coordinator
         self.listener = listener
         self.authorizer = authorizer or AuthorizerSettings()
+        self.permissions = Permissions(self._image, self.authorizer)
+        self._may = self.permissions.may
 
     def _image(self) -> MetadataImage:
         return self.coordinator.replicas.image
-
-    def _may(
-        self,
-        caller: Caller,
-        operation: AclOperation,
-        resource: AclResourceType,
-        name: str,
-        method: str,
-    ) -> bool:
-        return may(self._image(), self.authorizer, caller, operation, resource, name, method)
 
     def _may_group(
         self, caller: Caller, operation: AclOperation, group_id: str, method: str
@@ -121,13 +113,16 @@ class GroupService(groups_pb2_grpc.GroupServiceServicer):
     ) -> bool:
         """Whether the ACLs refuse ``operation`` on the group: if so the
         response says so (``GROUP_AUTHORIZATION_FAILED``)."""
-        if self._may_group(caller, operation, group_id, method):
-            return False
-        response.error = _pb(Errors.GROUP_AUTHORIZATION_FAILED)
-        response.message = (
-            f"{caller.describe()} is not allowed {operation.name} on group {group_id}"
+        return self.permissions.refused(
+            response,
+            caller,
+            operation,
+            AclResourceType.GROUP,
+            group_id,
+            method,
+            _pb(Errors.GROUP_AUTHORIZATION_FAILED),
+            f"group {group_id}",
         )
-        return True
 
     def _coordinator(self, group_id: str) -> groups_pb2.Coordinator:
         """Where the image says ``group_id``'s coordinator is."""

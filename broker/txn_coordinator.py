@@ -159,7 +159,7 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionCoordinatorShard, Txn
         replicas: ReplicaManager,
         purgatory: Purgatory,
         *,
-        markers: MarkerWriter,
+        markers: MarkerWriter | None,
         producer_ids: ProducerIdSource | None,
         config: TxnConfig | None = None,
         topic: TransactionStateTopicSettings | None = None,
@@ -179,6 +179,9 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionCoordinatorShard, Txn
         )
         self.config = config or TxnConfig()
         self.settings = settings or TxnCoordinatorSettings()
+        # Who writes the markers; the process sets it once its links exist
+        # (they need this coordinator too).  None writes nothing: every
+        # marker waits, retried, until one is set.
         self.markers = markers
         # offsets.topic.num.partitions: where AddOffsetsToTxn places a
         # group whose offsets topic does not exist yet.
@@ -451,9 +454,14 @@ class TransactionCoordinator(CoordinatorRuntime[TransactionCoordinatorShard, Txn
                     del remaining[tp]
                 elif leader >= 0:
                     by_leader.setdefault(leader, []).append(marker)
-            sends = list(by_leader.items())
+            writer = self.markers
+            sends = list(by_leader.items()) if writer is not None else []
             answers = await asyncio.gather(
-                *(self.markers.write_markers(b, ms, context.leader_epoch) for b, ms in sends),
+                *(
+                    writer.write_markers(b, ms, context.leader_epoch)
+                    for b, ms in sends
+                    if writer is not None
+                ),
                 return_exceptions=True,
             )
             for (leader, sent), answer in zip(sends, answers, strict=True):

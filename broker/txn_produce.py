@@ -22,6 +22,7 @@ batch of it was verified).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -30,7 +31,6 @@ from broker.replica import Role
 from broker.replica_manager import ReplicaManager
 from broker.txn.api import verification_error
 from broker.txn.types import TopicPartition
-from partition_log.batch import BatchScanner
 
 __all__ = ["TxnVerifier", "verification_error", "verify_produce"]
 
@@ -50,14 +50,31 @@ class TxnVerifier(Protocol):
     ) -> Mapping[TopicPartition, tuple[Errors, str]]: ...
 
 
+# DefaultRecordBatch: the batch length (after the base offset), the
+# attributes, the producer id and epoch, at their fixed positions.
+_LENGTH = struct.Struct(">i")
+_ATTRIBUTES = struct.Struct(">h")
+_PRODUCER = struct.Struct(">qh")
+_LENGTH_AT, _ATTRIBUTES_AT, _PRODUCER_AT, _HEADER = 8, 21, 43, 61
+_TRANSACTIONAL, _CONTROL = 0x10, 0x20
+
+
 def _transactional_producer(records: bytes) -> tuple[int, int] | None:
     """The producer id and epoch of the first transactional batch of a
-    partition's records, None if there is none (or the bytes are damaged:
-    the append refuses them itself)."""
-    for found in BatchScanner(records, check_crc=False):
-        header = found.header
-        if header.is_transactional and not header.is_control:
-            return header.producer_id, header.producer_epoch
+    partition's records, None if there is none.  Every produce passes here,
+    so it reads only each batch's length and attributes (no parse, no
+    CRC): damaged bytes are the append's to refuse, with the reason."""
+    view = memoryview(records)
+    position, end = 0, len(view)
+    while position + _HEADER <= end:
+        (attributes,) = _ATTRIBUTES.unpack_from(view, position + _ATTRIBUTES_AT)
+        if attributes & _TRANSACTIONAL and not attributes & _CONTROL:
+            producer_id, epoch = _PRODUCER.unpack_from(view, position + _PRODUCER_AT)
+            return producer_id, epoch
+        (length,) = _LENGTH.unpack_from(view, position + _LENGTH_AT)
+        if length <= 0:
+            return None
+        position += _LENGTH_AT + 4 + length
     return None
 
 

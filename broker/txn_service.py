@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from broker.access import Caller, broker_endpoint, caller_of, may
+from broker.access import Caller, Permissions, broker_endpoint, caller_of
 from broker.codec import error_to_proto as _pb
 from broker.coordinator_runtime import CoordinatorFailure
 from broker.errors import Errors
@@ -110,41 +110,39 @@ class TransactionService(txn_pb2_grpc.TransactionServiceServicer):
         self.markers = markers
         self.listener = listener
         self.authorizer = authorizer or AuthorizerSettings()
+        self.permissions = Permissions(self._image, self.authorizer)
+        self._may = self.permissions.may
 
     def _image(self) -> MetadataImage:
         return self.coordinator.replicas.image
-
-    def _may(
-        self,
-        caller: Caller,
-        operation: AclOperation,
-        resource: AclResourceType,
-        name: str,
-        method: str,
-    ) -> bool:
-        return may(self._image(), self.authorizer, caller, operation, resource, name, method)
 
     def _refused_id(
         self, response: Any, caller: Caller, operation: AclOperation, tid: str, method: str
     ) -> bool:
         """Whether the ACLs refuse ``operation`` on the transactional id: if
         so the response says so (``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``)."""
-        if self._may(caller, operation, AclResourceType.TRANSACTIONAL_ID, tid, method):
-            return False
-        response.error = _pb(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-        response.message = (
-            f"{caller.describe()} is not allowed {operation.name} on transactional id {tid}"
+        return self.permissions.refused(
+            response,
+            caller,
+            operation,
+            AclResourceType.TRANSACTIONAL_ID,
+            tid,
+            method,
+            _pb(Errors.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+            f"transactional id {tid}",
         )
-        return True
 
     def _refused_cluster(self, response: Any, caller: Caller, method: str) -> bool:
-        if self._may(
-            caller, AclOperation.CLUSTER_ACTION, AclResourceType.CLUSTER, CLUSTER_NAME, method
-        ):
-            return False
-        response.error = _pb(Errors.CLUSTER_AUTHORIZATION_FAILED)
-        response.message = f"{caller.describe()} is not allowed CLUSTER_ACTION on the cluster"
-        return True
+        return self.permissions.refused(
+            response,
+            caller,
+            AclOperation.CLUSTER_ACTION,
+            AclResourceType.CLUSTER,
+            CLUSTER_NAME,
+            method,
+            _pb(Errors.CLUSTER_AUTHORIZATION_FAILED),
+            "the cluster",
+        )
 
     @staticmethod
     def _failed(response: Any, failure: CoordinatorFailure) -> Any:

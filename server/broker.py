@@ -39,7 +39,7 @@ import random
 import signal
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,11 +69,9 @@ from broker.replica.follower import backs_off
 from broker.replica.types import AlterPartitionResult, Restart, Truncation
 from broker.replica_manager import ReplicaManager
 from broker.service import BrokerService, ServiceSettings
-from broker.txn.api import TxnMarker
 from broker.txn.coordinator import TxnConfig
 from broker.txn.placement import TRANSACTION_STATE_TOPIC
 from broker.txn_coordinator import (
-    MarkerWriter,
     TransactionCoordinator,
     TransactionStateTopicSettings,
 )
@@ -257,19 +255,6 @@ class _BrokerPlugin:
         return None
 
 
-class _LateMarkerWriter:
-    """The coordinator's :class:`MarkerWriter`, bound once the links that
-    need the coordinator exist."""
-
-    writer: MarkerWriter | None = None
-
-    async def write_markers(
-        self, leader_id: int, markers: Sequence[TxnMarker], coordinator_epoch: int
-    ) -> Mapping[tuple[str, int], tuple[Errors, str]]:
-        assert self.writer is not None
-        return await self.writer.write_markers(leader_id, markers, coordinator_epoch)
-
-
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -397,12 +382,11 @@ class BrokerProcess:
         # partitions, and the links to the other brokers (markers out,
         # KIP-890 verifications) over the broker's certificate and mark.
         self._pool = ChannelPool(credentials, options=self._channel_options)
-        markers = _LateMarkerWriter()
         self.transactions = TransactionCoordinator(
             settings.node_id,
             self.replicas,
             self.service.purgatory,
-            markers=markers,
+            markers=None,
             producer_ids=producer_ids,
             config=settings.transactions,
             topic=settings.transaction_topic,
@@ -421,7 +405,9 @@ class BrokerProcess:
             coordinator=self.transactions,
             appender=appender,
         )
-        markers.writer = self.txn_links
+        # The links reach this coordinator for verifications to itself: they
+        # are its marker writer once both exist.
+        self.transactions.markers = self.txn_links
         self.service.transactions = self.transactions
         self.service.txn_verifier = self.txn_links
         self.groups.txn_verifier = self.txn_links

@@ -505,11 +505,19 @@ class ConsumerCore:
         )
         for scanned in scanner:
             header = scanned.header
-            raw = answer.records[scanned.position : scanned.end]
-            kept = not header.is_control if walk is None else walk.keeps(raw, header)
+            raw: bytes | None = None
+            if walk is None:
+                kept = not header.is_control
+            else:
+                # Every batch, those already consumed too: the walk's state
+                # (which producers are inside an aborted transaction) needs them.
+                raw = answer.records[scanned.position : scanned.end]
+                kept = walk.keeps(raw, header)
             if header.next_offset <= position:
                 continue
             if kept:
+                if raw is None:
+                    raw = answer.records[scanned.position : scanned.end]
                 try:
                     records = decode_records(raw)
                 except PartitionLogError as error:

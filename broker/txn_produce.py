@@ -26,11 +26,13 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import bugs
 from broker.errors import Errors
 from broker.replica import Role
 from broker.replica_manager import ReplicaManager
 from broker.txn.api import verification_error
 from broker.txn.types import TopicPartition
+from bugs import Bug
 
 __all__ = ["TxnVerifier", "verification_error", "verify_produce"]
 
@@ -92,7 +94,17 @@ def _needs_verification(
     if log is None:
         return False
     entry = log.producer_state.entry(producer_id)
-    return not (entry is not None and entry.epoch == epoch and entry.current_txn_first_offset >= 0)
+    if entry is None or entry.current_txn_first_offset < 0:
+        return not bugs.on(Bug.NO_TXN_VERIFICATION)
+    if entry.epoch == epoch:
+        return False
+    # The open transaction is of another epoch: the batch's own is not open
+    # here, so the coordinator must say (and refuses an older epoch).  B22
+    # takes the open transaction for the batch's (KAFKA-18042's rule: the
+    # epoch, not just the producer id, names the transaction).
+    if epoch < entry.epoch and bugs.on(Bug.FENCED_EPOCH_PRODUCE):
+        return False
+    return not bugs.on(Bug.NO_TXN_VERIFICATION)
 
 
 async def verify_produce(

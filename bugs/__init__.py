@@ -145,10 +145,22 @@ class Bug(enum.Enum):
     # partitions has the COMMIT marker; the others keep the transaction open,
     # their last stable offset stops there (torn-transaction, no-loss).
     PARTIAL_COMMIT_MARKERS = ("B21", "partial-commit-markers")
+    # B22 (KAFKA-18042's rule): a leader takes a transactional batch of an
+    # epoch older than its producer's as the producer's own: the open
+    # transaction of a newer epoch lets it skip verification, and the epoch
+    # check appends it; a fenced zombie's write joins its successor's
+    # transaction (torn-transaction, G1a).
+    FENCED_EPOCH_PRODUCE = ("B22", "fenced-epoch-produce")
     # B23: a partition's last stable offset is its high watermark, past the
     # transactions still open there; read_committed readers see records of
     # transactions that later abort (G1a, aborted_read).
     LSO_PAST_OPEN_TXN = ("B23", "lso-past-open-txn")
+    # B24, KIP-890 part 1 turned off: a leader appends a transactional batch
+    # without asking the coordinator whether its partition is in the
+    # producer's transaction; a buggy client's write to a partition it never
+    # added opens a transaction there that no marker ends (no-loss,
+    # torn-transaction: the hanging transaction).
+    NO_TXN_VERIFICATION = ("B24", "no-txn-verification")
     # R2, KIP-101 scenario 2 (KIP-595's check removed): the leader answers a
     # follower's fetch at its offset without checking the last fetched
     # epoch; replicas diverge below the HW after a double power loss.

@@ -127,6 +127,12 @@ class Recipe:
     # consumers' isolation (read_committed).
     transactional: bool = False
     zombie: bool = False
+    # queue: the misbehaving client's chance of a send to a partition it never
+    # added to its transaction (QueueOptions.unadded_sends).
+    unadded_sends: float = 0.0
+    # queue, with zombie: the zombie's stall between micro-ops
+    # (QueueOptions.zombie_pause_ms).
+    zombie_pause_ms: int = 0
     read_committed: bool = False
     benign: str = ""
 
@@ -183,6 +189,8 @@ class Recipe:
             group=GROUP_ID if self.group else None,
             transactional=self.transactional,
             zombie=self.zombie,
+            unadded_sends=self.unadded_sends,
+            zombie_pause_ms=self.zombie_pause_ms,
             isolation_level="read_committed" if self.read_committed else "read_uncommitted",
         )
 
@@ -686,6 +694,28 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "an acknowledged commit and none of the others'.  Kills of partition leaders "
         "only add aborts; the bug needs no fault",
     ),
+    "B22": Recipe(  # fenced-epoch-produce
+        "queue",
+        ("elect-leader",),
+        ("torn-transaction", "G1a"),
+        transactional=True,
+        zombie=True,
+        zombie_pause_ms=300,
+        read_committed=True,
+        partitions=1,
+        rate=40.0,
+        concurrency=2,
+        time_limit_s=40.0,
+        note="a zombie's write joins its successor's transaction: two workers share one "
+        "transactional id and each one's InitProducerId fences the other mid-transaction "
+        "(the coordinator aborts it); the fenced one goes on sending to a partition it "
+        "added, where its successor's transaction is open by then, and the bug skips the "
+        "verification and the epoch check for it.  The successor commits the record, the "
+        "zombie's earlier records stay aborted (torn-transaction), or the zombie's next "
+        "AddPartitionsToTxn is fenced and its transaction fails with a record committed "
+        "(G1a).  Two partitions, so that the two mostly write the same ones; preferred "
+        "elections only move leaders",
+    ),
     "B23": Recipe(  # lso-past-open-txn
         "queue",
         ("kill-partition-leader",),
@@ -702,6 +732,25 @@ _BY_ID: Final[Mapping[str, Recipe]] = {
         "own poll (precommitted-read), and records of transactions that then abort "
         "(G1a): two clients share a transactional id and fence each other's, and kills "
         "of partition leaders fail sends, so transactions abort all through a run",
+    ),
+    "B24": Recipe(  # no-txn-verification
+        "queue",
+        ("elect-leader",),
+        ("no-loss", "torn-transaction"),
+        transactional=True,
+        unadded_sends=0.05,
+        read_committed=True,
+        partitions=3,
+        rate=30.0,
+        concurrency=4,
+        time_limit_s=30.0,
+        note="KIP-890 part 1 off, with its buggy client: one send in twenty goes to a "
+        "partition the client never added to its transaction.  With the check the leader "
+        "refuses it and the transaction fails; without it the record opens a transaction "
+        "the coordinator does not know of, no marker ends it, and the partition's last "
+        "stable offset stays there: the read_committed final reads miss every later "
+        "commit of the partition (no-loss) and the rest of that record's own commit "
+        "(torn-transaction).  Preferred elections only move leaders",
     ),
     "R2": Recipe(  # no-divergence-check
         "queue",

@@ -216,7 +216,11 @@ class ProducerEntry:
 
     def added(self, batch: ProducerBatch) -> ProducerEntry:
         """This entry after ``batch`` (``ProducerStateEntry.addBatch``): a new
-        epoch forgets the old epoch's batches; the oldest of six goes."""
+        epoch forgets the old epoch's batches; the oldest of six goes.  An
+        older epoch's batch (only a leader with B22 on appends one) changes
+        neither the epoch nor the window: it belongs to neither."""
+        if batch.producer_epoch < self.epoch:
+            return replace(self, last_timestamp=batch.max_timestamp)
         kept = self.batches if batch.producer_epoch == self.epoch else ()
         metadata = BatchMetadata(
             batch.base_sequence,
@@ -348,6 +352,9 @@ class ProducerStateManager:
             return Duplicate(duplicate.first_offset, duplicate.last_offset, duplicate.timestamp)
         where = f"producer {batch.producer_id} at offset {batch.base_offset}"
         if batch.producer_epoch < entry.epoch:
+            if batch.is_transactional and bugs.on(Bug.FENCED_EPOCH_PRODUCE):
+                # B22: a fenced epoch's batch is appended as its producer's.
+                return APPEND
             raise PartitionLogError(
                 Errors.INVALID_PRODUCER_EPOCH,
                 f"{where}: epoch {batch.producer_epoch} is older than its epoch {entry.epoch}",

@@ -364,6 +364,22 @@ class TransactionManager:
             return
         self.new_partitions.add(tp)
 
+    def assume_added(self, tp: TopicPartition) -> None:
+        """Count ``tp`` in the transaction without asking the coordinator:
+        the buggy client of KIP-890's motivation, which "may somehow try to
+        write to a partition before it adds the partition to the
+        transaction".  Never called by the producer itself: the chaos
+        workload's misbehaving client (``unadded_sends``) and tests call it
+        to show that the partition's leader refuses the batch (KIP-890 part
+        1's verification) and what happens when it does not (bug B24)."""
+        if self.state is not _S.IN_TRANSACTION:
+            raise TransactionStateError(
+                f"transactional id {self.transactional_id}: a partition joins only an open "
+                f"transaction, not one in state {self.state.name}"
+            )
+        self.new_partitions.discard(tp)
+        self.partitions.add(tp)
+
     def may_drain(self, tp: TopicPartition) -> bool:
         """``isSendToPartitionAllowed``: not after a fatal error, and only
         once the partition is in the transaction."""

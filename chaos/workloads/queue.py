@@ -56,7 +56,14 @@ polls mixed, committed at the end:
   or the producer was fenced while committing): the process retires.
 
 A fenced producer is replaced by a new one with the same transactional
-id, which fences its predecessor in turn.  The consumers read at
+id, which fences its predecessor in turn.  With ``unadded_sends`` the
+client misbehaves on purpose: each send of a transaction goes, with that
+chance, to its partition without the partition being added to the
+transaction (KIP-890's "buggy client"); the partition's leader must refuse
+it (the transaction then fails), else it opens a transaction there that no
+marker ends.  With ``zombie_pause_s`` the zombie (lane 1) stalls that long
+between the micro-ops of each of its transactions, as a paused process
+would, so that its successor fences it and writes in between.  The consumers read at
 ``isolation_level`` (``config.json``'s ``queue.isolation_level``).
 
 An ``info`` op retires its process (``history.ops.next_process``).  After
@@ -81,6 +88,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, cast
 
 import bugs
+from broker.client.producer_batch import TopicPartition
 from broker.grpc_client.errors import (
     BrokerClientError,
     DeliveryFailedError,
@@ -116,7 +124,9 @@ __all__ = [
     "QueueWorkload",
     "TXN_FS",
     "TxnProducerLike",
+    "PartitionAdderLike",
     "RecordOutcome",
+    "ZOMBIE_LANE",
     "check_final_polls",
     "error_word",
     "record_outcome",
@@ -136,6 +146,9 @@ TXN_GROUP_FS: Final = ("txn", "poll", "subscribe", "commit", "crash")
 TXN_GROUP_WEIGHTS: Final = {"txn": 4.0, "poll": 3.0, "subscribe": 0.0, "commit": 1.0, "crash": 0.1}
 # The most micro-ops in one transaction (Jepsen's max-txn-length with txn?).
 MAX_TXN_MOPS: Final = 4
+# The lane that shares lane 0's transactional id in a zombie run
+# (chaos.workloads.queue_setup), and stalls with ``zombie_pause_s``.
+ZOMBIE_LANE: Final = 1
 # A micro-op's chance of being a send rather than a poll.
 TXN_SEND_P: Final = 0.6
 # How many times a commit that timed out with its state unchanged is asked
@@ -173,6 +186,13 @@ class TxnProducerLike(ProducerLike, Protocol):
     async def commit_transaction(self, timeout_ms: int | None = None) -> None: ...
 
     async def abort_transaction(self, timeout_ms: int | None = None) -> None: ...
+
+
+class PartitionAdderLike(Protocol):
+    """What ``unadded_sends`` uses of a transactional producer's
+    ``transactions`` (:class:`broker.client.transactions.TransactionManager`)."""
+
+    def assume_added(self, tp: TopicPartition) -> None: ...
 
 
 class ConsumerLike(Protocol):
@@ -406,7 +426,13 @@ class QueueWorkload:
         group: bool = False,
         open_txn_producer: Callable[[int], TxnProducerLike] | None = None,
         read_committed: bool = False,
+        unadded_sends: float = 0.0,
+        zombie_pause_s: float = 0.0,
     ) -> None:
+        if not 0.0 <= unadded_sends < 1.0:
+            raise ValueError(f"unadded_sends must be in [0, 1), not {unadded_sends}")
+        if not 0.0 <= zombie_pause_s <= 60.0:
+            raise ValueError(f"zombie_pause_s must be in [0, 60], not {zombie_pause_s}")
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         if rate <= 0:
@@ -430,6 +456,14 @@ class QueueWorkload:
         self.open_txn_producer = open_txn_producer
         # The consumers read committed records only (the final check knows).
         self.read_committed = read_committed
+        # A transactional send's chance of going to a partition the client
+        # never adds (KIP-890's buggy client): the leader must refuse it.
+        self.unadded_sends = unadded_sends
+        # Lane 1 (with ``zombie``, the second client of lane 0's id) stalls
+        # this long between the micro-ops of each of its transactions, as a
+        # zombie process does (a GC pause): its successor fences it and
+        # writes meanwhile, and it goes on where it stopped.
+        self.zombie_pause_s = zombie_pause_s
         self.group = group
         self.fs = fs
         self.recorder = recorder
@@ -680,9 +714,14 @@ class QueueWorkload:
                 worker.txn_ready = True
             producer.begin_transaction()
             for i, mop in enumerate(mops):
+                if i and self.zombie_pause_s and worker.lane == ZOMBIE_LANE:
+                    await asyncio.sleep(self.zombie_pause_s)
                 if mop[0] == "send":
                     k, v = mop[1], mop[2]
                     topic, partition = self.keymap.topic_partition(k)
+                    if self.unadded_sends and self.rng.random() < self.unadded_sends:
+                        adder = cast(PartitionAdderLike, cast(Any, producer).transactions)
+                        adder.assume_added(TopicPartition(topic, partition))
                     futures[i] = await producer.send(
                         topic,
                         str(v).encode(),

@@ -17,7 +17,7 @@ import grpc
 from broker.client.consumer import ConsumerConfig, IsolationLevel, OffsetResetStrategy
 from broker.client.producer_batch import Acks, ProducerConfig
 from broker.grpc_client import Consumer, Producer
-from chaos.workloads.queue import QueueWorkload
+from chaos.workloads.queue import ZOMBIE_LANE, QueueWorkload
 from history.ops import HistoryRecorder
 from history.queue import ISOLATION_LEVELS, KeyMap
 from metadata.client import ConfigOp, ConfigResource, MetadataClient, NewTopic
@@ -89,6 +89,12 @@ class QueueOptions:
     # transactional id, each the other's zombie.
     transactional: bool = False
     zombie: bool = False
+    # A transactional send's chance of going to a partition its client never
+    # added to the transaction (KIP-890's buggy client; 0: a correct client).
+    unadded_sends: float = 0.0
+    # With zombie: lane 1 stalls this long between the micro-ops of each of
+    # its transactions (a zombie's pause; 0: none).
+    zombie_pause_ms: int = 0
     # The consumers' isolation.level (config.json's queue.isolation_level).
     isolation_level: str = "read_uncommitted"
 
@@ -142,6 +148,14 @@ class QueueOptions:
                 f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, "
                 f"got {self.isolation_level!r}"
             )
+        if not 0.0 <= self.unadded_sends < 1.0:
+            raise ValueError(f"unadded_sends must be in [0, 1), got {self.unadded_sends}")
+        if self.unadded_sends and not self.transactional:
+            raise ValueError("unadded_sends needs transactional: it skips AddPartitionsToTxn")
+        if not 0 <= self.zombie_pause_ms <= 60_000:
+            raise ValueError(f"zombie_pause_ms must be in 0..60000, got {self.zombie_pause_ms}")
+        if self.zombie_pause_ms and not self.zombie:
+            raise ValueError("zombie_pause_ms needs zombie: only the zombie stalls")
         if self.zombie and not self.transactional:
             raise ValueError("zombie needs transactional: a zombie shares a transactional id")
         if self.transactional and self.acks != "all":
@@ -198,6 +212,10 @@ class QueueOptions:
             out += " --transactional"
         if self.zombie:
             out += " --zombie"
+        if self.zombie_pause_ms:
+            out += f" --zombie-pause-ms {self.zombie_pause_ms}"
+        if self.unadded_sends:
+            out += f" --unadded-sends {self.unadded_sends}"
         if self.isolation_level != "read_uncommitted":
             out += f" --isolation-level {self.isolation_level}"
         return out
@@ -226,6 +244,8 @@ class QueueOptions:
             "group": self.group,
             "transactional": self.transactional,
             "zombie": self.zombie,
+            "unadded_sends": self.unadded_sends,
+            "zombie_pause_ms": self.zombie_pause_ms,
             "isolation_level": self.isolation_level,
         }
 
@@ -353,7 +373,7 @@ def make_queue_workload(
 
     def open_txn_producer(lane: int) -> Producer:
         # A lane's transactional id; with zombie, lane 1 takes lane 0's.
-        shared = 0 if options.zombie and lane == 1 else lane
+        shared = 0 if options.zombie and lane == ZOMBIE_LANE else lane
         return open_producer(f"{TRANSACTIONAL_ID_PREFIX}-{shared}")
 
     async def prepare() -> None:
@@ -377,4 +397,6 @@ def make_queue_workload(
         group=options.group is not None,
         open_txn_producer=open_txn_producer if options.transactional else None,
         read_committed=options.isolation_level == "read_committed",
+        unadded_sends=options.unadded_sends,
+        zombie_pause_s=options.zombie_pause_ms / 1000,
     )

@@ -49,6 +49,7 @@ from kq.commands.common import (
     command,
     format_table,
     print_json,
+    probability,
     run_async,
 )
 
@@ -359,6 +360,23 @@ def register(subparsers: Subparsers) -> None:
         "each fencing the other (Kafka's zombie producer)",
     )
     run.add_argument(
+        "--zombie-pause-ms",
+        type=_non_negative_int,
+        default=queue.zombie_pause_ms,
+        metavar="MS",
+        help="queue workload with --zombie: the zombie stalls MS between the sends and polls "
+        "of each of its transactions, as a paused process would (default: %(default)s)",
+    )
+    run.add_argument(
+        "--unadded-sends",
+        type=probability,
+        default=queue.unadded_sends,
+        metavar="P",
+        help="queue workload with --transactional: a misbehaving client sends each record, "
+        "with chance P, to a partition it never added to the transaction (KIP-890's buggy "
+        "client; the leaders must refuse those writes) (default: %(default)s)",
+    )
+    run.add_argument(
         "--isolation-level",
         choices=("read_uncommitted", "read_committed"),
         default=queue.isolation_level,
@@ -623,6 +641,8 @@ def _run_config(args: argparse.Namespace) -> RunConfig:
             group=args.group,
             transactional=args.transactional,
             zombie=args.zombie,
+            unadded_sends=args.unadded_sends,
+            zombie_pause_ms=args.zombie_pause_ms,
             isolation_level=args.isolation_level,
         ),
     )

@@ -206,6 +206,17 @@ def bootstrap_addresses(args: argparse.Namespace) -> list[str]:
 # -- output ---------------------------------------------------------------------
 
 
+def probability(text: str) -> float:
+    """An argparse type: a chance in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"needs a number, got {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {value}")
+    return value
+
+
 def print_json(obj: object) -> None:
     print(json.dumps(obj, indent=2))
 

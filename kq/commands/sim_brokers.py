@@ -24,6 +24,7 @@ from broker.sim.cluster import SimCluster
 from broker.sim.history import QueueHistory
 from broker.sim.scenarios import SCENARIOS, run_scenario
 from bugs import Bug
+from kq.commands.common import probability
 
 __all__ = ["add_arguments", "run"]
 
@@ -47,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-isr", type=_bounded("--min-isr", 1, 9), default=2)
     parser.add_argument(
         "--delete-rate",
-        type=_rate,
+        type=probability,
         default=0.0,
         help="the chance that a workload step is a DeleteRecords below the consumer's "
         "position (default 0: none, and the seeds' schedules of runs without deletes)",
@@ -89,16 +90,6 @@ def _bounded(flag: str, low: int, high: int) -> Any:
         return value
 
     return parse
-
-
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--delete-rate needs a number, got {text!r}") from None
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"--delete-rate must be in [0, 1), got {value}")
-    return value
 
 
 def _bug(text: str) -> Bug:

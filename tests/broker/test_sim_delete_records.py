@@ -191,4 +191,4 @@ def test_kq_sim_brokers_with_deletes(capsys: pytest.CaptureFixture[str]) -> None
     assert "deletes records below" in out and ": NONE (low watermark" in out
     with pytest.raises(SystemExit):
         kq_main(["sim", "brokers", "--delete-rate", "1"])
-    assert "--delete-rate must be in [0, 1), got 1.0" in capsys.readouterr().err
+    assert "--delete-rate: must be in [0, 1), got 1.0" in capsys.readouterr().err

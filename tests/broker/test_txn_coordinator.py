@@ -19,6 +19,7 @@ from broker.group.api import CommitPartition, OffsetFetchRequest, TxnOffsetCommi
 from broker.service import BrokerService, ServiceSettings
 from broker.txn.placement import partition_for
 from broker.txn.types import TopicPartition, TransactionState
+from broker.txn_coordinator import TransactionCoordinator
 from broker.txn_produce import verify_produce
 from bugs import Bug
 from kqproto import broker_pb2
@@ -40,6 +41,21 @@ from tests.broker.txn_cluster import (
 T = TypeVar("T")
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 TIMEOUT = 60_000
+
+
+async def states_become(
+    coordinator: TransactionCoordinator, states: list[TransactionState]
+) -> None:
+    """Wait until the coordinator's transactions are in ``states``."""
+    await eventually(lambda: [t.state for t in coordinator.list_transactions()] == states)
+
+
+async def only_t0_marked(b: TxnBrokers) -> None:
+    """The commit's marker reached t-0 only: t-1's transaction stays open,
+    its last stable offset below it once its HW passed the record."""
+    assert len(b.markers(2, 0)) == 1 and b.markers(3, 1) == []
+    await eventually(lambda: b.data_log(3, 1).high_watermark == 1)
+    assert b.data_log(3, 1).last_stable_offset == 0
 
 
 def run(body: Callable[[TxnBrokers], Awaitable[T]]) -> T:
@@ -92,12 +108,7 @@ def test_a_commit_writes_every_marker_then_completes() -> None:
         end = await coordinator.end_txn("tx", pid, epoch, True)
         assert (end.error, end.producer_id, end.producer_epoch) == (Errors.NONE, pid, epoch + 1)
 
-        await eventually(
-            lambda: (
-                [t.state for t in coordinator.list_transactions()]
-                == [TransactionState.COMPLETE_COMMIT]
-            )
-        )
+        await states_become(coordinator, [TransactionState.COMPLETE_COMMIT])
         coordinator_epoch = b.md.image.partition(TXN_TOPIC_ID, 0).leader_epoch  # type: ignore[union-attr]
         for partition, leader in ((0, 2), (1, 3)):
             ((marker_pid, marker_epoch, marker),) = b.markers(leader, partition)
@@ -163,12 +174,7 @@ def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced() -> None:
         await coordinator.add_partitions("tx", pid, epoch, [T0])
         assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
         b.now += 1_000
-        await eventually(
-            lambda: (
-                [t.state for t in coordinator.list_transactions()]
-                == [TransactionState.COMPLETE_ABORT]
-            )
-        )
+        await states_become(coordinator, [TransactionState.COMPLETE_ABORT])
         ((_, marker_epoch, marker),) = b.markers(2, 0)
         assert marker.type is ControlType.ABORT and marker_epoch == epoch + 1
         fenced = await coordinator.add_partitions("tx", pid, epoch, [T0])
@@ -196,12 +202,7 @@ def test_a_new_coordinator_writes_the_markers_of_a_prepared_transaction() -> Non
         # The transaction log's leadership moves to broker 2.
         b.step_and_publish(change(TXN_TOPIC_ID, 0, leader=2, isr=(2, 3)))
         await b.loaded(2)
-        await eventually(
-            lambda: (
-                [t.state for t in b.txns[2].list_transactions()]
-                == [TransactionState.COMPLETE_COMMIT]
-            )
-        )
+        await states_become(b.txns[2], [TransactionState.COMPLETE_COMMIT])
         new_epoch = b.md.image.partition(TXN_TOPIC_ID, 0).leader_epoch  # type: ignore[union-attr]
         for partition, leader in ((0, 2), (1, 3)):
             ((_, marker_epoch, marker),) = b.markers(leader, partition)
@@ -303,24 +304,14 @@ def test_offsets_committed_in_a_transaction_move_the_group_only_at_its_commit() 
             ], answer
         assert await committed() == [(-1, Errors.UNSTABLE_OFFSET_COMMIT)]
         await coordinator.end_txn("tx", pid, epoch, True)
-        await eventually(
-            lambda: (
-                [t.state for t in coordinator.list_transactions()]
-                == [TransactionState.COMPLETE_COMMIT]
-            )
-        )
+        await states_become(coordinator, [TransactionState.COMPLETE_COMMIT])
         assert await committed() == [(7, Errors.NONE)]
         # The next transaction's offsets, aborted, never show.
         epoch += 1
         await coordinator.add_offsets("tx", pid, epoch, "g")
         assert (await groups.txn_commit_offsets(commit(pid, epoch, 9))).error is Errors.NONE
         await coordinator.end_txn("tx", pid, epoch, False)
-        await eventually(
-            lambda: (
-                [t.state for t in coordinator.list_transactions()]
-                == [TransactionState.COMPLETE_ABORT]
-            )
-        )
+        await states_become(coordinator, [TransactionState.COMPLETE_ABORT])
         assert await committed() == [(7, Errors.NONE)]
         # A new coordinator of the group rebuilds the same from the log.
         b.step_and_publish(change(OFFSETS_TOPIC_ID, 0, leader=2, isr=(2, 3)))
@@ -431,16 +422,9 @@ def test_b21_a_commit_completes_with_its_first_marker_and_leaves_the_rest_open()
         assert await send(b, "tx", 1, pid, epoch, 0, b"b") is None
         with bugs.injected(Bug.PARTIAL_COMMIT_MARKERS):
             await coordinator.end_txn("tx", pid, epoch, True)
-            await eventually(
-                lambda: (
-                    [t.state for t in coordinator.list_transactions()]
-                    == [TransactionState.COMPLETE_COMMIT]
-                )
-            )
-        assert len(b.markers(2, 0)) == 1 and b.markers(3, 1) == []
+            await states_become(coordinator, [TransactionState.COMPLETE_COMMIT])
         # t-1's transaction stays open: its last stable offset stops there.
-        await eventually(lambda: b.data_log(3, 1).high_watermark == 1)
-        assert b.data_log(3, 1).last_stable_offset == 0
+        await only_t0_marked(b)
 
     run(body)
 
@@ -472,14 +456,92 @@ def test_a_leader_that_does_not_know_the_partition_yet_is_asked_again() -> None:
         await coordinator.add_partitions("tx", pid, epoch, [T0, T1])
         assert await send(b, "tx", 1, pid, epoch, 0, b"b") is None
         await coordinator.end_txn("tx", pid, epoch, False)
-        await eventually(
-            lambda: (
-                [t.state for t in coordinator.list_transactions()]
-                == [TransactionState.COMPLETE_ABORT]
-            )
-        )
+        await states_become(coordinator, [TransactionState.COMPLETE_ABORT])
         assert len(refused) == 3
         ((_, _, marker),) = b.markers(3, 1)
         assert marker.type is ControlType.ABORT
+
+    run(body)
+
+
+async def fence(b: TxnBrokers, tid: str) -> tuple[int, int]:
+    """A second producer's InitProducerId for ``tid``: the first one's open
+    transaction is aborted, and the new (producer id, epoch)."""
+    coordinator = b.txns[1]
+    for _ in range(100):
+        init = await coordinator.init_producer_id(tid, TIMEOUT)
+        if init.error is Errors.NONE:
+            return init.producer_id, init.producer_epoch
+        assert init.error is Errors.CONCURRENT_TRANSACTIONS, init
+        await asyncio.sleep(0.01)
+    raise AssertionError("the fenced producer's transaction never completed its abort")
+
+
+def committed_values(b: TxnBrokers, leader: int, partition: int) -> list[bytes]:
+    log = b.data_log(leader, partition)
+    return [
+        r.value or b""
+        for batch in read_committed_batches(
+            log.read(0, 1 << 20, log.last_stable_offset),
+            log.collect_aborted_transactions(0, log.last_stable_offset),
+        )
+        for r in decode_records(batch)
+    ]
+
+
+def test_b22_a_fenced_epochs_write_joins_its_successors_transaction() -> None:
+    async def body(b: TxnBrokers) -> None:
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        pid, zombie = init.producer_id, init.producer_epoch
+        await coordinator.add_partitions("tx", pid, zombie, [T0])
+        assert await send(b, "tx", 0, pid, zombie, 0, b"zombie-1") is None
+        # Its successor fences it (the zombie's transaction is aborted) and
+        # opens its own transaction in the same partition.
+        pid2, epoch = await fence(b, "tx")
+        assert (pid2, epoch > zombie) == (pid, True)
+        await eventually(lambda: len(b.markers(2, 0)) == 1)
+        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        assert await send(b, "tx", 0, pid, epoch, 0, b"new") is None
+        # The zombie, which has not learnt it is fenced, writes on.
+        refused = await send(b, "tx", 0, pid, zombie, 1, b"zombie-2")
+        assert refused is not None and refused[0] in (
+            Errors.INVALID_PRODUCER_EPOCH,
+            Errors.PRODUCER_FENCED,
+        ), refused
+        with bugs.injected(Bug.FENCED_EPOCH_PRODUCE):
+            assert await send(b, "tx", 0, pid, zombie, 2, b"zombie-3") is None
+        # The entry keeps the successor's epoch: its own writes go on.
+        assert await send(b, "tx", 0, pid, epoch, 1, b"new-2") is None
+        end = await coordinator.end_txn("tx", pid, epoch, True)
+        assert end.error is Errors.NONE
+        log = b.data_log(2, 0)
+        await eventually(lambda: log.last_stable_offset == log.log_end_offset)
+        # The zombie's first write was aborted, its third committed with
+        # the successor's transaction: a torn transaction.
+        assert committed_values(b, 2, 0) == [b"new", b"zombie-3", b"new-2"]
+
+    run(body)
+
+
+def test_b24_without_verification_an_unadded_partitions_write_hangs() -> None:
+    async def body(b: TxnBrokers) -> None:
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
+        # t-1 was never added: KIP-890 part 1 refuses the write ...
+        refused = await send(b, "tx", 1, pid, epoch, 0, b"b")
+        assert refused is not None and refused[0] is Errors.INVALID_TXN_STATE, refused
+        # ... and without it the write opens a transaction there.
+        with bugs.injected(Bug.NO_TXN_VERIFICATION):
+            assert await send(b, "tx", 1, pid, epoch, 0, b"b") is None
+        end = await coordinator.end_txn("tx", pid, epoch, True)
+        assert end.error is Errors.NONE
+        await states_become(coordinator, [TransactionState.COMPLETE_COMMIT])
+        # t-1's transaction has no marker: it stays open for good.
+        await only_t0_marked(b)
+        assert committed_values(b, 2, 0) == [b"a"]
 
     run(body)

@@ -32,6 +32,9 @@ from server.local_cluster import run_kq
         (["--nodes", "-1"], "--nodes: must be at least 1"),
         (["--keys", "two"], "'two' is not a whole number"),
         (["--seed", "-3"], "--seed: must not be negative"),
+        (["--unadded-sends", "1"], "--unadded-sends: must be in [0, 1), got 1.0"),
+        (["--unadded-sends", "some"], "needs a number, got 'some'"),
+        (["--zombie-pause-ms", "-1"], "--zombie-pause-ms: must not be negative"),
     ],
 )
 def test_bad_flags_are_usage_errors(
@@ -51,6 +54,14 @@ def test_bad_flags_are_usage_errors(
         (["--nemesis", "partition", "--nodes", "1"], "partition needs at least 2 nodes"),
         (["--nemesis", "none", "--name", "a b"], "a run name is letters"),
         (["--nemesis", "rotate-certs", "--insecure"], "rotate-certs needs TLS"),
+        (
+            ["--workload", "queue", "--unadded-sends", "0.1"],
+            "unadded_sends needs transactional",
+        ),
+        (
+            ["--workload", "queue", "--transactional", "--zombie-pause-ms", "100"],
+            "zombie_pause_ms needs zombie",
+        ),
     ],
 )
 def test_faults_the_cluster_cannot_take_and_bad_names_are_usage_errors(

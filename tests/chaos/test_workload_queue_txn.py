@@ -10,9 +10,13 @@ reference checks, and the final check's aborted-read firing."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from broker.client.errors import Outcome
 from broker.grpc_client.errors import (
@@ -224,3 +228,90 @@ def test_an_unknown_transactions_records_need_be_read_only_if_some_poll_saw_them
     seen.append(op(3, "ok", "poll", [["poll", {}]]))
     check = check_final_polls(seen, 3, read_committed=True)
     assert {(x["key"], x["value"]) for x in check["lost"]} == {(0, 7), (0, 8)}
+
+
+class _Recording(_TxnProducer):
+    """A transactional producer that records, per lane, the time and
+    partition of each transaction's sends, and the partitions the workload
+    assumed added (its ``transactions.assume_added``)."""
+
+    sends: dict[int, list[list[tuple[float, tuple[str, int]]]]]
+    assumed: list[tuple[str, int]]
+
+    def __init__(self, broker: _Broker, lane: int, script: list[str]) -> None:
+        super().__init__(broker, lane, script)
+        self.transactions = self
+
+    def assume_added(self, tp: Any) -> None:
+        self.assumed.append((tp.topic, tp.partition))
+
+    def begin_transaction(self) -> None:
+        super().begin_transaction()
+        self.sends.setdefault(self.lane, []).append([])
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+    ) -> asyncio.Future[Any]:
+        assert partition is not None
+        self.sends[self.lane][-1].append((time.monotonic(), (topic, partition)))
+        return await super().send(topic, value, key, partition)
+
+
+def _recorded_run(tmp_path: Path, ops: int, **options: Any) -> type[_Recording]:
+    """``ops`` ops of two lanes of :class:`_Recording` producers."""
+    broker = _Broker()
+
+    class Recording(_Recording):
+        sends = {}
+        assumed = []
+
+    with HistoryWriter(tmp_path / "history.jsonl") as writer:
+        w = QueueWorkload(
+            writer,
+            lambda: Recording(broker, -1, []),
+            lambda: _SeekingConsumer(broker),
+            random.Random(5),
+            KeyMap((("queue", 3),)),
+            concurrency=2,
+            rate=400,
+            open_txn_producer=lambda lane: Recording(broker, lane, []),
+            **options,
+        )
+        asyncio.run(w.run(30, op_limit=ops))
+    return Recording
+
+
+def test_unadded_sends_skip_adding_some_partitions_of_their_transactions(tmp_path: Path) -> None:
+    recorded = _recorded_run(tmp_path, 200, unadded_sends=0.5)
+    sent = [tp for lane in recorded.sends.values() for txn in lane for _, tp in txn]
+    # About half the sends, each to the partition it was sent to just after.
+    assert 0.3 * len(sent) < len(recorded.assumed) < 0.7 * len(sent)
+    assert set(recorded.assumed) <= set(sent)
+    with HistoryWriter(tmp_path / "unused.jsonl") as writer:
+        for bad in (-0.1, 1.0):
+            with pytest.raises(ValueError, match="unadded_sends must be in"):
+                QueueWorkload(
+                    writer,
+                    lambda: _Recording(_Broker(), -1, []),
+                    lambda: _SeekingConsumer(_Broker()),
+                    random.Random(5),
+                    KeyMap((("queue", 3),)),
+                    unadded_sends=bad,
+                )
+
+
+def test_the_zombie_lane_stalls_between_the_micro_ops_of_its_transactions(
+    tmp_path: Path,
+) -> None:
+    recorded = _recorded_run(tmp_path, 60, zombie_pause_s=0.05)
+    assert not recorded.assumed
+
+    def gaps(lane: int) -> list[float]:
+        return [b[0] - a[0] for sends in recorded.sends[lane] for a, b in itertools.pairwise(sends)]
+
+    assert gaps(1) and min(gaps(1)) >= 0.05
+    assert gaps(0) and min(gaps(0)) < 0.05

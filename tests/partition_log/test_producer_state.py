@@ -12,6 +12,8 @@ from crc32c import crc32c
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
+import bugs
+from bugs import Bug
 from partition_log import producer_state
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.producer_state import (
@@ -128,6 +130,27 @@ def test_an_older_epoch_is_fenced() -> None:
         records=2,
         epoch=0,
     )
+
+
+def test_b22_appends_a_fenced_epochs_transactional_batch_as_its_producers() -> None:
+    state = ProducerStateManager()
+    state.update(ProducerBatch(PID, 3, 0, 0, 0, 0, is_transactional=True))
+    fenced = ProducerBatch(PID, 1, 7, 0, 1, 5, is_transactional=True)
+    with pytest.raises(PartitionLogError, match="epoch 1 is older than its epoch 3"):
+        state.check(fenced)
+    with bugs.injected(Bug.FENCED_EPOCH_PRODUCE):
+        assert state.check(fenced) == Append()
+        # An idempotent producer's batch is still fenced: the bug is the
+        # transactional produce path's.
+        with pytest.raises(PartitionLogError, match="epoch 1 is older"):
+            state.check(ProducerBatch(PID, 1, 7, 0, 1, 5))
+    state.update(fenced)
+    # It joined the open transaction and changed neither the epoch nor the
+    # duplicate window: the producer's own next batch follows its last.
+    entry = state.entry(PID)
+    assert entry is not None
+    assert (entry.epoch, entry.last_seq, entry.current_txn_first_offset) == (3, 0, 0)
+    assert state.check(ProducerBatch(PID, 3, 1, 0, 2, 6, is_transactional=True)) == Append()
 
 
 def test_sequences_wrap_to_zero_after_the_largest_int32() -> None:

@@ -204,6 +204,26 @@ def test_partitions_go_new_then_pending_then_added_and_gate_the_drain() -> None:
     assert not txn.new_partitions
 
 
+def test_a_partition_assumed_added_drains_without_a_request() -> None:
+    # KIP-890's buggy client (the chaos workload's unadded_sends): the
+    # partition drains at once and no AddPartitionsToTxn will name it.
+    txn = in_transaction()
+    txn.maybe_add_partition(T0)
+    txn.assume_added(T0)
+    assert txn.may_drain(T0) and not txn.has_partitions_to_add
+    assert not txn.transaction_started
+    txn.maybe_add_partition(T0)
+    assert not txn.new_partitions
+
+
+def test_only_an_open_transaction_takes_a_partition_assumed_added() -> None:
+    txn = in_transaction()
+    txn.begin_commit()
+    with pytest.raises(TransactionStateError, match="not one in state COMMITTING_TRANSACTION"):
+        txn.assume_added(T0)
+    assert not txn.partitions
+
+
 @pytest.mark.parametrize(
     ("code", "retry"),
     [

@@ -69,6 +69,9 @@ NO_PRODUCER_EPOCH = -1
 
 # How much of the log one read of a load takes.
 _LOAD_READ_BYTES = 1024 * 1024
+# A marker's refusals by the producer state: a stale producer or
+# coordinator epoch, which no retry changes.
+_FENCED_MARKER = frozenset({Errors.INVALID_PRODUCER_EPOCH, Errors.TRANSACTION_COORDINATOR_FENCED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,12 +474,20 @@ class CoordinatorRuntime(abc.ABC, Generic[S, R]):
 
     # -- writing ------------------------------------------------------------------------
 
-    def _append_batch(self, context: ShardContext[S], batch: bytes, origin: AppendOrigin) -> int:
+    def _append_batch(
+        self,
+        context: ShardContext[S],
+        batch: bytes,
+        origin: AppendOrigin,
+        *,
+        marker_bumps_epoch: bool = False,
+    ) -> int:
         """Append one batch to the shard's partition as its leader; the
         offset of its first record.  The coordinator's own transactional
         batches and markers are ``COORDINATOR`` appends: no client sequence
         to check (Kafka's ``ProducerAppendInfo`` checks sequences of
-        ``CLIENT`` appends only)."""
+        ``CLIENT`` appends only).  A marker the producer state refuses keeps
+        its code (a stale marker is not retried)."""
         now = self.now_ms()
         try:
             appended = self.replicas.append(
@@ -485,12 +496,19 @@ class CoordinatorRuntime(abc.ABC, Generic[S, R]):
                 -1,
                 now,
                 origin=origin,
+                marker_bumps_epoch=marker_bumps_epoch,
             )
         except NotLeaderError as error:
             raise CoordinatorFailure(
                 Errors.NOT_COORDINATOR, str(error.args[0]), context.partition
             ) from None
         except ReplicaError as error:
+            if error.code in _FENCED_MARKER:
+                raise CoordinatorFailure(
+                    error.code,
+                    f"{self.topic_name}-{context.partition}: {error.args[0]}",
+                    context.partition,
+                ) from None
             # NOT_ENOUGH_REPLICAS and the like: nothing was written
             # (GroupCoordinatorService maps them to this retriable code).
             raise CoordinatorFailure(
@@ -538,7 +556,13 @@ class CoordinatorRuntime(abc.ABC, Generic[S, R]):
         return context.last_written
 
     async def write_marker(
-        self, partition: int, producer_id: int, producer_epoch: int, marker: EndTxnMarker
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        marker: EndTxnMarker,
+        *,
+        bumps_epoch: bool = False,
     ) -> None:
         """A transaction's marker on a partition of this topic that this
         broker coordinates (WriteTxnMarkers to the offsets topic, Kafka's
@@ -562,7 +586,7 @@ class CoordinatorRuntime(abc.ABC, Generic[S, R]):
                 partition,
             )
         batch = build_marker_batch(producer_id, producer_epoch, marker, self.now_ms())
-        self._append_batch(context, batch, AppendOrigin.COORDINATOR)
+        self._append_batch(context, batch, AppendOrigin.COORDINATOR, marker_bumps_epoch=bumps_epoch)
         self._replay_marker(context, producer_id, producer_epoch, marker)
         self.purgatory.wake(context.key)
         await self._committed(context, context.last_written)

@@ -476,13 +476,15 @@ class ReplicaManager:
         now_ms: int,
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        marker_bumps_epoch: bool = False,
     ) -> LeaderAppend:
         """A producer's batch (``appendRecordsToLeader``), or a coordinator's
-        (``origin``), counted in bytes and records in once appended
+        (``origin``; ``marker_bumps_epoch`` for a transaction version 2
+        marker), counted in bytes and records in once appended
         (``appendToLocalLog``: a retry answered with its original offsets
         counts too, as in Kafka)."""
         appended = self.leader_replica(key).append_as_leader(
-            batch, required_acks, now_ms, origin=origin
+            batch, required_acks, now_ms, origin=origin, marker_bumps_epoch=marker_bumps_epoch
         )
         info = appended.info
         self.metrics.appended(len(batch), info.last_offset - info.first_offset + 1)

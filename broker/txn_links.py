@@ -89,18 +89,18 @@ class BrokerTxnLinks:
         if stub is None:
             raise ConnectionError(f"broker {leader_id} has no endpoint on {self.listener}")
         request = txn_pb2.WriteTxnMarkersRequest()
-        by_producer: dict[tuple[int, int, bool], list[TopicPartition]] = {}
+        by_producer: dict[tuple[int, int, bool, int], list[TopicPartition]] = {}
         for m in markers:
-            by_producer.setdefault((m.producer_id, m.producer_epoch, m.commit), []).append(
-                TopicPartition(m.topic, m.partition)
-            )
-        for (producer_id, epoch, commit), partitions in by_producer.items():
+            key = (m.producer_id, m.producer_epoch, m.commit, m.transaction_version)
+            by_producer.setdefault(key, []).append(TopicPartition(m.topic, m.partition))
+        for (producer_id, epoch, commit, version), partitions in by_producer.items():
             request.markers.add(
                 producer_id=producer_id,
                 producer_epoch=epoch,
                 committed=commit,
                 topics=_topics(partitions),
                 coordinator_epoch=coordinator_epoch,
+                transaction_version=version,
             )
         response = await stub.WriteTxnMarkers(request, timeout=self.timeout_ms / 1000)
         if response.error:

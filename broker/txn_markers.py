@@ -10,7 +10,10 @@ offsets take effect or are dropped with it); every other partition's goes
 straight to the replica.  A partition refuses a marker whose producer
 epoch or coordinator epoch is older than what it has seen
 (``INVALID_PRODUCER_EPOCH``, ``TRANSACTION_COORDINATOR_FENCED``): a deposed
-coordinator's markers never end a transaction its successor decides.
+coordinator's markers never end a transaction its successor decides; and a
+transaction version 2 marker at the epoch of the transaction open there
+(``INVALID_PRODUCER_EPOCH``): a late copy of the previous transaction's
+marker never ends the next one.
 """
 
 from __future__ import annotations
@@ -69,7 +72,11 @@ class TxnMarkerAppender:
         if marker.topic == OFFSETS_TOPIC and self.groups is not None:
             try:
                 await self.groups.write_marker(
-                    marker.partition, marker.producer_id, marker.producer_epoch, end
+                    marker.partition,
+                    marker.producer_id,
+                    marker.producer_epoch,
+                    end,
+                    bumps_epoch=marker.bumps_epoch,
                 )
             except CoordinatorFailure as failure:
                 return failure.code, failure.message
@@ -80,7 +87,14 @@ class TxnMarkerAppender:
             key = self.replicas.resolve(marker.topic, marker.partition)
             now = self.now_ms()
             batch = build_marker_batch(marker.producer_id, marker.producer_epoch, end, now)
-            appended = self.replicas.append(key, batch, -1, now, origin=AppendOrigin.COORDINATOR)
+            appended = self.replicas.append(
+                key,
+                batch,
+                -1,
+                now,
+                origin=AppendOrigin.COORDINATOR,
+                marker_bumps_epoch=marker.bumps_epoch,
+            )
             self.purgatory.wake(key)
         except NotLeaderError as error:
             return error.code, str(error.args[0])

@@ -24,6 +24,7 @@ from broker.txn.api import TxnMarker
 from broker.txn.types import (
     MAX_PRODUCER_EPOCH,
     MAX_TRANSACTIONAL_ID,
+    TRANSACTION_VERSION,
     TopicPartition,
     TransactionState,
     by_topic,
@@ -371,6 +372,11 @@ class TransactionService(txn_pb2_grpc.TransactionServiceServicer):
                     raise _Invalid(
                         f"markers[{i}].coordinator_epoch {entry.coordinator_epoch} is negative"
                     )
+                if not 0 <= entry.transaction_version <= TRANSACTION_VERSION:
+                    raise _Invalid(
+                        f"markers[{i}].transaction_version {entry.transaction_version} is not "
+                        f"0 to {TRANSACTION_VERSION}"
+                    )
                 markers = [
                     TxnMarker(
                         tp.topic,
@@ -378,6 +384,7 @@ class TransactionService(txn_pb2_grpc.TransactionServiceServicer):
                         entry.producer_id,
                         entry.producer_epoch,
                         entry.committed,
+                        entry.transaction_version,
                     )
                     for tp in _partitions(entry.topics, f"markers[{i}].topics")
                 ]

@@ -1087,6 +1087,7 @@ class PartitionLog:
         now_ms: int,
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        marker_bumps_epoch: bool = False,
     ) -> AppendInfo:
         """Append one producer batch as the leader (``UnifiedLog.appendAsLeader``):
         verified (CRC, fields, records), checked against the producer state (a
@@ -1094,7 +1095,8 @@ class PartitionLog:
         offsets and ``leader_epoch``, then written. A refusal changes nothing.
         Only a transaction coordinator writes control batches (``origin``
         ``COORDINATOR``: its markers); a client's is ``INVALID_RECORD``, as in
-        Kafka's ``LogValidator``.
+        Kafka's ``LogValidator``.  ``marker_bumps_epoch``: the batch is a
+        transaction version 2 marker (:meth:`ProducerStateManager.check`).
 
         Speed: this runs once a produced batch, so the checks and bookkeeping
         of :meth:`_after_append` and :meth:`_maybe_roll` are done inline for
@@ -1148,7 +1150,11 @@ class PartitionLog:
                 )
             except ValueError as error:
                 raise PartitionLogError(Errors.INVALID_RECORD, f"batch: {error}") from None
-            answer = self.producer_state.check(incoming, client=origin is AppendOrigin.CLIENT)
+            answer = self.producer_state.check(
+                incoming,
+                client=origin is AppendOrigin.CLIENT,
+                marker_bumps_epoch=marker_bumps_epoch,
+            )
             if isinstance(answer, Duplicate):
                 return AppendInfo(answer.first_offset, answer.last_offset, -1, duplicate=True)
         cache = self.epoch_cache

@@ -37,7 +37,9 @@ transaction in the partition at that batch's offset
 the :class:`~partition_log.txn.CompletedTxn`.  Before the append a leader
 refuses a marker whose producer epoch is older than the producer's
 (``INVALID_PRODUCER_EPOCH``) or whose coordinator epoch is older than the last
-marker's (``TRANSACTION_COORDINATOR_FENCED``), and a non-transactional batch
+marker's (``TRANSACTION_COORDINATOR_FENCED``), a transaction version 2 marker
+that is not past the epoch of the transaction open here (a late marker of an
+earlier transaction, KAFKA-19446: ``INVALID_PRODUCER_EPOCH``), and a non-transactional batch
 from a producer whose transaction is open (``INVALID_TXN_STATE``).  The open
 transactions, and the completed ones whose marker the high watermark has not
 passed yet, give the log's first unstable offset
@@ -306,7 +308,9 @@ class ProducerStateManager:
     def entry(self, producer_id: int) -> ProducerEntry | None:
         return self.producers.get(producer_id)
 
-    def check(self, batch: ProducerBatch, *, client: bool = True) -> Append | Duplicate:
+    def check(
+        self, batch: ProducerBatch, *, client: bool = True, marker_bumps_epoch: bool = False
+    ) -> Append | Duplicate:
         """Whether a leader may append ``batch``: :class:`Append`, a
         :class:`Duplicate` with the original offsets, or a
         :class:`PartitionLogError` (``INVALID_PRODUCER_EPOCH``,
@@ -314,12 +318,14 @@ class ProducerStateManager:
         sequences. Changes nothing.  A coordinator's own batch (``client``
         False: a group coordinator's transactional offset commit) is checked
         for its epoch only, never for duplicates or sequences, as Kafka's
-        ``ProducerAppendInfo`` checks those of ``CLIENT`` appends alone."""
+        ``ProducerAppendInfo`` checks those of ``CLIENT`` appends alone.
+        ``marker_bumps_epoch``: a marker of transaction version 2, whose
+        epoch is one past its transaction's batches'."""
         if batch.producer_id == NO_PRODUCER_ID:
             return APPEND
         entry = self.producers.get(batch.producer_id)
         if batch.marker is not None:
-            return self._check_marker(batch, batch.marker, entry)
+            return self._check_marker(batch, batch.marker, entry, marker_bumps_epoch)
         if not client:
             if entry is not None and batch.producer_epoch < entry.epoch:
                 raise PartitionLogError(
@@ -397,12 +403,23 @@ class ProducerStateManager:
         return APPEND
 
     def _check_marker(
-        self, batch: ProducerBatch, marker: EndTxnMarker, entry: ProducerEntry | None
+        self,
+        batch: ProducerBatch,
+        marker: EndTxnMarker,
+        entry: ProducerEntry | None,
+        bumps_epoch: bool,
     ) -> Append:
         """A marker may end the producer's transaction unless its producer or
         coordinator epoch is older than the producer's (``checkProducerEpoch``,
         ``checkCoordinatorEpoch``): a zombie coordinator's marker must not end
-        a transaction its successor decides."""
+        a transaction its successor decides.  With transaction version 2
+        (``bumps_epoch``) a transaction's batches are at epoch E and its
+        marker at E + 1, and the producer's next transaction writes at
+        E + 1: a marker at the epoch of the transaction open here is a late
+        copy of the previous transaction's (a retry whose first attempt
+        landed after all), which would end this one early with the other's
+        outcome (KAFKA-19446).  At that epoch with nothing open it is such a
+        retry and harmless (KAFKA-19999)."""
         if entry is None:
             return APPEND
         where = (
@@ -413,6 +430,17 @@ class ProducerStateManager:
             raise PartitionLogError(
                 Errors.INVALID_PRODUCER_EPOCH,
                 f"{where}: epoch {batch.producer_epoch} is older than its epoch {entry.epoch}",
+            )
+        if (
+            bumps_epoch
+            and batch.producer_epoch == entry.epoch
+            and entry.current_txn_first_offset >= 0
+        ):
+            raise PartitionLogError(
+                Errors.INVALID_PRODUCER_EPOCH,
+                f"{where}: epoch {batch.producer_epoch} is the epoch of the transaction open "
+                f"from offset {entry.current_txn_first_offset}, not past it: a late marker of "
+                "the producer's previous transaction (transaction version 2)",
             )
         if marker.coordinator_epoch < entry.coordinator_epoch:
             raise PartitionLogError(

@@ -543,11 +543,13 @@ class PartitionReplica:
         now_ms: int,
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        marker_bumps_epoch: bool = False,
     ) -> LeaderAppend:
         """``Partition.appendRecordsToLeader``: acks=all under min ISR is refused
         before anything is written (``NOT_ENOUGH_REPLICAS``, a definite
         failure); else the log appends it in our epoch, and the HW is
-        re-checked (the ISR may be just us)."""
+        re-checked (the ISR may be just us).  ``marker_bumps_epoch``: a
+        transaction version 2 marker (the producer state's check)."""
         self._require_leader()
         if required_acks not in _ACKS:
             raise ReplicaError(
@@ -559,7 +561,13 @@ class PartitionReplica:
                 f"the ISR {list(self.isr)} is smaller than min.insync.replicas {self.min_isr}",
             )
         try:
-            info = self.log.append_as_leader(batch_bytes, self.leader_epoch, now_ms, origin=origin)
+            info = self.log.append_as_leader(
+                batch_bytes,
+                self.leader_epoch,
+                now_ms,
+                origin=origin,
+                marker_bumps_epoch=marker_bumps_epoch,
+            )
         except PartitionLogError as error:
             raise ReplicaError(from_partition_log_error(error), str(error.args[0])) from None
         return LeaderAppend(info, self.leader_epoch, self.maybe_increment_leader_hw(now_ms))

@@ -50,6 +50,7 @@ class ReplicaLog(Protocol):
         now_ms: int,
         *,
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        marker_bumps_epoch: bool = False,
     ) -> AppendInfo: ...
 
     def append_as_follower(self, batch_bytes: bytes, now_ms: int = 0) -> AppendInfo: ...

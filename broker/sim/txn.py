@@ -474,7 +474,13 @@ class TxnSimCluster(SimCluster):
         now = self.now_ms
         batch = build_marker_batch(marker.producer_id, marker.producer_epoch, end, now)
         try:
-            append = replica.append_as_leader(batch, -1, now, origin=AppendOrigin.COORDINATOR)
+            append = replica.append_as_leader(
+                batch,
+                -1,
+                now,
+                origin=AppendOrigin.COORDINATOR,
+                marker_bumps_epoch=marker.bumps_epoch and self.txn_config.refuse_late_markers,
+            )
         except ReplicaError as error:
             self.log(
                 f"p{p} broker {broker.broker_id} refuses {end.type.name} marker of producer "

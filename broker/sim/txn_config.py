@@ -2,7 +2,7 @@
 
 The cluster's last partition is the transaction-state partition (Kafka's
 ``__transaction_state`` with one partition); the others are the data
-partitions the producers write.  Four rule switches break KIP-890's
+partitions the producers write.  Five rule switches break KIP-890's
 defences or the coordinator's own rules on purpose, for the scenarios and
 tests that show an invariant firing; they are the simulation's, not
 :mod:`bugs`'s (the catalogue's transaction bugs come with their chaos
@@ -64,6 +64,10 @@ class TxnSimConfig:
     # Off: transaction version 1 (TransactionCoordinatorShard's
     # bump_epoch_on_end), KAFKA-17754's delayed EndTxn ends the next one.
     bump_epoch_on_end: bool = True
+    # KAFKA-19446: a partition refuses a transaction version 2 marker at
+    # the epoch of the transaction open there (a late copy of the previous
+    # transaction's marker, which would end this one).
+    refuse_late_markers: bool = True
     # On: the coordinator writes only a transaction's first marker, then
     # completes it (a commit marked in only some of its partitions).
     complete_after_first_marker: bool = False

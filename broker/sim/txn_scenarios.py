@@ -19,6 +19,12 @@ rule switches) the invariant it names fires:
   late request is of an old epoch and changes nothing; with transaction
   version 1 it commits transaction 2, which its producer then aborts
   (``read-committed``).
+- ``late-marker``: a held copy of transaction 1's COMMIT marker arrives
+  after the coordinator's retry completed it and transaction 2 wrote the
+  partition at the marker's (bumped) epoch.  The partition refuses a
+  version 2 marker at the epoch of the transaction open there; without
+  that it commits transaction 2's record there, which its producer then
+  aborts (``read-committed``).
 - ``hanging-unadded``: a producer writes to a partition it never added.
   KIP-890 part 1's verification refuses the batch; without it the batch
   opens a transaction there that no marker ends (``hanging-transaction``).
@@ -45,7 +51,13 @@ from broker.sim.txn import TxnSimCluster
 from broker.sim.txn_clients import TxnPlan
 from broker.sim.txn_config import TxnSimConfig
 from broker.sim.txn_invariants import TxnInvariantChecker, check_settled
-from broker.sim.txn_messages import EndTxnRequest, TxnBody, TxnProduce, TxnRequest
+from broker.sim.txn_messages import (
+    EndTxnRequest,
+    MarkerRequest,
+    TxnBody,
+    TxnProduce,
+    TxnRequest,
+)
 from metadata.records import NO_LEADER
 
 __all__ = [
@@ -286,6 +298,13 @@ def _is_produce_to(p: int) -> Callable[[TxnBody], bool]:
     return pick
 
 
+def _is_marker_to(p: int) -> Callable[[TxnBody], bool]:
+    def pick(body: TxnBody) -> bool:
+        return isinstance(body, MarkerRequest) and body.marker.partition == p
+
+    return pick
+
+
 def _outcomes(cluster: TxnSimCluster) -> list[str]:
     return [t.outcome for _, t in sorted(cluster.client_txns.items())]
 
@@ -303,6 +322,22 @@ def kafka_17754(c: TxnSimCluster, facts: dict[str, object]) -> None:
     c.run_for(8_000)
     facts["outcomes"] = _outcomes(c)
     facts["end_answers"] = list(c.end_txn_answers)
+
+
+def late_marker(c: TxnSimCluster, facts: dict[str, object]) -> None:
+    """Transaction 1 commits on partition 0, but the first copy of its
+    COMMIT marker there is held 2 s; the coordinator's retry lands and
+    completes it, and transaction 2 has written partition 0, at the
+    marker's epoch, when the held copy arrives.  Then the producer aborts
+    transaction 2."""
+    c.delay_next(_is_marker_to(0), 2_000)
+    c.start_producer(
+        "tx0",
+        [TxnPlan(((0, 1),), commit=True), TxnPlan(((0, 1),), commit=False, think_ms=3_000)],
+    )
+    c.run_for(7_000)
+    facts["outcomes"] = _outcomes(c)
+    facts["refused"] = [line for line in c.trace if "refuses COMMIT marker" in line]
 
 
 def hanging_unadded(c: TxnSimCluster, facts: dict[str, object]) -> None:
@@ -343,6 +378,12 @@ TXN_SCENARIOS: dict[str, TxnScenario] = {
         "KAFKA-17754: a delayed EndTxn ends the next transaction",
         kafka_17754,
         (("bump_epoch_on_end", False),),
+        "read-committed",
+    ),
+    "late-marker": TxnScenario(
+        "KAFKA-19446: a late copy of a transaction's marker ends the next one",
+        late_marker,
+        (("refuse_late_markers", False),),
         "read-committed",
     ),
     "hanging-unadded": TxnScenario(

@@ -15,7 +15,7 @@ from typing import Protocol, TypeVar
 from broker.coordinator_result import CoordinatorRefusal, CoordinatorResult
 from broker.errors import Errors
 from broker.txn.records import TxnRecord
-from broker.txn.types import Partitions, TransactionState
+from broker.txn.types import TRANSACTION_VERSION, Partitions, TransactionState
 
 __all__ = [
     "AddPartitionsResponse",
@@ -61,13 +61,23 @@ class TxnMarker:
     """A COMMIT or ABORT control batch to write to one partition of a
     transaction (``WriteTxnMarkersRequest``'s ``TxnMarkerEntry``, one
     partition): with the transaction's bumped epoch, so that the partition
-    fences the ended epoch's late writes (KIP-890 part 2)."""
+    fences the ended epoch's late writes (KIP-890 part 2).
+    ``transaction_version`` 2 says so to the partition, which then refuses
+    a marker not past the epoch of the transaction open there (a late copy
+    of an earlier transaction's, KAFKA-19446); 0 and 1 (an administrator's
+    abort of a hanging transaction, a version 1 end) are checked only for
+    older epochs."""
 
     topic: str
     partition: int
     producer_id: int
     producer_epoch: int
     commit: bool
+    transaction_version: int = 0
+
+    @property
+    def bumps_epoch(self) -> bool:
+        return self.transaction_version >= TRANSACTION_VERSION
 
 
 @dataclass(frozen=True, slots=True)

@@ -693,7 +693,14 @@ def _pending(meta: TransactionMetadata) -> PendingMarkers:
         meta.producer_epoch,
         commit,
         tuple(
-            TxnMarker(tp.topic, tp.partition, meta.producer_id, meta.producer_epoch, commit)
+            TxnMarker(
+                tp.topic,
+                tp.partition,
+                meta.producer_id,
+                meta.producer_epoch,
+                commit,
+                meta.client_transaction_version,
+            )
             for tp in sorted(meta.partitions)
         ),
     )

@@ -88,6 +88,16 @@ def test_kafka_17754_with_transaction_version_1_commits_the_open_transaction() -
     assert [a for a in run.cluster.end_txn_answers if a[0][2] == 0][1][3] == "NONE"
 
 
+def test_late_marker_copy_is_refused_and_the_next_transaction_aborts_alone() -> None:
+    run = run_txn_scenario("late-marker")
+    assert run.facts["outcomes"] == ["committed", "aborted"]
+    # The held first copy of transaction 0's COMMIT arrived with transaction
+    # 1 open on p0 at the same epoch, the bumped one: refused there.
+    refused = run.facts["refused"]
+    assert isinstance(refused, list) and len(refused) == 1, refused
+    assert "p0" in refused[0] and "epoch 1: INVALID_PRODUCER_EPOCH" in refused[0]
+
+
 def test_hanging_unadded_is_refused_and_the_transaction_aborted() -> None:
     run = run_txn_scenario("hanging-unadded")
     assert run.facts["outcomes"] == ["aborted"]

@@ -17,8 +17,9 @@ from broker.coordinator_runtime import ShardState
 from broker.errors import Errors
 from broker.group.api import CommitPartition, OffsetFetchRequest, TxnOffsetCommitRequest
 from broker.service import BrokerService, ServiceSettings
+from broker.txn.api import TxnMarker
 from broker.txn.placement import partition_for
-from broker.txn.types import TopicPartition, TransactionState
+from broker.txn.types import TRANSACTION_VERSION, TopicPartition, TransactionState
 from broker.txn_coordinator import TransactionCoordinator
 from broker.txn_produce import verify_produce
 from bugs import Bug
@@ -543,5 +544,40 @@ def test_b24_without_verification_an_unadded_partitions_write_hangs() -> None:
         # t-1's transaction has no marker: it stays open for good.
         await only_t0_marked(b)
         assert committed_values(b, 2, 0) == [b"a"]
+
+    run(body)
+
+
+def test_a_late_copy_of_the_last_commits_marker_does_not_end_the_next_transaction() -> None:
+    async def body(b: TxnBrokers) -> None:
+        coordinator = b.txns[1]
+        init = await coordinator.init_producer_id("tx", TIMEOUT)
+        pid, epoch = init.producer_id, init.producer_epoch
+        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        assert await send(b, "tx", 0, pid, epoch, 0, b"first") is None
+        end = await coordinator.end_txn("tx", pid, epoch, True)
+        await states_become(coordinator, [TransactionState.COMPLETE_COMMIT])
+        # The next transaction writes t-0 at the bumped epoch, the epoch
+        # the first one's marker carried.
+        bumped = end.producer_epoch
+        await coordinator.add_partitions("tx", pid, bumped, [T0])
+        assert await send(b, "tx", 0, pid, bumped, 0, b"second") is None
+        ((_, _, marker),) = b.markers(2, 0)
+        late = TxnMarker("t", 0, pid, bumped, True, TRANSACTION_VERSION)
+        answer = await b.appenders[2].append([late], marker.coordinator_epoch)
+        error, message = answer[("t", 0)]
+        assert error is Errors.INVALID_PRODUCER_EPOCH, answer
+        assert "late marker" in message
+        # The second transaction is still open: nothing of it is committed.
+        log = b.data_log(2, 0)
+        assert len(b.markers(2, 0)) == 1
+        assert committed_values(b, 2, 0) == [b"first"]
+        assert log.last_stable_offset == 2
+        # An administrator's abort (version 0) at that epoch still ends it.
+        admin = TxnMarker("t", 0, pid, bumped, False)
+        answer = await b.appenders[2].append([admin], marker.coordinator_epoch)
+        assert answer[("t", 0)][0] is Errors.NONE, answer
+        await eventually(lambda: log.last_stable_offset == log.log_end_offset)
+        assert committed_values(b, 2, 0) == [b"first"]
 
     run(body)

@@ -110,6 +110,10 @@ def test_damaged_requests_are_refused_by_name_and_change_nothing() -> None:
                 markers=[txn_pb2.TxnMarker(producer_id=pid, producer_epoch=epoch, topics=[t0],
                                            coordinator_epoch=-1)]), CTX),
              E.INVALID_REQUEST, "coordinator_epoch"),
+            ("marker version", lambda: service.WriteTxnMarkers(txn_pb2.WriteTxnMarkersRequest(
+                markers=[txn_pb2.TxnMarker(producer_id=pid, producer_epoch=epoch, topics=[t0],
+                                           transaction_version=3)]), CTX),
+             E.INVALID_REQUEST, "markers[0].transaction_version 3 is not 0 to 2"),
             ("marker no topics", lambda: service.WriteTxnMarkers(txn_pb2.WriteTxnMarkersRequest(
                 markers=[txn_pb2.TxnMarker(producer_id=pid, producer_epoch=epoch)]), CTX),
              E.INVALID_REQUEST, "markers[0].topics"),

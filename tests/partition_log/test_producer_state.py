@@ -29,6 +29,7 @@ from partition_log.producer_state import (
     encode_snapshot,
     increment_sequence,
 )
+from partition_log.txn import ControlType, EndTxnMarker
 
 PID = 1000
 
@@ -151,6 +152,28 @@ def test_b22_appends_a_fenced_epochs_transactional_batch_as_its_producers() -> N
     assert entry is not None
     assert (entry.epoch, entry.last_seq, entry.current_txn_first_offset) == (3, 0, 0)
     assert state.check(ProducerBatch(PID, 3, 1, 0, 2, 6, is_transactional=True)) == Append()
+
+
+def test_a_version_2_marker_at_the_open_transactions_epoch_is_a_late_copy() -> None:
+    # Transaction 1's batches at epoch 3, its marker at 4; transaction 2's
+    # batch at 4 is open when a late copy of the epoch-4 marker comes.
+    state = ProducerStateManager()
+    state.update(ProducerBatch(PID, 3, 0, 0, 0, 0, is_transactional=True))
+    commit = EndTxnMarker(ControlType.COMMIT, 0)
+    first = ProducerBatch(PID, 4, -1, 0, 1, 0, is_transactional=True, marker=commit)
+    assert state.check(first, client=False, marker_bumps_epoch=True) == Append()
+    state.update(first)
+    # A retry of it with nothing open: harmless (KAFKA-19999).
+    again = ProducerBatch(PID, 4, -1, 0, 2, 0, is_transactional=True, marker=commit)
+    assert state.check(again, client=False, marker_bumps_epoch=True) == Append()
+    state.update(ProducerBatch(PID, 4, 0, 0, 2, 0, is_transactional=True))
+    late = ProducerBatch(PID, 4, -1, 0, 3, 0, is_transactional=True, marker=commit)
+    with pytest.raises(PartitionLogError, match="a late marker of the producer's previous") as e:
+        state.check(late, client=False, marker_bumps_epoch=True)
+    assert e.value.code is Errors.INVALID_PRODUCER_EPOCH
+    # Transaction version 1 (and an administrator's abort): a transaction's
+    # marker is at its batches' epoch.
+    assert state.check(late, client=False) == Append()
 
 
 def test_sequences_wrap_to_zero_after_the_largest_int32() -> None:

@@ -165,7 +165,7 @@ def test_init_fences_an_ongoing_transaction_by_aborting_it_first() -> None:
         pid,
         epoch + 1,
         False,
-        (TxnMarker("t", 0, pid, epoch + 1, False), TxnMarker("u", 0, pid, epoch + 1, False)),
+        (TxnMarker("t", 0, pid, epoch + 1, False, 2), TxnMarker("u", 0, pid, epoch + 1, False, 2)),
     )
     # Until the abort completes the answer stays CONCURRENT_TRANSACTIONS.
     again = shard.init_producer_id("tx", TIMEOUT, now_ms=9)
@@ -298,7 +298,7 @@ def test_end_txn_prepares_at_the_next_epoch_and_names_the_markers() -> None:
         pid,
         epoch + 1,
         True,
-        (TxnMarker("t", 0, pid, epoch + 1, True), TxnMarker("u", 0, pid, epoch + 1, True)),
+        (TxnMarker("t", 0, pid, epoch + 1, True, 2), TxnMarker("u", 0, pid, epoch + 1, True, 2)),
     )
 
 
@@ -433,8 +433,8 @@ def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced() -> None:
     )
     (pending,) = result.response
     assert pending.markers == (
-        TxnMarker("t", 0, pid, epoch + 1, False),
-        TxnMarker("u", 0, pid, epoch + 1, False),
+        TxnMarker("t", 0, pid, epoch + 1, False, 2),
+        TxnMarker("u", 0, pid, epoch + 1, False, 2),
     )
     complete(shard, log, pending)
     # The producer is fenced: its EndTxn is not a retry, its next add fails.

@@ -53,7 +53,7 @@ def test_end_txn_keeps_the_epoch_and_its_markers_carry_it() -> None:
     answer = log.apply(shard, shard.end_txn("tx", pid, epoch, True, 0)).response
     assert (answer.error, answer.producer_epoch) == (Errors.NONE, epoch)
     assert answer.pending == PendingMarkers(
-        "tx", pid, epoch, True, (TxnMarker("t", 0, pid, epoch, True),)
+        "tx", pid, epoch, True, (TxnMarker("t", 0, pid, epoch, True, 1),)
     )
     found = shard.transactions.get("tx")
     assert found is not None
@@ -105,7 +105,7 @@ def test_a_late_end_txn_ends_the_next_transaction_kafka_17754() -> None:
     late = log.apply(shard, shard.end_txn("tx", pid, epoch, True, 0)).response
     assert late.error is Errors.NONE
     assert late.pending == PendingMarkers(
-        "tx", pid, epoch, True, (TxnMarker("t", 1, pid, epoch, True),)
+        "tx", pid, epoch, True, (TxnMarker("t", 1, pid, epoch, True, 1),)
     )
 
 

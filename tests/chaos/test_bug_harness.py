@@ -69,7 +69,7 @@ def _run(tmp_path: Path) -> QueueResult:
 
     async def main() -> None:
         await w.prepare()
-        await w.run(1.0)
+        await w.run(60, op_limit=400)  # a count, not a time: load makes fewer
         await w.final()
         await w.close()
 

@@ -298,7 +298,7 @@ def test_a_run_is_well_formed_and_the_final_polls_find_every_acknowledged_record
 
     async def main() -> Any:
         await w.prepare()
-        await w.run(1.0)
+        await w.run(60, op_limit=400)  # a count, not a time: load makes fewer
         verdict = await w.final()
         await w.close()
         return verdict
@@ -350,7 +350,7 @@ def test_record_keys_recur_while_values_stay_unique(tmp_path: Path) -> None:
 
     async def main() -> None:
         await w.prepare()
-        await w.run(0.5)
+        await w.run(60, op_limit=200)
         await w.close()
 
     asyncio.run(main())

@@ -65,6 +65,15 @@ try:
     HAVE_ZSTD = True
 except ImportError:  # pragma: no cover - depends on the installation
     HAVE_ZSTD = False
+# Raw snappy blocks (cramjam), in xerial's framing as Kafka's snappy-java
+# writes them (see _snappy_compress).
+try:
+    from cramjam import DecompressionError as _SnappyError
+    from cramjam import snappy as _snappy
+
+    HAVE_SNAPPY = True
+except ImportError:  # pragma: no cover - depends on the installation
+    HAVE_SNAPPY = False
 
 __all__ = [
     "DEFAULT_MAX_RECORDS_BYTES",
@@ -273,9 +282,83 @@ def _compress(compression: Compression, data: bytes) -> bytes:
         if not HAVE_ZSTD:
             raise _unsupported(compression, "the zstandard package is not installed")
         return _zstd.ZstdCompressor(level=3).compress(data)  # zstd-jni's default level
-    raise _unsupported(
-        compression, "kq has no snappy codec (Kafka's xerial framing); use lz4 or zstd"
-    )
+    if compression is Compression.SNAPPY:
+        return _snappy_compress(data)
+    raise _unsupported(compression, "no such codec")
+
+
+# snappy-java's SnappyOutputStream, which Kafka's producer and broker write
+# snappy batches with: xerial's header (magic, version 1, compatible version
+# 1), then blocks of at most 32 KiB of input, each a big-endian int32 length
+# and a raw snappy block.  SnappyInputStream reads a section without the
+# magic as one raw block, and so does kq.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+_INT32 = struct.Struct(">i")
+
+
+def _snappy_compress(data: bytes) -> bytes:
+    if not HAVE_SNAPPY:
+        raise _unsupported(Compression.SNAPPY, "the cramjam package is not installed")
+    parts = [_XERIAL_HEADER]
+    for start in range(0, len(data), _XERIAL_BLOCK):
+        block = bytes(_snappy.compress_raw(data[start : start + _XERIAL_BLOCK]))
+        parts.append(_INT32.pack(len(block)))
+        parts.append(block)
+    return b"".join(parts)
+
+
+def _snappy_length(block: bytes, where: str) -> int:
+    """The uncompressed length a raw snappy block starts with (a
+    little-endian base-128 varint of at most 32 bits), read before the block
+    is decompressed so that a decompression bomb is refused first."""
+    value = shift = 0
+    for i, byte in enumerate(block[:5]):
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            if value > 0xFFFFFFFF:
+                break
+            return value
+        shift += 7
+        if i == 4:
+            break
+    raise _corrupt(f"{where}: a snappy block's length is malformed or cut short")
+
+
+def _snappy_decompress(data: bytes, where: str, limit: int) -> bytes:
+    if not HAVE_SNAPPY:
+        raise _unsupported(Compression.SNAPPY, "the cramjam package is not installed")
+    if data[: len(_XERIAL_MAGIC)] != _XERIAL_MAGIC:
+        blocks = [data]
+    else:
+        if len(data) < len(_XERIAL_HEADER):
+            raise _corrupt(f"{where}: the xerial snappy header is cut short")
+        blocks = []
+        position = len(_XERIAL_HEADER)
+        while position < len(data):
+            if position + 4 > len(data):
+                raise _corrupt(f"{where}: a snappy block's length at {position} is cut short")
+            (size,) = _INT32.unpack_from(data, position)
+            position += 4
+            if size < 0 or position + size > len(data):
+                raise _corrupt(
+                    f"{where}: a snappy block of {size} bytes at {position} does not fit the "
+                    f"{len(data)} bytes of the section"
+                )
+            blocks.append(data[position : position + size])
+            position += size
+    parts: list[bytes] = []
+    total = 0
+    for block in blocks:
+        total += _snappy_length(block, where)
+        if total > limit:
+            raise _too_large(where, limit)
+        try:
+            parts.append(bytes(_snappy.decompress_raw(block)))
+        except _SnappyError as error:
+            raise _corrupt(f"{where} do not decompress: {error}") from None
+    return b"".join(parts)
 
 
 # Decompressed records sections larger than this are refused: a guard against
@@ -344,9 +427,9 @@ def _decompress(compression: Compression, data: bytes, base_offset: int, limit: 
         if not stream.eof or stream.unused_data or fed < len(data):
             raise _corrupt(f"{where}: the zstd frame is cut short or followed by other bytes")
         return b"".join(parts)
-    raise _unsupported(
-        compression, "kq has no snappy codec (Kafka's xerial framing); use lz4 or zstd"
-    )
+    if compression is Compression.SNAPPY:
+        return _snappy_decompress(data, where, limit)
+    raise _unsupported(compression, "no such codec")
 
 
 # -- building -----------------------------------------------------------------

@@ -35,7 +35,7 @@ class Errors(enum.IntEnum):
     TRANSACTION_COORDINATOR_FENCED = 52
     UNKNOWN_PRODUCER_ID = 59
     KAFKA_STORAGE_ERROR = 56
-    # A batch compressed with a codec kq does not have (snappy), KIP-110.
+    # A batch compressed with a codec whose package is not installed, KIP-110.
     UNSUPPORTED_COMPRESSION_TYPE = 76
 
 

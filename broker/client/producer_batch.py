@@ -105,8 +105,6 @@ class ProducerConfig:
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, not {getattr(self, name)}")
         Acks(self.acks)
-        if self.compression_type is Compression.SNAPPY:
-            raise ValueError("compression_type snappy is not supported; use gzip, lz4 or zstd")
         if self.enable_idempotence:
             # ProducerConfig.postProcessAndValidateIdempotenceConfigs.
             if self.acks is not Acks.ALL:

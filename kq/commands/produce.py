@@ -68,6 +68,7 @@ COMPRESSION = {
     "none": Compression.NONE,
     "gzip": Compression.GZIP,
     "lz4": Compression.LZ4,
+    "snappy": Compression.SNAPPY,
     "zstd": Compression.ZSTD,
 }
 # How often a commit that timed out is asked again before its records are

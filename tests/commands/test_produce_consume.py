@@ -27,6 +27,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerCluster]
         running.start()
         running.create_topic("lines", 1, 3, {"min.insync.replicas": "2"})
         running.create_topic("spread", 3, 2)
+        running.create_topic("snappy", 1, 3)
         yield running
     finally:
         running.stop()
@@ -404,3 +405,25 @@ def test_sigterm_makes_a_group_consumer_commit_and_leave(
     # It left (no member holds a partition) and committed what it printed.
     assert '"consumer_id": null' in text and '"consumer_id": "' not in text, text
     assert '"lag": 0' in text and '"lag": 1' not in text, text
+
+
+def test_snappy_batches_are_stored_and_consumed(
+    cluster: BrokerCluster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = b"".join(b"snappy record %d\n" % i for i in range(20))
+    status = run(
+        ["produce", "--topic", "snappy", "--compression", "snappy", "--json", *flags(cluster)],
+        monkeypatch,
+        lines,
+    )
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert json.loads(out.out)["acknowledged"] == 20
+    status = run(
+        ["consume", "--topic", "snappy", "--from-beginning", "--max-messages", "20",
+         *flags(cluster)],
+        monkeypatch,
+    )  # fmt: skip
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert out.out.splitlines() == [f"snappy record {i}" for i in range(20)]

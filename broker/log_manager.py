@@ -50,7 +50,7 @@ from broker.replica.types import FetcherConfig, ReplicaConfig
 from metadata.configs import LONG_MAX, ResourceType, resolve, validate
 from metadata.errors import ApiError
 from metadata.image import TOPIC_RESOURCE, MetadataImage, TopicIdPartition
-from partition_log.batch import TimestampType
+from partition_log.batch import Compression, TimestampType
 from partition_log.cleaner import LogCleaner
 from partition_log.errors import PartitionLogError
 from partition_log.files import FileDirectory, LogFile, Names
@@ -226,6 +226,16 @@ _LOG_FIELDS: Mapping[str, str] = {
     "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
     "min.compaction.lag.ms": "min_compaction_lag_ms",
     "max.compaction.lag.ms": "max_compaction_lag_ms",
+    "compression.type": "compression",
+}
+# compression.type's values: "producer" keeps each producer's codec.
+_COMPRESSION: Mapping[str, Compression | None] = {
+    "producer": None,
+    "uncompressed": Compression.NONE,
+    "gzip": Compression.GZIP,
+    "snappy": Compression.SNAPPY,
+    "lz4": Compression.LZ4,
+    "zstd": Compression.ZSTD,
 }
 _CONFIG_OF_FIELD = {f: name for name, f in _LOG_FIELDS.items()}
 
@@ -282,6 +292,7 @@ def topic_log_config(image: MetadataImage, topic_name: str, broker_id: int) -> L
         "min_cleanable_dirty_ratio": float(values["min.cleanable.dirty.ratio"]),
         "min_compaction_lag_ms": int(values["min.compaction.lag.ms"]),
         "max_compaction_lag_ms": int(values["max.compaction.lag.ms"]),
+        "compression": _COMPRESSION[values["compression.type"]],
     }
     try:
         return LogConfig(**kwargs)  # type: ignore[arg-type]

@@ -92,6 +92,7 @@ __all__ = [
     "ScannedBatch",
     "TimestampType",
     "build_batch",
+    "recompressed",
     "decode_records",
     "records_section",
     "set_base_offset",
@@ -121,6 +122,8 @@ _PREFIX = struct.Struct(">qiibI")  # BaseOffset .. CRC: the part outside the CRC
 _CRC_COVERED = struct.Struct(">hiqqqhii")  # Attributes .. RecordsCount
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
+_INT16 = struct.Struct(">h")
+_UINT32 = struct.Struct(">I")
 assert _HEADER.size == HEADER_SIZE
 _new_tuple = tuple.__new__
 _HEADER_UNPACK = _HEADER.unpack_from
@@ -295,7 +298,6 @@ def _compress(compression: Compression, data: bytes) -> bytes:
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _XERIAL_BLOCK = 32 * 1024
-_INT32 = struct.Struct(">i")
 
 
 def _snappy_compress(data: bytes) -> bytes:
@@ -440,6 +442,33 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
         raise PartitionLogError(
             Errors.INVALID_RECORD, f"{name} {value!r} is outside its field's range [{low}, {high}]"
         )
+
+
+def recompressed(
+    batch: bytes | bytearray | memoryview,
+    compression: Compression,
+    *,
+    max_records_bytes: int = DEFAULT_MAX_RECORDS_BYTES,
+) -> bytes:
+    """A verified data batch with its records section in ``compression``
+    instead of its own (a leader under a topic's ``compression.type``,
+    ``LogValidator`` building the batch anew): every other field as it was,
+    the codec bits, the length and the CRC made to match."""
+    header = BatchHeader.parse(batch)
+    view = memoryview(batch)
+    section = _decompress(
+        header.compression, bytes(view[HEADER_SIZE:]), header.base_offset, max_records_bytes
+    )
+    packed = _compress(compression, section)
+    out = bytearray(view[:HEADER_SIZE])
+    out += packed
+    length = len(out) - LOG_OVERHEAD
+    _check_range("batch length", length, MIN_LENGTH, INT32_MAX)
+    _INT32.pack_into(out, _LENGTH_AT, length)
+    attributes = (header.attributes & ~COMPRESSION_MASK) | Compression(compression)
+    _INT16.pack_into(out, _ATTRIBUTES_AT, attributes)
+    _UINT32.pack_into(out, _CRC_AT, crc32c(memoryview(out)[_ATTRIBUTES_AT:]))
+    return bytes(out)
 
 
 def build_batch(

@@ -46,6 +46,7 @@ from partition_log.batch import (
     TimestampType,
     control_batch_bytes,
     decode_records,
+    recompressed,
     verify,
 )
 from partition_log.epoch_cache import (
@@ -1116,6 +1117,16 @@ class PartitionLog:
                     "its coordinator's)",
                 )
             marker = read_marker(batch_bytes, header)
+        target = config.compression
+        if (
+            target is not None
+            and header.compression is not target
+            and not header.attributes & CONTROL_FLAG
+        ):
+            batch_bytes = recompressed(batch_bytes, target)
+            if len(batch_bytes) > config.max_batch_bytes:
+                self._check_size(len(batch_bytes), f"batch recompressed as {target.name}")
+            header = verify(batch_bytes)
         compacts = self._compacts
         if compacts[0] is not config:
             # Derived once per config (a broker may replace the config).

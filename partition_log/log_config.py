@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from partition_log.batch import TimestampType
+from partition_log.batch import Compression, TimestampType
 
 __all__ = ["LONG_MAX", "CleanupPolicy", "LogConfig"]
 
@@ -54,6 +54,10 @@ class LogConfig:
     min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio
     min_compaction_lag_ms: int = 0  # min.compaction.lag.ms
     max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms
+    # compression.type: None ("producer") stores each batch as its producer
+    # compressed it; a codec (NONE for "uncompressed") makes the leader
+    # recompress the batches of any other (LogValidator).
+    compression: Compression | None = None
 
     def __post_init__(self) -> None:
         # Kafka's validators (LogConfig.CONFIG's atLeast/between/in).

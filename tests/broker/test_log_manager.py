@@ -26,7 +26,7 @@ from broker.os_log_dirs import OsLogDirectory
 from broker.replica import FetcherConfig
 from metadata.image import TopicIdPartition
 from metadata.records import ConfigRecord
-from partition_log.batch import TimestampType, build_batch
+from partition_log.batch import Compression, TimestampType, build_batch
 from partition_log.log_config import CleanupPolicy, LogConfig
 from partition_log.records import Record
 from tests.broker.images import BROKER_RESOURCE, Metadata, remove, topic, topic_config
@@ -197,6 +197,11 @@ def test_topic_configs_with_kafkas_precedence_and_defaults() -> None:
     assert topic_log_config(md.image, "a", 2).retention_ms == 9000
     replica = topic_replica_config(md.image, "a", 1)
     assert replica.min_insync_replicas == 2 and replica.replica_lag_time_max_ms == 7000
+    # compression.type: the producer's codec by default, else the one named.
+    assert config.compression is None
+    for value, codec in (("uncompressed", Compression.NONE), ("snappy", Compression.SNAPPY)):
+        md.step(topic_config("a", "compression.type", value))
+        assert topic_log_config(md.image, "a", 1).compression is codec
 
 
 @pytest.mark.parametrize(

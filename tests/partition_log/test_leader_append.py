@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import partition_log.segment as segment_module
-from partition_log.batch import BatchHeader, TimestampType, build_batch, verify
+from partition_log.batch import (
+    BatchHeader,
+    Compression,
+    TimestampType,
+    build_batch,
+    decode_records,
+    split_batches,
+    verify,
+)
 from partition_log.errors import Errors, PartitionLogError
 from partition_log.files import MemoryDirectory
 from partition_log.log import PartitionLog
@@ -203,3 +211,48 @@ def test_a_config_replaced_on_the_log_decides_the_key_check() -> None:
     log.config = LogConfig()
     log.append_as_leader(keyless, 0, now_ms=0)
     assert log.log_end_offset == 2
+
+
+def test_compression_type_recompresses_other_codecs_and_keeps_the_batch_fields() -> None:
+    log = PartitionLog.open(MemoryDirectory(), LogConfig(compression=Compression.ZSTD), now_ms=0)
+    plain = producer_batch(3, value=b"x" * 200, producer=7, producer_epoch=2, sequence=0)
+    gz = build_batch(
+        [Record(i, 1000 + i, b"k", b"y" * 200) for i in range(2)],
+        compression=Compression.GZIP,
+        producer_id=7,
+        producer_epoch=2,
+        base_sequence=3,
+    )
+    already = build_batch([Record(0, 5, None, b"z")], compression=Compression.ZSTD)
+    for data in (plain, gz, already):
+        log.append_as_leader(data, 4, 0)
+    stored = split_batches(log.read(0, 1 << 20))
+    headers = [verify(bytes(b)) for b in stored]
+    assert [h.compression for h in headers] == [Compression.ZSTD] * 3
+    # Offsets, timestamps and the producer's fields as the producer sent them.
+    assert [(h.base_offset, h.last_offset) for h in headers] == [(0, 2), (3, 4), (5, 5)]
+    assert [(h.producer_id, h.producer_epoch, h.base_sequence) for h in headers[:2]] == [
+        (7, 2, 0),
+        (7, 2, 3),
+    ]
+    assert headers[1].max_timestamp == 1001
+    assert [r.value for r in decode_records(bytes(stored[1]))] == [b"y" * 200] * 2
+    # A batch already in the codec is stored as sent (but its offset and epoch).
+    assert bytes(stored[2])[16:] == already[16:]
+    # The producer's retry of the recompressed batch is still its duplicate.
+    retry = log.append_as_leader(gz, 4, 0)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (3, 4)
+
+
+def test_compression_type_uncompressed_and_a_recompressed_batch_too_large() -> None:
+    config = LogConfig(compression=Compression.NONE, max_batch_bytes=400)
+    log = PartitionLog.open(MemoryDirectory(), config, now_ms=0)
+    small = build_batch([Record(0, 0, None, b"a" * 50)], compression=Compression.LZ4)
+    log.append_as_leader(small, 0, 0)
+    assert verify(log.read(0, 1 << 20)).compression is Compression.NONE
+    big = build_batch([Record(0, 0, None, b"b" * 1000)], compression=Compression.LZ4)
+    assert len(big) < 400
+    with pytest.raises(PartitionLogError, match="recompressed as NONE") as caught:
+        log.append_as_leader(big, 0, 0)
+    assert caught.value.code is Errors.MESSAGE_TOO_LARGE
+    assert log.log_end_offset == 1

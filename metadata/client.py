@@ -820,6 +820,7 @@ class MetadataClient(LeaderFollowingClient):
         rack: str | None = None,
         features: Sequence[SupportedFeature] = (),
         previous_broker_epoch: int = -1,
+        log_dirs: Sequence[str] = (),
         timeout_s: float | None = None,
     ) -> metadata_pb2.RegisterBrokerResponse:
         request = metadata_pb2.RegisterBrokerRequest(
@@ -829,6 +830,7 @@ class MetadataClient(LeaderFollowingClient):
             endpoints=[e.to_proto() for e in endpoints],
             features=[f.to_proto() for f in features],
             previous_broker_epoch=previous_broker_epoch,
+            log_dirs=list(log_dirs),
         )
         if rack is not None:
             request.rack = rack

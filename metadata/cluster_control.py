@@ -55,6 +55,16 @@ class ClusterControl:
                     f"broker {req.broker_id} supports {name} {offered}; the cluster's "
                     f"finalized level is {level}",
                 )
+        for other in self.state.image.brokers.values():
+            shared = set(other.log_dirs) & set(req.log_dirs)
+            if other.broker_id != req.broker_id and shared:
+                # A copied disk, or two brokers on one directory: a log
+                # directory belongs to one broker (KIP-858).
+                raise ApiError(
+                    Errors.INVALID_REQUEST,
+                    f"broker {req.broker_id} names log directories {sorted(shared)} that "
+                    f"broker {other.broker_id} registered",
+                )
         records: list[Record] = []
         old = self.state.image.brokers.get(req.broker_id)
         if old is not None:
@@ -97,6 +107,7 @@ class ClusterControl:
                 req.rack,
                 req.features,
                 fenced=True,
+                log_dirs=tuple(sorted(req.log_dirs)),
             )
         )
         if len(records) > MAX_RECORDS_PER_ATOMIC_OP:

@@ -276,6 +276,7 @@ class MetadataDelta:
             r.features,
             r.fenced,
             r.in_controlled_shutdown,
+            r.log_dirs,
         )
 
     def _change_broker(

@@ -85,6 +85,8 @@ class BrokerRegistration:
     features: tuple[FeatureRange, ...]
     fenced: bool
     in_controlled_shutdown: bool
+    # Its log directories' ids (KIP-858), sorted; empty if it named none.
+    log_dirs: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
@@ -101,6 +103,7 @@ class BrokerRegistration:
             self.features,
             self.fenced,
             self.in_controlled_shutdown,
+            self.log_dirs,
         )
 
 

@@ -137,6 +137,9 @@ class RegisterBrokerRecord:
     features: tuple[FeatureRange, ...] = ()
     fenced: bool = True
     in_controlled_shutdown: bool = False
+    # The broker's log directories by id (KIP-858: each directory's
+    # directory.id), sorted; written from version 1, empty at version 0.
+    log_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +340,7 @@ def _enc_register(r: RegisterBrokerRecord) -> list[Any]:
         [[f.name, f.min_level, f.max_level] for f in r.features],
         r.fenced,
         r.in_controlled_shutdown,
+        *([list(r.log_dirs)] if r.log_dirs else []),
     ]
 
 
@@ -435,6 +439,10 @@ def record_version(record: Record) -> int:
         return _partition_version(record)
     if isinstance(record, PartitionChangeRecord):
         return _change_version(record)
+    if isinstance(record, RegisterBrokerRecord):
+        # Version 1 carries the log directories (KIP-858); a registration
+        # without them is written at version 0, as before.
+        return 1 if record.log_dirs else 0
     return CURRENT_VERSION
 
 
@@ -475,6 +483,12 @@ def _opt_bool(v: Any, what: str) -> bool | None:
 def _int_tuple(v: Any, what: str) -> tuple[int, ...]:
     if not isinstance(v, list) or any(type(x) is not int for x in v):
         raise MalformedRecordError(f"{what} must be a list of integers, not {v!r}")
+    return tuple(v)
+
+
+def _str_tuple(v: Any, what: str) -> tuple[str, ...]:
+    if not isinstance(v, list) or any(type(x) is not str for x in v):
+        raise MalformedRecordError(f"{what} must be a list of strings, not {v!r}")
     return tuple(v)
 
 
@@ -541,6 +555,8 @@ def _dec_register(f: list[Any]) -> RegisterBrokerRecord:
         tuple(features),
         _bool(f[6], "fenced"),
         _bool(f[7], "in_controlled_shutdown"),
+        # Version 0 has no log directories.
+        _str_tuple(f[8], "log_dirs") if len(f) > 8 else (),
     )
 
 
@@ -581,6 +597,7 @@ def _dec_change(f: list[Any]) -> PartitionChangeRecord:
 # (type, version) -> (field count, decoder)
 _DECODERS: dict[tuple[int, int], tuple[int, Callable[[list[Any]], Record]]] = {
     (RecordType.REGISTER_BROKER, 0): (8, _dec_register),
+    (RecordType.REGISTER_BROKER, 1): (9, _dec_register),
     (RecordType.UNREGISTER_BROKER, 0): (
         2,
         lambda f: UnregisterBrokerRecord(_int(f[0], "broker_id"), _int(f[1], "broker_epoch")),

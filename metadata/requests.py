@@ -117,6 +117,8 @@ class RegisterRequest:
     rack: str | None
     features: tuple[FeatureRange, ...] = ()
     previous_broker_epoch: int = -1
+    # Its log directories' ids (KIP-858).
+    log_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

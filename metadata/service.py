@@ -79,6 +79,7 @@ __all__ = [
     "BrokerLifecycleServicer",
     "acl_filter_from_proto",
     "acl_from_proto",
+    "is_reserved_directory_id",
     "is_uuid",
     "stored_acl",
 ]
@@ -121,6 +122,14 @@ def is_uuid(text: str) -> bool:
         return False
     canonical = base64.urlsafe_b64encode(raw).rstrip(b"=").decode() == text
     return len(raw) == 16 and canonical and any(raw)
+
+
+def is_reserved_directory_id(text: str) -> bool:
+    """Whether ``text`` (a Uuid) is one of the directory ids Kafka reserves
+    (``DirectoryId``: all but the last byte zero and that byte below 100;
+    UNASSIGNED, LOST and MIGRATING among them)."""
+    raw = base64.urlsafe_b64decode(text + "==")
+    return not any(raw[:15]) and raw[15] < 100
 
 
 def _wire(code: Errors) -> metadata_pb2.MetadataError:
@@ -333,6 +342,14 @@ def _register_request(r: metadata_pb2.RegisterBrokerRequest) -> RegisterRequest:
         r.previous_broker_epoch >= -1,
         f"previous_broker_epoch {r.previous_broker_epoch} is neither an epoch nor -1",
     )
+    for i, directory in enumerate(r.log_dirs):
+        _check(
+            is_uuid(directory) and not is_reserved_directory_id(directory),
+            f"log_dirs[{i}] {directory!r} is not a directory id (a Uuid, not one of the "
+            "hundred reserved ones)",
+        )
+    twice = _repeated(list(r.log_dirs))
+    _check(not twice, f"log_dirs: {sorted(twice)} are listed twice")
     return RegisterRequest(
         r.broker_id,
         r.cluster_id,
@@ -341,6 +358,7 @@ def _register_request(r: metadata_pb2.RegisterBrokerRequest) -> RegisterRequest:
         rack,
         features,
         r.previous_broker_epoch,
+        tuple(r.log_dirs),
     )
 
 
@@ -804,6 +822,7 @@ class AdminServicer(metadata_pb2_grpc.AdminServiceServicer):
                     ],
                     fenced=b.fenced,
                     in_controlled_shutdown=b.in_controlled_shutdown,
+                    log_dirs=list(b.log_dirs),
                 )
                 if b.rack is not None:
                     described.rack = b.rack

@@ -101,6 +101,7 @@ from metadata.delta import MetadataDelta
 from metadata.errors import Errors as MetadataErrors
 from metadata.image import MetadataImage, TopicIdPartition
 from metadata.records import LeaderRecoveryState
+from metadata.service import is_reserved_directory_id, is_uuid
 from metadata.state_machine import ControllerStateMachine
 from partition_log.errors import PartitionLogError
 from partition_log.os_files import (
@@ -133,6 +134,8 @@ __all__ = [
     "LogDirFormatError",
     "broker_config",
     "check_log_dirs",
+    "new_directory_id",
+    "read_directory_ids",
     "format_log_dirs",
     "run_broker",
 ]
@@ -335,6 +338,9 @@ class BrokerProcess:
         # log directories (KIP-966), read at start; -1 after a crash.
         self.previous_broker_epoch = -1
         self._clean_shutdown_dirs = [Path(d) for d in settings.log_dirs] if log_dirs is None else []
+        # The log directories' ids it registers (KIP-858); none for
+        # directories of its own making (tests' in-memory ones).
+        self.directory_ids = read_directory_ids(settings.log_dirs) if log_dirs is None else ()
         self.fenced = True
         self.incarnation_id = new_incarnation_id()
         credentials = None if settings.tls is None else settings.tls.channel_credentials()
@@ -703,6 +709,7 @@ class BrokerProcess:
                     previous_broker_epoch=(
                         self.broker_epoch if self.broker_epoch >= 0 else self.previous_broker_epoch
                     ),
+                    log_dirs=self.directory_ids,
                 )
             except (MetadataClientError, IndeterminateError) as error:
                 log.warning("broker %d: RegisterBroker failed: %s", self.settings.node_id, error)
@@ -1213,7 +1220,8 @@ def broker_config(settings: Settings) -> BrokerSettings:
 
 
 # Each log directory's stamp (Kafka's meta.properties, as its storage tool
-# writes it): the cluster and the broker it belongs to.
+# writes it): the cluster and the broker it belongs to, and the directory's
+# own id (directory.id, KIP-858), which the broker registers.
 LOG_DIR_META = "meta.properties"
 
 
@@ -1248,14 +1256,39 @@ def format_log_dirs(directories: Sequence[Path], cluster_id: str, node_id: int) 
             _check_meta(directory, found, cluster_id, node_id)
             continue
         directory.mkdir(parents=True, exist_ok=True)
-        path = directory / LOG_DIR_META
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(
-            f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n", encoding="utf-8"
+        _write_log_dir_meta(
+            directory,
+            {
+                "version": "1",
+                "cluster.id": cluster_id,
+                "node.id": str(node_id),
+                "directory.id": new_directory_id(),
+            },
         )
-        os.replace(temporary, path)
         stamped.append(directory)
     return stamped
+
+
+def new_directory_id() -> str:
+    """A log directory's id: a random Uuid, never one Kafka reserves for
+    directories (``DirectoryId``: the first hundred)."""
+    while True:
+        found = new_incarnation_id()
+        if not is_reserved_directory_id(found):
+            return found
+
+
+def _write_log_dir_meta(directory: Path, values: dict[str, str]) -> None:
+    """``meta.properties`` written whole, synced, then renamed over the old."""
+    path = directory / LOG_DIR_META
+    temporary = path.with_suffix(".tmp")
+    text = "".join(f"{key}={value}\n" for key, value in values.items())
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)
+    fsync_dir(directory)
 
 
 def _check_meta(directory: Path, found: dict[str, str], cluster_id: str, node_id: int) -> None:
@@ -1328,9 +1361,13 @@ def take_clean_shutdown_epoch(directories: Sequence[Path]) -> int:
     return -1 if epoch is None else epoch
 
 
-def check_log_dirs(directories: Sequence[Path], cluster_id: str, node_id: int) -> None:
+def check_log_dirs(directories: Sequence[Path], cluster_id: str, node_id: int) -> tuple[str, ...]:
     """Every log directory formatted for this cluster and broker, or
-    :class:`LogDirFormatError`."""
+    :class:`LogDirFormatError`; their ids, in the directories' order.  A
+    directory stamped without one (by an older kq) is given one now, as
+    Kafka's broker does; two directories with one id (a copied directory)
+    are refused."""
+    ids: dict[str, Path] = {}
     for directory in directories:
         found = _read_log_dir_meta(directory)
         if found is None:
@@ -1339,6 +1376,37 @@ def check_log_dirs(directories: Sequence[Path], cluster_id: str, node_id: int) -
                 "the broker's configuration)"
             )
         _check_meta(directory, found, cluster_id, node_id)
+        directory_id = found.get("directory.id")
+        if directory_id is None:
+            directory_id = new_directory_id()
+            _write_log_dir_meta(directory, {**found, "directory.id": directory_id})
+        elif not is_uuid(directory_id) or is_reserved_directory_id(directory_id):
+            raise LogDirFormatError(
+                f"log directory {directory}: directory.id {directory_id!r} in {LOG_DIR_META} "
+                "is not a directory id (a Uuid, not one of the hundred reserved ones)"
+            )
+        if directory_id in ids:
+            raise LogDirFormatError(
+                f"log directories {ids[directory_id]} and {directory} have the same "
+                f"directory.id {directory_id} (one is a copy of the other)"
+            )
+        ids[directory_id] = directory
+    return tuple(ids)
+
+
+def read_directory_ids(directories: Sequence[Path]) -> tuple[str, ...]:
+    """The ids the log directories' stamps name (those that name one:
+    :func:`check_log_dirs` has given every directory one before a broker
+    starts)."""
+    out = []
+    for directory in directories:
+        try:
+            found = _read_log_dir_meta(directory)
+        except LogDirFormatError:
+            continue
+        if found is not None and "directory.id" in found:
+            out.append(found["directory.id"])
+    return tuple(out)
 
 
 def run_broker(settings: BrokerSettings) -> int:

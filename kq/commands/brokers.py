@@ -91,6 +91,7 @@ def broker_json(b: metadata_pb2.BrokerDescription) -> dict[str, Any]:
         "in_controlled_shutdown": b.in_controlled_shutdown,
         "epoch": b.broker_epoch,
         "incarnation_id": b.incarnation_id,
+        "log_dirs": list(b.log_dirs),
         "endpoints": [
             {
                 "name": e.name,

@@ -7,6 +7,7 @@ import contextlib
 import random
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import partial
 
 import pytest
@@ -116,6 +117,24 @@ def test_register_gives_the_epoch_of_the_record() -> None:
     assert b.features == (FeatureRange("metadata.version", 1, 1),)
     # The next one gets the next offset.
     assert h.register(2) == offset + 1
+
+
+def test_a_registration_keeps_its_log_dirs_and_none_is_another_brokers() -> None:
+    h = Harness()
+    mine = ("dir-b", "dir-a")
+    h.run(lambda c: c.register_broker(replace(register_request(1), log_dirs=mine), h.now_ms))
+    assert h.image.brokers[1].log_dirs == ("dir-a", "dir-b")
+    # Broker 2 naming one of them (a copied disk) is refused; broker 1 may
+    # register again with them.
+    with refused(Errors.INVALID_REQUEST, "['dir-a']", "broker 1 registered"):
+        h.run(
+            lambda c: c.register_broker(
+                replace(register_request(2), log_dirs=("dir-a", "dir-c")), h.now_ms
+            )
+        )
+    assert 2 not in h.image.brokers
+    h.run(lambda c: c.register_broker(replace(register_request(1), log_dirs=mine), h.now_ms))
+    assert h.image.brokers[1].log_dirs == ("dir-a", "dir-b")
 
 
 def test_re_registration_epoch_counts_the_records_before_it() -> None:

@@ -65,6 +65,7 @@ RECORDS: dict[type[Any], st.SearchStrategy[Any]] = {
         st.lists(features_, max_size=3).map(tuple),
         st.booleans(),
         st.booleans(),
+        st.lists(texts, max_size=3).map(tuple),
     ),
     UnregisterBrokerRecord: st.builds(UnregisterBrokerRecord, ids, ints),
     FenceBrokerRecord: st.builds(FenceBrokerRecord, ids, ints),
@@ -160,6 +161,17 @@ def test_enums_decode_as_enums() -> None:
     assert c.leader_recovery_state is LeaderRecoveryState.RECOVERING
 
 
+def test_a_registration_names_its_log_dirs_from_version_1() -> None:
+    # Version 0 as before when it names none; version 1 adds the list.
+    plain = RegisterBrokerRecord(1, 5, "inc", (), None, ())
+    assert msgpack.unpackb(encode_record(plain))[:2] == [0, 0]
+    dirs = RegisterBrokerRecord(1, 5, "inc", (), None, (), log_dirs=("a", "b"))
+    wire = msgpack.unpackb(encode_record(dirs))
+    assert wire[:2] == [0, 1] and wire[-1] == ["a", "b"]
+    assert decode_record(encode_record(dirs)) == dirs
+    assert decode_record(encode_record(plain)) == plain and plain.log_dirs == ()
+
+
 def test_the_wire_form() -> None:
     # [type, version, fields...] with Kafka's record type numbers.
     assert msgpack.unpackb(encode_record(TopicRecord("orders", "id1"))) == [2, 0, "orders", "id1"]
@@ -234,6 +246,7 @@ SAMPLES: list[Record] = [
     RegisterBrokerRecord(
         1, 5, "inc", (Endpoint("PLAINTEXT", "h", 9092),), "r1", (FeatureRange("f", 1, 2),)
     ),
+    RegisterBrokerRecord(1, 5, "inc", (), None, (), log_dirs=("dir-a", "dir-b")),
     UnregisterBrokerRecord(1, 5),
     FenceBrokerRecord(1, 5),
     UnfenceBrokerRecord(1, 5),
@@ -291,6 +304,8 @@ def test_wrong_field_count(record: Record) -> None:
         [0, 0, 1, 5, "inc", [], None, [["f", 1]], True, False],  # short feature
         [0, 0, 1, 5, "inc", [], None, [], 1, False],  # fenced an int
         [0, 0, 1, 5, "inc", [], None, [], True, None],
+        [0, 1, 1, 5, "inc", [], None, [], True, False, "d"],  # log dirs not a list
+        [0, 1, 1, 5, "inc", [], None, [], True, False, ["d", 2]],  # a log dir an int
         [1, 0, 1, True],  # a boolean is not an integer
         [1, 0, 1, 1.5],
         [2, 0, "t", 7],

@@ -636,6 +636,16 @@ async def _malformed(cluster: MetadataCluster, brokers: dict[int, TestBroker]) -
     bad_port.CopyFrom(good)
     bad_port.endpoints[0].port = 70000
     cases.append((bad_port, "port"))
+    # Log directory ids (KIP-858): Uuids, none reserved, none twice.
+    for dirs, field in (
+        (["not-a-uuid"], "log_dirs[0] 'not-a-uuid' is not a directory id"),
+        (["AAAAAAAAAAAAAAAAAAAAAQ"], "log_dirs[0] 'AAAAAAAAAAAAAAAAAAAAAQ'"),  # LOST
+        (["ZzZzZzZzZzZzZzZzZzZzZw", "ZzZzZzZzZzZzZzZzZzZzZw"], "listed twice"),
+    ):
+        with_dirs = pb.RegisterBrokerRequest()
+        with_dirs.CopyFrom(good)
+        with_dirs.log_dirs.extend(dirs)
+        cases.append((with_dirs, field))
     for request, field in cases:
         answer = await cluster.on_active(
             lambda n: cluster.lifecycle(n).RegisterBroker(request, timeout=5)  # noqa: B023

@@ -24,6 +24,7 @@ from server.broker import (
     broker_config,
     check_log_dirs,
     format_log_dirs,
+    read_directory_ids,
 )
 from server.config import ConfigError, load_settings
 from tests.driver.cluster_util import CLUSTER_ID, free_ports
@@ -82,11 +83,33 @@ def test_log_directories_belong_to_one_cluster_and_broker(tmp_path: Path) -> Non
     assert format_log_dirs(dirs, "c1", 11) == dirs
     # Formatting again changes nothing.
     assert format_log_dirs(dirs, "c1", 11) == []
-    check_log_dirs(dirs, "c1", 11)
+    ids = check_log_dirs(dirs, "c1", 11)
+    # Each directory has its own id (KIP-858's directory.id), kept.
+    assert len(set(ids)) == 2 and check_log_dirs(dirs, "c1", 11) == ids
+    assert read_directory_ids(dirs) == ids
     with pytest.raises(LogDirFormatError, match="belongs to cluster 'c1', not 'c2'"):
         check_log_dirs(dirs, "c2", 11)
     with pytest.raises(LogDirFormatError, match="belongs to broker 11, not 12"):
         format_log_dirs(dirs, "c1", 12)
+
+
+def test_a_directory_id_is_given_where_missing_and_a_copy_is_refused(tmp_path: Path) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    format_log_dirs(dirs, "c1", 11)
+    # A stamp of an older kq, without directory.id: given one at the check.
+    meta = dirs[0] / "meta.properties"
+    meta.write_text("version=1\ncluster.id=c1\nnode.id=11\n")
+    ids = check_log_dirs(dirs, "c1", 11)
+    assert "directory.id=" + ids[0] in meta.read_text()
+    assert "cluster.id=c1" in meta.read_text()
+    # A copied directory: two directories, one id.
+    (dirs[1] / "meta.properties").write_text(meta.read_text())
+    with pytest.raises(LogDirFormatError, match="have the same directory.id"):
+        check_log_dirs(dirs, "c1", 11)
+    # A reserved or malformed id is refused by name.
+    meta.write_text("version=1\ncluster.id=c1\nnode.id=11\ndirectory.id=AAAAAAAAAAAAAAAAAAAAAQ\n")
+    with pytest.raises(LogDirFormatError, match="directory.id 'AAAAAAAAAAAAAAAAAAAAAQ'"):
+        check_log_dirs(dirs, "c1", 11)
 
 
 async def _broker_state(bootstrap: list[str], credentials: object, broker_id: int) -> str:
@@ -118,7 +141,7 @@ def test_kq_broker_start_registers_and_stops_under_control_on_sigterm(tmp_path: 
             # A broker not formatted yet is refused.
             assert main(["broker", "start", "--config", str(path)]) == 1
             assert main(["storage", "format", "--config", str(path)]) == 0
-            check_log_dirs([tmp_path / "logs-a", tmp_path / "logs-b"], CLUSTER_ID, 11)
+            ids = check_log_dirs([tmp_path / "logs-a", tmp_path / "logs-b"], CLUSTER_ID, 11)
             log_file = tmp_path / "broker.log"
             env = {k: v for k, v in os.environ.items() if not k.startswith("KQ_")}
             proc = subprocess.Popen(
@@ -135,6 +158,11 @@ def test_kq_broker_start_registers_and_stops_under_control_on_sigterm(tmp_path: 
                 assert proc.poll() is None, log_file.read_text()
                 assert time.monotonic() < deadline, log_file.read_text()
                 await asyncio.sleep(0.1)
+            # It registered its log directories' ids (KIP-858).
+            async with MetadataClient(bootstrap, credentials=admin) as client:
+                described = await client.describe_cluster()
+            (me,) = [b for b in described.brokers if b.broker_id == 11]
+            assert list(me.log_dirs) == sorted(ids)
             proc.send_signal(signal.SIGTERM)
             loop = asyncio.get_running_loop()
             status = await loop.run_in_executor(None, lambda: proc.wait(timeout=30))

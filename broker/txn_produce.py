@@ -22,7 +22,6 @@ batch of it was verified).
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
@@ -33,6 +32,7 @@ from broker.replica_manager import ReplicaManager
 from broker.txn.api import verification_error
 from broker.txn.types import TopicPartition
 from bugs import Bug
+from partition_log.batch import first_transactional_producer
 
 __all__ = ["TxnVerifier", "verification_error", "verify_produce"]
 
@@ -50,34 +50,6 @@ class TxnVerifier(Protocol):
         producer_epoch: int,
         partitions: Sequence[TopicPartition],
     ) -> Mapping[TopicPartition, tuple[Errors, str]]: ...
-
-
-# DefaultRecordBatch: the batch length (after the base offset), the
-# attributes, the producer id and epoch, at their fixed positions.
-_LENGTH = struct.Struct(">i")
-_ATTRIBUTES = struct.Struct(">h")
-_PRODUCER = struct.Struct(">qh")
-_LENGTH_AT, _ATTRIBUTES_AT, _PRODUCER_AT, _HEADER = 8, 21, 43, 61
-_TRANSACTIONAL, _CONTROL = 0x10, 0x20
-
-
-def _transactional_producer(records: bytes) -> tuple[int, int] | None:
-    """The producer id and epoch of the first transactional batch of a
-    partition's records, None if there is none.  Every produce passes here,
-    so it reads only each batch's length and attributes (no parse, no
-    CRC): damaged bytes are the append's to refuse, with the reason."""
-    view = memoryview(records)
-    position, end = 0, len(view)
-    while position + _HEADER <= end:
-        (attributes,) = _ATTRIBUTES.unpack_from(view, position + _ATTRIBUTES_AT)
-        if attributes & _TRANSACTIONAL and not attributes & _CONTROL:
-            producer_id, epoch = _PRODUCER.unpack_from(view, position + _PRODUCER_AT)
-            return producer_id, epoch
-        (length,) = _LENGTH.unpack_from(view, position + _LENGTH_AT)
-        if length <= 0:
-            return None
-        position += _LENGTH_AT + 4 + length
-    return None
 
 
 def _needs_verification(
@@ -118,7 +90,7 @@ async def verify_produce(
     wanted: dict[tuple[int, int], list[TopicPartition]] = {}
     for topic in request.topics:
         for part in topic.partitions:
-            producer = _transactional_producer(part.records)
+            producer = first_transactional_producer(part.records)
             if producer is None:
                 continue
             if not request.transactional_id:

@@ -92,6 +92,7 @@ __all__ = [
     "ScannedBatch",
     "TimestampType",
     "build_batch",
+    "first_transactional_producer",
     "recompressed",
     "decode_records",
     "records_section",
@@ -315,15 +316,12 @@ def _snappy_length(block: bytes, where: str) -> int:
     """The uncompressed length a raw snappy block starts with (a
     little-endian base-128 varint of at most 32 bits), read before the block
     is decompressed so that a decompression bomb is refused first."""
-    value = shift = 0
+    value = 0
     for i, byte in enumerate(block[:5]):
-        value |= (byte & 0x7F) << shift
+        value |= (byte & 0x7F) << (7 * i)
         if not byte & 0x80:
-            if value > 0xFFFFFFFF:
-                break
-            return value
-        shift += 7
-        if i == 4:
+            if value <= 0xFFFFFFFF:
+                return value
             break
     raise _corrupt(f"{where}: a snappy block's length is malformed or cut short")
 
@@ -442,6 +440,30 @@ def _check_range(name: str, value: int, low: int, high: int) -> None:
         raise PartitionLogError(
             Errors.INVALID_RECORD, f"{name} {value!r} is outside its field's range [{low}, {high}]"
         )
+
+
+_PRODUCER = struct.Struct(">qh")  # ProducerId, ProducerEpoch
+_PRODUCER_AT = 43
+
+
+def first_transactional_producer(data: bytes | bytearray | memoryview) -> tuple[int, int] | None:
+    """The producer id and epoch of the first transactional data batch in
+    ``data`` (concatenated batches), None if there is none.  For a produce
+    path that must know before the append: it reads each batch's length and
+    attributes only (no parse, no CRC), and stops at bytes that do not walk
+    as batches, which the append then refuses with the reason."""
+    view = memoryview(data)
+    position, end = 0, len(view)
+    while position + HEADER_SIZE <= end:
+        attributes = _INT16.unpack_from(view, position + _ATTRIBUTES_AT)[0]
+        if attributes & TRANSACTIONAL_FLAG and not attributes & CONTROL_FLAG:
+            producer_id, epoch = _PRODUCER.unpack_from(view, position + _PRODUCER_AT)
+            return producer_id, epoch
+        length = _INT32.unpack_from(view, position + _LENGTH_AT)[0]
+        if length <= 0:
+            return None
+        position += LOG_OVERHEAD + length
+    return None
 
 
 def recompressed(

@@ -1123,10 +1123,11 @@ class PartitionLog:
             and header.compression is not target
             and not header.attributes & CONTROL_FLAG
         ):
+            # Its records were verified above; only the codec bits, the
+            # length and the CRC change.
             batch_bytes = recompressed(batch_bytes, target)
-            if len(batch_bytes) > config.max_batch_bytes:
-                self._check_size(len(batch_bytes), f"batch recompressed as {target.name}")
-            header = verify(batch_bytes)
+            self._check_size(len(batch_bytes), f"batch recompressed as {target.name}")
+            header = BatchHeader.parse(batch_bytes)
         compacts = self._compacts
         if compacts[0] is not config:
             # Derived once per config (a broker may replace the config).

@@ -135,7 +135,6 @@ __all__ = [
     "broker_config",
     "check_log_dirs",
     "new_directory_id",
-    "read_directory_ids",
     "format_log_dirs",
     "run_broker",
 ]
@@ -313,6 +312,7 @@ class BrokerProcess:
         *,
         lose_unsynced: bool = False,
         torn_tails: bool = False,
+        directory_ids: Sequence[str] = (),
     ) -> None:
         self.settings = settings
         files = (
@@ -338,9 +338,9 @@ class BrokerProcess:
         # log directories (KIP-966), read at start; -1 after a crash.
         self.previous_broker_epoch = -1
         self._clean_shutdown_dirs = [Path(d) for d in settings.log_dirs] if log_dirs is None else []
-        # The log directories' ids it registers (KIP-858); none for
-        # directories of its own making (tests' in-memory ones).
-        self.directory_ids = read_directory_ids(settings.log_dirs) if log_dirs is None else ()
+        # The log directories' ids it registers (KIP-858), as
+        # check_log_dirs found them at start.
+        self.directory_ids = tuple(directory_ids)
         self.fenced = True
         self.incarnation_id = new_incarnation_id()
         credentials = None if settings.tls is None else settings.tls.channel_credentials()
@@ -1394,21 +1394,6 @@ def check_log_dirs(directories: Sequence[Path], cluster_id: str, node_id: int) -
     return tuple(ids)
 
 
-def read_directory_ids(directories: Sequence[Path]) -> tuple[str, ...]:
-    """The ids the log directories' stamps name (those that name one:
-    :func:`check_log_dirs` has given every directory one before a broker
-    starts)."""
-    out = []
-    for directory in directories:
-        try:
-            found = _read_log_dir_meta(directory)
-        except LogDirFormatError:
-            continue
-        if found is not None and "directory.id" in found:
-            out.append(found["directory.id"])
-    return tuple(out)
-
-
 def run_broker(settings: BrokerSettings) -> int:
     """Serve until SIGTERM or SIGINT, then shut down under control; the
     exit status."""
@@ -1443,7 +1428,7 @@ def run_broker(settings: BrokerSettings) -> int:
         )
         return EXIT_FAILURE
     try:
-        check_log_dirs(settings.log_dirs, settings.cluster_id, settings.node_id)
+        directory_ids = check_log_dirs(settings.log_dirs, settings.cluster_id, settings.node_id)
     except LogDirFormatError as exc:
         log.error("cannot start broker %d: %s", settings.node_id, exc)
         return EXIT_FAILURE
@@ -1460,11 +1445,14 @@ def run_broker(settings: BrokerSettings) -> int:
         except PartitionLogError as exc:
             log.error("cannot start broker %d: %s", settings.node_id, exc)
             return EXIT_FAILURE
-    return asyncio.run(_serve(settings, lose_unsynced, torn_tails))
+    return asyncio.run(_serve(settings, directory_ids, lose_unsynced, torn_tails))
 
 
 async def _serve(
-    settings: BrokerSettings, lose_unsynced: bool = False, torn_tails: bool = False
+    settings: BrokerSettings,
+    directory_ids: Sequence[str],
+    lose_unsynced: bool = False,
+    torn_tails: bool = False,
 ) -> int:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -1480,7 +1468,12 @@ async def _serve(
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         try:
-            process = BrokerProcess(settings, lose_unsynced=lose_unsynced, torn_tails=torn_tails)
+            process = BrokerProcess(
+                settings,
+                lose_unsynced=lose_unsynced,
+                torn_tails=torn_tails,
+                directory_ids=directory_ids,
+            )
             await process.start()
         except (OSError, RuntimeError, ValueError) as exc:
             log.error("cannot start broker %d on %s: %s", settings.node_id, settings.listen, exc)

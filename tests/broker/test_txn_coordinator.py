@@ -44,6 +44,17 @@ T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)
 TIMEOUT = 60_000
 
 
+async def begun(
+    coordinator: TransactionCoordinator, *partitions: TopicPartition
+) -> tuple[int, int]:
+    """Transactional id "tx" initialized, with ``partitions`` added to its
+    transaction: its producer id and epoch."""
+    init = await coordinator.init_producer_id("tx", TIMEOUT)
+    pid, epoch = init.producer_id, init.producer_epoch
+    await coordinator.add_partitions("tx", pid, epoch, list(partitions))
+    return pid, epoch
+
+
 async def states_become(
     coordinator: TransactionCoordinator, states: list[TransactionState]
 ) -> None:
@@ -189,9 +200,7 @@ def test_a_timed_out_transaction_is_aborted_and_its_producer_fenced() -> None:
 def test_a_new_coordinator_writes_the_markers_of_a_prepared_transaction() -> None:
     async def body(b: TxnBrokers) -> None:
         coordinator = b.txns[1]
-        init = await coordinator.init_producer_id("tx", TIMEOUT)
-        pid, epoch = init.producer_id, init.producer_epoch
-        await coordinator.add_partitions("tx", pid, epoch, [T0, T1])
+        pid, epoch = await begun(coordinator, T0, T1)
         assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
         # Broker 1 cannot reach anyone: the decision is logged, no marker
         # gets out.
@@ -231,9 +240,7 @@ def test_read_committed_list_offsets_stop_at_the_last_stable_offset() -> None:
             return part.offset
 
         coordinator = b.txns[1]
-        init = await coordinator.init_producer_id("tx", TIMEOUT)
-        pid, epoch = init.producer_id, init.producer_epoch
-        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        pid, epoch = await begun(coordinator, T0)
         assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
         await eventually(lambda: b.data_log(2, 0).high_watermark == 1)
         assert await latest(broker_pb2.READ_UNCOMMITTED) == 1
@@ -264,9 +271,7 @@ def test_describe_producers_shows_the_open_transaction_until_its_marker() -> Non
             ]
 
         coordinator = b.txns[1]
-        init = await coordinator.init_producer_id("tx", TIMEOUT)
-        pid, epoch = init.producer_id, init.producer_epoch
-        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        pid, epoch = await begun(coordinator, T0)
         assert await described() == []
         assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
         assert await described() == [(pid, epoch, 0)]
@@ -353,9 +358,7 @@ def test_read_committed_fetches_stop_at_the_lso_and_name_the_aborted() -> None:
             return values, part
 
         async def transaction(value: bytes, end: bool | None) -> None:
-            init = await coordinator.init_producer_id("tx", TIMEOUT)
-            pid, epoch = init.producer_id, init.producer_epoch
-            await coordinator.add_partitions("tx", pid, epoch, [T0])
+            pid, epoch = await begun(coordinator, T0)
             assert await send(b, "tx", 0, pid, epoch, 0, value) is None
             if end is not None:
                 await coordinator.end_txn("tx", pid, epoch, end)
@@ -416,9 +419,7 @@ def test_every_shard_aborts_its_timed_out_transactions() -> None:
 def test_b21_a_commit_completes_with_its_first_marker_and_leaves_the_rest_open() -> None:
     async def body(b: TxnBrokers) -> None:
         coordinator = b.txns[1]
-        init = await coordinator.init_producer_id("tx", TIMEOUT)
-        pid, epoch = init.producer_id, init.producer_epoch
-        await coordinator.add_partitions("tx", pid, epoch, [T0, T1])
+        pid, epoch = await begun(coordinator, T0, T1)
         assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
         assert await send(b, "tx", 1, pid, epoch, 0, b"b") is None
         with bugs.injected(Bug.PARTIAL_COMMIT_MARKERS):
@@ -452,9 +453,7 @@ def test_a_leader_that_does_not_know_the_partition_yet_is_asked_again() -> None:
 
         appender.append = lagging  # type: ignore[method-assign]
         coordinator = b.txns[1]
-        init = await coordinator.init_producer_id("tx", TIMEOUT)
-        pid, epoch = init.producer_id, init.producer_epoch
-        await coordinator.add_partitions("tx", pid, epoch, [T0, T1])
+        pid, epoch = await begun(coordinator, T0, T1)
         assert await send(b, "tx", 1, pid, epoch, 0, b"b") is None
         await coordinator.end_txn("tx", pid, epoch, False)
         await states_become(coordinator, [TransactionState.COMPLETE_ABORT])
@@ -493,9 +492,7 @@ def committed_values(b: TxnBrokers, leader: int, partition: int) -> list[bytes]:
 def test_b22_a_fenced_epochs_write_joins_its_successors_transaction() -> None:
     async def body(b: TxnBrokers) -> None:
         coordinator = b.txns[1]
-        init = await coordinator.init_producer_id("tx", TIMEOUT)
-        pid, zombie = init.producer_id, init.producer_epoch
-        await coordinator.add_partitions("tx", pid, zombie, [T0])
+        pid, zombie = await begun(coordinator, T0)
         assert await send(b, "tx", 0, pid, zombie, 0, b"zombie-1") is None
         # Its successor fences it (the zombie's transaction is aborted) and
         # opens its own transaction in the same partition.
@@ -528,9 +525,7 @@ def test_b22_a_fenced_epochs_write_joins_its_successors_transaction() -> None:
 def test_b24_without_verification_an_unadded_partitions_write_hangs() -> None:
     async def body(b: TxnBrokers) -> None:
         coordinator = b.txns[1]
-        init = await coordinator.init_producer_id("tx", TIMEOUT)
-        pid, epoch = init.producer_id, init.producer_epoch
-        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        pid, epoch = await begun(coordinator, T0)
         assert await send(b, "tx", 0, pid, epoch, 0, b"a") is None
         # t-1 was never added: KIP-890 part 1 refuses the write ...
         refused = await send(b, "tx", 1, pid, epoch, 0, b"b")
@@ -551,9 +546,7 @@ def test_b24_without_verification_an_unadded_partitions_write_hangs() -> None:
 def test_a_late_copy_of_the_last_commits_marker_does_not_end_the_next_transaction() -> None:
     async def body(b: TxnBrokers) -> None:
         coordinator = b.txns[1]
-        init = await coordinator.init_producer_id("tx", TIMEOUT)
-        pid, epoch = init.producer_id, init.producer_epoch
-        await coordinator.add_partitions("tx", pid, epoch, [T0])
+        pid, epoch = await begun(coordinator, T0)
         assert await send(b, "tx", 0, pid, epoch, 0, b"first") is None
         end = await coordinator.end_txn("tx", pid, epoch, True)
         await states_become(coordinator, [TransactionState.COMPLETE_COMMIT])

@@ -677,3 +677,25 @@ def test_lz4_frames_as_other_clients_write_them_decode(options: dict[str, object
     batch = with_section(plain, frame, Compression.LZ4)
     assert verify(batch).compression is Compression.LZ4
     assert decode_records(batch) == tuple(RECORDS)
+
+
+def test_first_transactional_producer_reads_only_lengths_and_attributes() -> None:
+    plain = build_batch([Record(0, 0, None, b"a")], producer_id=3, producer_epoch=1)
+    control = build_batch(
+        [Record(1, 0, b"\x00\x00\x00\x00", b"")],
+        base_offset=1,
+        producer_id=4,
+        producer_epoch=2,
+        transactional=True,
+        control=True,
+    )
+    txn = build_batch(
+        [Record(2, 0, None, b"b")], base_offset=2, producer_id=5, producer_epoch=6,
+        transactional=True,
+    )  # fmt: skip
+    assert batch_module.first_transactional_producer(plain + control + txn) == (5, 6)
+    assert batch_module.first_transactional_producer(plain + control) is None
+    assert batch_module.first_transactional_producer(b"") is None
+    damaged = bytearray(plain + txn)
+    struct.pack_into(">i", damaged, 8, 0)  # a length that does not walk on
+    assert batch_module.first_transactional_producer(damaged) is None

@@ -24,7 +24,6 @@ from server.broker import (
     broker_config,
     check_log_dirs,
     format_log_dirs,
-    read_directory_ids,
 )
 from server.config import ConfigError, load_settings
 from tests.driver.cluster_util import CLUSTER_ID, free_ports
@@ -86,7 +85,6 @@ def test_log_directories_belong_to_one_cluster_and_broker(tmp_path: Path) -> Non
     ids = check_log_dirs(dirs, "c1", 11)
     # Each directory has its own id (KIP-858's directory.id), kept.
     assert len(set(ids)) == 2 and check_log_dirs(dirs, "c1", 11) == ids
-    assert read_directory_ids(dirs) == ids
     with pytest.raises(LogDirFormatError, match="belongs to cluster 'c1', not 'c2'"):
         check_log_dirs(dirs, "c2", 11)
     with pytest.raises(LogDirFormatError, match="belongs to broker 11, not 12"):

@@ -28,8 +28,10 @@ topic's log (Kafka's ``InconsistentTopicIdException``).
   the partition's ``replication-offset-checkpoint`` (Kafka keeps one such
   file per log directory); a log is opened with it, so a restarted
   replica's HW does not start from zero.
-- :meth:`LogManager.tick` runs the scheduled work: retention, flushes by
-  ``flush.ms``, file removals and one cleaning of the dirtiest compacted log.
+- :meth:`LogManager.tick` runs the scheduled work: retention (every
+  ``retention_check_interval_ms``, Kafka's ``log.retention.check.interval.ms``),
+  flushes by ``flush.ms``, file removals and one cleaning of the dirtiest
+  compacted log.
 - :func:`topic_log_config` and :func:`topic_replica_config` build a
   partition's :class:`LogConfig` and :class:`ReplicaConfig` from the
   image's configs with Kafka's precedence (topic, broker, cluster, default),
@@ -68,6 +70,7 @@ __all__ = [
     "DELETE_SUFFIX",
     "HIGH_WATERMARK_FILE",
     "PARTITION_METADATA_FILE",
+    "RETENTION_CHECK_INTERVAL_MS",
     "STRAY_SUFFIX",
     "LoadResult",
     "LogTick",
@@ -91,6 +94,8 @@ HIGH_WATERMARK_FILE = "replication-offset-checkpoint"
 DELETE_SUFFIX = "-delete"
 STRAY_SUFFIX = "-stray"
 _METADATA_VERSION = 0
+# Kafka's log.retention.check.interval.ms default (5 minutes).
+RETENTION_CHECK_INTERVAL_MS = 300_000
 
 
 class LogManagerError(Exception):
@@ -444,6 +449,11 @@ class LogManager:
     # deferred_directory_syncs runs.
     _deferring: bool = False
     _unsynced: list[LogDirectory] = field(default_factory=list)
+    # Kafka's log.retention.check.interval.ms: retention walks every log's
+    # segments, so with thousands of partitions a walk on every tick held
+    # the event loop for a large part of each tick. The first tick checks.
+    retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS
+    _next_retention_ms: int | None = None
 
     def __post_init__(self) -> None:
         if not self.log_dirs:
@@ -451,6 +461,11 @@ class LogManager:
         names = [d.name for d in self.log_dirs]
         if len(set(names)) != len(names):
             raise ValueError(f"log directories listed twice: {names}")
+        if self.retention_check_interval_ms <= 0:
+            raise ValueError(
+                f"retention_check_interval_ms must be positive, not "
+                f"{self.retention_check_interval_ms}"
+            )
 
     # -- reading ------------------------------------------------------------
 
@@ -630,8 +645,9 @@ class LogManager:
     def tick(self, now_ms: int) -> LogTick:
         """The log manager's scheduled tasks in one step (Kafka's
         ``kafka-log-retention``, ``kafka-log-flusher``, the segment and log
-        deletions and one ``LogCleaner`` cleaning): retention below the HW,
-        a sync of the logs whose ``flush.ms`` has passed, the ``.deleted``
+        deletions and one ``LogCleaner`` cleaning): retention below the HW
+        (when ``retention_check_interval_ms`` has passed since the last), a
+        sync of the logs whose ``flush.ms`` has passed, the ``.deleted``
         files and ``-delete`` directories whose delay has passed, and the
         dirtiest compacted log cleaned once. A log whose files fail is
         reported and the others go on (Kafka takes its log directory
@@ -639,10 +655,13 @@ class LogManager:
         retained: list[TopicIdPartition] = []
         flushed: list[TopicIdPartition] = []
         failed: dict[TopicIdPartition, str] = {}
-        for key, hosted in sorted(self._logs.items()):
+        retain = self._next_retention_ms is None or now_ms >= self._next_retention_ms
+        if retain:
+            self._next_retention_ms = now_ms + self.retention_check_interval_ms
+        for key, hosted in self._logs.items():
             log = hosted.log
             try:
-                if log.maybe_delete_segments(now_ms):
+                if retain and log.maybe_delete_segments(now_ms):
                     retained.append(key)
                 if log.maybe_flush(now_ms):
                     flushed.append(key)
@@ -656,7 +675,7 @@ class LogManager:
             # Kafka marks the partition uncleanable and goes on.
             cleaned = False
         removed = self.maybe_remove_deleted(now_ms)
-        return LogTick(tuple(retained), tuple(flushed), cleaned, removed, failed)
+        return LogTick(tuple(sorted(retained)), tuple(sorted(flushed)), cleaned, removed, failed)
 
     def checkpoint_high_watermarks(self) -> int:
         """Write the HW of every log whose HW changed since its last

@@ -152,6 +152,12 @@ class ReplicaManager:
     _changes: tuple[MetadataImage, MetadataImage, LocalChanges] | None = field(
         default=None, init=False, repr=False
     )
+    # When the next ISR expiration is due (None: at the next tick). Kafka
+    # schedules isr-expiration every replica.lag.time.max.ms / 2: a member
+    # is out after between one and one and a half lag times, and the walk
+    # over every led partition is not paid on every tick (with thousands of
+    # partitions it held the loop for a tenth of each 250 ms tick).
+    _next_isr_expiration_ms: int | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.brokers = MappingBrokerView(self.image.brokers)
@@ -535,14 +541,25 @@ class ReplicaManager:
         return moved
 
     def tick_isr(self, now_ms: int) -> list[tuple[TopicIdPartition, AlterPartitionRequest]]:
-        """The ``isr-expiration`` task over every partition led here: the
-        AlterPartition requests to send."""
+        """The ``isr-expiration`` task over every partition led here, when
+        due (every half of the shortest ``replica.lag.time.max.ms`` of the
+        partitions led, as ``ReplicaManager.startup`` schedules it): the
+        AlterPartition requests to send, in partition order."""
+        due = self._next_isr_expiration_ms
+        if due is not None and now_ms < due:
+            return []
         found = []
-        for key, replica in sorted(self.replicas.items()):
+        lag_ms: int | None = None
+        for key, replica in self.replicas.items():
             if replica.role is Role.LEADER:
                 request = replica.tick_isr(now_ms)
                 if request is not None:
                     found.append((key, request))
+                lag = replica.config.replica_lag_time_max_ms
+                lag_ms = lag if lag_ms is None else min(lag_ms, lag)
+        # Nothing led: look again at the next tick.
+        self._next_isr_expiration_ms = None if lag_ms is None else now_ms + max(1, lag_ms // 2)
+        found.sort(key=lambda item: item[0])
         return found
 
     # -- the follower side -----------------------------------------------------

@@ -212,6 +212,11 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         # Requests being handled now, by kind (a long poll or an acks=all
         # produce counts until answered).
         self.in_flight = dict.fromkeys(RequestKind, 0)
+        # Each topic's Metadata answer for the image it was built from: an
+        # image is immutable, and clients ask for the same topics over and
+        # over (a topic of thousands of partitions cost milliseconds to
+        # build on every request).
+        self._topic_answers: tuple[MetadataImage, dict[str, broker_pb2.MetadataTopic]] | None = None
 
     # -- for the process -----------------------------------------------------------
 
@@ -358,6 +363,19 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 message=f"{caller.describe()} is not allowed DESCRIBE on topic {name}",
                 name=name,
             )
+        cache = self._topic_answers
+        if cache is None or cache[0] is not image:
+            cache = self._topic_answers = (image, {})
+        answer = cache[1].get(name)
+        if answer is None:
+            answer = self._metadata_topic_answer(image, name)
+            if answer.error == _pb(Errors.NONE):
+                # Only topics that exist: names asked for at random must not
+                # grow the cache.
+                cache[1][name] = answer
+        return answer
+
+    def _metadata_topic_answer(self, image: MetadataImage, name: str) -> broker_pb2.MetadataTopic:
         found = image.topic_by_name(name)
         if found is None:
             return broker_pb2.MetadataTopic(

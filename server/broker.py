@@ -56,6 +56,7 @@ from broker.group_coordinator import GroupCoordinator, OffsetsTopicSettings
 from broker.group_service import GroupService
 from broker.log_dirs import LogDirectory
 from broker.log_manager import (
+    RETENTION_CHECK_INTERVAL_MS,
     LogManager,
     LogManagerError,
     TopicConfigError,
@@ -183,6 +184,8 @@ class BrokerSettings:
     tick_interval_ms: int = 250
     # Kafka's replica.high.watermark.checkpoint.interval.ms.
     hw_checkpoint_interval_ms: int = HW_CHECKPOINT_INTERVAL_MS
+    # Kafka's log.retention.check.interval.ms.
+    log_retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS
     controlled_shutdown_timeout_s: float = 30.0
     metrics_listen: str = ""
     # The group coordinator's settings and its offsets topic's.
@@ -330,7 +333,12 @@ class BrokerProcess:
         # The data plane's metrics, in the node's registry once it exists.
         self.broker_metrics = PrometheusBrokerMetrics(settings.node_id)
         self.replicas = ReplicaManager(
-            settings.node_id, LogManager(list(dirs)), metrics=self.broker_metrics
+            settings.node_id,
+            LogManager(
+                list(dirs),
+                retention_check_interval_ms=settings.log_retention_check_interval_ms,
+            ),
+            metrics=self.broker_metrics,
         )
         self.metadata = ControllerStateMachine()
         self.broker_epoch = -1
@@ -1208,6 +1216,7 @@ def broker_config(settings: Settings) -> BrokerSettings:
         authorizer=node.authorizer,
         heartbeat_interval_ms=int(str(values["heartbeat_interval_ms"])),
         tick_interval_ms=int(str(values["tick_interval_ms"])),
+        log_retention_check_interval_ms=int(str(values["log_retention_check_interval_ms"])),
         controlled_shutdown_timeout_s=int(str(values["controlled_shutdown_timeout_ms"])) / 1000,
         metrics_listen=node.metrics_listen,
         groups=GroupConfig(**_section(settings, "group")),  # type: ignore[arg-type]

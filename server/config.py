@@ -200,6 +200,13 @@ _BROKER = [
         1,
     ),
     Setting(
+        "broker.log_retention_check_interval_ms",
+        "int",
+        300_000,
+        "between retention checks of every log (Kafka's log.retention.check.interval.ms)",
+        1,
+    ),
+    Setting(
         "broker.controlled_shutdown_timeout_ms",
         "int",
         30_000,

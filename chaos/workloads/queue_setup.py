@@ -60,9 +60,10 @@ class QueueOptions:
     ``cleanup_policy`` (``cleanup.policy``), ``retention_ms``,
     ``retention_bytes`` and ``segment_bytes`` (None: the cluster's
     default), and ``record_keys``, how many record keys the producer
-    cycles through (:func:`history.queue.record_key`; 0: one per partition).  The brokers
-    check retention and clean one compacted log every tick (250 ms; Kafka's
-    ``log.retention.check.interval.ms`` and the cleaner's backoff)."""
+    cycles through (:func:`history.queue.record_key`; 0: one per partition).  The chaos
+    brokers check retention every second (``broker.log_retention_check_interval_ms``,
+    Kafka's ``log.retention.check.interval.ms``) and clean one compacted log
+    every tick (250 ms; the cleaner's backoff)."""
 
     brokers: int = 3
     topics: int = 1

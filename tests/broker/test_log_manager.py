@@ -272,7 +272,7 @@ def test_high_watermarks_are_checkpointed_and_restored() -> None:
 
 def test_tick_runs_retention_flushes_removals_and_the_cleaner() -> None:
     d = MemoryLogDirectory("data")
-    logs = LogManager([d])
+    logs = LogManager([d], retention_check_interval_ms=3000)
     config = LogConfig(segment_bytes=200, retention_ms=1000, file_delete_delay_ms=0)
     log = logs.get_or_create(A0, "a", config, now_ms=0)
     for i in range(6):
@@ -284,6 +284,12 @@ def test_tick_runs_retention_flushes_removals_and_the_cleaner() -> None:
     flushing.append_as_leader(batch(b"unsynced"), 0, 0)
     early = logs.tick(now_ms=100)
     assert early.retained == () and early.flushed == ()
+    # Past retention.ms and flush.ms, but the retention check is not due
+    # (every 3 s from the first tick's): flushed only.
+    between = logs.tick(now_ms=2000)
+    assert between.retained == () and between.flushed == (TopicIdPartition("id-f", 0),)
+    assert len(log.segments) == segments
+    flushing.append_as_leader(batch(b"unsynced again"), 0, 0)
     late = logs.tick(now_ms=5000)
     assert late.retained == (A0,) and late.flushed == (TopicIdPartition("id-f", 0),)
     assert len(log.segments) < segments and log.pending_deletions == []

@@ -281,6 +281,20 @@ def test_isr_expiry_asks_for_an_alter_partition() -> None:
     assert key == A0 and request.isr == (1,)
 
 
+def test_isr_expiry_runs_every_half_lag_time() -> None:
+    """Kafka's isr-expiration schedule (replica.lag.time.max.ms / 2, 15 s
+    by default): a tick before it is due looks at no partition."""
+    c = Cluster()
+    c.step(*topic("a", "id-a", (1, 2)))
+    c.brokers[1].append(A0, batch(b"x"), 1, c.now)
+    assert c.brokers[1].tick_isr(c.now + 20_000) == []
+    # Broker 2 has been behind for the 30 s lag time, but the expiration
+    # ran at +20 s: the next is due at +35 s.
+    assert c.brokers[1].tick_isr(c.now + 34_999) == []
+    (key, request), *_ = c.brokers[1].tick_isr(c.now + 35_000)
+    assert key == A0 and request.isr == (1,)
+
+
 def test_a_shut_down_manager_refuses_images() -> None:
     c = Cluster()
     c.brokers[1].shutdown()

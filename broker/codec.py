@@ -14,7 +14,13 @@ from broker.replica.types import NO_EPOCH
 from kqproto import broker_pb2
 from metadata.image import MetadataImage, TopicIdPartition
 
-__all__ = ["answer_to_proto", "error_to_proto", "fetch_answers", "replica_fetch_request"]
+__all__ = [
+    "answer_to_proto",
+    "answers_in",
+    "error_to_proto",
+    "fetch_answers",
+    "replica_fetch_request",
+]
 
 
 def error_to_proto(code: Errors) -> broker_pb2.BrokerError:
@@ -31,11 +37,16 @@ def replica_fetch_request(
     max_wait_ms: int = 500,
     min_bytes: int = 1,
     max_bytes: int = 10 * 1024 * 1024,
+    incremental: bool = False,
+    forgotten: Iterable[TopicIdPartition] = (),
 ) -> broker_pb2.FetchRequest:
     """One follower fetch for every partition it fetches from one leader
     (``ReplicaFetcherThread.buildFetch``; ``replica.fetch.wait.max.ms`` 500,
     ``replica.fetch.min.bytes`` 1, ``replica.fetch.response.max.bytes``
-    10 MiB). A partition whose topic the image no longer has is left out."""
+    10 MiB), or with ``incremental`` for the partitions listed since the
+    stream's last request and those ``forgotten``
+    (:mod:`broker.fetch_session`). A partition whose topic the image no
+    longer has is left out."""
     topics: dict[str, broker_pb2.FetchTopic] = {}
     for key, request in sorted(requests.items()):
         found = image.topics.get(key.topic_id)
@@ -58,12 +69,20 @@ def replica_fetch_request(
                 partition_max_bytes=request.max_bytes,
             )
         )
+    dropped: dict[str, list[int]] = {}
+    for key in sorted(forgotten):
+        dropped.setdefault(key.topic_id, []).append(key.partition)
     return broker_pb2.FetchRequest(
         replica_state=broker_pb2.ReplicaState(replica_id=replica_id, replica_epoch=broker_epoch),
         max_wait_ms=max_wait_ms,
         min_bytes=min_bytes,
         max_bytes=max_bytes,
         topics=list(topics.values()),
+        incremental=incremental,
+        forgotten=[
+            broker_pb2.FetchForgottenTopic(topic_id=topic_id, partitions=partitions)
+            for topic_id, partitions in dropped.items()
+        ],
     )
 
 
@@ -85,6 +104,19 @@ def fetch_answers(
     if response.error != 0:
         error = _error(response.error)
         return {key: FetchAnswer(error, message=response.message) for key in wanted}
+    found = answers_in(response)
+    return {
+        key: found.get(
+            key,
+            FetchAnswer(Errors.UNKNOWN_SERVER_ERROR, message="the leader's answer left it out"),
+        )
+        for key in wanted
+    }
+
+
+def answers_in(response: broker_pb2.FetchResponse) -> dict[TopicIdPartition, FetchAnswer]:
+    """The answer of each partition a response names (an incremental
+    fetch's answer names only those with news)."""
     found: dict[TopicIdPartition, FetchAnswer] = {}
     for topic in response.topics:
         for part in topic.partitions:
@@ -105,13 +137,7 @@ def fetch_answers(
                 current_leader_epoch=NO_EPOCH if leader is None else leader.leader_epoch,
                 message=part.message,
             )
-    return {
-        key: found.get(
-            key,
-            FetchAnswer(Errors.UNKNOWN_SERVER_ERROR, message="the leader's answer left it out"),
-        )
-        for key in wanted
-    }
+    return found
 
 
 def answer_to_proto(partition: int, answer: FetchAnswer) -> broker_pb2.FetchPartitionResponse:

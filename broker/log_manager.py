@@ -77,6 +77,7 @@ __all__ = [
     "LogManager",
     "LogManagerError",
     "TopicConfigError",
+    "broker_replica_lag_ms",
     "decode_partition_metadata",
     "encode_partition_metadata",
     "parse_directory_name",
@@ -359,6 +360,16 @@ def replica_fetcher_config(image: MetadataImage, broker_id: int) -> FetcherConfi
         min_bytes=_broker_int(image, broker_id, "replica.fetch.min.bytes"),
         max_wait_ms=_broker_int(image, broker_id, "replica.fetch.wait.max.ms"),
     )
+
+
+def broker_replica_lag_ms(image: MetadataImage, broker_id: int) -> int:
+    """The broker's ``replica.lag.time.max.ms`` (its own, else the
+    cluster's, else the default); the default if the image holds a value
+    the configs refuse."""
+    try:
+        return _broker_int(image, broker_id, "replica.lag.time.max.ms")
+    except TopicConfigError:
+        return ReplicaConfig().replica_lag_time_max_ms
 
 
 def _broker_int(image: MetadataImage, broker_id: int, name: str) -> int:

@@ -11,6 +11,11 @@ kind, ``DelayedOperationPurgatory``'s ``delayedOperation`` tag); here they
 share the watch lists, since whoever changes a partition wakes every kind,
 and are counted apart for the metrics.
 
+Fetch sessions (:mod:`broker.fetch_session`) watch for as long as their
+stream lasts rather than per wait: :meth:`Purgatory.watch` gives a
+:class:`Watcher` every wake, so that a partition changed while the
+follower was not waiting is still read at its next fetch.
+
 One event loop: no locks, every call on the loop's thread but the two
 counts the metrics exporter reads from its own thread (:meth:`Purgatory.watched`,
 :meth:`Purgatory.delayed`), which count over copies: the loop may add or
@@ -22,11 +27,11 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from metadata.image import TopicIdPartition
 
-__all__ = ["Operation", "Purgatory"]
+__all__ = ["Operation", "Purgatory", "Watcher"]
 
 T = TypeVar("T")
 
@@ -58,6 +63,14 @@ class Operation(enum.Enum):
     TXN_MARKER = "TxnMarker"
 
 
+class Watcher(Protocol):
+    """Told of every wake until it stops watching."""
+
+    def woken(self, key: TopicIdPartition) -> None: ...
+
+    def woken_all(self) -> None: ...
+
+
 class Purgatory:
     """Waiters keyed by partition."""
 
@@ -65,6 +78,14 @@ class Purgatory:
         self._waiting: dict[TopicIdPartition, set[asyncio.Future[None]]] = {}
         # Each waiting operation's kind.
         self._operations: dict[asyncio.Future[None], Operation] = {}
+        self._watchers: list[Watcher] = []
+
+    def watch(self, watcher: Watcher) -> None:
+        """``watcher`` is told of every wake from now on."""
+        self._watchers.append(watcher)
+
+    def unwatch(self, watcher: Watcher) -> None:
+        self._watchers = [w for w in self._watchers if w is not watcher]
 
     def watched(self, operation: Operation | None = None) -> int:
         """How many (waiter, partition) watches are open, of one kind or of
@@ -86,6 +107,11 @@ class Purgatory:
     def wake(self, key: TopicIdPartition) -> None:
         """Something changed on ``key``: its waiters check again
         (``checkAndComplete``)."""
+        self._wake_waiters(key)
+        for watcher in self._watchers:
+            watcher.woken(key)
+
+    def _wake_waiters(self, key: TopicIdPartition) -> None:
         for future in self._waiting.pop(key, ()):
             if not future.done():
                 future.set_result(None)
@@ -94,7 +120,9 @@ class Purgatory:
         """A new image (leadership may have moved) or a shutdown: everyone
         checks again."""
         for key in list(self._waiting):
-            self.wake(key)
+            self._wake_waiters(key)
+        for watcher in self._watchers:
+            watcher.woken_all()
 
     async def wait_until(
         self,

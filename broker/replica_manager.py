@@ -30,7 +30,7 @@ No I/O but through the log manager's seams; time only as ``now_ms``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.errors import Errors, ReplicaError
@@ -565,15 +565,17 @@ class ReplicaManager:
     # -- the follower side -----------------------------------------------------
 
     def next_fetch_request(
-        self, leader: int, broker_epoch: int
+        self, leader: int, broker_epoch: int, keys: Iterable[TopicIdPartition] | None = None
     ) -> dict[TopicIdPartition, FetchRequest]:
         """The fetch of every partition fetched from ``leader`` (one request
         per follower-leader pair; ``AbstractFetcherThread.buildFetch``), in
-        partition order; the other leaders' partitions are not looked at.
-        Partitions fenced by their leader (waiting for newer metadata) are
-        left out: empty if all are."""
+        partition order, or of those of ``keys`` fetched from it (a fetch
+        session's changed partitions); the other leaders' partitions are
+        not looked at. Partitions fenced by their leader (waiting for newer
+        metadata) are left out: empty if all are."""
         found: dict[TopicIdPartition, FetchRequest] = {}
-        for key in self._by_leader.get(leader, ()):
+        fetched = self._by_leader.get(leader, {})
+        for key in fetched if keys is None else (k for k in keys if k in fetched):
             request = self.replicas[key].next_fetch_request(broker_epoch)
             if request is not None:
                 found[key] = request

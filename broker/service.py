@@ -41,6 +41,8 @@ while it is handled.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -53,6 +55,8 @@ from broker.codec import answer_to_proto
 from broker.codec import error_to_proto as _pb
 from broker.coordinator_runtime import CoordinatorFailure
 from broker.errors import Errors, ReplicaError, from_partition_log_error
+from broker.fetch_session import AnswerSummary, LeaderFetchSession, SessionEntry
+from broker.log_manager import broker_replica_lag_ms
 from broker.metrics import BrokerMetrics, RequestKind
 from broker.producer_ids import ProducerIdsError, ProducerIdSource
 from broker.purgatory import Operation, Purgatory
@@ -95,6 +99,42 @@ DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 MAX_WAIT_MS = 5 * 60 * 1000
 # InitProducerId: an epoch past this gets a new producer id (KIP-360).
 MAX_PRODUCER_EPOCH = 32767
+
+
+def _summary(part: broker_pb2.FetchPartitionResponse) -> AnswerSummary:
+    return (
+        part.high_watermark,
+        part.last_stable_offset,
+        part.log_start_offset,
+        part.log_end_offset,
+    )
+
+
+def _keep_news(
+    session: LeaderFetchSession,
+    answered: broker_pb2.FetchResponse,
+    incremental: bool,
+    found: dict[TopicIdPartition, tuple[str, broker_pb2.FetchPartitionResponse]],
+    unread: set[TopicIdPartition],
+) -> None:
+    """Keep in ``found`` the answers of one read of a session's partitions
+    that its response carries (all of them for a full request, those with
+    news for an incremental one; a later read of a partition replaces an
+    earlier's); put in ``unread`` the partitions the byte budget left
+    unread."""
+    for topic in answered.topics:
+        for part in topic.partitions:
+            key = TopicIdPartition(topic.topic_id, part.partition)
+            plain = part.error == 0 and not part.records and not part.HasField("diverging_epoch")
+            unread.discard(key)
+            if plain and part.log_end_offset > session.entries[key].partition.fetch_offset:
+                # The budget ran out before this partition: nothing was read
+                # (nor the follower's state moved).
+                unread.add(key)
+            if not incremental or session.is_news(key, _summary(part), plain):
+                found[key] = (topic.topic, part)
+            else:
+                found.pop(key, None)
 
 
 def _next_offset_after(records: bytes) -> int:
@@ -617,23 +657,40 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     ) -> AsyncIterator[broker_pb2.FetchResponse]:
         caller = await self._caller(context)
         kind = RequestKind.FETCH_FOLLOWER
-        async for request in request_iterator:
-            started = time.monotonic()
-            if not request.HasField("replica_state"):
-                response = broker_pb2.FetchResponse(
-                    error=_pb(Errors.INVALID_REQUEST),
-                    message="replica_state is required on ReplicaFetch",
-                )
-            else:
-                self.in_flight[kind] += 1
-                try:
-                    response = await self._fetch(request, caller, "ReplicaFetch")
-                finally:
-                    self.in_flight[kind] -= 1
-            self._answered(kind, started, response)
-            yield response
+        # The stream is the follower's fetch session (broker.fetch_session).
+        woken = asyncio.Event()
+        session = LeaderFetchSession(on_woken=woken.set)
+        self.purgatory.watch(session)
+        try:
+            async for request in request_iterator:
+                started = time.monotonic()
+                if not request.HasField("replica_state"):
+                    response = broker_pb2.FetchResponse(
+                        error=_pb(Errors.INVALID_REQUEST),
+                        message="replica_state is required on ReplicaFetch",
+                    )
+                else:
+                    self.in_flight[kind] += 1
+                    try:
+                        response = await self._session_fetch(request, caller, session, woken)
+                    finally:
+                        self.in_flight[kind] -= 1
+                self._answered(kind, started, response)
+                yield response
+        finally:
+            self.purgatory.unwatch(session)
 
     def _check_fetch(self, request: broker_pb2.FetchRequest) -> None:
+        for t_index, forgotten in enumerate(request.forgotten):
+            if not request.incremental:
+                raise _Invalid("forgotten partitions need an incremental fetch")
+            if not forgotten.topic_id:
+                raise _Invalid(f"forgotten[{t_index}].topic_id is empty")
+            for p_index, partition in enumerate(forgotten.partitions):
+                if partition < 0:
+                    raise _Invalid(
+                        f"forgotten[{t_index}].partitions[{p_index}] {partition} is negative"
+                    )
         for name in ("max_wait_ms", "min_bytes", "max_bytes"):
             value = getattr(request, name)
             if value < 0:
@@ -683,6 +740,11 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         self, request: broker_pb2.FetchRequest, caller: _Caller, method: str
     ) -> broker_pb2.FetchResponse:
         image = self._image()
+        if request.incremental:
+            return broker_pb2.FetchResponse(
+                error=_pb(Errors.INVALID_REQUEST),
+                message="incremental is only for a ReplicaFetch stream (its fetch session)",
+            )
         try:
             self._check_fetch(request)
         except _Invalid as error:
@@ -728,6 +790,126 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             answered = attempt(True)
         assert answered is not None
         return answered
+
+    async def _session_fetch(
+        self,
+        request: broker_pb2.FetchRequest,
+        caller: _Caller,
+        session: LeaderFetchSession,
+        woken: asyncio.Event,
+    ) -> broker_pb2.FetchResponse:
+        """A follower's fetch on its stream (:mod:`broker.fetch_session`): a
+        full request starts the session and is answered for every
+        partition; an incremental one updates it and is answered for the
+        partitions with news, reading only those listed or woken. Each
+        partition read is the same read as a plain fetch's
+        (:meth:`_fetch_once`), so the replica's state moves as it would."""
+        image = self._image()
+        try:
+            self._check_fetch(request)
+        except _Invalid as error:
+            return broker_pb2.FetchResponse(error=_pb(Errors.INVALID_REQUEST), message=str(error))
+        if request.incremental and not session.started:
+            return broker_pb2.FetchResponse(
+                error=_pb(Errors.INVALID_REQUEST),
+                message="an incremental fetch before the stream's first full one",
+            )
+        refused = self._check_replica(
+            image, caller, request.replica_state.replica_id, "ReplicaFetch"
+        )
+        if refused is not None:
+            return broker_pb2.FetchResponse(error=_pb(refused[0]), message=refused[1])
+        out = broker_pb2.FetchResponse()
+        listed: dict[TopicIdPartition, SessionEntry] = {}
+        for topic in request.topics:
+            resolved = self._resolve_topic(image, topic)
+            if isinstance(resolved[0], Errors):
+                refusal = FetchAnswer(resolved[0], message=str(resolved[1]))
+                out.topics.add(topic=topic.topic, topic_id=topic.topic_id).partitions.extend(
+                    answer_to_proto(part.partition, refusal) for part in topic.partitions
+                )
+                continue
+            name, topic_id = str(resolved[0]), resolved[1]
+            for part in topic.partitions:
+                listed[TopicIdPartition(topic_id, part.partition)] = SessionEntry(
+                    name, topic_id, part
+                )
+        if request.incremental:
+            session.update(
+                listed,
+                [
+                    TopicIdPartition(forgotten.topic_id, partition)
+                    for forgotten in request.forgotten
+                    for partition in forgotten.partitions
+                ],
+            )
+        else:
+            session.start(listed)
+        lag_ms = broker_replica_lag_ms(image, self.replicas.broker_id)
+        loop = asyncio.get_running_loop()
+        max_wait_ms = min(request.max_wait_ms, MAX_WAIT_MS)
+        deadline = loop.time() + max_wait_ms / 1000
+        budget = request.max_bytes or DEFAULT_FETCH_MAX_BYTES
+        found: dict[TopicIdPartition, tuple[str, broker_pb2.FetchPartitionResponse]] = {}
+        unread: set[TopicIdPartition] = set()
+        endpoints: dict[int, broker_pb2.NodeEndpoint] = {}
+        size = 0
+        errors = bool(out.topics)
+        while True:
+            woken.clear()
+            keys = session.take_reads(self.now_ms(), lag_ms)
+            if keys:
+                image = self._image()
+                part_request = broker_pb2.FetchRequest(
+                    replica_state=request.replica_state,
+                    max_bytes=max(1, budget - size),
+                )
+                plan = self._session_plan(session, keys, part_request)
+                answered, got, failed = self._fetch_once(part_request, plan, True, image)
+                size += got
+                errors = errors or failed
+                for endpoint in answered.node_endpoints:
+                    endpoints[endpoint.node_id] = endpoint
+                _keep_news(session, answered, request.incremental, found, unread)
+            remaining = deadline - loop.time()
+            if errors or size >= request.min_bytes or remaining <= 0 or not session.entries:
+                break
+            if not session.has_reads:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), remaining)
+        by_topic: dict[str, broker_pb2.FetchTopicResponse] = {}
+        for key, (name, answer) in sorted(found.items()):
+            answer_topic = by_topic.get(key.topic_id)
+            if answer_topic is None:
+                answer_topic = by_topic[key.topic_id] = out.topics.add(
+                    topic=name, topic_id=key.topic_id
+                )
+            answer_topic.partitions.append(answer)
+            session.told(key, _summary(answer))
+        session.read_again(unread)
+        out.node_endpoints.extend(endpoints[node] for node in sorted(endpoints))
+        return out
+
+    def _session_plan(
+        self,
+        session: LeaderFetchSession,
+        keys: list[TopicIdPartition],
+        request: broker_pb2.FetchRequest,
+    ) -> list[tuple[broker_pb2.FetchTopic, str, str, tuple[Errors, str] | None]]:
+        """``keys`` of the session as a fetch's topics, added to
+        ``request``: the plan :meth:`_fetch_once` reads."""
+        plan: list[tuple[broker_pb2.FetchTopic, str, str, tuple[Errors, str] | None]] = []
+        topics: dict[str, broker_pb2.FetchTopic] = {}
+        for key in keys:
+            entry = session.entries[key]
+            topic = topics.get(key.topic_id)
+            if topic is None:
+                topic = topics[key.topic_id] = request.topics.add(
+                    topic=entry.topic, topic_id=entry.topic_id
+                )
+                plan.append((topic, entry.topic, entry.topic_id, None))
+            topic.partitions.append(entry.partition)
+        return plan
 
     def _fetch_once(
         self,

@@ -47,9 +47,10 @@ import grpc
 from prometheus_client import Gauge
 from prometheus_client.core import GaugeMetricFamily
 
-from broker.codec import fetch_answers, replica_fetch_request
+from broker.codec import answers_in, fetch_answers, replica_fetch_request
 from broker.coordinator_runtime import InternalTopicSettings
 from broker.errors import Errors, from_name
+from broker.fetch_session import FollowerFetchSession
 from broker.group.placement import OFFSETS_TOPIC
 from broker.group.shard import GroupConfig
 from broker.group_coordinator import GroupCoordinator, OffsetsTopicSettings
@@ -465,6 +466,8 @@ class BrokerProcess:
             asyncio.Queue()
         )
         self._fetchers: dict[int, asyncio.Task[None]] = {}
+        # The fetch session of each leader's stream (broker.fetch_session).
+        self._fetch_sessions: dict[int, FollowerFetchSession] = {}
         # Each partition's state in its last state line (_log_partition_states).
         self._states_logged: dict[TopicIdPartition, tuple[str, tuple[object, ...]]] = {}
         # The image waiting for its logs to be created in parts, and the task
@@ -637,6 +640,7 @@ class BrokerProcess:
         for key, why in result.failed.items():
             log.error("broker %d: partition %s is offline: %s", self.settings.node_id, key, why)
         self._plan_fetchers()
+        self._mark_fetch_sessions()
         self.service.wake()
         self.groups.on_image(image)
         self.transactions.on_image(image)
@@ -798,6 +802,11 @@ class BrokerProcess:
                 self._queue_alter(key, request)
             self._log_partition_states()
             tick = self.replicas.logs.tick(now)
+            if tick.retained:
+                # Log starts moved: a leader's followers learn it, a
+                # follower's leaders are told its new one.
+                self.service.wake(tick.retained)
+                self._mark_fetch_sessions()
             for key, why in tick.failed.items():
                 log.error("broker %d: the log of %s failed: %s", self.settings.node_id, key, why)
             if now - checkpointed_ms < self.settings.hw_checkpoint_interval_ms:
@@ -987,12 +996,23 @@ class BrokerProcess:
                 )
                 delay = await _back_off(delay)
 
+    def _mark_fetch_sessions(self) -> None:
+        """Every partition's fetch state may have changed (a new image, this
+        broker's own retention): each session compares them all."""
+        for session in self._fetch_sessions.values():
+            session.mark_all()
+
     async def _stream(self, leader: int, stub: broker_pb2_grpc.BrokerServiceAsyncStub) -> None:
         call = stub.ReplicaFetch()
+        # The stream's fetch session: after the first, each request lists
+        # only the partitions whose fetch state changed.
+        session = self._fetch_sessions[leader] = FollowerFetchSession()
         try:
             while not self._stopping and self.replicas.is_fetching_from(leader):
-                requests = self.replicas.next_fetch_request(leader, self.broker_epoch)
-                if not requests:
+                fetch = session.next_fetch(
+                    lambda keys: self.replicas.next_fetch_request(leader, self.broker_epoch, keys)
+                )
+                if fetch is None:
                     await asyncio.sleep(_BACKOFF_S[0])
                     continue
                 fetcher = self._fetcher_config()
@@ -1000,21 +1020,31 @@ class BrokerProcess:
                     replica_fetch_request(
                         self.settings.node_id,
                         self.broker_epoch,
-                        requests,
+                        fetch.listed,
                         self.image,
                         max_wait_ms=fetcher.max_wait_ms,
                         min_bytes=fetcher.min_bytes,
+                        incremental=fetch.incremental,
+                        forgotten=fetch.forgotten,
                     )
                 )
                 response = await call.read()
                 if not isinstance(response, broker_pb2.FetchResponse):
                     return  # the leader ended the stream
-                answers = fetch_answers(response, requests)
+                requests = dict(session.sent)
+                if response.error != 0:
+                    # Refused as a whole: every partition takes the error,
+                    # and the session starts again with a full request.
+                    answers = fetch_answers(response, requests)
+                    session.reset()
+                else:
+                    answers = {k: a for k, a in answers_in(response).items() if k in requests}
+                    session.mark(answers)
                 now = _now_ms()
                 changed = []
                 backoff = False
-                for key, request in requests.items():
-                    answer = answers[key]
+                for key, answer in answers.items():
+                    request = requests[key]
                     outcome = self.replicas.step_fetch_answer(key, request, answer, now)
                     backoff = backoff or backs_off(answer.error, outcome)
                     if outcome is not None:
@@ -1028,6 +1058,8 @@ class BrokerProcess:
                 if backoff:
                     await asyncio.sleep(_BACKOFF_S[0])
         finally:
+            if self._fetch_sessions.get(leader) is session:
+                del self._fetch_sessions[leader]
             call.cancel()
 
     def _fetcher_config(self) -> FetcherConfig:

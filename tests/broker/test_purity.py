@@ -23,6 +23,7 @@ def pure_modules() -> list[Path]:
         ROOT / "broker" / "errors.py",
         ROOT / "broker" / "record_bytes.py",
         ROOT / "broker" / "coordinator_result.py",
+        ROOT / "broker" / "fetch_session.py",
     ]
 
 

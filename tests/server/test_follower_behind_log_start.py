@@ -42,7 +42,11 @@ BEFORE = 3
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    yield from cluster_up(tmp_path_factory, "behind-log-start")
+    # Retention checked every 200 ms (Kafka's log.retention.check.interval.ms,
+    # 5 minutes by default), so that the leader's log start moves at once.
+    yield from cluster_up(
+        tmp_path_factory, "behind-log-start", "broker.log_retention_check_interval_ms=200"
+    )
 
 
 async def produce(

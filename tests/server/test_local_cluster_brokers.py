@@ -62,13 +62,15 @@ class Up:
                 self.pids[n.pid] = str(state.path(n.config))
 
 
-def cluster_up(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Up]:
+def cluster_up(tmp_path_factory: pytest.TempPathFactory, name: str, *settings: str) -> Iterator[Up]:
     """A module fixture's cluster (``kq cluster up``: three controllers and
-    three brokers) in a new folder ``name``: brought down at the end, and any
-    process it ran that is still alive then killed."""
+    three brokers, with ``settings`` as ``--set KEY=VALUE``) in a new folder
+    ``name``: brought down at the end, and any process it ran that is still
+    alive then killed."""
     d = str(tmp_path_factory.mktemp(name) / "cluster")
     base = free_base_port(3, brokers=3)
-    up = Up(d, base, kq("cluster", "up", "--cluster-dir", d, "--base-port", str(base)), {})
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    up = Up(d, base, kq("cluster", "up", "--cluster-dir", d, "--base-port", str(base), *sets), {})
     try:
         up.record()
         yield up

@@ -46,6 +46,7 @@ Rules:
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -216,7 +217,10 @@ class RecordAccumulator:
         # oldest first.
         self._incomplete: dict[int, ProducerBatch] = {}
         self._awaiting: dict[TopicPartition, int] = {}
-        self._drain_index: dict[int, int] = {}
+        # Per node, the partition its next drain starts at (Kafka's
+        # drainIndex, kept as the partition rather than its position, since
+        # a drain looks only at the partitions with batches queued).
+        self._drain_from: dict[int, TopicPartition] = {}
         self._flushes: list[Flush] = []
         self._failed_by_bump: list[ProducerBatch] = []
         self.buffered_bytes = 0
@@ -445,7 +449,10 @@ class RecordAccumulator:
         :meth:`ready` first."""
         self._failed_by_bump.extend(self._bump(now_ms))
         by_node: dict[int, list[TopicPartition]] = {}
-        for tp in sorted(self._queues):
+        # Only the partitions with batches queued: a producer that wrote to
+        # thousands of partitions keeps a queue for each, and walking them
+        # all on every drain made a round of sends cost their count.
+        for tp in sorted(tp for tp, queue in self._queues.items() if queue):
             leader = leaders.get(tp)
             if leader is not None:
                 by_node.setdefault(leader, []).append(tp)
@@ -455,7 +462,8 @@ class RecordAccumulator:
             parts = by_node.get(node, [])
             if not parts:
                 continue
-            start = self._drain_index.get(node, 0) % len(parts)
+            last = self._drain_from.get(node)
+            start = 0 if last is None else bisect.bisect_left(parts, last) % len(parts)
             size = 0
             taken: list[ProducerBatch] = []
             for i in range(len(parts)):
@@ -463,7 +471,7 @@ class RecordAccumulator:
                 tp = parts[index]
                 # drainBatchesForOneNode: the next drain starts here, so a
                 # partition left out for lack of room goes first next time.
-                self._drain_index[node] = index
+                self._drain_from[node] = tp
                 queue = self._queues[tp]
                 if not queue:
                     continue

@@ -154,6 +154,10 @@ class Sequencing:
         self.unordered_requests = unordered_requests
         self.producer = NO_PRODUCER
         self._partitions: dict[TopicPartition, _PartitionEntry] = {}
+        # Whether some partition may have asked for a bump: without one,
+        # maybe_bump looks at none (a producer of thousands of partitions
+        # asks on every send round).
+        self._bump_pending = False
         # How many epoch bumps happened (for tests and metrics).
         self.bumps = 0
 
@@ -314,7 +318,7 @@ class Sequencing:
             if self.kafka_out_of_order and not self.transactional:
                 # TransactionManager.canRetry: bump and retry, trusting the
                 # broker that the batch is not in its log.
-                entry.bump_required = True
+                self._require_bump(entry)
                 entry.bump_resends_all = True
                 return Decision.RETRY if may_retry else Decision.FAIL
             return self._retry_under_new_epoch(batch, entry, may_retry)
@@ -329,7 +333,7 @@ class Sequencing:
         # transaction's end: the batch fails and the transaction aborts.
         if self.transactional:
             return Decision.FAIL
-        entry.bump_required = True
+        self._require_bump(entry)
         if not may_retry or not self._safe_to_resequence(batch, entry):
             return Decision.FAIL
         return Decision.RETRY
@@ -385,7 +389,7 @@ class Sequencing:
             return
         entry = self._entry(batch.topic_partition)
         if self._forget(entry, batch):
-            entry.bump_required = True
+            self._require_bump(entry)
 
     @staticmethod
     def _forget(entry: _PartitionEntry, batch: ProducerBatch) -> bool:
@@ -406,7 +410,12 @@ class Sequencing:
         reordering (:meth:`_safe_to_resequence`; none after a bump that
         ``kafka_out_of_order`` asked for): the caller fails them, ``info`` if
         they may have been written, else ``fail``."""
-        if not self.idempotent or self.transactional or not self.producer.is_valid:
+        if (
+            not self.idempotent
+            or self.transactional
+            or not self.producer.is_valid
+            or not self._bump_pending
+        ):
             return []
         due = [
             entry
@@ -414,6 +423,8 @@ class Sequencing:
             if entry.bump_required and not any(b.awaiting for b in entry.in_flight)
         ]
         if not due:
+            # Still pending while a partition that asked awaits answers.
+            self._bump_pending = any(e.bump_required for e in self._partitions.values())
             return []
         self.bumps += 1
         if self.producer.epoch >= INT16_MAX:
@@ -435,4 +446,9 @@ class Sequencing:
             entry.highest_maybe_in_log = -1
             entry.bump_required = False
             entry.bump_resends_all = False
+        self._bump_pending = any(e.bump_required for e in self._partitions.values())
         return unsafe
+
+    def _require_bump(self, entry: _PartitionEntry) -> None:
+        entry.bump_required = True
+        self._bump_pending = True

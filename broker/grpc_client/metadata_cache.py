@@ -366,10 +366,24 @@ class MetadataCache:
     async def partition_count(self, topic: str, max_wait_ms: int) -> int:
         """The topic's partition count, waiting up to ``max_wait_ms`` for it
         to appear in the metadata (Kafka's ``waitOnMetadata`` and
-        ``max.block.ms``); :class:`UnknownTopicError` after that."""
+        ``max.block.ms``); :class:`UnknownTopicError` after that. A refresh
+        that no broker answered is tried again until then too (Kafka's
+        ``waitOnMetadata`` waits out unreachable brokers the same way);
+        after that its :class:`NoBrokerError` is raised."""
         deadline = now_ms() + max_wait_ms
+
+        async def refresh() -> None:
+            while True:
+                try:
+                    await self.refresh([topic])
+                    return
+                except NoBrokerError:
+                    if now_ms() >= deadline:
+                        raise
+                await asyncio.sleep(min(self.retry_backoff_ms, max(0, deadline - now_ms())) / 1000)
+
         if topic not in self._wanted:
-            await self.refresh([topic])
+            await refresh()
         while True:
             count = self.topics.get(topic)
             if count is not None:
@@ -384,4 +398,4 @@ class MetadataCache:
                     topic, f"{refusal.message} (after waiting {max_wait_ms} ms)"
                 )
             await asyncio.sleep(min(self.retry_backoff_ms, max(0, deadline - now_ms())) / 1000)
-            await self.refresh([topic])
+            await refresh()

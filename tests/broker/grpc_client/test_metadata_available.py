@@ -82,3 +82,44 @@ def test_refreshes_do_not_always_ask_the_same_broker_first() -> None:
     # refreshes the client has asked the other one, and KIP-320 keeps it there.
     assert leaders[0] == 1 and leaders[2:] == [2, 2]
     assert stale.asked >= 1 and fresh.asked >= 1
+
+
+class _Down:
+    """A broker that answers Metadata only after ``failures`` refusals
+    (a busy or restarting broker: UNAVAILABLE)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.asked = 0
+
+    async def Metadata(self, request: object, timeout: float) -> broker_pb2.MetadataResponse:
+        import grpc
+
+        self.asked += 1
+        if self.asked <= self.failures:
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), grpc.aio.Metadata()
+            )
+        return _response([1], epoch=1)
+
+
+def test_a_send_waits_out_brokers_that_do_not_answer_until_max_block() -> None:
+    """Kafka's waitOnMetadata: a refresh no broker answered is tried again
+    until max.block.ms, then NoBrokerError."""
+    import asyncio
+
+    import pytest
+
+    from broker.grpc_client.errors import NoBrokerError
+
+    down = _Down(failures=3)
+    cache = MetadataCache(["127.0.0.1:9001"], retry_backoff_ms=10)
+    cache.stub_at = lambda address: down  # type: ignore[assignment,method-assign,return-value]
+    assert asyncio.run(cache.partition_count("t", 5_000)) == 1
+    assert down.asked == 4
+    never = _Down(failures=10**9)
+    cache = MetadataCache(["127.0.0.1:9001"], retry_backoff_ms=10)
+    cache.stub_at = lambda address: never  # type: ignore[assignment,method-assign,return-value]
+    with pytest.raises(NoBrokerError):
+        asyncio.run(cache.partition_count("t", 200))
+    assert never.asked > 3

@@ -33,6 +33,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from broker.codec import answers_in, replica_fetch_request
+from broker.errors import Errors
 from broker.fetch_session import FollowerFetchSession
 from broker.log_dirs import MemoryLogDirectory
 from broker.log_manager import LogManager
@@ -161,9 +162,11 @@ async def session_round(pair: Pair, stream: Stream, session: FollowerFetchSessio
         )
     )
     answers = answers_in(response)
+    requests = dict(session.sent)
     session.mark(answers)
+    session.resend(k for k, a in answers.items() if a.error is not Errors.NONE)
     for key, answer in answers.items():
-        pair.managers[2].step_fetch_answer(key, session.sent[key], answer, pair.now)
+        pair.managers[2].step_fetch_answer(key, requests[key], answer, pair.now)
     return len(answers)
 
 

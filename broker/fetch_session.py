@@ -16,6 +16,10 @@ milliseconds of their event loops. With them:
   (``FetchSessionHandler.Builder``). It recomputes the fetch state only of
   the partitions the last answer named, unless told everything may have
   changed (a new image, its own retention: :meth:`FollowerFetchSession.mark_all`).
+  A partition answered with an error is listed again even if its state is
+  the same (:meth:`FollowerFetchSession.resend`): the leader may not hold
+  it (a topic its image did not have yet is refused, not added), and
+  listed only once it would never be fetched.
 - :class:`LeaderFetchSession` (the leader's side) keeps each partition's
   last fetch state, reads only the partitions listed and those woken since
   their last read (an append, a high watermark or log start moved, a new
@@ -197,6 +201,9 @@ class FollowerFetchSession:
         self.started = False
         self._all = True
         self._candidates: set[TopicIdPartition] = set()
+        # Partitions taken out of sent by resend, which the leader may still
+        # hold: forgotten if no longer fetched.
+        self._resent: set[TopicIdPartition] = set()
 
     def mark_all(self) -> None:
         """Every partition's fetch state may have changed (a new image, the
@@ -208,12 +215,23 @@ class FollowerFetchSession:
         were stepped)."""
         self._candidates.update(keys)
 
+    def resend(self, keys: Iterable[TopicIdPartition]) -> None:
+        """These partitions were answered with an error: listed again at the
+        next request even if their fetch state is the same, since the
+        leader may not hold them (a topic its image did not have yet is
+        refused, not added to its session)."""
+        for key in keys:
+            if self.sent.pop(key, None) is not None:
+                self._candidates.add(key)
+                self._resent.add(key)
+
     def reset(self) -> None:
         """The leader refused the session's request: the next is full."""
         self.sent.clear()
         self.started = False
         self._all = True
         self._candidates.clear()
+        self._resent.clear()
 
     def next_fetch(
         self,
@@ -228,10 +246,10 @@ class FollowerFetchSession:
         full."""
         if not self.started or self._all:
             current = dict(compute(None))
-            checked: Iterable[TopicIdPartition] = set(current) | set(self.sent)
+            checked: Iterable[TopicIdPartition] = set(current) | set(self.sent) | self._resent
         else:
             current = dict(compute(sorted(self._candidates)))
-            checked = self._candidates
+            checked = self._candidates | self._resent
         self._all = False
         self._candidates = set()
         if not self.started:
@@ -245,11 +263,12 @@ class FollowerFetchSession:
         for key in sorted(checked):
             request = current.get(key)
             if request is None:
-                if self.sent.pop(key, None) is not None:
+                if self.sent.pop(key, None) is not None or key in self._resent:
                     forgotten.append(key)
             elif self.sent.get(key) != request:
                 self.sent[key] = request
                 listed[key] = request
+        self._resent.clear()
         if not self.sent:
             self.reset()
             return None

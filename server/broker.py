@@ -160,6 +160,9 @@ _PART_PAUSE_S = 0.02
 # raise again (Kafka's ReplicaManager.checkpointHighWatermarks).
 HW_CHECKPOINT_INTERVAL_MS = 5_000
 
+# The shortest wait for a heartbeat's answer (heartbeat_timeout_s).
+HEARTBEAT_TIMEOUT_FLOOR_S = 2.0
+
 
 @dataclass(frozen=True)
 class BrokerSettings:
@@ -197,6 +200,17 @@ class BrokerSettings:
     transaction_topic: TransactionStateTopicSettings = field(
         default_factory=TransactionStateTopicSettings
     )
+
+
+def heartbeat_timeout_s(interval_ms: int) -> float:
+    """How long a heartbeat waits for its answer before the next is sent.
+    The active controller counts a heartbeat when it arrives but answers it
+    only once its earlier writes have committed; while thousands of
+    partitions' records commit that took longer than the session, and a
+    broker waiting on its one heartbeat sent no other, so the controller
+    fenced it. Kafka's BrokerLifecycleManager likewise sends again when an
+    answer does not come in time (``HeartbeatResponseHandler.onTimeout``)."""
+    return max(HEARTBEAT_TIMEOUT_FLOOR_S, 4 * interval_ms / 1000)
 
 
 def _error_name(code: int) -> Errors:
@@ -757,6 +771,7 @@ class BrokerProcess:
             # BrokerLifecycleManager.setReadyToUnfence after the first publish).
             want_fence=not want_shutdown and self.replicas.loaded is None,
             want_shutdown=want_shutdown,
+            timeout_s=heartbeat_timeout_s(self.settings.heartbeat_interval_ms),
         )
 
     async def _lifecycle(self) -> None:
@@ -1040,6 +1055,7 @@ class BrokerProcess:
                 else:
                     answers = {k: a for k, a in answers_in(response).items() if k in requests}
                     session.mark(answers)
+                    session.resend(k for k, a in answers.items() if a.error is not Errors.NONE)
                 now = _now_ms()
                 changed = []
                 backoff = False

@@ -140,3 +140,21 @@ def test_news_is_what_the_follower_was_not_told() -> None:
     # Listed again with a new fetch state: what it was told stays.
     session.update({A0: entry(0, offset=5)}, [])
     assert not session.is_news(A0, (5, 5, 0, 5), plain=True)
+
+
+def test_a_partition_answered_with_an_error_is_listed_again() -> None:
+    """The leader refuses a partition of a topic its image lacks and does not
+    hold it: the follower lists it again though its state did not change,
+    and forgets it if it stopped fetching it meanwhile."""
+    fetched = Fetched({A0: state(0), A1: state(0)})
+    session = FollowerFetchSession()
+    assert session.next_fetch(fetched) is not None
+    session.mark([A1])
+    session.resend([A1])
+    again = session.next_fetch(fetched)
+    assert again is not None and again.listed == {A1: state(0)} and again.forgotten == ()
+    session.mark([A1])
+    session.resend([A1])
+    del fetched.states[A1]
+    gone = session.next_fetch(fetched)
+    assert gone is not None and gone.listed == {} and gone.forgotten == (A1,)

@@ -16,7 +16,7 @@ import broker.fetch_session
 from broker.codec import answers_in, replica_fetch_request
 from broker.fetch_session import FollowerFetchSession
 from kqproto import broker_pb2, broker_pb2_grpc
-from metadata.image import TopicIdPartition
+from metadata.image import MetadataImage, TopicIdPartition
 from quorum.driver.tls import dial
 from tests.broker.images import EPOCHS, topic
 from tests.broker.test_service import Brokers, Certs, E, batch, certs, produce, run, serving
@@ -39,7 +39,9 @@ class Follower:
     def _states(self, keys: Iterable[TopicIdPartition] | None) -> Any:
         return self.brokers.managers[2].next_fetch_request(1, EPOCHS[2], keys)
 
-    async def round(self, max_wait_ms: int = 0) -> dict[TopicIdPartition, Any]:
+    async def round(
+        self, max_wait_ms: int = 0, image: MetadataImage | None = None
+    ) -> dict[TopicIdPartition, Any]:
         fetch = self.session.next_fetch(self._states)
         assert fetch is not None
         await self.stream.write(
@@ -47,7 +49,7 @@ class Follower:
                 2,
                 EPOCHS[2],
                 fetch.listed,
-                self.brokers.md.image,
+                image or self.brokers.md.image,
                 max_wait_ms=max_wait_ms,
                 incremental=fetch.incremental,
                 forgotten=fetch.forgotten,
@@ -56,11 +58,11 @@ class Follower:
         response = await self.stream.read()
         assert response.error == E.NONE, response.message
         answers = answers_in(response)
+        requests = dict(self.session.sent)
         self.session.mark(answers)
+        self.session.resend(k for k, a in answers.items() if a.error != E.NONE)
         for key, answer in answers.items():
-            self.brokers.managers[2].step_fetch_answer(
-                key, self.session.sent[key], answer, self.brokers.now
-            )
+            self.brokers.managers[2].step_fetch_answer(key, requests[key], answer, self.brokers.now)
         return answers
 
 
@@ -182,6 +184,34 @@ def test_a_change_that_woke_no_session_reaches_the_follower_at_the_next_full_rea
                 assert list(got) == [KEYS[2]] and got[KEYS[2]].records
             else:
                 assert got == {}
+
+    run(body)
+
+
+def test_a_topic_the_leader_did_not_know_yet_is_listed_again_once_it_does(certs: Certs) -> None:
+    """The follower's image has a new topic before the leader's: the leader
+    refuses its partition (UNKNOWN_TOPIC_ID) and does not hold it;
+    the follower lists it again, and once the leader's image has it, it
+    replicates. Listed only once, it would never be fetched."""
+    brokers = three_partitions()
+
+    async def body() -> None:
+        async with connected(brokers, certs) as (stub, follower):
+            await follower.round()
+            before = brokers.managers[1].image
+            brokers.md.step(*topic("u", "id-u", (1, 2)))
+            brokers.managers[2].apply_delta(brokers.md.image, brokers.now)
+            follower.session.mark_all()
+            refused = await follower.round(image=brokers.md.image)
+            new = TopicIdPartition("id-u", 0)
+            assert refused[new].error == E.UNKNOWN_TOPIC_ID
+            assert brokers.managers[1].image is before
+            brokers.managers[1].apply_delta(brokers.md.image, brokers.now)
+            brokers.service.wake()
+            await stub.Produce(produce("u", 0, batch(b"late")))
+            got = await follower.round()
+            assert got[new].records
+            assert brokers.managers[2].logs.log(new).log_end_offset == 1  # type: ignore[union-attr]
 
     run(body)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from metadata.image import TopicIdPartition
 from partition_log.log import PartitionLog
 from partition_log.log_config import LogConfig
 from quorum.driver.identity import Identity
+from server.broker import BrokerProcess
 from tests.driver.cluster_util import CLUSTER_ID, free_ports
 from tests.metadata.test_metadata_replication import OPTIONS
 from tests.server.test_broker_process import SETTINGS, Controllers, broker, stop_all, wait_for
@@ -27,11 +30,10 @@ PARTITIONS = 100
 CREATE_S = SETTINGS.broker_session_timeout_ms / 1000 * 1.5 / PARTITIONS
 
 
-async def create_many(tmp_path: Path) -> tuple[int, bool, int]:
-    """(heartbeats sent while the logs were created, whether the broker was
-    ever fenced after its first unfencing, replicas made)."""
+@asynccontextmanager
+async def one_broker(tmp_path: Path) -> AsyncIterator[tuple[Controllers, BrokerProcess]]:
+    """One controller and broker BROKER, unfenced; both stopped after."""
     cluster = Controllers(tmp_path, voters=1, options=OPTIONS, tls=True)
-    admin_tls = cluster.tls_files(Identity.user(CLUSTER_ID, "admin"))
     process = None
     try:
         for node in cluster.voters:
@@ -39,6 +41,16 @@ async def create_many(tmp_path: Path) -> tuple[int, bool, int]:
         process = broker(cluster, BROKER, free_ports(1)[0])
         await process.start()
         await wait_for(lambda: not process.fenced)
+        yield cluster, process
+    finally:
+        await stop_all(cluster, process)
+
+
+async def create_many(tmp_path: Path) -> tuple[int, bool, int]:
+    """(heartbeats sent while the logs were created, whether the broker was
+    ever fenced after its first unfencing, replicas made)."""
+    async with one_broker(tmp_path) as (cluster, process):
+        admin_tls = cluster.tls_files(Identity.user(CLUSTER_ID, "admin"))
         window: list[float] = []
         get_or_create = process.replicas.logs.get_or_create
 
@@ -84,8 +96,6 @@ async def create_many(tmp_path: Path) -> tuple[int, bool, int]:
             fenced,
             len(process.replicas.replicas),
         )
-    finally:
-        await stop_all(cluster, process)
 
 
 def fenced_by_controller(caplog: pytest.LogCaptureFixture) -> bool:

@@ -33,7 +33,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from broker.codec import answers_in, replica_fetch_request
-from broker.errors import Errors
 from broker.fetch_session import FollowerFetchSession
 from broker.log_dirs import MemoryLogDirectory
 from broker.log_manager import LogManager
@@ -161,13 +160,10 @@ async def session_round(pair: Pair, stream: Stream, session: FollowerFetchSessio
             forgotten=fetch.forgotten,
         )
     )
-    answers = answers_in(response)
-    requests = dict(session.sent)
-    session.mark(answers)
-    session.resend(k for k, a in answers.items() if a.error is not Errors.NONE)
-    for key, answer in answers.items():
-        pair.managers[2].step_fetch_answer(key, requests[key], answer, pair.now)
-    return len(answers)
+    answered = session.answered(answers_in(response))
+    for key, (request, answer) in answered.items():
+        pair.managers[2].step_fetch_answer(key, request, answer, pair.now)
+    return len(answered)
 
 
 async def measure(partitions: int, rounds: int, keep: bool = False) -> Any:

@@ -46,7 +46,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from broker.replica.types import FetchRequest
+from broker.errors import Errors
+from broker.replica.types import FetchAnswer, FetchRequest
 from kqproto import broker_pb2
 from metadata.image import TopicIdPartition
 
@@ -214,6 +215,18 @@ class FollowerFetchSession:
         """These partitions' fetch states may have changed (their answers
         were stepped)."""
         self._candidates.update(keys)
+
+    def answered(
+        self, answers: Mapping[TopicIdPartition, FetchAnswer]
+    ) -> dict[TopicIdPartition, tuple[FetchRequest, FetchAnswer]]:
+        """The last request's answers, each with the fetch state it answers
+        (partitions the session no longer holds are dropped): the answered
+        partitions are compared again at the next request, and those
+        answered with an error listed again (:meth:`resend`)."""
+        found = {k: (self.sent[k], a) for k, a in answers.items() if k in self.sent}
+        self.mark(found)
+        self.resend(k for k, (_, a) in found.items() if a.error is not Errors.NONE)
+        return found
 
     def resend(self, keys: Iterable[TopicIdPartition]) -> None:
         """These partitions were answered with an error: listed again at the

@@ -101,6 +101,11 @@ MAX_WAIT_MS = 5 * 60 * 1000
 MAX_PRODUCER_EPOCH = 32767
 
 
+# A fetch's topics resolved and authorized: (the topic, its name, its id,
+# the refusal of all its partitions or None).
+_Plan = list[tuple[broker_pb2.FetchTopic, str, str, tuple[Errors, str] | None]]
+
+
 def _summary(part: broker_pb2.FetchPartitionResponse) -> AnswerSummary:
     return (
         part.high_watermark,
@@ -736,26 +741,28 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
             return Errors.UNKNOWN_TOPIC_ID, f"topic id {topic.topic_id} does not exist"
         return by_id.name, by_id.topic_id
 
-    async def _fetch(
-        self, request: broker_pb2.FetchRequest, caller: _Caller, method: str
-    ) -> broker_pb2.FetchResponse:
-        image = self._image()
-        if request.incremental:
-            return broker_pb2.FetchResponse(
-                error=_pb(Errors.INVALID_REQUEST),
-                message="incremental is only for a ReplicaFetch stream (its fetch session)",
-            )
+    def _refused_fetch(
+        self, image: MetadataImage, request: broker_pb2.FetchRequest, caller: _Caller, method: str
+    ) -> broker_pb2.FetchResponse | None:
+        """The answer to a fetch refused as a whole (malformed, or a replica's
+        fetch its caller may not make), else None."""
         try:
             self._check_fetch(request)
         except _Invalid as error:
             return broker_pb2.FetchResponse(error=_pb(Errors.INVALID_REQUEST), message=str(error))
-        follower = request.HasField("replica_state")
-        if follower:
+        if request.HasField("replica_state"):
             refused = self._check_replica(image, caller, request.replica_state.replica_id, method)
             if refused is not None:
                 return broker_pb2.FetchResponse(error=_pb(refused[0]), message=refused[1])
-        # Each topic resolved and authorized once.
-        plan: list[tuple[broker_pb2.FetchTopic, str, str, tuple[Errors, str] | None]] = []
+        return None
+
+    def _fetch_plan(
+        self, image: MetadataImage, request: broker_pb2.FetchRequest, caller: _Caller, method: str
+    ) -> _Plan:
+        """Each topic of a fetch resolved and authorized once: (the topic,
+        its name, its id, the refusal of all its partitions or None)."""
+        follower = request.HasField("replica_state")
+        plan: _Plan = []
         for topic in request.topics:
             resolved = self._resolve_topic(image, topic)
             if isinstance(resolved[0], Errors):
@@ -767,6 +774,22 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
                 plan.append((topic, name, topic_id, (Errors.TOPIC_AUTHORIZATION_FAILED, why)))
                 continue
             plan.append((topic, name, topic_id, None))
+        return plan
+
+    async def _fetch(
+        self, request: broker_pb2.FetchRequest, caller: _Caller, method: str
+    ) -> broker_pb2.FetchResponse:
+        image = self._image()
+        if request.incremental:
+            return broker_pb2.FetchResponse(
+                error=_pb(Errors.INVALID_REQUEST),
+                message="incremental is only for a ReplicaFetch stream (its fetch session)",
+            )
+        refused = self._refused_fetch(image, request, caller, method)
+        if refused is not None:
+            return refused
+        follower = request.HasField("replica_state")
+        plan = self._fetch_plan(image, request, caller, method)
         keys = [
             TopicIdPartition(topic_id, part.partition)
             for topic, _, topic_id, refusal in plan
@@ -805,31 +828,25 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         partition read is the same read as a plain fetch's
         (:meth:`_fetch_once`), so the replica's state moves as it would."""
         image = self._image()
-        try:
-            self._check_fetch(request)
-        except _Invalid as error:
-            return broker_pb2.FetchResponse(error=_pb(Errors.INVALID_REQUEST), message=str(error))
+        refused = self._refused_fetch(image, request, caller, "ReplicaFetch")
+        if refused is not None:
+            return refused
         if request.incremental and not session.started:
             return broker_pb2.FetchResponse(
                 error=_pb(Errors.INVALID_REQUEST),
                 message="an incremental fetch before the stream's first full one",
             )
-        refused = self._check_replica(
-            image, caller, request.replica_state.replica_id, "ReplicaFetch"
-        )
-        if refused is not None:
-            return broker_pb2.FetchResponse(error=_pb(refused[0]), message=refused[1])
         out = broker_pb2.FetchResponse()
         listed: dict[TopicIdPartition, SessionEntry] = {}
-        for topic in request.topics:
-            resolved = self._resolve_topic(image, topic)
-            if isinstance(resolved[0], Errors):
-                refusal = FetchAnswer(resolved[0], message=str(resolved[1]))
-                out.topics.add(topic=topic.topic, topic_id=topic.topic_id).partitions.extend(
-                    answer_to_proto(part.partition, refusal) for part in topic.partitions
+        for topic, name, topic_id, refusal in self._fetch_plan(
+            image, request, caller, "ReplicaFetch"
+        ):
+            if refusal is not None:
+                refused_answer = FetchAnswer(refusal[0], message=refusal[1])
+                out.topics.add(topic=name, topic_id=topic_id).partitions.extend(
+                    answer_to_proto(part.partition, refused_answer) for part in topic.partitions
                 )
                 continue
-            name, topic_id = str(resolved[0]), resolved[1]
             for part in topic.partitions:
                 listed[TopicIdPartition(topic_id, part.partition)] = SessionEntry(
                     name, topic_id, part
@@ -895,10 +912,10 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
         session: LeaderFetchSession,
         keys: list[TopicIdPartition],
         request: broker_pb2.FetchRequest,
-    ) -> list[tuple[broker_pb2.FetchTopic, str, str, tuple[Errors, str] | None]]:
+    ) -> _Plan:
         """``keys`` of the session as a fetch's topics, added to
         ``request``: the plan :meth:`_fetch_once` reads."""
-        plan: list[tuple[broker_pb2.FetchTopic, str, str, tuple[Errors, str] | None]] = []
+        plan: _Plan = []
         topics: dict[str, broker_pb2.FetchTopic] = {}
         for key in keys:
             entry = session.entries[key]
@@ -914,7 +931,7 @@ class BrokerService(broker_pb2_grpc.BrokerServiceServicer):
     def _fetch_once(
         self,
         request: broker_pb2.FetchRequest,
-        plan: list[tuple[broker_pb2.FetchTopic, str, str, tuple[Errors, str] | None]],
+        plan: _Plan,
         follower: bool,
         image: MetadataImage,
     ) -> tuple[broker_pb2.FetchResponse, int, bool]:

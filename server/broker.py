@@ -1046,21 +1046,20 @@ class BrokerProcess:
                 response = await call.read()
                 if not isinstance(response, broker_pb2.FetchResponse):
                     return  # the leader ended the stream
-                requests = dict(session.sent)
                 if response.error != 0:
                     # Refused as a whole: every partition takes the error,
                     # and the session starts again with a full request.
-                    answers = fetch_answers(response, requests)
+                    requests = session.sent
+                    answered = {
+                        k: (requests[k], a) for k, a in fetch_answers(response, requests).items()
+                    }
                     session.reset()
                 else:
-                    answers = {k: a for k, a in answers_in(response).items() if k in requests}
-                    session.mark(answers)
-                    session.resend(k for k, a in answers.items() if a.error is not Errors.NONE)
+                    answered = session.answered(answers_in(response))
                 now = _now_ms()
                 changed = []
                 backoff = False
-                for key, answer in answers.items():
-                    request = requests[key]
+                for key, (request, answer) in answered.items():
                     outcome = self.replicas.step_fetch_answer(key, request, answer, now)
                     backoff = backoff or backs_off(answer.error, outcome)
                     if outcome is not None:

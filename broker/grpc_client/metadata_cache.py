@@ -372,6 +372,9 @@ class MetadataCache:
         after that its :class:`NoBrokerError` is raised."""
         deadline = now_ms() + max_wait_ms
 
+        async def pause() -> None:
+            await asyncio.sleep(min(self.retry_backoff_ms, max(0, deadline - now_ms())) / 1000)
+
         async def refresh() -> None:
             while True:
                 try:
@@ -380,7 +383,7 @@ class MetadataCache:
                 except NoBrokerError:
                     if now_ms() >= deadline:
                         raise
-                await asyncio.sleep(min(self.retry_backoff_ms, max(0, deadline - now_ms())) / 1000)
+                await pause()
 
         if topic not in self._wanted:
             await refresh()
@@ -397,5 +400,5 @@ class MetadataCache:
                 raise UnknownTopicError(
                     topic, f"{refusal.message} (after waiting {max_wait_ms} ms)"
                 )
-            await asyncio.sleep(min(self.retry_backoff_ms, max(0, deadline - now_ms())) / 1000)
+            await pause()
             await refresh()

@@ -57,13 +57,10 @@ class Follower:
         )
         response = await self.stream.read()
         assert response.error == E.NONE, response.message
-        answers = answers_in(response)
-        requests = dict(self.session.sent)
-        self.session.mark(answers)
-        self.session.resend(k for k, a in answers.items() if a.error != E.NONE)
-        for key, answer in answers.items():
-            self.brokers.managers[2].step_fetch_answer(key, requests[key], answer, self.brokers.now)
-        return answers
+        answered = self.session.answered(answers_in(response))
+        for key, (request, answer) in answered.items():
+            self.brokers.managers[2].step_fetch_answer(key, request, answer, self.brokers.now)
+        return {key: answer for key, (_, answer) in answered.items()}
 
 
 def three_partitions() -> Brokers:
